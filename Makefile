@@ -1,0 +1,51 @@
+# Two commands on a fresh machine: `make demo` and `make test`. All local state lives in .trainpipe/.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+export TRAINPIPE_HOME := $(CURDIR)/.trainpipe
+export AIRFLOW_HOME := $(TRAINPIPE_HOME)/airflow
+export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+export AIRFLOW__CORE__UNIT_TEST_MODE := False
+export MLFLOW_TRACKING_URI := sqlite:///$(TRAINPIPE_HOME)/mlflow.db
+export TRAINPIPE_MLFLOW_ARTIFACT_ROOT := $(TRAINPIPE_HOME)/mlartifacts
+export MLFLOW_DISABLE_TELEMETRY := true
+export GX_ANALYTICS_ENABLED := false
+export TORCH_EXTENSIONS_DIR := $(TRAINPIPE_HOME)/torch_extensions
+
+DEMO_DATE ?= $(shell date -u +%Y-%m-%d)
+
+.PHONY: install demo test test-fast clean
+
+install: $(STAMP)
+
+# requirements.lock pins every transitive version that is known to install together here, so the
+# resolver does no backtracking; torch==2.13.0 is the CPU build (any other torch pulls CUDA wheels).
+$(STAMP): pyproject.toml trainer_image/pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --progress-bar off -c requirements.lock "torch==2.13.0" \
+		-e ./trainer_image -e ".[kubernetes,amazon,dev]"
+	touch $(STAMP)
+
+demo: install
+	mkdir -p $(AIRFLOW_HOME)
+	$(BIN)/trainpipe demo-data --end $(DEMO_DATE)
+	$(BIN)/airflow db migrate > $(TRAINPIPE_HOME)/db-migrate.log 2>&1
+	$(BIN)/airflow dags test fraud_detector $(DEMO_DATE)
+	@echo
+	@$(BIN)/trainpipe model fraud_detector --alias champion
+	@echo
+	@echo "Airflow UI: AIRFLOW_HOME=$(AIRFLOW_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags $(BIN)/airflow standalone   (then http://localhost:8080)"
+	@echo "MLflow UI:  $(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --port 5000   (then http://localhost:5000)"
+
+test: install
+	$(BIN)/python -m pytest tests -q
+
+test-fast: install
+	$(BIN)/python -m pytest tests -q -m "not integration and not slow"
+
+clean:
+	rm -rf $(TRAINPIPE_HOME)

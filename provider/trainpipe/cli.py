@@ -1,0 +1,118 @@
+"""The ``trainpipe`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+DEFAULT_CONFIGS = Path("dag_configs")
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from trainpipe.errors import SpecError
+    from trainpipe.factory import compile_directory, compile_file
+
+    paths = [Path(p) for p in (args.paths or [DEFAULT_CONFIGS])]
+    errors = 0
+    valid = 0
+    for path in paths:
+        if path.is_dir():
+            result = compile_directory(path, relative_to=Path.cwd())
+            valid += len(result.plans)
+            for err in result.errors.values():
+                errors += len(err.problems)
+                print(err, file=sys.stderr)
+            continue
+        try:
+            compile_file(path)
+            valid += 1
+        except SpecError as err:
+            errors += len(err.problems)
+            print(err, file=sys.stderr)
+        except FileNotFoundError:
+            errors += 1
+            print(f"{path}: no such file or directory", file=sys.stderr)
+    print(f"{valid} valid spec(s), {errors} problem(s)")
+    return 1 if errors else 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from trainpipe.errors import SpecError
+    from trainpipe.factory import compile_file
+
+    try:
+        plan = compile_file(Path(args.file))
+    except SpecError as err:
+        print(err, file=sys.stderr)
+        return 1
+    print(json.dumps(plan.to_dict(), indent=2, default=str))
+    return 0
+
+
+def _cmd_demo_data(args: argparse.Namespace) -> int:
+    from trainpipe.demo.synthetic import write_demo_data
+    from trainpipe.settings import Settings
+
+    settings = Settings.from_env()
+    out = Path(args.out) if args.out else Path(settings.storage_root.removeprefix("file://")) / "demo"
+    end = datetime.strptime(args.end, "%Y-%m-%d").replace(tzinfo=timezone.utc) if args.end else \
+        datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    for name, path in write_demo_data(out, end=end, force=args.force).items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def _cmd_model(args: argparse.Namespace) -> int:
+    from trainpipe.hooks.mlflow import MlflowHook
+
+    hook = MlflowHook()
+    version = hook.version_by_alias(args.name, args.alias)
+    if version is None:
+        print(f"{args.name} has no version with alias {args.alias!r} in {hook.settings.mlflow_tracking_uri}")
+        return 1
+    print(f"registered model: {args.name}")
+    print(f"version:          {version.version}")
+    print(f"alias:            {args.alias}  (load with mlflow.pyfunc.load_model('models:/{args.name}@{args.alias}'))")
+    print(f"source run:       {version.run_id}")
+    for key in sorted(version.tags):
+        label = "metric" if key.startswith("holdout_") else "tag"
+        print(f"{label + ' ' + key + ':':<40}{version.tags[key]}")
+    print(f"tracking store:   {hook.settings.mlflow_tracking_uri}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainpipe", description="YAML specs -> Airflow ML training pipelines")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    validate = commands.add_parser("validate", help="check specs; exit 1 and print every problem if any")
+    validate.add_argument("paths", nargs="*", help="spec files or folders (default: dag_configs/)")
+    validate.set_defaults(func=_cmd_validate)
+
+    render = commands.add_parser("render", help="print the compiled plan of one spec")
+    render.add_argument("file")
+    render.set_defaults(func=_cmd_render)
+
+    demo = commands.add_parser("demo-data", help="write the deterministic demo datasets into storage")
+    demo.add_argument("--out", help="folder (default: <storage root>/demo)")
+    demo.add_argument("--end", help="last day of the data, YYYY-MM-DD (default: today, UTC)")
+    demo.add_argument("--force", action="store_true", help="overwrite files that differ")
+    demo.set_defaults(func=_cmd_demo_data)
+
+    model = commands.add_parser("model", help="show the registered model version holding an alias")
+    model.add_argument("name")
+    model.add_argument("--alias", default="champion")
+    model.set_defaults(func=_cmd_model)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""One error family for trainpipe.
+
+``SpecError`` is bad user input: it is also a ``ValueError`` and its message names the file, line,
+column, field path and, where one is known, the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class TrainpipeError(Exception):
+    """Base of every error trainpipe raises on purpose."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpecProblem:
+    """One problem in one spec file, located as precisely as the loader could."""
+
+    file: str
+    line: int | None
+    column: int | None
+    field_path: str
+    message: str
+
+    def __str__(self) -> str:
+        location = self.file
+        if self.line is not None:
+            location += f":{self.line}"
+            if self.column is not None:
+                location += f":{self.column}"
+        field = f" {self.field_path}:" if self.field_path else ""
+        return f"{location}:{field} {self.message}"
+
+
+class SpecError(TrainpipeError, ValueError):
+    """A spec (YAML) is invalid. Carries every problem found in the file, not just the first."""
+
+    def __init__(self, problems: list[SpecProblem] | str) -> None:
+        if isinstance(problems, str):
+            problems = [SpecProblem(file="", line=None, column=None, field_path="", message=problems)]
+        self.problems: list[SpecProblem] = problems
+        super().__init__("\n".join(str(p).lstrip(": ") if not p.file else str(p) for p in problems))
+
+
+class TrainingFailedError(TrainpipeError):
+    """The trainer process (local torchrun or pod) exited non-zero."""
+
+
+class ValidationFailedError(TrainpipeError):
+    """The dataset snapshot failed its data-quality checks; training is not started."""
+
+
+class StorageConflictError(TrainpipeError):
+    """Writing would overwrite something already stored with different content."""

@@ -1,0 +1,68 @@
+"""MLflow access for trainpipe's tasks: one client, experiments with a known artifact location.
+
+The tracking URI comes from ``MLFLOW_TRACKING_URI`` (see ``trainpipe.settings``), so the trainer
+process, the Airflow tasks and the MLflow UI all look at the same store.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from trainpipe.settings import Settings
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities.model_registry import ModelVersion
+
+RUN_ID_TAG = "trainpipe.airflow_run_id"
+DAG_ID_TAG = "trainpipe.dag_id"
+
+
+class MlflowHook:
+    """Owns the MLflow client; operators call ``self.hook`` instead of building clients themselves."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+
+    @cached_property
+    def client(self) -> MlflowClient:
+        import mlflow
+
+        mlflow.set_tracking_uri(self.settings.mlflow_tracking_uri)
+        return mlflow.MlflowClient(tracking_uri=self.settings.mlflow_tracking_uri)
+
+    def experiment_id(self, pipeline_id: str) -> str:
+        name = f"trainpipe/{pipeline_id}"
+        experiment = self.client.get_experiment_by_name(name)
+        if experiment is not None:
+            return experiment.experiment_id
+        # An explicit artifact location, or MLflow writes ./mlruns of whatever directory we run in.
+        location = f"{self.settings.mlflow_artifact_root.rstrip('/')}/{pipeline_id}"
+        if "://" not in location:
+            location = f"file://{location}"
+        return self.client.create_experiment(name, artifact_location=location)
+
+    def run_for_dag_run(self, *, pipeline_id: str, dag_id: str, airflow_run_id: str, tags: dict[str, str]) -> str:
+        """The MLflow run of one DAG run: created on the first try, reused by retries."""
+        experiment_id = self.experiment_id(pipeline_id)
+        found = self.client.search_runs(
+            [experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{airflow_run_id}'", max_results=1
+        )
+        if found:
+            return found[0].info.run_id
+        run = self.client.create_run(
+            experiment_id,
+            run_name=f"{pipeline_id} {airflow_run_id}",
+            tags={RUN_ID_TAG: airflow_run_id, DAG_ID_TAG: dag_id, **tags},
+        )
+        return run.info.run_id
+
+    def version_by_alias(self, model_name: str, alias: str) -> ModelVersion | None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.client.get_model_version_by_alias(model_name, alias)
+        except MlflowException:
+            # No registered model, or no version holds the alias yet.
+            return None

@@ -1,0 +1,157 @@
+"""The operators of a trainpipe DAG. Each is thin: it reads its inputs from XCom and calls the
+Airflow-free step in ``trainpipe.runtime``. Heavy libraries are imported in ``execute`` only, so
+DAG parsing stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.standard.operators.python import ShortCircuitOperator
+from airflow.sdk import BaseOperator
+
+from trainpipe.settings import Settings
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from trainpipe.plan import PipelinePlan
+
+
+def _git_commit(spec_file: str) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(Path(spec_file).resolve().parent), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+class _PipelineStepOperator(BaseOperator):
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.plan = plan
+
+    @property
+    def spec(self):  # noqa: ANN201 - PipelineSpec; imported lazily
+        return self.plan.spec
+
+    @functools.cached_property
+    def settings(self) -> Settings:
+        return Settings.from_env()
+
+    @functools.cached_property
+    def hook(self):  # noqa: ANN201 - MlflowHook
+        from trainpipe.hooks.mlflow import MlflowHook
+
+        return MlflowHook(self.settings)
+
+    def snapshot_info(self, context: Context):  # noqa: ANN201 - SnapshotInfo
+        from trainpipe.runtime.snapshot import SnapshotInfo
+
+        return SnapshotInfo(**context["ti"].xcom_pull(task_ids="snapshot"))
+
+    def lineage_tags(self, context: Context) -> dict[str, str]:
+        snapshot = self.snapshot_info(context)
+        return {
+            "dag_id": self.dag_id,
+            "airflow_run_id": context["run_id"],
+            "dataset_digest": snapshot.digest,
+            "spec_file_sha256": self.plan.spec_sha256,
+            "spec_file": self.plan.spec_file,
+            "seed": str(self.spec.training.seed),
+            "git_commit": _git_commit(self.plan.spec_file),
+        }
+
+
+class SnapshotOperator(_PipelineStepOperator):
+    """Immutable, content-addressed copy of the input window, split into train and holdout."""
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from trainpipe.runtime.snapshot import take_snapshot
+
+        logical_date = context.get("logical_date") or context["dag_run"].run_after
+        return take_snapshot(self.spec, settings=self.settings, logical_date=logical_date).to_dict()
+
+
+class ValidateDataOperator(_PipelineStepOperator):
+    """Great Expectations suite from the spec plus the volume check; fails the run before training."""
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from trainpipe.runtime.snapshot import validate_snapshot
+
+        return validate_snapshot(self.spec, self.snapshot_info(context), settings=self.settings)
+
+
+class TrainOperator(_PipelineStepOperator):
+    """Launch the trainer (torchrun) for this DAG run; retries resume from its latest checkpoint."""
+
+    ui_color = "#fde9c9"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        from trainpipe.runtime.train import RunContext, run_training
+
+        run = RunContext(
+            dag_id=self.dag_id,
+            airflow_run_id=context["run_id"],
+            try_number=context["ti"].try_number,
+            spec_sha256=self.plan.spec_sha256,
+            git_commit=_git_commit(self.plan.spec_file),
+        )
+        result = run_training(self.spec, self.snapshot_info(context), settings=self.settings, run=run,
+                              hook=self.hook, on_line=lambda line: self.log.info("%s", line))
+        self.log.info("trained: model %s, weights sha256 %s, %d steps on %d processes",
+                      result.model_uri, result.weights_sha256, result.global_step, result.world_size)
+        return asdict(result)
+
+
+class EvaluateOperator(_PipelineStepOperator):
+    """Holdout metrics of the new model and of the current champion, on the same rows."""
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from trainpipe.runtime.evaluate import evaluate
+
+        trained = context["ti"].xcom_pull(task_ids="train")
+        return evaluate(self.spec, holdout_uri=self.snapshot_info(context).holdout_uri, model_uri=trained["model_uri"],
+                        mlflow_run_id=trained["mlflow_run_id"], hook=self.hook)
+
+
+def _all_gates_pass(ti: Any, *, plan: PipelinePlan) -> bool:
+    from trainpipe.hooks.mlflow import MlflowHook
+    from trainpipe.runtime.evaluate import check_gates
+
+    evaluation = ti.xcom_pull(task_ids="evaluate")
+    outcomes = check_gates(plan.spec, evaluation)
+    passed = all(o.passed for o in outcomes)
+    trained = ti.xcom_pull(task_ids="train")
+    MlflowHook().client.set_tag(trained["mlflow_run_id"], "trainpipe.gates_passed", str(passed).lower())
+    return passed
+
+
+class GateOperator(ShortCircuitOperator):
+    """Every gate is logged with its value and threshold; if any fails, registration is skipped."""
+
+    def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
+        super().__init__(python_callable=functools.partial(_all_gates_pass, plan=plan), **kwargs)
+        self.plan = plan
+
+
+class RegisterModelOperator(_PipelineStepOperator):
+    """A new MLflow model version with lineage tags; the spec's alias (champion) moves to it."""
+
+    ui_color = "#dff5e1"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from trainpipe.runtime.evaluate import register
+
+        trained = context["ti"].xcom_pull(task_ids="train")
+        evaluation = context["ti"].xcom_pull(task_ids="evaluate")
+        return register(self.spec, model_uri=trained["model_uri"], mlflow_run_id=trained["mlflow_run_id"],
+                        tags=self.lineage_tags(context), evaluation=evaluation, hook=self.hook)

@@ -1,0 +1,148 @@
+"""The ``evaluate``, ``gate`` and ``register`` steps.
+
+The new model and the current champion are scored on the same holdout of this run's snapshot, so
+relative gates compare like with like.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from trainpipe import metrics, storage
+from trainpipe.hooks.mlflow import MlflowHook
+from trainpipe.spec.models import GateSpec, PipelineSpec
+
+log = logging.getLogger(__name__)
+
+
+def mlflow_metric_key(name: str) -> str:
+    """MLflow keys allow no '@': ``ndcg@10`` is logged as ``ndcg_at_10``."""
+    return re.sub(r"[^\w./ -]", "_", name.replace("@", "_at_"))
+
+
+def score_model(model_uri: str, spec: PipelineSpec, holdout_uri: str) -> dict[str, float]:
+    import mlflow.pyfunc
+    import pandas as pd
+
+    holdout = pd.read_parquet(holdout_uri)
+    training = spec.training
+    model = mlflow.pyfunc.load_model(model_uri)
+    scores = model.predict(holdout[list(training.features)])
+    return metrics.compute_metrics(
+        training.task,
+        spec.evaluation.metrics,
+        y_true=holdout[training.label].to_numpy(),
+        y_score=pd.Series(scores).to_numpy(dtype=float).ravel(),
+        groups=holdout[training.group_column].to_numpy() if training.group_column else None,
+        threshold=spec.evaluation.decision_threshold,
+    )
+
+
+def evaluate(spec: PipelineSpec, *, holdout_uri: str, model_uri: str, mlflow_run_id: str,
+             hook: MlflowHook) -> dict[str, Any]:
+    candidate = score_model(model_uri, spec, holdout_uri)
+    log.info("candidate on holdout: %s", _fmt(candidate))
+    champion_version = hook.version_by_alias(spec.registration.model_name, spec.registration.alias)
+    champion = None
+    if champion_version is not None:
+        champion_uri = f"models:/{spec.registration.model_name}@{spec.registration.alias}"
+        champion = score_model(champion_uri, spec, holdout_uri)
+        log.info("champion (version %s) on the same holdout: %s", champion_version.version, _fmt(champion))
+    else:
+        log.info("no %s of %s yet: relative gates will pass", spec.registration.alias, spec.registration.model_name)
+    hook.client.log_batch(
+        mlflow_run_id,
+        metrics=_metric_entities({f"holdout_{mlflow_metric_key(k)}": v for k, v in candidate.items()}
+                                 | {f"champion_holdout_{mlflow_metric_key(k)}": v for k, v in (champion or {}).items()}),
+    )
+    return {
+        "candidate": candidate,
+        "champion": champion,
+        "champion_version": champion_version.version if champion_version else None,
+    }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateOutcome:
+    gate: str
+    metric: str
+    value: float
+    baseline: float | None
+    compared: float
+    threshold: float
+    passed: bool
+    note: str
+
+
+_OPS = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
+
+
+def check_gate(gate: GateSpec, candidate: dict[str, float], champion: dict[str, float] | None) -> GateOutcome:
+    value = candidate[gate.metric]
+    if not gate.relative:
+        passed = _OPS[gate.op](value, gate.threshold)
+        return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=None, compared=value,
+                           threshold=gate.threshold, passed=passed, note="absolute")
+    if champion is None:
+        return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=None, compared=0.0,
+                           threshold=gate.threshold, passed=True, note="no champion yet")
+    baseline = champion[gate.metric]
+    # Improvement in the metric's good direction, relative to the champion.
+    change = (value - baseline) / abs(baseline) if baseline else (value - baseline)
+    if not metrics.higher_is_better(gate.metric):
+        change = -change
+    passed = _OPS[gate.op](change, gate.threshold)
+    return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=baseline, compared=change,
+                       threshold=gate.threshold, passed=passed, note=f"{change * 100:+.3f}% vs champion")
+
+
+def check_gates(spec: PipelineSpec, evaluation: dict[str, Any]) -> list[GateOutcome]:
+    outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"]) for g in spec.evaluation.gates]
+    for outcome in outcomes:
+        log.info("gate %-4s %s: value %.6f%s (%s)", "PASS" if outcome.passed else "FAIL", outcome.gate, outcome.value,
+                 f", champion {outcome.baseline:.6f}" if outcome.baseline is not None else "", outcome.note)
+    return outcomes
+
+
+def register(spec: PipelineSpec, *, model_uri: str, mlflow_run_id: str, tags: dict[str, str],
+             evaluation: dict[str, Any], hook: MlflowHook) -> dict[str, Any]:
+    """A new model version with its lineage tags; the alias moves to it (the old one keeps its number)."""
+    client = hook.client
+    name = spec.registration.model_name
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        client.create_registered_model(name, description=spec.description or None)
+    version = client.create_model_version(name, model_uri, run_id=mlflow_run_id, tags=tags)
+    for key, value in evaluation["candidate"].items():
+        client.set_model_version_tag(name, version.version, f"holdout_{mlflow_metric_key(key)}", f"{value:.6f}")
+    client.set_registered_model_alias(name, spec.registration.alias, version.version)
+    log.info("registered %s version %s with alias %s (was: %s)", name, version.version, spec.registration.alias,
+             evaluation.get("champion_version") or "none")
+    return {"model_name": name, "version": int(version.version), "alias": spec.registration.alias,
+            "model_uri": f"models:/{name}@{spec.registration.alias}", "metrics": evaluation["candidate"]}
+
+
+def _metric_entities(values: dict[str, float]) -> list[Any]:
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    return [Metric(key=k, value=float(v), timestamp=now, step=0) for k, v in values.items()]
+
+
+def _fmt(values: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:.4f}" for k, v in values.items())
+
+
+def outcomes_as_dicts(outcomes: list[GateOutcome]) -> list[dict[str, Any]]:
+    return [asdict(o) for o in outcomes]
+
+
+__all__ = ["evaluate", "check_gates", "register", "storage"]

@@ -1,0 +1,114 @@
+"""The ``train`` step: build the trainer config of this DAG run, launch torchrun, read the result.
+
+The checkpoint root is per DAG run and the same for every try, so an Airflow retry resumes from
+the latest committed checkpoint; a new DAG run starts fresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trainpipe import storage
+from trainpipe.errors import TrainingFailedError
+from trainpipe.hooks.mlflow import MlflowHook
+from trainpipe.launchers.local import local_torchrun, run_local, trainer_environment
+from trainpipe.plan import run_key, trainer_command
+from trainpipe.runtime.snapshot import SnapshotInfo
+from trainpipe.settings import Settings
+from trainpipe.spec.models import PipelineSpec
+from trainpipe_trainer.config import (
+    CheckpointConfig,
+    ModelConfig,
+    TrackingConfig,
+    TrainingConfig,
+    TrainingResult,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunContext:
+    """What the train step knows about the Airflow run it is part of."""
+
+    dag_id: str
+    airflow_run_id: str
+    try_number: int
+    spec_sha256: str
+    git_commit: str
+
+
+def build_training_config(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
+                          mlflow_run_id: str) -> TrainingConfig:
+    training = spec.training
+    run_dir = storage.storage_root(settings) / "runs" / spec.pipeline_id / run_key(run.airflow_run_id)
+    return TrainingConfig(
+        pipeline_id=spec.pipeline_id,
+        task=training.task,
+        train_data_uri=snapshot.train_uri,
+        features=tuple(training.features),
+        label=training.label,
+        group_column=training.group_column,
+        model=ModelConfig(
+            type=training.model.type,
+            hidden_layers=tuple(training.model.hidden_layers),
+            dropout=training.model.dropout,
+            ranking_loss=training.model.ranking_loss,
+        ),
+        epochs=training.epochs,
+        batch_size=training.batch_size,
+        learning_rate=training.learning_rate,
+        seed=training.seed,
+        strategy=training.distributed.strategy,
+        checkpoint=CheckpointConfig(
+            root_uri=storage.fsspec_uri(run_dir / "checkpoints"),
+            every_n_steps=training.checkpoint.every_n_steps,
+            every_seconds=training.checkpoint.every.total_seconds() if training.checkpoint.every else None,
+            keep_last=training.checkpoint.keep_last,
+        ),
+        tracking=TrackingConfig(
+            tracking_uri=settings.mlflow_tracking_uri,
+            experiment_name=f"trainpipe/{spec.pipeline_id}",
+            run_id=mlflow_run_id,
+        ),
+        output_uri=storage.fsspec_uri(run_dir / "output"),
+        tags={
+            "trainpipe.dag_id": run.dag_id,
+            "trainpipe.airflow_run_id": run.airflow_run_id,
+            "trainpipe.try_number": str(run.try_number),
+            "trainpipe.dataset_digest": snapshot.digest,
+            "trainpipe.spec_sha256": run.spec_sha256,
+            "trainpipe.git_commit": run.git_commit,
+        },
+    )
+
+
+def run_training(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
+                 hook: MlflowHook | None = None, on_line: Callable[[str], None] | None = None) -> TrainingResult:
+    hook = hook or MlflowHook(settings)
+    mlflow_run_id = hook.run_for_dag_run(
+        pipeline_id=spec.pipeline_id, dag_id=run.dag_id, airflow_run_id=run.airflow_run_id,
+        tags={"trainpipe.dataset_digest": snapshot.digest},
+    )
+    config = build_training_config(spec, snapshot, settings=settings, run=run, mlflow_run_id=mlflow_run_id)
+    run_dir = storage.storage_root(settings) / "runs" / spec.pipeline_id / run_key(run.airflow_run_id)
+    config_path = run_dir / "trainer_config.json"
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    config_path.write_text(config.to_json())
+    result_path = run_dir / "output" / "result.json"
+    if result_path.exists():
+        # A result from an earlier try must not be mistaken for this try's.
+        result_path.unlink()
+    distributed = spec.training.distributed
+    command = trainer_command(
+        nproc_per_node=distributed.nproc_per_node,
+        nnodes=distributed.nnodes,
+        config_uri=storage.fsspec_uri(config_path),
+        torchrun=local_torchrun(),
+    )
+    run_local(command, env=trainer_environment(mlflow_tracking_uri=settings.mlflow_tracking_uri), on_line=on_line)
+    if not result_path.exists():
+        raise TrainingFailedError(f"the trainer exited 0 but wrote no {result_path}; see the trainer output above")
+    return TrainingResult.from_json(result_path.read_text())

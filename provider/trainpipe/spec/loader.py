@@ -1,0 +1,97 @@
+"""Stage 1 of compilation: YAML text -> plain data plus the line/column of every key.
+
+``yaml.safe_load`` semantics only (no Python tags, no environment expansion). The positions are
+kept on the side, keyed by the field path, so later stages can point at ``file:line:col``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainpipe.errors import SpecError, SpecProblem
+
+FieldPath = tuple[str | int, ...]
+
+
+@dataclass(slots=True)
+class LoadedYaml:
+    file: str
+    data: Any
+    # Position (1-based line, column) of each mapping key / sequence item, by field path.
+    positions: dict[FieldPath, tuple[int, int]] = field(default_factory=dict)
+
+    def position_of(self, path: FieldPath) -> tuple[int | None, int | None]:
+        """The position of ``path``, or of its nearest ancestor that has one."""
+        for end in range(len(path), -1, -1):
+            found = self.positions.get(tuple(path[:end]))
+            if found is not None:
+                return found
+        return None, None
+
+    def problem(self, path: FieldPath, message: str) -> SpecProblem:
+        line, column = self.position_of(path)
+        return SpecProblem(self.file, line, column, format_path(path), message)
+
+
+def format_path(path: FieldPath) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _walk(node: yaml.Node, path: FieldPath, loaded: LoadedYaml, problems: list[SpecProblem]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            child = (*path, key)
+            position = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            if key in seen:
+                line, column = position
+                problems.append(
+                    SpecProblem(loaded.file, line, column, format_path(child),
+                                "duplicate key; YAML would silently keep only the last one, remove one")
+                )
+            seen.add(key)
+            loaded.positions.setdefault(child, position)
+            _walk(value_node, child, loaded, problems)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            child = (*path, index)
+            loaded.positions.setdefault(child, (item.start_mark.line + 1, item.start_mark.column + 1))
+            _walk(item, child, loaded, problems)
+
+
+def load_yaml_text(text: str, file: str) -> LoadedYaml:
+    """Parse one YAML document safely; syntax errors and duplicate keys become a ``SpecError``."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        line = mark.line + 1 if mark else None
+        column = mark.column + 1 if mark else None
+        reason = err.problem or str(err)
+        raise SpecError([SpecProblem(file, line, column, "", f"YAML syntax error: {reason}")]) from None
+    except yaml.YAMLError as err:
+        raise SpecError([SpecProblem(file, None, None, "", f"YAML error: {err}")]) from None
+    finally:
+        loader.dispose()
+    loaded = LoadedYaml(file=file, data=data)
+    problems: list[SpecProblem] = []
+    if node is not None:
+        loaded.positions[()] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        _walk(node, (), loaded, problems)
+    if problems:
+        raise SpecError(problems)
+    return loaded
+
+
+def load_yaml_file(path: Path, display_name: str | None = None) -> LoadedYaml:
+    return load_yaml_text(path.read_text(encoding="utf-8"), display_name or str(path))

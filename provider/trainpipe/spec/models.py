@@ -1,0 +1,300 @@
+"""Stage 2 of compilation: the spec as pydantic models (they also generate the JSON Schema).
+
+Friendly YAML forms (a gate as ``"auc >= 0.80"``, a duration as ``30d``, an expectation as a
+one-key mapping) are normalised here, so nothing after validation looks at raw dicts.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+TaskType = Literal["binary_classification", "regression", "ranking"]
+
+_DURATION_PART = re.compile(r"(\d+)\s*([smhdw])")
+_DURATION_FULL = re.compile(r"^\s*(\d+\s*[smhdw]\s*)+$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: Any) -> Any:
+    """``"30d"``, ``"1h30m"``, ``"20m"`` or whole seconds -> ``timedelta``."""
+    if isinstance(value, timedelta) or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"a duration must be positive, got {value}")
+        return timedelta(seconds=value)
+    if isinstance(value, str) and _DURATION_FULL.match(value):
+        seconds = sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(value))
+        if seconds <= 0:
+            raise ValueError(f"a duration must be positive, got {value!r}")
+        return timedelta(seconds=seconds)
+    raise ValueError(f"expected a duration such as '30d', '20m', '1h30m' or whole seconds, got {value!r}")
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": r"^\s*(\d+\s*[smhdw]\s*)+$"},
+                {"type": "integer", "exclusiveMinimum": 0},
+            ],
+            "description": "A duration: '30d', '20m', '1h30m' (s, m, h, d, w) or whole seconds.",
+        }
+    ),
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# data and validation
+
+
+class DataSpec(_Model):
+    uri: str = Field(
+        description="Where the input lives: a path relative to the trainpipe storage root, or a full "
+        "URI (file://, s3://) read through Airflow's ObjectStoragePath.",
+        examples=["demo/transactions/transactions.parquet", "s3://lake/fraud/transactions/"],
+    )
+    format: Literal["parquet", "csv"] | None = Field(
+        default=None,
+        description="File format; inferred from the URI's extension when omitted.",
+        examples=["parquet"],
+    )
+    conn_id: str | None = Field(
+        default=None,
+        description="Airflow connection used to read the URI (credentials stay in Airflow, never in YAML).",
+        examples=["aws_default"],
+    )
+    time_column: str | None = Field(
+        default=None,
+        description="Timestamp column used to cut the window relative to the run's logical date.",
+        examples=["event_time"],
+    )
+    window: Duration | None = Field(
+        default=None,
+        description="Keep rows with time_column in (logical_date - window, logical_date]. Needs time_column.",
+        examples=["30d"],
+    )
+
+
+    @property
+    def resolved_format(self) -> str:
+        if self.format:
+            return self.format
+        return "csv" if self.uri.lower().rstrip("/").endswith(".csv") else "parquet"
+
+
+class ExpectationSpec(_Model):
+    name: str = Field(
+        description="Great Expectations 1.x expectation, snake_case.",
+        examples=["expect_column_values_to_not_be_null"],
+    )
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keyword arguments of the expectation.",
+        examples=[{"column": "amount"}],
+    )
+
+
+def _normalise_expectation(value: Any) -> Any:
+    # YAML friendly forms: "expect_x" or {expect_x: {column: a}} -> {name, kwargs}.
+    if isinstance(value, str):
+        return {"name": value, "kwargs": {}}
+    if isinstance(value, dict) and len(value) == 1 and "name" not in value:
+        ((name, kwargs),) = value.items()
+        return {"name": name, "kwargs": kwargs if kwargs is not None else {}}
+    return value
+
+
+class ValidationSpec(_Model):
+    expectations: list[Annotated[ExpectationSpec, BeforeValidator(_normalise_expectation)]] = Field(
+        default_factory=list,
+        description="Great Expectations run on the snapshot before training. Feature and label columns "
+        "are always required to exist.",
+        examples=[[{"expect_column_values_to_not_be_null": {"column": "amount"}}]],
+    )
+    max_volume_change: float | None = Field(
+        default=None,
+        gt=0,
+        description="Fail when the row count changes by more than this fraction vs the previous snapshot.",
+        examples=[0.2],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# training
+
+
+class ModelSpec(_Model):
+    type: Literal["mlp"] = Field(default="mlp", description="Built-in model.", examples=["mlp"])
+    hidden_layers: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [64, 32], description="Hidden layer sizes.", examples=[[64, 32]]
+    )
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout after each hidden layer.", examples=[0.1])
+    ranking_loss: Literal["pointwise", "listwise"] = Field(
+        default="listwise",
+        description="Ranking only: pointwise regresses relevance, listwise optimises a softmax per query.",
+        examples=["listwise"],
+    )
+
+
+class DistributedSpec(_Model):
+    nproc_per_node: int = Field(default=1, ge=1, description="Processes per node (GPUs per node on a cluster).", examples=[2])
+    nnodes: int = Field(default=1, ge=1, description="Number of nodes.", examples=[1])
+    strategy: Literal["ddp"] = Field(default="ddp", description="Data-parallel strategy.", examples=["ddp"])
+
+
+class CheckpointSpec(_Model):
+    every_n_steps: int | None = Field(default=None, gt=0, description="Checkpoint every N optimizer steps.", examples=[100])
+    every: Duration | None = Field(default=None, description="Checkpoint at least this often (wall time).", examples=["20m"])
+    keep_last: int = Field(default=3, ge=1, description="Committed checkpoints kept per run.", examples=[3])
+
+
+class TrainingSpec(_Model):
+    task: TaskType = Field(description="What the model predicts.", examples=["binary_classification"])
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The model to train.", examples=[{"type": "mlp"}])
+    features: list[str] = Field(min_length=1, description="Feature columns.", examples=[["amount", "merchant_risk"]])
+    label: str = Field(description="Label column (relevance grade for ranking).", examples=["is_fraud"])
+    group_column: str | None = Field(
+        default=None, description="Ranking only: the query id column.", examples=["query_id"]
+    )
+    epochs: int = Field(default=1, ge=1, description="Passes over the training split.", examples=[3])
+    batch_size: int = Field(default=256, ge=1, description="Per-process batch size (rows; queries for listwise ranking).", examples=[256])
+    learning_rate: float = Field(default=1e-3, gt=0, description="Adam learning rate.", examples=[0.001])
+    seed: int = Field(default=0, ge=0, description="Seed for initialisation, shuffling and the holdout split.", examples=[42])
+    distributed: DistributedSpec = Field(default_factory=DistributedSpec, description="How training is spread.", examples=[{"nproc_per_node": 2}])
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="When checkpoints are written.", examples=[{"every_n_steps": 100}])
+    launcher: Literal["local"] = Field(
+        default="local",
+        description="Where torchrun runs: 'local' (a subprocess on the Airflow worker).",
+        examples=["local"],
+    )
+
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation, gates, registration
+
+_GATE = re.compile(
+    r"^\s*(?P<metric>[A-Za-z_][\w@]*)\s*(?P<op>>=|<=|>|<)\s*(?P<sign>[+-])?(?P<value>\d+(?:\.\d+)?|\.\d+)\s*(?P<pct>%)?\s*$"
+)
+
+
+class GateSpec(_Model):
+    metric: str = Field(description="Metric computed by evaluation.", examples=["auc"])
+    op: Literal[">=", ">", "<=", "<"] = Field(description="Comparison.", examples=[">="])
+    threshold: float = Field(description="Absolute value, or relative change for relative gates (0.005 = 0.5%).", examples=[0.8])
+    relative: bool = Field(
+        default=False,
+        description="Compare the change over the current champion instead of the value; passes when there is no champion yet.",
+        examples=[False],
+    )
+
+    def __str__(self) -> str:
+        if self.relative:
+            return f"{self.metric} {self.op} {self.threshold * 100:+g}% vs champion"
+        return f"{self.metric} {self.op} {self.threshold:g}"
+
+
+def _parse_gate(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    match = _GATE.match(value)
+    if not match:
+        raise ValueError(
+            f"cannot read gate {value!r}: write 'METRIC OP VALUE' such as 'auc >= 0.80', or a relative "
+            "improvement over the champion such as 'ndcg@10 >= +0.5%'"
+        )
+    number = float(match["value"])
+    relative = bool(match["sign"] or match["pct"])
+    if match["pct"]:
+        number /= 100.0
+    if match["sign"] == "-":
+        number = -number
+    return {"metric": match["metric"], "op": match["op"], "threshold": number, "relative": relative}
+
+
+class EvaluationSpec(_Model):
+    metrics: list[str] = Field(min_length=1, description="Metrics computed on the holdout.", examples=[["auc", "f1"]])
+    gates: list[Annotated[GateSpec, BeforeValidator(_parse_gate)]] = Field(
+        default_factory=list,
+        description="All must pass before the model is registered: 'auc >= 0.80' (absolute) or "
+        "'auc >= +0.1%' (relative to the current champion).",
+        examples=[["auc >= 0.80", "auc >= +0.1%"]],
+    )
+    holdout_fraction: float = Field(
+        default=0.2, gt=0, lt=1, description="Share of the snapshot held out for evaluation (by row, or by query for ranking).", examples=[0.2]
+    )
+    decision_threshold: float = Field(
+        default=0.5, gt=0, lt=1, description="Binary classification: probability above which a row is positive.", examples=[0.5]
+    )
+
+
+class RegistrationSpec(_Model):
+    model_name: str = Field(description="MLflow registered model name.", examples=["fraud_detector"])
+    alias: str = Field(
+        default="champion",
+        pattern=r"^[A-Za-z][\w-]*$",
+        description="Alias moved to the new version when every gate passes.",
+        examples=["champion"],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the pipeline
+
+_SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually")
+
+
+def _normalise_schedule(value: Any) -> Any:
+    if value is None or (isinstance(value, str) and value.strip().lower() in {"none", "null", ""}):
+        return None
+    if isinstance(value, str):
+        value = value.strip()
+        if value.startswith("@"):
+            if value not in _SCHEDULE_PRESETS:
+                raise ValueError(f"unknown schedule preset {value!r}; use one of {', '.join(_SCHEDULE_PRESETS)}")
+            return value
+        from croniter import croniter  # Airflow's own cron parser; imported here to keep model import cheap
+
+        if not croniter.is_valid(value):
+            raise ValueError(f"invalid cron expression {value!r}; expected five fields such as '0 0 * * *'")
+    return value
+
+
+class PipelineSpec(_Model):
+    pipeline_id: str = Field(
+        pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$",
+        description="Unique id; becomes the DAG id.",
+        examples=["fraud_detector"],
+    )
+    description: str = Field(default="", description="Shown in the Airflow UI.", examples=["Nightly fraud model retrain"])
+    owner: str = Field(default="trainpipe", description="Airflow owner.", examples=["risk-ml"])
+    tags: list[str] = Field(default_factory=list, description="Airflow DAG tags.", examples=[["fraud"]])
+    schedule: Annotated[str | None, BeforeValidator(_normalise_schedule)] = Field(
+        default=None,
+        description="Cron expression, preset (@daily) or none (manual triggers only).",
+        examples=["0 0 * * *", "@daily", "none"],
+    )
+    start_date: datetime = Field(
+        default=datetime(2025, 1, 1, tzinfo=timezone.utc),
+        description="First logical date; runs are not back-filled (catchup off).",
+        examples=["2025-01-01"],
+    )
+    retries: int = Field(default=1, ge=0, description="Airflow retries per task.", examples=[1])
+    retry_delay: Duration = Field(default=timedelta(minutes=5), description="Wait between task tries.", examples=["5m"])
+    data: DataSpec = Field(description="The input dataset.", examples=[{"uri": "demo/transactions/transactions.parquet"}])
+    validation: ValidationSpec = Field(default_factory=ValidationSpec, description="Data checks before training.", examples=[{"max_volume_change": 0.2}])
+    training: TrainingSpec = Field(description="What and how to train.", examples=[{"task": "binary_classification"}])
+    evaluation: EvaluationSpec = Field(description="Holdout metrics and gates.", examples=[{"metrics": ["auc"]}])
+    registration: RegistrationSpec = Field(description="Where the model is registered.", examples=[{"model_name": "fraud_detector"}])
+

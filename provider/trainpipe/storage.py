@@ -1,0 +1,88 @@
+"""Paths in trainpipe's storage, all through Airflow's ``ObjectStoragePath`` (file:// or s3://).
+
+Layout under the storage root::
+
+    snapshots/<pipeline_id>/<digest16>/{train,holdout}.parquet, manifest.json   (immutable)
+    snapshots/<pipeline_id>/LATEST.json                                          (last validated)
+    runs/<pipeline_id>/<run_key>/trainer_config.json, checkpoints/, output/      (per DAG run)
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+from trainpipe.errors import StorageConflictError
+from trainpipe.settings import Settings
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from airflow.sdk import ObjectStoragePath
+
+
+def storage_root(settings: Settings) -> ObjectStoragePath:
+    from airflow.sdk import ObjectStoragePath
+
+    return ObjectStoragePath(settings.storage_root, conn_id=settings.storage_conn_id)
+
+
+def resolve_uri(uri: str, settings: Settings, conn_id: str | None = None) -> ObjectStoragePath:
+    """A spec URI: absolute (``file://``, ``s3://``, ``/abs``) or relative to the storage root."""
+    from airflow.sdk import ObjectStoragePath
+
+    if "://" in uri:
+        return ObjectStoragePath(uri, conn_id=conn_id)
+    if uri.startswith("/"):
+        return ObjectStoragePath(f"file://{uri}", conn_id=conn_id)
+    return storage_root(settings) / uri
+
+
+def fsspec_uri(path: ObjectStoragePath) -> str:
+    """The URI a process without Airflow (the trainer) opens with fsspec."""
+    return path.as_uri() if path.protocol == "file" else str(path)
+
+
+def read_table(path: ObjectStoragePath, file_format: str = "parquet") -> pd.DataFrame:
+    """Read one file, or every ``*.parquet``/``*.csv`` file under a directory, as one DataFrame."""
+    import pandas as pd
+
+    files = [path]
+    if path.is_dir():
+        files = sorted((p for p in path.iterdir() if p.name.endswith(f".{file_format}")), key=str)
+    frames = []
+    for file in files:
+        with file.open("rb") as handle:
+            raw = io.BytesIO(handle.read())
+        frames.append(pd.read_csv(raw) if file_format == "csv" else pd.read_parquet(raw))
+    if not frames:
+        return pd.DataFrame()
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def write_parquet_once(path: ObjectStoragePath, frame: pd.DataFrame) -> None:
+    """Write a parquet file that must never change once written (snapshots are immutable)."""
+    if path.exists():
+        return
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as handle:
+        handle.write(buffer.getvalue())
+
+
+def read_json(path: ObjectStoragePath) -> Any:
+    with path.open("r") as handle:
+        return json.load(handle)
+
+
+def write_json(path: ObjectStoragePath, payload: Any, *, overwrite: bool = True) -> None:
+    text = json.dumps(payload, indent=2, sort_keys=True, default=str)
+    if path.exists() and not overwrite:
+        existing = path.read_text()
+        if existing != text:
+            raise StorageConflictError(f"{path} already holds different content; refusing to overwrite it")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        handle.write(text)

@@ -1,0 +1,162 @@
+"""The contract between the Airflow provider and the trainer: the training config a pod receives.
+
+Standard library only, so the provider can import it without torch and the trainer without
+Airflow. The provider builds a ``TrainingConfig`` from a validated spec, writes it as JSON next to
+the run's checkpoints, and every launcher runs ``torchrun ... -m trainpipe_trainer --config URI``.
+Bump ``CONFIG_VERSION`` on any incompatible change; the trainer refuses versions it does not know.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+CONFIG_VERSION = 1
+
+TaskType = Literal["binary_classification", "regression", "ranking"]
+TASK_TYPES: tuple[str, ...] = ("binary_classification", "regression", "ranking")
+RANKING_LOSSES: tuple[str, ...] = ("pointwise", "listwise")
+STRATEGIES: tuple[str, ...] = ("ddp", "deepspeed")
+
+
+class TrainerConfigError(ValueError):
+    """The training config is malformed; the message names the field and the fix."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise TrainerConfigError(message)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ModelConfig:
+    type: Literal["mlp"] = "mlp"
+    hidden_layers: tuple[int, ...] = (64, 32)
+    dropout: float = 0.0
+    # Ranking only: pointwise regresses the relevance, listwise optimises a softmax over each query.
+    ranking_loss: Literal["pointwise", "listwise"] = "listwise"
+
+    def __post_init__(self) -> None:
+        _require(self.type == "mlp", f"model.type: only 'mlp' is built in, got {self.type!r}")
+        _require(all(n > 0 for n in self.hidden_layers), "model.hidden_layers: sizes must be > 0")
+        _require(0.0 <= self.dropout < 1.0, "model.dropout: must be in [0, 1)")
+        _require(self.ranking_loss in RANKING_LOSSES, f"model.ranking_loss: one of {RANKING_LOSSES}")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class CheckpointConfig:
+    # URI of this run's checkpoint root (file:// or s3://); stable across retries of one DAG run.
+    root_uri: str
+    every_n_steps: int | None = None
+    every_seconds: float | None = None
+    keep_last: int = 3
+
+    def __post_init__(self) -> None:
+        _require(bool(self.root_uri), "checkpoint.root_uri: must not be empty")
+        _require(self.every_n_steps is None or self.every_n_steps > 0, "checkpoint.every_n_steps: must be > 0")
+        _require(self.every_seconds is None or self.every_seconds > 0, "checkpoint.every_seconds: must be > 0")
+        _require(self.keep_last >= 1, "checkpoint.keep_last: must be >= 1")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TrackingConfig:
+    # Empty tracking_uri means: use MLFLOW_TRACKING_URI from the environment.
+    tracking_uri: str = ""
+    experiment_name: str = "trainpipe"
+    # When set, rank 0 logs into this existing run (created by the Airflow task); else it starts one.
+    run_id: str | None = None
+    log_every_n_steps: int = 10
+    # Where the final model is logged inside the run.
+    model_artifact_name: str = "model"
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TrainingConfig:
+    config_version: int = CONFIG_VERSION
+    pipeline_id: str
+    task: TaskType
+    # Training split of the dataset snapshot (parquet), read with fsspec.
+    train_data_uri: str
+    features: tuple[str, ...]
+    label: str
+    # Ranking: the column that identifies a query (list); required when task == "ranking".
+    group_column: str | None = None
+    model: ModelConfig = field(default_factory=ModelConfig)
+    epochs: int = 1
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    seed: int = 0
+    strategy: Literal["ddp", "deepspeed"] = "ddp"
+    checkpoint: CheckpointConfig
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    # Where the trainer writes result.json (weights hash, model URI, steps) for the launcher to read.
+    output_uri: str
+    # fsspec storage options for the URIs above (e.g. an S3 endpoint); never credentials.
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    # Free-form labels recorded as MLflow params/tags (dag id, run id, dataset digest, ...).
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _require(
+            self.config_version == CONFIG_VERSION,
+            f"config_version: this trainer reads version {CONFIG_VERSION}, got {self.config_version}; "
+            "use a trainer image built from the same trainpipe release as the provider",
+        )
+        _require(self.task in TASK_TYPES, f"task: one of {TASK_TYPES}, got {self.task!r}")
+        _require(len(self.features) > 0, "features: list at least one feature column")
+        _require(self.label not in self.features, f"label: {self.label!r} is also listed as a feature")
+        _require(
+            self.task != "ranking" or bool(self.group_column),
+            "group_column: required for task 'ranking' (the query id column)",
+        )
+        _require(self.epochs >= 1, "epochs: must be >= 1")
+        _require(self.batch_size >= 1, "batch_size: must be >= 1")
+        _require(self.learning_rate > 0, "learning_rate: must be > 0")
+        _require(self.strategy in STRATEGIES, f"strategy: one of {STRATEGIES}, got {self.strategy!r}")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TrainingConfig:
+        data = dict(raw)
+        try:
+            data["features"] = tuple(data["features"])
+            model = dict(data.pop("model", {}))
+            if "hidden_layers" in model:
+                model["hidden_layers"] = tuple(model["hidden_layers"])
+            return cls(
+                model=ModelConfig(**model),
+                checkpoint=CheckpointConfig(**data.pop("checkpoint")),
+                tracking=TrackingConfig(**data.pop("tracking", {})),
+                **data,
+            )
+        except (KeyError, TypeError) as err:
+            raise TrainerConfigError(f"training config does not match version {CONFIG_VERSION}: {err}") from err
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainingConfig:
+        return cls.from_dict(json.loads(text))
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TrainingResult:
+    """What the trainer's rank 0 writes to ``<output_uri>/result.json`` when training succeeds."""
+
+    mlflow_run_id: str
+    # URI that loads the logged model with mlflow.pyfunc.load_model (e.g. ``models:/m-...``).
+    model_uri: str
+    weights_sha256: str
+    world_size: int
+    global_step: int
+    final_loss: float
+    resumed_from_step: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainingResult:
+        return cls(**json.loads(text))
