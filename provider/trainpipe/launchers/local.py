@@ -25,6 +25,8 @@ def trainer_environment(*, mlflow_tracking_uri: str) -> dict[str, str]:
     return {
         "MLFLOW_TRACKING_URI": mlflow_tracking_uri,
         "MLFLOW_DISABLE_TELEMETRY": "true",
+        # Progress bars are noise in a task log.
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
         "PYTHONUNBUFFERED": "1",
         # One BLAS thread per rank: torchrun starts one process per core/GPU already.
         "OMP_NUM_THREADS": "1",

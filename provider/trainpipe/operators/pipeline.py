@@ -83,9 +83,16 @@ class ValidateDataOperator(_PipelineStepOperator):
     """Great Expectations suite from the spec plus the volume check; fails the run before training."""
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from trainpipe.errors import ValidationFailedError
         from trainpipe.runtime.snapshot import validate_snapshot
 
-        return validate_snapshot(self.spec, self.snapshot_info(context), settings=self.settings)
+        try:
+            return validate_snapshot(self.spec, self.snapshot_info(context), settings=self.settings)
+        except ValidationFailedError as err:
+            # The snapshot is immutable: a retry would fail the same way, so fail now.
+            raise AirflowFailException(str(err)) from err
 
 
 class TrainOperator(_PipelineStepOperator):

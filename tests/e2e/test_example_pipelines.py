@@ -1,0 +1,135 @@
+"""The example specs, end to end: real Airflow dag.test(), real torchrun (2 processes), real GE, real MLflow."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from trainpipe.demo.synthetic import generate_clicks, generate_transactions
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+# The data spans 25 days and the specs' window is 30 days: runs at END and END + 1h see the same rows.
+DATA_DAYS = 25
+
+
+@pytest.fixture(scope="module")
+def pipelines(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dag_configs folder with the shipped examples plus a variant fed a broken dataset."""
+    demo = state_dir / "storage" / "demo"
+    (demo / "transactions").mkdir(parents=True, exist_ok=True)
+    (demo / "clicks").mkdir(parents=True, exist_ok=True)
+    transactions = generate_transactions(rows=16000, days=DATA_DAYS, end=END)
+    transactions.to_parquet(demo / "transactions" / "transactions.parquet", index=False)
+    transactions.drop(columns=["merchant_risk"]).to_parquet(demo / "transactions" / "no_merchant_risk.parquet", index=False)
+    generate_clicks(queries=800, days=DATA_DAYS, end=END).to_parquet(demo / "clicks" / "clicks.parquet", index=False)
+
+    configs = tmp_path_factory.mktemp("dag_configs")
+    for spec in (REPO / "dag_configs").glob("*.yaml"):
+        shutil.copy(spec, configs / spec.name)
+    broken = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
+    broken = (
+        broken.replace("pipeline_id: fraud_detector", "pipeline_id: fraud_missing_column")
+        .replace("transactions/transactions.parquet", "transactions/no_merchant_risk.parquet")
+        .replace("model_name: fraud_detector", "model_name: fraud_missing_column")
+        .replace("retries: 1", "retries: 0")
+    )
+    (configs / "fraud_missing_column.yaml").write_text(broken)
+    return configs
+
+
+def _run(pipelines: Path, monkeypatch: pytest.MonkeyPatch, dag_id: str, logical_date: datetime):
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(pipelines))
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    dag_run = bag.get_dag(dag_id).test(logical_date=logical_date)
+    return dag_run, {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+
+
+def _client():
+    import mlflow
+
+    return mlflow.MlflowClient()
+
+
+def test_fraud_pipeline_registers_version_1_as_champion(pipelines, monkeypatch):
+    dag_run, states = _run(pipelines, monkeypatch, "fraud_detector", END)
+
+    assert states == {t: "success" for t in ("snapshot", "validate", "train", "evaluate", "gate", "register")}
+    client = _client()
+    champion = client.get_model_version_by_alias("fraud_detector", "champion")
+    assert champion.version == 1
+    assert champion.tags["dag_id"] == "fraud_detector"
+    assert champion.tags["airflow_run_id"] == dag_run.run_id
+    assert len(champion.tags["dataset_digest"]) == 64
+    assert len(champion.tags["spec_file_sha256"]) == 64
+    assert champion.tags["seed"] == "42"
+    assert champion.tags["git_commit"]  # a sha inside a checkout, "unknown" outside one
+    assert float(champion.tags["holdout_auc"]) > 0.8
+
+    run = client.get_run(champion.run_id)
+    assert run.data.params["world_size"] == "2"
+    assert len(client.get_metric_history(champion.run_id, "train_loss")) >= 5
+    from trainpipe.plan import run_key
+    from trainpipe.settings import Settings
+
+    storage = Path(Settings.from_env().storage_root.removeprefix("file://"))
+    checkpoints = sorted((storage / "runs" / "fraud_detector" / run_key(dag_run.run_id) / "checkpoints").glob("step-*/manifest.json"))
+    assert checkpoints, "the trainer committed no checkpoint"
+
+    import mlflow.pyfunc
+
+    model = mlflow.pyfunc.load_model("models:/fraud_detector@champion")
+    new_rows = generate_transactions(rows=50, days=3, end=END + timedelta(days=3), seed=99)
+    features = ["amount", "merchant_risk", "hour_of_day", "distance_from_home_km", "transactions_last_24h",
+                "account_age_days", "is_foreign"]
+    predictions = model.predict(new_rows[features])
+    assert len(predictions) == 50
+    assert all(0.0 <= float(p) <= 1.0 for p in predictions)
+
+
+def test_second_run_on_same_data_fails_relative_gate_and_keeps_champion(pipelines, monkeypatch):
+    client = _client()
+    if not client.search_model_versions("name='fraud_detector'"):
+        _run(pipelines, monkeypatch, "fraud_detector", END)
+    before = client.search_model_versions("name='fraud_detector'")
+
+    _, states = _run(pipelines, monkeypatch, "fraud_detector", END + timedelta(hours=1))
+
+    assert states["train"] == "success" and states["evaluate"] == "success"
+    assert states["gate"] == "success"  # the gate ran and short-circuited
+    assert states["register"] == "skipped"
+    after = client.search_model_versions("name='fraud_detector'")
+    assert len(after) == len(before)
+    assert client.get_model_version_by_alias("fraud_detector", "champion").version == 1
+
+
+def test_missing_required_column_fails_validate_and_trains_nothing(pipelines, monkeypatch):
+    from mlflow.exceptions import MlflowException
+
+    dag_run, states = _run(pipelines, monkeypatch, "fraud_missing_column", END)
+
+    assert dag_run.state == "failed"
+    assert states["snapshot"] == "success"
+    assert states["validate"] == "failed"
+    assert {states[t] for t in ("train", "evaluate", "gate", "register")} == {"upstream_failed"}
+    with pytest.raises(MlflowException, match="fraud_missing_column"):
+        _client().get_registered_model("fraud_missing_column")
+
+
+def test_ranking_pipeline_end_to_end(pipelines, monkeypatch):
+    _, states = _run(pipelines, monkeypatch, "search_ranker_nightly", END)
+
+    assert states == {t: "success" for t in ("snapshot", "validate", "train", "evaluate", "gate", "register")}
+    champion = _client().get_model_version_by_alias("search_ranker", "champion")
+    assert champion.version == 1
+    assert float(champion.tags["holdout_ndcg_at_10"]) > 0.5
+    run = _client().get_run(champion.run_id)
+    assert run.data.params["world_size"] == "2"
