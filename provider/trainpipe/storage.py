@@ -53,22 +53,42 @@ def read_table(path: ObjectStoragePath, file_format: str = "parquet") -> pd.Data
     frames = []
     for file in files:
         with file.open("rb") as handle:
-            raw = io.BytesIO(handle.read())
-        frames.append(pd.read_csv(raw) if file_format == "csv" else pd.read_parquet(raw))
+            raw = handle.read()
+        frames.append(pd.read_csv(io.BytesIO(raw)) if file_format == "csv" else parquet_from_bytes(raw))
     if not frames:
         return pd.DataFrame()
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def parquet_from_bytes(raw: bytes) -> pd.DataFrame:
+    """Decode parquet from memory with Arrow's own buffer and no Arrow thread pool: reading through a
+    Python file object can abort the process at exit (apache/arrow#34314)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    return pq.read_table(pa.BufferReader(raw), use_threads=False).to_pandas()
+
+
+def read_parquet_uri(uri: str) -> pd.DataFrame:
+    """Read a parquet file by fsspec URI (the URIs the trainer is given)."""
+    import fsspec
+
+    with fsspec.open(uri, "rb") as handle:
+        return parquet_from_bytes(handle.read())
 
 
 def write_parquet_once(path: ObjectStoragePath, frame: pd.DataFrame) -> None:
     """Write a parquet file that must never change once written (snapshots are immutable)."""
     if path.exists():
         return
-    buffer = io.BytesIO()
-    frame.to_parquet(buffer, index=False)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as handle:
-        handle.write(buffer.getvalue())
+        handle.write(sink.getvalue().to_pybytes())
 
 
 def read_json(path: ObjectStoragePath) -> Any:

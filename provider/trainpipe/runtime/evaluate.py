@@ -27,7 +27,7 @@ def score_model(model_uri: str, spec: PipelineSpec, holdout_uri: str) -> dict[st
     import mlflow.pyfunc
     import pandas as pd
 
-    holdout = pd.read_parquet(holdout_uri)
+    holdout = storage.read_parquet_uri(holdout_uri)
     training = spec.training
     model = mlflow.pyfunc.load_model(model_uri)
     scores = model.predict(holdout[list(training.features)])
@@ -144,5 +144,3 @@ def _fmt(values: dict[str, float]) -> str:
 def outcomes_as_dicts(outcomes: list[GateOutcome]) -> list[dict[str, Any]]:
     return [asdict(o) for o in outcomes]
 
-
-__all__ = ["evaluate", "check_gates", "register", "storage"]

@@ -1,0 +1,332 @@
+"""Deterministic synthetic data for the two example pipelines.
+
+* :func:`generate_transactions`: card transactions for the fraud detector (binary classification).
+* :func:`generate_clicks`: query/document pairs for the search ranker (graded relevance 0..4).
+* :func:`write_demo_data`: writes both as Parquet under a local directory, never silently
+  overwriting a file whose content differs.
+
+Every generator is a pure function of its arguments: the same arguments give the same frame
+(and, with the same pandas/pyarrow, the same Parquet bytes). A naive ``end`` is read as UTC.
+
+Run ``python -m trainpipe.demo.synthetic --out DIR [--end YYYY-MM-DD] [--force]`` to write the files.
+numpy and pandas are imported inside the functions so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from trainpipe.errors import SpecError, StorageConflictError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+TRANSACTION_FEATURES: tuple[str, ...] = (
+    "amount",
+    "merchant_risk",
+    "hour_of_day",
+    "distance_from_home_km",
+    "transactions_last_24h",
+    "account_age_days",
+    "is_foreign",
+)
+"""Feature columns of :func:`generate_transactions`, all float64. The label is ``is_fraud``."""
+
+CLICK_FEATURES: tuple[str, ...] = (
+    "bm25",
+    "doc_quality",
+    "freshness_days",
+    "click_rate_prior",
+    "title_match",
+    "position_prior",
+)
+"""Feature columns of :func:`generate_clicks`, all float64. The label is ``relevance`` (int 0..4)."""
+
+DEMO_FILES: dict[str, str] = {
+    "transactions": "transactions/transactions.parquet",
+    "clicks": "clicks/clicks.parquet",
+}
+"""Dataset name -> path relative to the root given to :func:`write_demo_data`."""
+
+_SECONDS_PER_DAY = 86_400
+_DOC_CORPUS_SIZE = 1_000_000
+
+
+def _utc_timestamp(end: datetime) -> pd.Timestamp:
+    import pandas as pd
+
+    if not isinstance(end, datetime):
+        raise SpecError(f"end: expected a datetime, got {type(end).__name__} {end!r}")
+    stamp = pd.Timestamp(end)
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+def _check_positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"{name}: must be a positive integer, got {value!r}")
+
+
+def _event_times(rng: np.random.Generator, count: int, *, days: int, end: pd.Timestamp) -> pd.Series:
+    """``count`` UTC timestamps (second resolution) uniform over ``(end - days, end]``, ascending."""
+    import numpy as np
+    import pandas as pd
+
+    seconds_before_end = np.sort(rng.integers(0, days * _SECONDS_PER_DAY, size=count))[::-1]
+    times = end - pd.to_timedelta(seconds_before_end, unit="s")
+    return pd.Series(times).astype("datetime64[us, UTC]")
+
+
+def generate_transactions(
+    *, rows: int = 20_000, days: int = 60, end: datetime, seed: int = 7
+) -> pd.DataFrame:
+    """Card transactions with an ``is_fraud`` label, about 7% positive.
+
+    Columns: ``transaction_id`` (int64, 1..rows in time order), ``event_time`` (UTC, uniform over
+    ``(end - days, end]``), the float64 features in :data:`TRANSACTION_FEATURES` and ``is_fraud``
+    (int64 0/1). ``hour_of_day`` is the UTC hour of ``event_time``.
+
+    Fraud follows interactions rather than any single feature (large night-time amounts, foreign
+    transactions at risky merchants, bursts on new accounts, card testing with tiny amounts), so a
+    small MLP or a tree model reaches an AUC around 0.9 while a logistic regression stays lower.
+    """
+    import numpy as np
+    import pandas as pd
+
+    _check_positive("rows", rows)
+    _check_positive("days", days)
+    end_ts = _utc_timestamp(end)
+    rng = np.random.default_rng([seed, 0x7A11])
+
+    event_time = _event_times(rng, rows, days=days, end=end_ts)
+    hour = event_time.dt.hour.to_numpy().astype(np.float64)
+    amount = np.round(np.maximum(rng.lognormal(3.6, 1.1, rows), 0.5), 2)
+    merchant_risk = np.round(rng.beta(2.0, 6.0, rows), 4)
+    is_foreign = (rng.random(rows) < 0.08).astype(np.float64)
+    distance = rng.lognormal(1.5, 1.3, rows) + is_foreign * rng.lognormal(6.5, 0.6, rows)
+    distance = np.round(distance, 1)
+    txn_24h = rng.poisson(3.0, rows).astype(np.float64)
+    account_age = np.clip(np.round(rng.gamma(1.5, 500.0, rows)), 1, 5000)
+
+    night = hour <= 5
+    new_account = account_age < 180
+    logit = (
+        -5.0
+        + 5.8 * (night & (amount > 120))
+        + 5.6 * ((is_foreign > 0) & (merchant_risk > 0.3))
+        + 5.8 * (new_account & (txn_24h >= 5))
+        + 6.0 * ((amount < 5) & (txn_24h >= 5))
+        + 8.0 * np.maximum(merchant_risk - 0.45, 0.0)
+        + 0.6 * np.tanh((np.log1p(distance) - 4.0))
+        + rng.normal(0.0, 0.5, rows)
+    )
+    is_fraud = (rng.random(rows) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
+
+    return pd.DataFrame(
+        {
+            "transaction_id": np.arange(1, rows + 1, dtype=np.int64),
+            "event_time": event_time,
+            "amount": amount,
+            "merchant_risk": merchant_risk,
+            "hour_of_day": hour,
+            "distance_from_home_km": distance,
+            "transactions_last_24h": txn_24h,
+            "account_age_days": account_age,
+            "is_foreign": is_foreign,
+            "is_fraud": is_fraud,
+        }
+    )
+
+
+def generate_clicks(
+    *, queries: int = 1_500, docs_per_query: int = 20, days: int = 60, end: datetime, seed: int = 11
+) -> pd.DataFrame:
+    """Query/document pairs with a graded ``relevance`` label (int64 0..4) for learning to rank.
+
+    Columns: ``query_id`` (int64, 1..queries in time order), ``doc_id`` (int64, unique within a
+    query), ``event_time`` (UTC, one per query, uniform over ``(end - days, end]``), the float64
+    features in :data:`CLICK_FEATURES` and ``relevance``. ``position_prior`` is the 1-based position
+    a legacy ranker gave the document (a noisy bm25 ordering). About half the pairs have relevance 0
+    and about 4% have 4; some hard queries have no relevant document at all.
+
+    Relevance is a noisy function of the features: bm25, title match times document quality,
+    freshness decay, the click-rate prior and a per-query difficulty.
+    """
+    import numpy as np
+    import pandas as pd
+
+    _check_positive("queries", queries)
+    _check_positive("docs_per_query", docs_per_query)
+    _check_positive("days", days)
+    end_ts = _utc_timestamp(end)
+    rng = np.random.default_rng([seed, 0xC11C])
+    n = queries * docs_per_query
+
+    query_time = _event_times(rng, queries, days=days, end=end_ts)
+    query_id = np.repeat(np.arange(1, queries + 1, dtype=np.int64), docs_per_query)
+    doc_id = np.concatenate(
+        [rng.choice(_DOC_CORPUS_SIZE, size=docs_per_query, replace=False) for _ in range(queries)]
+    ).astype(np.int64)
+
+    bm25 = np.round(rng.gamma(2.0, 3.0, n), 3)
+    title_match = rng.binomial(4, np.clip(bm25 / 15.0, 0.05, 0.95)) / 4.0
+    doc_quality = np.round(rng.beta(3.0, 3.0, n), 4)
+    freshness_days = np.round(rng.exponential(120.0, n), 1)
+    click_rate_prior = np.round(rng.beta(1.5, 12.0, n), 4)
+    legacy_score = (bm25 + rng.normal(0.0, 3.0, n)).reshape(queries, docs_per_query)
+    position = np.argsort(np.argsort(-legacy_score, axis=1, kind="stable"), axis=1, kind="stable") + 1
+    position_prior = position.reshape(n).astype(np.float64)
+
+    difficulty = np.repeat(rng.normal(0.0, 0.6, queries), docs_per_query)
+    latent = (
+        0.22 * bm25
+        + 2.4 * title_match * doc_quality
+        + 1.0 * np.exp(-freshness_days / 60.0)
+        + 6.0 * click_rate_prior
+        + difficulty
+        + rng.normal(0.0, 0.7, n)
+    )
+    cuts = np.quantile(latent, [0.50, 0.75, 0.88, 0.96])
+    relevance = np.searchsorted(cuts, latent, side="right").astype(np.int64)
+
+    return pd.DataFrame(
+        {
+            "query_id": query_id,
+            "doc_id": doc_id,
+            "event_time": np.repeat(query_time.to_numpy(), docs_per_query),
+            "bm25": bm25,
+            "doc_quality": doc_quality,
+            "freshness_days": freshness_days,
+            "click_rate_prior": click_rate_prior,
+            "title_match": title_match,
+            "position_prior": position_prior,
+            "relevance": relevance,
+        }
+    ).astype({"event_time": "datetime64[us, UTC]"})
+
+
+WriteStatus = Literal["written", "unchanged", "overwritten"]
+
+
+def _parquet_bytes(df: pd.DataFrame) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # Arrow's own buffers, not io.BytesIO: a Python file object can leave Arrow's thread pool to
+    # abort or hang the interpreter at exit (apache/arrow#34314, #50482).
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), sink)
+    return sink.getvalue().to_pybytes()
+
+
+def _same_content(path: Path, data: bytes) -> bool:
+    """True when ``path`` holds ``data`` byte for byte, or a Parquet table equal to it.
+
+    The table comparison keeps a file written by another pyarrow version (different footer) from
+    counting as a conflict.
+    """
+    if path.read_bytes() == data:
+        return True
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        existing = pq.read_table(str(path), use_threads=False)
+    except (pa.ArrowException, OSError):
+        return False
+    return existing.equals(pq.read_table(pa.BufferReader(data), use_threads=False))
+
+
+def _conflict(path: Path) -> StorageConflictError:
+    return StorageConflictError(
+        f"{path}: already exists with different content; "
+        "pass --force (force=True) to overwrite it, or choose another output directory"
+    )
+
+
+def _write_file(path: Path, data: bytes, *, force: bool) -> WriteStatus:
+    existed = path.exists()
+    if existed and _same_content(path, data):
+        return "unchanged"
+    if existed and not force:
+        raise _conflict(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+    return "overwritten" if existed else "written"
+
+
+def _write_demo_data(
+    root: str | os.PathLike[str], *, end: datetime, force: bool
+) -> dict[str, tuple[str, WriteStatus, int]]:
+    root_path = Path(root)
+    frames = {
+        "transactions": generate_transactions(end=end),
+        "clicks": generate_clicks(end=end),
+    }
+    encoded = {name: _parquet_bytes(df) for name, df in frames.items()}
+    results: dict[str, tuple[str, WriteStatus, int]] = {}
+    # Check every target before writing any, so a conflict leaves the directory as it was.
+    if not force:
+        for name, data in encoded.items():
+            path = root_path / DEMO_FILES[name]
+            if path.exists() and not _same_content(path, data):
+                raise _conflict(path)
+    for name, data in encoded.items():
+        path = root_path / DEMO_FILES[name]
+        results[name] = (str(path), _write_file(path, data, force=force), len(frames[name]))
+    return results
+
+
+def write_demo_data(root: str | os.PathLike[str], *, end: datetime, force: bool = False) -> dict[str, str]:
+    """Write ``transactions/transactions.parquet`` and ``clicks/clicks.parquet`` under ``root``.
+
+    Both are generated with their default sizes and seeds and the given ``end``. A file that
+    already holds the same data is left alone; one with different data raises
+    :class:`~trainpipe.errors.StorageConflictError` (nothing is written) unless ``force`` is true.
+    Files are replaced atomically. Returns dataset name -> path of its file.
+    """
+    return {name: path for name, (path, _, _) in _write_demo_data(root, end=end, force=force).items()}
+
+
+def _parse_end(text: str) -> datetime:
+    try:
+        day = datetime.strptime(text, "%Y-%m-%d")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--end: expected YYYY-MM-DD, got {text!r}") from None
+    return day.replace(tzinfo=UTC)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainpipe.demo.synthetic",
+        description="Write the deterministic demo datasets (transactions, clicks) as Parquet.",
+    )
+    parser.add_argument("--out", required=True, help="local directory to write under")
+    parser.add_argument(
+        "--end",
+        type=_parse_end,
+        default=None,
+        help="last day covered, YYYY-MM-DD, read as UTC midnight (default: today, UTC midnight)",
+    )
+    parser.add_argument("--force", action="store_true", help="overwrite files with different content")
+    args = parser.parse_args(argv)
+    end = args.end or datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    try:
+        results = _write_demo_data(args.out, end=end, force=args.force)
+    except StorageConflictError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for name, (path, status, rows) in results.items():
+        print(f"{status:<11} {name}: {path} ({rows} rows, end {end:%Y-%m-%d})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,319 @@
+"""Evaluation metrics a spec may name, per task type, and how to compute them.
+
+=========================  =====================================================================
+task                       metric names
+=========================  =====================================================================
+``binary_classification``  ``auc``, ``f1``, ``accuracy``, ``precision``, ``recall``, ``log_loss``,
+                           ``pr_auc``
+``regression``             ``rmse``, ``mae``, ``r2``
+``ranking``                ``ndcg@K``, ``map@K``, ``mrr@K`` with K a positive integer (``ndcg@10``)
+=========================  =====================================================================
+
+Lower is better only for ``log_loss``, ``rmse`` and ``mae``.
+
+Ranking metrics are computed per query (``groups`` holds the query id of each row) and averaged
+over queries, every query weighing the same:
+
+* a document is *relevant* when its relevance label is > 0 (``map`` and ``mrr``); ``ndcg`` uses the
+  graded label as gain (``sklearn.metrics.ndcg_score``, ties in the scores averaged);
+* queries with no relevant document are skipped: every ordering of them is equally good and
+  nDCG is 0/0 there. If no query has a relevant document, :class:`MetricInputError` is raised;
+* a query with a single document scores 1.0 (its only ordering is the ideal one);
+* ``map@K`` divides by ``min(K, relevant documents in the query)``; ``mrr@K`` is 0 for a query
+  whose first relevant document is below K;
+* for ``map`` and ``mrr``, documents with equal scores are ordered worst first (pessimistic), so a
+  constant scorer cannot look good.
+
+sklearn and numpy are imported inside :func:`compute_metrics`: importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from trainpipe.errors import SpecError, TrainpipeError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike
+
+TaskType = Literal["binary_classification", "regression", "ranking"]
+TASK_TYPES: tuple[str, ...] = get_args(TaskType)
+
+_PLAIN_METRICS: dict[str, tuple[str, ...]] = {
+    "binary_classification": ("auc", "f1", "accuracy", "precision", "recall", "log_loss", "pr_auc"),
+    "regression": ("rmse", "mae", "r2"),
+    "ranking": (),
+}
+_AT_K_METRICS: dict[str, tuple[str, ...]] = {
+    "binary_classification": (),
+    "regression": (),
+    "ranking": ("ndcg", "map", "mrr"),
+}
+_LOWER_IS_BETTER = frozenset({"log_loss", "rmse", "mae"})
+_AT_K = re.compile(r"^(?P<base>[a-z_]+)@(?P<k>[1-9][0-9]*)$")
+_DEFAULT_K = 10
+
+
+class MetricInputError(TrainpipeError, ValueError):
+    """The labels, scores or groups given to :func:`compute_metrics` cannot produce the metric."""
+
+
+def _check_task(task: str) -> None:
+    if task not in TASK_TYPES:
+        close = difflib.get_close_matches(str(task), TASK_TYPES, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise SpecError(f"task: unknown task type {task!r}, expected one of {', '.join(TASK_TYPES)}{hint}")
+
+
+def _parse(task: str, name: str) -> tuple[str, int | None] | None:
+    """``(base, k)`` for a valid name of ``task`` (k is None for plain metrics), else None."""
+    if name in _PLAIN_METRICS[task]:
+        return name, None
+    match = _AT_K.match(name)
+    if match and match["base"] in _AT_K_METRICS[task]:
+        return match["base"], int(match["k"])
+    return None
+
+
+def metric_names(task: str) -> list[str]:
+    """The metric names valid for ``task``; ranking names are patterns such as ``ndcg@K``."""
+    _check_task(task)
+    return [*_PLAIN_METRICS[task], *(f"{base}@K" for base in _AT_K_METRICS[task])]
+
+
+def is_known_metric(task: str, name: str) -> bool:
+    """Whether ``name`` (exactly, e.g. ``ndcg@10``) is a metric of ``task``."""
+    _check_task(task)
+    return isinstance(name, str) and _parse(task, name) is not None
+
+
+def suggest_metric(task: str, name: str) -> str | None:
+    """The valid metric name of ``task`` nearest to ``name``, or None when nothing is close.
+
+    Returns ``name`` itself when it is already valid. A ranking name keeps its ``@K`` when K is a
+    positive integer (``ndgc@5`` -> ``ndcg@5``) and gets ``@10`` otherwise (``ndcg`` -> ``ndcg@10``).
+    """
+    _check_task(task)
+    if is_known_metric(task, name):
+        return name
+    text = str(name).strip().lower().replace("-", "_").replace(" ", "_")
+    base, _, k_text = text.partition("@")
+    k = int(k_text) if k_text.isdigit() and int(k_text) > 0 else _DEFAULT_K
+    candidates = {**{m: m for m in _PLAIN_METRICS[task]}, **{b: f"{b}@{k}" for b in _AT_K_METRICS[task]}}
+    if base in candidates:
+        return candidates[base]
+    close = difflib.get_close_matches(base, list(candidates), n=1, cutoff=0.6)
+    return candidates[close[0]] if close else None
+
+
+def _task_of(name: str) -> str | None:
+    for task in TASK_TYPES:
+        if _parse(task, name) is not None:
+            return task
+    return None
+
+
+def check_metric(task: str, name: str, *, field_path: str = "metric") -> None:
+    """Raise :class:`~trainpipe.errors.SpecError` unless ``name`` is a metric of ``task``.
+
+    The message names ``field_path``, the nearest valid name, and the task ``name`` belongs to
+    when it is valid elsewhere (``rmse`` asked for a binary classifier).
+    """
+    if is_known_metric(task, name):
+        return
+    hints = []
+    other_task = _task_of(name) if isinstance(name, str) else None
+    if other_task is not None:
+        hints.append(f"{name!r} is a {other_task} metric")
+    suggestion = suggest_metric(task, name)
+    if suggestion is not None:
+        hints.append(f"did you mean {suggestion!r}?")
+    hint = "; ".join(hints)
+    raise SpecError(
+        f"{field_path}: unknown {task} metric {name!r}; valid: {', '.join(metric_names(task))}"
+        + (f"; {hint}" if hint else "")
+    )
+
+
+def higher_is_better(name: str) -> bool:
+    """True unless ``name`` is ``log_loss``, ``rmse`` or ``mae``; any task's metric is accepted."""
+    if _task_of(name) is None:
+        every = sorted({m for task in TASK_TYPES for m in metric_names(task)})
+        raise SpecError(f"unknown metric {name!r}; valid: {', '.join(every)}")
+    return name not in _LOWER_IS_BETTER
+
+
+def _as_1d(label: str, values: ArrayLike, dtype: Any) -> np.ndarray:
+    import numpy as np
+
+    try:
+        array = np.asarray(values, dtype=dtype)
+    except (TypeError, ValueError) as error:
+        raise MetricInputError(f"{label}: cannot be read as numbers ({error})") from None
+    if array.ndim != 1:
+        raise MetricInputError(f"{label}: expected a 1-d array, got shape {array.shape}")
+    if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+        raise MetricInputError(f"{label}: contains NaN or infinite values")
+    return array
+
+
+def compute_metrics(
+    task: str,
+    names: Sequence[str],
+    *,
+    y_true: ArrayLike,
+    y_score: ArrayLike,
+    groups: ArrayLike | None = None,
+    threshold: float = 0.5,
+) -> dict[str, float]:
+    """Compute every metric in ``names`` for ``task``; returns name -> value in the given order.
+
+    * ``binary_classification``: ``y_true`` is 0/1, ``y_score`` the probability of class 1.
+      ``f1``, ``accuracy``, ``precision`` and ``recall`` predict 1 when ``y_score >= threshold``
+      (precision/recall/f1 are 0 when undefined). ``auc`` and ``pr_auc`` need both classes present.
+    * ``regression``: ``y_true`` and ``y_score`` are real values.
+    * ``ranking``: ``y_true`` is the relevance (>= 0), ``y_score`` the model score and ``groups``
+      the query id of each row (required; rows of a query need not be contiguous). See the module
+      docstring for how queries are averaged.
+
+    Unknown names raise :class:`~trainpipe.errors.SpecError`; inputs that cannot give a metric
+    (length mismatch, one class only, no relevant document) raise :class:`MetricInputError`.
+    """
+    _check_task(task)
+    if isinstance(names, str):
+        names = [names]
+    for name in names:
+        check_metric(task, name)
+    import numpy as np
+
+    true = _as_1d("y_true", y_true, np.float64)
+    score = _as_1d("y_score", y_score, np.float64)
+    if true.shape != score.shape:
+        raise MetricInputError(f"y_true has {true.size} values but y_score has {score.size}")
+    if true.size == 0:
+        raise MetricInputError("y_true and y_score are empty")
+
+    if task == "binary_classification":
+        return _binary(names, true, score, threshold)
+    if task == "regression":
+        return _regression(names, true, score)
+    if groups is None:
+        raise MetricInputError("ranking metrics need groups= (the query id of every row)")
+    group_ids = np.asarray(groups)
+    if group_ids.shape != true.shape:
+        raise MetricInputError(f"groups has {group_ids.size} values but y_true has {true.size}")
+    return _ranking(names, true, score, group_ids)
+
+
+def _binary(names: Sequence[str], true: np.ndarray, score: np.ndarray, threshold: float) -> dict[str, float]:
+    import numpy as np
+    from sklearn import metrics as skm
+
+    if not np.all((true == 0) | (true == 1)):
+        raise MetricInputError("y_true: binary classification labels must be 0 or 1")
+    if np.any((score < 0) | (score > 1)):
+        raise MetricInputError("y_score: binary classification scores must be probabilities in [0, 1]")
+    if not 0.0 <= threshold <= 1.0:
+        raise MetricInputError(f"threshold: must be in [0, 1], got {threshold}")
+    labels = true.astype(np.int64)
+    predicted = (score >= threshold).astype(np.int64)
+    both_classes = np.unique(labels).size == 2
+    results: dict[str, float] = {}
+    for name in names:
+        if name in ("auc", "pr_auc") and not both_classes:
+            raise MetricInputError(f"{name}: y_true holds only class {labels[0]}; it needs both 0 and 1")
+        match name:
+            case "auc":
+                value = skm.roc_auc_score(labels, score)
+            case "pr_auc":
+                value = skm.average_precision_score(labels, score)
+            case "log_loss":
+                value = skm.log_loss(labels, score, labels=[0, 1])
+            case "accuracy":
+                value = skm.accuracy_score(labels, predicted)
+            case "precision":
+                value = skm.precision_score(labels, predicted, zero_division=0)
+            case "recall":
+                value = skm.recall_score(labels, predicted, zero_division=0)
+            case "f1":
+                value = skm.f1_score(labels, predicted, zero_division=0)
+        results[name] = float(value)
+    return results
+
+
+def _regression(names: Sequence[str], true: np.ndarray, score: np.ndarray) -> dict[str, float]:
+    from sklearn import metrics as skm
+
+    results: dict[str, float] = {}
+    for name in names:
+        match name:
+            case "rmse":
+                value = skm.root_mean_squared_error(true, score)
+            case "mae":
+                value = skm.mean_absolute_error(true, score)
+            case "r2":
+                if true.size < 2:
+                    raise MetricInputError("r2: needs at least two samples")
+                value = skm.r2_score(true, score)
+        results[name] = float(value)
+    return results
+
+
+def _ranking(names: Sequence[str], true: np.ndarray, score: np.ndarray, groups: np.ndarray) -> dict[str, float]:
+    import numpy as np
+
+    if np.any(true < 0):
+        raise MetricInputError("y_true: relevance labels must be >= 0")
+    order = np.argsort(groups, kind="stable")
+    sorted_groups = groups[order]
+    starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
+    queries = [
+        (true[idx], score[idx])
+        for idx in np.split(order, starts[1:])
+        if np.any(true[idx] > 0)  # queries without a relevant document are skipped
+    ]
+    if not queries:
+        raise MetricInputError("ranking metrics: no query has a document with relevance > 0")
+    results: dict[str, float] = {}
+    for name in names:
+        base, _, k_text = name.partition("@")
+        k = int(k_text)
+        per_query = {"ndcg": _ndcg_at_k, "map": _average_precision_at_k, "mrr": _reciprocal_rank_at_k}[base]
+        results[name] = float(math.fsum(per_query(rel, sc, k) for rel, sc in queries) / len(queries))
+    return results
+
+
+def _ndcg_at_k(relevance: np.ndarray, score: np.ndarray, k: int) -> float:
+    from sklearn.metrics import ndcg_score
+
+    if relevance.size == 1:
+        return 1.0
+    return float(ndcg_score(relevance[None, :], score[None, :], k=k))
+
+
+def _pessimistic_order(relevance: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Relevance of the documents by descending score; among equal scores, least relevant first."""
+    import numpy as np
+
+    return relevance[np.lexsort((relevance, -score))]
+
+
+def _average_precision_at_k(relevance: np.ndarray, score: np.ndarray, k: int) -> float:
+    import numpy as np
+
+    hits = (_pessimistic_order(relevance, score) > 0)[:k]
+    relevant_total = int(np.count_nonzero(relevance > 0))
+    precision_at_hits = np.cumsum(hits)[hits] / (np.flatnonzero(hits) + 1)
+    return float(precision_at_hits.sum() / min(k, relevant_total))
+
+
+def _reciprocal_rank_at_k(relevance: np.ndarray, score: np.ndarray, k: int) -> float:
+    import numpy as np
+
+    hits = np.flatnonzero(_pessimistic_order(relevance, score)[:k] > 0)
+    return 1.0 / (hits[0] + 1) if hits.size else 0.0

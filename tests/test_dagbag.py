@@ -1,0 +1,35 @@
+"""Every example spec is a test: the DAG folder loads with no import errors, one DAG per spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainpipe.factory import compile_directory, spec_files
+from trainpipe.plan import TASK_ORDER
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.integration
+def test_dags_folder_loads_one_dag_per_spec_in_task_order(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+
+    assert bag.import_errors == {}
+    expected = {plan.dag_id for plan in compile_directory(REPO / "dag_configs").plans.values()}
+    assert len(expected) == len(spec_files(REPO / "dag_configs")) >= 2
+    assert set(bag.dag_ids) == expected
+    for dag_id in expected:
+        dag = bag.get_dag(dag_id)
+        assert [t.task_id for t in dag.topological_sort()] == list(TASK_ORDER)
+        for upstream, downstream in zip(TASK_ORDER, TASK_ORDER[1:]):
+            assert dag.get_task(downstream).upstream_task_ids == {upstream}
+
+
+def test_ranker_runs_nightly_at_midnight():
+    plans = compile_directory(REPO / "dag_configs").plans
+    assert plans["search_ranker_nightly"].schedule == "0 0 * * *"
+    assert plans["fraud_detector"].schedule == "@daily"
