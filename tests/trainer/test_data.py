@@ -1,0 +1,83 @@
+"""trainpipe_trainer.data: validation, query padding and the resumable sampler."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrainingConfig
+from trainpipe_trainer.data import EpochLoader, load_training_data, pad_queries
+from trainpipe_trainer.distributed import DistEnv
+from trainpipe_trainer.errors import TrainerDataError
+
+
+def _config(train: Path, **overrides: object) -> TrainingConfig:
+    base = TrainingConfig(
+        pipeline_id="p",
+        task="binary_classification",
+        train_data_uri=str(train),
+        features=("a", "b"),
+        label="label",
+        checkpoint=CheckpointConfig(root_uri=str(train.parent / "ckpt")),
+        output_uri=str(train.parent / "out"),
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+def test_missing_feature_column_names_column_and_file(tmp_path: Path) -> None:
+    path = tmp_path / "train.parquet"
+    pd.DataFrame({"a": [1.0, 2.0], "label": [0, 1]}).to_parquet(path)
+    with pytest.raises(TrainerDataError, match=rf"{path}: missing feature column\(s\) 'b'"):
+        load_training_data(_config(path))
+
+
+def test_binary_labels_must_be_zero_or_one(tmp_path: Path) -> None:
+    path = tmp_path / "train.parquet"
+    pd.DataFrame({"a": [1.0, 2.0], "b": [0.0, 1.0], "label": [0, 2]}).to_parquet(path)
+    with pytest.raises(TrainerDataError, match=r"binary_classification needs labels 0/1 in 'label', found \[2.0\]"):
+        load_training_data(_config(path))
+
+
+def test_missing_data_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(TrainerDataError, match=r"train_data_uri: .*nope\.parquet does not exist"):
+        load_training_data(_config(tmp_path / "nope.parquet"))
+
+
+def test_listwise_data_is_padded_per_query(tmp_path: Path) -> None:
+    path = tmp_path / "train.parquet"
+    pd.DataFrame(
+        {"q": [7, 3, 7, 7], "a": [1.0, 2.0, 3.0, 4.0], "b": [0.0, 0.0, 1.0, 1.0], "label": [1, 4, 0, 2]}
+    ).to_parquet(path)
+    data = load_training_data(
+        _config(path, task="ranking", group_column="q", model=ModelConfig(ranking_loss="listwise"))
+    )
+    features, labels, mask = data.dataset.tensors
+    assert features.shape == (2, 3, 2)
+    # Queries in sorted id order: q=3 (one document), then q=7 (three, in file order).
+    assert mask.tolist() == [[True, False, False], [True, True, True]]
+    assert labels.tolist() == [[4.0, 0.0, 0.0], [1.0, 0.0, 2.0]]
+
+
+def test_pad_queries_keeps_rows_with_their_query() -> None:
+    x, y, mask = pad_queries(pd.Series(["b", "a", "b"]), np.array([[1.0], [2.0], [3.0]]), np.array([5.0, 6.0, 7.0]))
+    assert x[:, :, 0].tolist() == [[2.0, 0.0], [1.0, 3.0]]
+    assert y.tolist() == [[6.0, 0.0], [5.0, 7.0]]
+    assert mask.sum() == 3
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_loader_skipping_batches_replays_the_rest_of_the_epoch(rank: int) -> None:
+    dataset = TensorDataset(torch.arange(23, dtype=torch.float32))
+    env = DistEnv(rank=rank, local_rank=rank, world_size=2, device=torch.device("cpu"), backend="gloo")
+    full = EpochLoader(dataset=dataset, batch_size=4, seed=5, env=env)
+    resumed = EpochLoader(dataset=dataset, batch_size=4, seed=5, env=env)
+    assert full.batches_per_epoch == 3
+    all_batches = [b[0].tolist() for b in full.epoch(1)]
+    assert [b[0].tolist() for b in resumed.epoch(1, skip_batches=2)] == all_batches[2:]
+    # Another epoch is another permutation.
+    assert [b[0].tolist() for b in full.epoch(2)] != all_batches

@@ -1,0 +1,45 @@
+"""``torchrun [--standalone] --nproc_per_node=N -m trainpipe_trainer --config URI`` (or plain ``python -m``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from trainpipe_trainer import storage
+from trainpipe_trainer.config import TrainerConfigError, TrainingConfig
+from trainpipe_trainer.errors import USER_ERRORS, TrainerInputError
+
+
+def load_config(uri: str) -> TrainingConfig:
+    # No storage options yet (they live inside the config): fsspec's env-driven defaults apply.
+    try:
+        text = storage.read_text(uri)
+    except FileNotFoundError as err:
+        raise TrainerInputError(f"--config {uri}: no such file") from err
+    try:
+        return TrainingConfig.from_json(text)
+    except json.JSONDecodeError as err:
+        raise TrainerConfigError(f"--config {uri}: not valid JSON: {err}") from err
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainpipe_trainer", description=__doc__)
+    parser.add_argument("--config", required=True, help="training config JSON: local path or fsspec URI")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        # Imported only now: a bad config fails fast, before torch loads.
+        from trainpipe_trainer.trainer import run_training
+
+        run_training(config)
+    except USER_ERRORS as err:
+        rank = f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        print(f"trainpipe_trainer: {rank}error: {err}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Training data: read the parquet split, validate it against the config, standardise, batch.
+
+Every rank reads the whole (small) file and computes the same statistics, so no collective is
+needed; the ``DistributedSampler`` then gives each rank its share of rows or, for listwise
+ranking, of whole queries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from trainpipe_trainer import storage
+from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.distributed import DistEnv
+from trainpipe_trainer.errors import TrainerDataError
+from trainpipe_trainer.preprocessing import Standardizer, feature_matrix, require_columns
+
+
+def is_listwise(config: TrainingConfig) -> bool:
+    return config.task == "ranking" and config.model.ranking_loss == "listwise"
+
+
+def read_parquet(uri: str, storage_options: dict[str, Any]) -> pd.DataFrame:
+    fs, path = storage.url_to_fs(uri, storage_options)
+    if not fs.exists(path):
+        raise TrainerDataError(f"train_data_uri: {uri} does not exist")
+    # Open through fsspec ourselves (pandas refuses storage_options for local paths) and decode from
+    # Arrow's own buffer without its thread pool: reading via a Python file object can abort the
+    # process at exit (apache/arrow#34314).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with fs.open(path, "rb") as handle:
+        raw = handle.read()
+    return pq.read_table(pa.BufferReader(raw), use_threads=False).to_pandas()
+
+
+def label_vector(frame: pd.DataFrame, config: TrainingConfig, *, source: str) -> np.ndarray:
+    require_columns(frame, [config.label], source=source, role="label")
+    column = frame[config.label]
+    if not (pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column)) or column.isna().any():
+        raise TrainerDataError(f"{source}: label column {config.label!r} must be numeric without missing values")
+    labels = column.to_numpy(dtype=np.float64)
+    if config.task == "binary_classification" and not np.isin(labels, (0.0, 1.0)).all():
+        bad = sorted(set(labels[~np.isin(labels, (0.0, 1.0))].tolist()))[:5]
+        raise TrainerDataError(f"{source}: binary_classification needs labels 0/1 in {config.label!r}, found {bad}")
+    if config.task == "ranking" and (labels < 0).any():
+        raise TrainerDataError(f"{source}: ranking needs graded relevance >= 0 in {config.label!r}")
+    return labels
+
+
+def pad_queries(
+    groups: pd.Series, features: np.ndarray, labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows -> ``[queries, max_docs, F]`` features, ``[queries, max_docs]`` labels and mask."""
+    codes, _ = pd.factorize(groups, sort=True)
+    position = pd.Series(codes).groupby(codes).cumcount().to_numpy()
+    n_queries, max_docs = codes.max() + 1, int(np.bincount(codes).max())
+    x = np.zeros((n_queries, max_docs, features.shape[1]), dtype=features.dtype)
+    y = np.zeros((n_queries, max_docs), dtype=labels.dtype)
+    mask = np.zeros((n_queries, max_docs), dtype=bool)
+    x[codes, position], y[codes, position], mask[codes, position] = features, labels, True
+    return x, y, mask
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TrainingData:
+    # Items are (features, label) rows, or (features, labels, mask) padded queries for listwise.
+    dataset: TensorDataset
+    standardizer: Standardizer
+    n_rows: int
+    # A few raw feature rows: the logged model's input example for its signature.
+    sample_frame: pd.DataFrame
+
+    def __post_init__(self) -> None:
+        if len(self.dataset) == 0:
+            raise TrainerDataError("the training data has no rows")
+
+
+def load_training_data(config: TrainingConfig) -> TrainingData:
+    source = config.train_data_uri
+    frame = read_parquet(source, config.storage_options)
+    if frame.empty:
+        raise TrainerDataError(f"{source}: the training split has no rows")
+    raw = feature_matrix(frame, config.features, source=source)
+    labels = label_vector(frame, config, source=source)
+    standardizer = Standardizer.fit(raw, config.features)
+    features = standardizer.transform(raw).astype(np.float32)
+    labels32 = labels.astype(np.float32)
+    if is_listwise(config):
+        require_columns(frame, [config.group_column], source=source, role="group")
+        if frame[config.group_column].isna().any():
+            raise TrainerDataError(f"{source}: group column {config.group_column!r} has missing query ids")
+        x, y, mask = pad_queries(frame[config.group_column], features, labels32)
+        dataset = TensorDataset(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(mask))
+    else:
+        dataset = TensorDataset(torch.from_numpy(features), torch.from_numpy(labels32))
+    sample = frame.loc[:, list(config.features)].head(20).astype("float64").reset_index(drop=True)
+    return TrainingData(dataset=dataset, standardizer=standardizer, n_rows=len(frame), sample_frame=sample)
+
+
+class ResumableDistributedSampler(DistributedSampler):
+    """A ``DistributedSampler`` that can start an epoch after the batches a checkpoint already did.
+
+    The permutation depends only on (seed, epoch), so skipping the first ``skip`` indices of this
+    rank's share replays exactly the batches an uninterrupted run would have seen next.
+    """
+
+    def __init__(self, dataset: TensorDataset, *, env: DistEnv, seed: int) -> None:
+        super().__init__(dataset, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=seed)
+        self.skip = 0
+
+    def start_epoch(self, epoch: int, *, skip: int = 0) -> None:
+        self.set_epoch(epoch)
+        self.skip = skip
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(list(super().__iter__())[self.skip :])
+
+    def __len__(self) -> int:
+        return max(self.num_samples - self.skip, 0)
+
+
+@dataclass(kw_only=True, slots=True)
+class EpochLoader:
+    """Owns the sampler, the loader and the loader's own generator (so the global RNG is untouched)."""
+
+    dataset: TensorDataset
+    batch_size: int
+    seed: int
+    env: DistEnv
+    sampler: ResumableDistributedSampler = field(init=False)
+    generator: torch.Generator = field(init=False)
+    loader: DataLoader = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.sampler = ResumableDistributedSampler(self.dataset, env=self.env, seed=self.seed)
+        self.generator = torch.Generator()
+        self.generator.manual_seed(self.seed)
+        self.loader = DataLoader(
+            self.dataset, batch_size=self.batch_size, sampler=self.sampler, generator=self.generator, num_workers=0
+        )
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return math.ceil(self.sampler.num_samples / self.batch_size)
+
+    def epoch(self, epoch: int, *, skip_batches: int = 0) -> DataLoader:
+        self.sampler.start_epoch(epoch, skip=skip_batches * self.batch_size)
+        # Re-seeded per epoch: what the loader draws depends on (seed, epoch), not on history.
+        self.generator.manual_seed(self.seed + epoch)
+        return self.loader

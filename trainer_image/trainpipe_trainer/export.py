@@ -1,0 +1,91 @@
+"""The trained model leaves torch here: weights hash, numpy artifacts, MLflow pyfunc model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.model import linear_layers
+from trainpipe_trainer.preprocessing import Standardizer
+from trainpipe_trainer.serving import (
+    PREPROCESSING_ARTIFACT,
+    SERVING_FORMAT_VERSION,
+    WEIGHTS_ARTIFACT,
+    MLPScorer,
+)
+from trainpipe_trainer.tracking import import_mlflow
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+MODEL_CODE = PACKAGE_DIR / "pyfunc_model.py"
+
+
+def weights_sha256(model: nn.Module) -> str:
+    """sha256 over (key bytes, tensor bytes) of the state dict in sorted key order.
+
+    Raw bytes of contiguous CPU tensors: equal hashes mean bit-identical weights, which is how
+    reproducibility (same seed, resumed vs uninterrupted) is checked.
+    """
+    digest = hashlib.sha256()
+    state = model.state_dict()
+    for key in sorted(state):
+        tensor = state[key].detach().cpu().contiguous().reshape(-1)
+        digest.update(key.encode("utf-8"))
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def write_serving_artifacts(
+    model: nn.Module, *, standardizer: Standardizer, task: str, directory: str
+) -> dict[str, str]:
+    """Weights as ``.npz`` and preprocessing as JSON: all the torch-free scorer needs."""
+    arrays: dict[str, np.ndarray] = {}
+    layers = []
+    for index, linear in enumerate(linear_layers(model)):
+        weight_key, bias_key = f"layer{index}.weight", f"layer{index}.bias"
+        arrays[weight_key] = linear.weight.detach().cpu().numpy().astype(np.float64)
+        arrays[bias_key] = linear.bias.detach().cpu().numpy().astype(np.float64)
+        layers.append({"weight": weight_key, "bias": bias_key, "shape": list(linear.weight.shape)})
+    weights_path = os.path.join(directory, "weights.npz")
+    preprocessing_path = os.path.join(directory, "preprocessing.json")
+    np.savez(weights_path, **arrays)
+    meta = {
+        "format_version": SERVING_FORMAT_VERSION,
+        "task": task,
+        "standardizer": standardizer.to_dict(),
+        "layers": layers,
+    }
+    with open(preprocessing_path, "w", encoding="utf-8") as handle:
+        json.dump(meta, handle, indent=2)
+    return {WEIGHTS_ARTIFACT: weights_path, PREPROCESSING_ARTIFACT: preprocessing_path}
+
+
+def log_pyfunc_model(
+    model: nn.Module, *, standardizer: Standardizer, config: TrainingConfig, sample_frame: pd.DataFrame
+) -> str:
+    """Log the numpy pyfunc into the active MLflow run; returns its ``models:/...`` URI."""
+    mlflow = import_mlflow()
+    from mlflow.models import infer_signature
+
+    with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as directory:
+        artifacts = write_serving_artifacts(model, standardizer=standardizer, task=config.task, directory=directory)
+        # Score the sample with the scorer that will serve: the signature then describes real output.
+        scorer = MLPScorer.from_artifacts(artifacts)
+        info = mlflow.pyfunc.log_model(
+            name=config.tracking.model_artifact_name,
+            python_model=str(MODEL_CODE),
+            artifacts=artifacts,
+            code_paths=[str(PACKAGE_DIR)],
+            pip_requirements=["numpy", "pandas"],
+            signature=infer_signature(sample_frame, scorer.score(sample_frame)),
+            input_example=sample_frame.head(3),
+        )
+    return info.model_uri

@@ -1,0 +1,44 @@
+"""Loss per task: ``loss_fn(scores, labels, mask)``; mask is only set for listwise ranking batches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.nn import functional as F
+
+from trainpipe_trainer.config import TrainingConfig
+
+LossFn = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
+
+def bce_loss(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(scores, labels)
+
+
+def mse_loss(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    return F.mse_loss(scores, labels)
+
+
+def listnet_loss(scores: torch.Tensor, relevance: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """ListNet (top-1): cross-entropy between softmax(relevance) and softmax(scores) per query.
+
+    ``scores``/``relevance``/``mask`` are ``[queries, max_docs]``; padded documents (mask False)
+    get zero probability on both sides and contribute nothing to the loss or the gradient.
+    """
+    if mask is None:
+        raise ValueError("listnet_loss needs the padding mask of the query lists")
+    lowest = torch.finfo(scores.dtype).min
+    target = torch.softmax(relevance.masked_fill(~mask, lowest), dim=-1)
+    log_probs = torch.log_softmax(scores.masked_fill(~mask, lowest), dim=-1)
+    per_query = -(target * log_probs).masked_fill(~mask, 0.0).sum(dim=-1)
+    return per_query.mean()
+
+
+def make_loss_fn(config: TrainingConfig) -> LossFn:
+    if config.task == "binary_classification":
+        return bce_loss
+    if config.task == "ranking" and config.model.ranking_loss == "listwise":
+        return listnet_loss
+    # Regression, and pointwise ranking (regress the graded relevance).
+    return mse_loss

@@ -1,0 +1,28 @@
+"""The built-in model: an MLP that maps a feature vector to one score."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from trainpipe_trainer.config import ModelConfig
+
+
+def build_mlp(*, n_features: int, config: ModelConfig) -> nn.Sequential:
+    """Linear -> ReLU (-> Dropout) per hidden layer, then Linear to one output.
+
+    Works on ``[..., n_features]`` so the same model scores rows and padded query lists; the
+    serving module's numpy forward assumes exactly this layout (Linear layers in order).
+    """
+    layers: list[nn.Module] = []
+    width = n_features
+    for size in config.hidden_layers:
+        layers += [nn.Linear(width, size), nn.ReLU()]
+        if config.dropout > 0:
+            layers.append(nn.Dropout(config.dropout))
+        width = size
+    layers.append(nn.Linear(width, 1))
+    return nn.Sequential(*layers)
+
+
+def linear_layers(model: nn.Module) -> list[nn.Linear]:
+    return [m for m in model.modules() if isinstance(m, nn.Linear)]

@@ -1,0 +1,30 @@
+"""The MLflow pyfunc, logged as "models from code": MLflow executes this file to build the model.
+
+Logged as a file path instead of a pickled object, so loading the model unpickles nothing.
+Nothing imports this module: ``set_model`` below must run only when MLflow loads the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from mlflow.models import set_model
+from mlflow.pyfunc import PythonModel
+
+from trainpipe_trainer.serving import MLPScorer
+
+
+class TrainpipeMLPModel(PythonModel):
+    def load_context(self, context: Any) -> None:
+        self._scorer = MLPScorer.from_artifacts(context.artifacts)
+
+    # pd.DataFrame is a hint MLflow does not validate against: the logged signature stays in charge.
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
+        if not isinstance(model_input, pd.DataFrame):
+            model_input = pd.DataFrame(model_input)
+        return self._scorer.score(model_input)
+
+
+set_model(TrainpipeMLPModel())

@@ -1,0 +1,70 @@
+"""The served model: the trained MLP's forward pass in numpy.
+
+Torch-free (and mlflow-free) on purpose: serving images and batch-scoring jobs score with only
+numpy and pandas. The weights travel as an ``.npz`` artifact and the preprocessing as JSON;
+``pyfunc_model.py`` wraps this scorer as the MLflow pyfunc.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from trainpipe_trainer.preprocessing import Standardizer, feature_matrix
+
+SERVING_FORMAT_VERSION = 1
+WEIGHTS_ARTIFACT = "weights"
+PREPROCESSING_ARTIFACT = "preprocessing"
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class MLPScorer:
+    """Standardise, then Linear -> ReLU ... -> Linear; sigmoid for binary classification."""
+
+    task: str
+    standardizer: Standardizer
+    # (weight [out, in], bias [out]) per Linear layer, input to output.
+    layers: tuple[tuple[np.ndarray, np.ndarray], ...]
+
+    def __post_init__(self) -> None:
+        width = len(self.standardizer.features)
+        for index, (weight, bias) in enumerate(self.layers):
+            if weight.shape != (bias.shape[0], width):
+                raise ValueError(f"layer {index}: weight shape {weight.shape} does not follow input width {width}")
+            width = bias.shape[0]
+        if width != 1:
+            raise ValueError(f"the last layer must produce one score, it produces {width}")
+
+    @classmethod
+    def from_artifacts(cls, artifacts: dict[str, str]) -> MLPScorer:
+        """From the local paths MLflow hands the pyfunc (``context.artifacts``)."""
+        return cls.load(weights_path=artifacts[WEIGHTS_ARTIFACT], preprocessing_path=artifacts[PREPROCESSING_ARTIFACT])
+
+    @classmethod
+    def load(cls, *, weights_path: str, preprocessing_path: str) -> MLPScorer:
+        with open(preprocessing_path, encoding="utf-8") as handle:
+            meta = json.load(handle)
+        if meta.get("format_version") != SERVING_FORMAT_VERSION:
+            raise ValueError(
+                f"{preprocessing_path}: serving format {meta.get('format_version')!r}, this code reads "
+                f"{SERVING_FORMAT_VERSION}"
+            )
+        with np.load(weights_path) as arrays:
+            layers = tuple((arrays[layer["weight"]], arrays[layer["bias"]]) for layer in meta["layers"])
+        return cls(task=meta["task"], standardizer=Standardizer.from_dict(meta["standardizer"]), layers=layers)
+
+    def score(self, frame: pd.DataFrame) -> np.ndarray:
+        """One score per row: P(label = 1) for binary, the raw output for regression and ranking."""
+        hidden = self.standardizer.transform(feature_matrix(frame, self.standardizer.features, source="model input"))
+        for weight, bias in self.layers[:-1]:
+            hidden = np.maximum(hidden @ weight.T + bias, 0.0)
+        weight, bias = self.layers[-1]
+        out = (hidden @ weight.T + bias)[:, 0]
+        if self.task == "binary_classification":
+            # Stable sigmoid: never exponentiates a large positive number.
+            decay = np.exp(-np.abs(out))
+            return np.where(out >= 0, 1.0 / (1.0 + decay), decay / (1.0 + decay))
+        return out

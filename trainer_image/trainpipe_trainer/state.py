@@ -1,0 +1,46 @@
+"""Where training is: the counters a checkpoint must carry to continue exactly where it stopped."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainState:
+    # Same on every rank.
+    global_step: int = 0
+    epoch: int = 0
+    # Batches of ``epoch`` already done; a resumed run skips them.
+    batch_in_epoch: int = 0
+    last_epoch_loss: float | None = None
+    # This rank's running loss sums, all-reduced when logged (so they differ between ranks).
+    epoch_loss_sum: float = 0.0
+    epoch_loss_count: int = 0
+    interval_loss_sum: float = 0.0
+    interval_loss_count: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.global_step, self.epoch, self.batch_in_epoch) < 0:
+            raise ValueError("TrainState counters must be >= 0")
+
+    def add_loss(self, loss: float) -> None:
+        self.global_step += 1
+        self.batch_in_epoch += 1
+        self.epoch_loss_sum += loss
+        self.epoch_loss_count += 1
+        self.interval_loss_sum += loss
+        self.interval_loss_count += 1
+
+    def next_epoch(self, epoch_loss: float) -> None:
+        self.epoch += 1
+        self.batch_in_epoch = 0
+        self.last_epoch_loss = epoch_loss
+        self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TrainState:
+        return cls(**raw)
