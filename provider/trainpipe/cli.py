@@ -48,7 +48,27 @@ def _cmd_render(args: argparse.Namespace) -> int:
     except SpecError as err:
         print(err, file=sys.stderr)
         return 1
+    if args.k8s:
+        from trainpipe.kubernetes.render import render_manifests_yaml
+
+        print(render_manifests_yaml(plan), end="")
+        return 0
     print(json.dumps(plan.to_dict(), indent=2, default=str))
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from trainpipe.errors import SpecError, TrainpipeError
+    from trainpipe.factory import compile_file
+    from trainpipe.runtime.train_cli import train_spec
+
+    try:
+        plan = compile_file(Path(args.spec))
+        result = train_spec(plan, run_dir=args.run_dir, logical_date=args.logical_date)
+    except (SpecError, TrainpipeError) as err:
+        print(f"trainpipe train: {err}", file=sys.stderr)
+        return 1
+    print(f"weights sha256: {result.weights_sha256}")
     return 0
 
 
@@ -94,7 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     render = commands.add_parser("render", help="print the compiled plan of one spec")
     render.add_argument("file")
+    render.add_argument("--k8s", action="store_true", help="print the Kubernetes manifests the train task would submit")
     render.set_defaults(func=_cmd_render)
+
+    train = commands.add_parser("train", help="run only the training step of a spec locally (same launcher as the DAG)")
+    train.add_argument("spec")
+    train.add_argument("--run-dir", help="run folder (path or URI); resumes from its committed checkpoints")
+    train.add_argument("--logical-date", help="end of the data window, ISO date (default: now, UTC)")
+    train.set_defaults(func=_cmd_train)
 
     demo = commands.add_parser("demo-data", help="write the deterministic demo datasets into storage")
     demo.add_argument("--out", help="folder (default: <storage root>/demo)")

@@ -18,6 +18,8 @@ CONFIG_VERSION = 1
 TaskType = Literal["binary_classification", "regression", "ranking"]
 TASK_TYPES: tuple[str, ...] = ("binary_classification", "regression", "ranking")
 RANKING_LOSSES: tuple[str, ...] = ("pointwise", "listwise")
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
+LR_SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
 STRATEGIES: tuple[str, ...] = ("ddp", "deepspeed")
 
 
@@ -46,18 +48,64 @@ class ModelConfig:
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
+class OptimizationConfig:
+    gradient_clip_norm: float | None = None
+    gradient_accumulation_steps: int = 1
+    # bf16 autocast where the device supports it; fp32 otherwise.
+    precision: Literal["fp32", "bf16"] = "fp32"
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        _require(self.gradient_clip_norm is None or self.gradient_clip_norm > 0, "optimization.gradient_clip_norm: must be > 0")
+        _require(self.gradient_accumulation_steps >= 1, "optimization.gradient_accumulation_steps: must be >= 1")
+        _require(self.precision in PRECISIONS, f"optimization.precision: one of {PRECISIONS}")
+        _require(self.lr_schedule in LR_SCHEDULES, f"optimization.lr_schedule: one of {LR_SCHEDULES}")
+        _require(self.warmup_steps >= 0, "optimization.warmup_steps: must be >= 0")
+        _require(self.weight_decay >= 0, "optimization.weight_decay: must be >= 0")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class DeepSpeedConfig:
+    zero_stage: int = 0
+    offload_optimizer: bool = False
+    offload_param: bool = False
+
+    def __post_init__(self) -> None:
+        _require(self.zero_stage in (0, 1, 2, 3), f"deepspeed.zero_stage: one of 0, 1, 2, 3, got {self.zero_stage}")
+        _require(not self.offload_param or self.zero_stage == 3, "deepspeed.offload_param: needs zero_stage 3")
+        _require(not self.offload_optimizer or self.zero_stage >= 1, "deepspeed.offload_optimizer: needs zero_stage >= 1")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class FaultInjection:
+    """For tests only: make the trainer fail in a controlled way."""
+
+    nan_loss_at_step: int | None = None
+    # Exit abruptly (os._exit(3), no cleanup) right after the checkpoint of this step is committed.
+    crash_after_step: int | None = None
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
 class CheckpointConfig:
     # URI of this run's checkpoint root (file:// or s3://); stable across retries of one DAG run.
     root_uri: str
     every_n_steps: int | None = None
     every_seconds: float | None = None
     keep_last: int = 3
+    # Also keep the checkpoint with the lowest validation loss (on validation_fraction of the train split).
+    keep_best: bool = True
+    validation_fraction: float = 0.1
+    # Save asynchronously (the loop is blocked only for the in-memory snapshot).
+    async_save: bool = True
 
     def __post_init__(self) -> None:
         _require(bool(self.root_uri), "checkpoint.root_uri: must not be empty")
         _require(self.every_n_steps is None or self.every_n_steps > 0, "checkpoint.every_n_steps: must be > 0")
         _require(self.every_seconds is None or self.every_seconds > 0, "checkpoint.every_seconds: must be > 0")
         _require(self.keep_last >= 1, "checkpoint.keep_last: must be >= 1")
+        _require(0.0 <= self.validation_fraction < 1.0, "checkpoint.validation_fraction: must be in [0, 1)")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -68,6 +116,10 @@ class TrackingConfig:
     # When set, rank 0 logs into this existing run (created by the Airflow task); else it starts one.
     run_id: str | None = None
     log_every_n_steps: int = 10
+    # System metrics (CPU/GPU utilisation and memory, samples/s) every this many seconds.
+    system_metrics_every_seconds: float = 30.0
+    # Metrics buffered in memory while the tracking server is unreachable; beyond this they spill to a file.
+    max_buffered_metrics: int = 100_000
     # Where the final model is logged inside the run.
     model_artifact_name: str = "model"
 
@@ -89,6 +141,9 @@ class TrainingConfig:
     learning_rate: float = 1e-3
     seed: int = 0
     strategy: Literal["ddp", "deepspeed"] = "ddp"
+    optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
+    # Required when strategy == "deepspeed"; the DeepSpeed JSON config is generated from it and the rest.
+    deepspeed: DeepSpeedConfig | None = None
     checkpoint: CheckpointConfig
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     # Where the trainer writes result.json (weights hash, model URI, steps) for the launcher to read.
@@ -97,6 +152,7 @@ class TrainingConfig:
     storage_options: dict[str, Any] = field(default_factory=dict)
     # Free-form labels recorded as MLflow params/tags (dag id, run id, dataset digest, ...).
     tags: dict[str, str] = field(default_factory=dict)
+    fault_injection: FaultInjection | None = None
 
     def __post_init__(self) -> None:
         _require(
@@ -115,6 +171,10 @@ class TrainingConfig:
         _require(self.batch_size >= 1, "batch_size: must be >= 1")
         _require(self.learning_rate > 0, "learning_rate: must be > 0")
         _require(self.strategy in STRATEGIES, f"strategy: one of {STRATEGIES}, got {self.strategy!r}")
+        _require(
+            self.strategy != "deepspeed" or self.deepspeed is not None,
+            "deepspeed: required when strategy is 'deepspeed' (zero_stage, offload)",
+        )
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -127,10 +187,15 @@ class TrainingConfig:
             model = dict(data.pop("model", {}))
             if "hidden_layers" in model:
                 model["hidden_layers"] = tuple(model["hidden_layers"])
+            deepspeed = data.pop("deepspeed", None)
+            fault_injection = data.pop("fault_injection", None)
             return cls(
                 model=ModelConfig(**model),
+                optimization=OptimizationConfig(**data.pop("optimization", {})),
+                deepspeed=DeepSpeedConfig(**deepspeed) if deepspeed is not None else None,
                 checkpoint=CheckpointConfig(**data.pop("checkpoint")),
                 tracking=TrackingConfig(**data.pop("tracking", {})),
+                fault_injection=FaultInjection(**fault_injection) if fault_injection is not None else None,
                 **data,
             )
         except (KeyError, TypeError) as err:

@@ -6,28 +6,18 @@ DAG parsing stays fast.
 from __future__ import annotations
 
 import functools
-import subprocess
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator
 
+from trainpipe.lineage import git_commit
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from trainpipe.plan import PipelinePlan
-
-
-def _git_commit(spec_file: str) -> str:
-    try:
-        out = subprocess.run(["git", "-C", str(Path(spec_file).resolve().parent), "rev-parse", "HEAD"],
-                             capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
 
 
 class _PipelineStepOperator(BaseOperator):
@@ -65,7 +55,7 @@ class _PipelineStepOperator(BaseOperator):
             "spec_file_sha256": self.plan.spec_sha256,
             "spec_file": self.plan.spec_file,
             "seed": str(self.spec.training.seed),
-            "git_commit": _git_commit(self.plan.spec_file),
+            "git_commit": git_commit(self.plan.spec_file),
         }
 
 
@@ -110,7 +100,7 @@ class TrainOperator(_PipelineStepOperator):
             airflow_run_id=context["run_id"],
             try_number=context["ti"].try_number,
             spec_sha256=self.plan.spec_sha256,
-            git_commit=_git_commit(self.plan.spec_file),
+            git_commit=git_commit(self.plan.spec_file),
         )
         result = run_training(self.spec, self.snapshot_info(context), settings=self.settings, run=run,
                               hook=self.hook, on_line=lambda line: self.log.info("%s", line))

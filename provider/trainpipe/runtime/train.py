@@ -20,7 +20,10 @@ from trainpipe.settings import Settings
 from trainpipe.spec.models import PipelineSpec
 from trainpipe_trainer.config import (
     CheckpointConfig,
+    DeepSpeedConfig,
+    FaultInjection,
     ModelConfig,
+    OptimizationConfig,
     TrackingConfig,
     TrainingConfig,
     TrainingResult,
@@ -40,10 +43,25 @@ class RunContext:
     git_commit: str
 
 
+def _fault_injection(spec: PipelineSpec, run: RunContext) -> FaultInjection | None:
+    testing = spec.training.testing
+    crash = testing.crash_first_try_after_step if run.try_number == 1 else None
+    if testing.inject_nan_at_step is None and crash is None:
+        return None
+    return FaultInjection(nan_loss_at_step=testing.inject_nan_at_step, crash_after_step=crash)
+
+
+def run_dir_for(spec: PipelineSpec, settings: Settings, airflow_run_id: str):  # noqa: ANN201 - ObjectStoragePath
+    """Per DAG run, identical for every try: retries find the previous try's checkpoints here."""
+    return storage.storage_root(settings) / "runs" / spec.pipeline_id / run_key(airflow_run_id)
+
+
 def build_training_config(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
-                          mlflow_run_id: str) -> TrainingConfig:
+                          mlflow_run_id: str, run_dir=None) -> TrainingConfig:  # noqa: ANN001
     training = spec.training
-    run_dir = storage.storage_root(settings) / "runs" / spec.pipeline_id / run_key(run.airflow_run_id)
+    distributed = training.distributed
+    optimization = training.optimization
+    run_dir = run_dir if run_dir is not None else run_dir_for(spec, settings, run.airflow_run_id)
     return TrainingConfig(
         pipeline_id=spec.pipeline_id,
         task=training.task,
@@ -61,13 +79,29 @@ def build_training_config(spec: PipelineSpec, snapshot: SnapshotInfo, *, setting
         batch_size=training.batch_size,
         learning_rate=training.learning_rate,
         seed=training.seed,
-        strategy=training.distributed.strategy,
+        strategy=distributed.strategy,
+        optimization=OptimizationConfig(
+            gradient_clip_norm=optimization.gradient_clip_norm,
+            gradient_accumulation_steps=optimization.gradient_accumulation_steps,
+            precision=optimization.precision,
+            lr_schedule=optimization.lr_schedule,
+            warmup_steps=optimization.warmup_steps,
+            weight_decay=optimization.weight_decay,
+        ),
+        deepspeed=DeepSpeedConfig(
+            zero_stage=distributed.zero_stage,
+            offload_optimizer=distributed.offload_optimizer,
+            offload_param=distributed.offload_param,
+        ) if distributed.strategy == "deepspeed" else None,
         checkpoint=CheckpointConfig(
             root_uri=storage.fsspec_uri(run_dir / "checkpoints"),
             every_n_steps=training.checkpoint.every_n_steps,
             every_seconds=training.checkpoint.every.total_seconds() if training.checkpoint.every else None,
             keep_last=training.checkpoint.keep_last,
+            keep_best=training.checkpoint.keep_best,
+            validation_fraction=training.checkpoint.validation_fraction,
         ),
+        fault_injection=_fault_injection(spec, run),
         tracking=TrackingConfig(
             tracking_uri=settings.mlflow_tracking_uri,
             experiment_name=f"trainpipe/{spec.pipeline_id}",
@@ -86,14 +120,16 @@ def build_training_config(spec: PipelineSpec, snapshot: SnapshotInfo, *, setting
 
 
 def run_training(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
-                 hook: MlflowHook | None = None, on_line: Callable[[str], None] | None = None) -> TrainingResult:
+                 hook: MlflowHook | None = None, on_line: Callable[[str], None] | None = None,
+                 run_dir=None) -> TrainingResult:  # noqa: ANN001 - ObjectStoragePath
     hook = hook or MlflowHook(settings)
     mlflow_run_id = hook.run_for_dag_run(
         pipeline_id=spec.pipeline_id, dag_id=run.dag_id, airflow_run_id=run.airflow_run_id,
         tags={"trainpipe.dataset_digest": snapshot.digest},
     )
-    config = build_training_config(spec, snapshot, settings=settings, run=run, mlflow_run_id=mlflow_run_id)
-    run_dir = storage.storage_root(settings) / "runs" / spec.pipeline_id / run_key(run.airflow_run_id)
+    run_dir = run_dir if run_dir is not None else run_dir_for(spec, settings, run.airflow_run_id)
+    config = build_training_config(spec, snapshot, settings=settings, run=run, mlflow_run_id=mlflow_run_id,
+                                   run_dir=run_dir)
     config_path = run_dir / "trainer_config.json"
     config_path.parent.mkdir(parents=True, exist_ok=True)
     config_path.write_text(config.to_json())

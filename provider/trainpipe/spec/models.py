@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from trainpipe.spec.kubernetes import KubernetesSpec
+
 TaskType = Literal["binary_classification", "regression", "ranking"]
 
 _DURATION_PART = re.compile(r"(\d+)\s*([smhdw])")
@@ -150,13 +152,45 @@ class ModelSpec(_Model):
 class DistributedSpec(_Model):
     nproc_per_node: int = Field(default=1, ge=1, description="Processes per node (GPUs per node on a cluster).", examples=[2])
     nnodes: int = Field(default=1, ge=1, description="Number of nodes.", examples=[1])
-    strategy: Literal["ddp"] = Field(default="ddp", description="Data-parallel strategy.", examples=["ddp"])
+    strategy: Literal["ddp", "deepspeed"] = Field(default="ddp", description="PyTorch DDP, or DeepSpeed ZeRO.", examples=["ddp"])
+    zero_stage: Literal[0, 1, 2, 3] = Field(default=0, description="DeepSpeed only: ZeRO stage.", examples=[2])
+    offload_optimizer: bool = Field(default=False, description="DeepSpeed only: optimizer state in CPU memory (ZeRO >= 1).", examples=[False])
+    offload_param: bool = Field(default=False, description="DeepSpeed only: parameters in CPU memory (ZeRO 3).", examples=[False])
+
+
+class OptimizationSpec(_Model):
+    gradient_clip_norm: float | None = Field(default=None, gt=0, description="Clip the global gradient norm to this value.", examples=[1.0])
+    gradient_accumulation_steps: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.", examples=[1])
+    precision: Literal["fp32", "bf16"] = Field(default="fp32", description="bf16 autocast where the device supports it.", examples=["fp32"])
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(default="constant", description="Learning-rate decay after warmup.", examples=["cosine"])
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warmup steps.", examples=[100])
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.", examples=[0.01])
+
+
+class TestingSpec(_Model):
+    inject_nan_at_step: int | None = Field(
+        default=None, ge=1, description="For tests of the NaN guard only: make the loss NaN at this step.", examples=[None]
+    )
+    crash_first_try_after_step: int | None = Field(
+        default=None, ge=1,
+        description="For tests of retry/resume only: the first try of the train task exits abruptly after this step's checkpoint.",
+        examples=[None],
+    )
 
 
 class CheckpointSpec(_Model):
     every_n_steps: int | None = Field(default=None, gt=0, description="Checkpoint every N optimizer steps.", examples=[100])
     every: Duration | None = Field(default=None, description="Checkpoint at least this often (wall time).", examples=["20m"])
     keep_last: int = Field(default=3, ge=1, description="Committed checkpoints kept per run.", examples=[3])
+    keep_best: bool = Field(default=True, description="Also keep the checkpoint with the lowest validation loss.", examples=[True])
+    validation_fraction: float = Field(
+        default=0.1, ge=0, lt=1, description="Share of the train split used for the validation loss that picks the best checkpoint.", examples=[0.1]
+    )
+    stall_timeout: Duration = Field(
+        default=timedelta(hours=1),
+        description="The checkpoint sensor fails the run when no new checkpoint was committed for this long while training runs.",
+        examples=["30m"],
+    )
 
 
 class TrainingSpec(_Model):
@@ -172,12 +206,17 @@ class TrainingSpec(_Model):
     learning_rate: float = Field(default=1e-3, gt=0, description="Adam learning rate.", examples=[0.001])
     seed: int = Field(default=0, ge=0, description="Seed for initialisation, shuffling and the holdout split.", examples=[42])
     distributed: DistributedSpec = Field(default_factory=DistributedSpec, description="How training is spread.", examples=[{"nproc_per_node": 2}])
+    optimization: OptimizationSpec = Field(default_factory=OptimizationSpec, description="Optimizer step details.", examples=[{"gradient_clip_norm": 1.0}])
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="When checkpoints are written.", examples=[{"every_n_steps": 100}])
-    launcher: Literal["local"] = Field(
+    launcher: Literal["local", "kubernetes"] = Field(
         default="local",
-        description="Where torchrun runs: 'local' (a subprocess on the Airflow worker).",
+        description="Where torchrun runs: 'local' (a subprocess on the Airflow worker) or 'kubernetes' (pods; see training.kubernetes).",
         examples=["local"],
     )
+    kubernetes: KubernetesSpec | None = Field(
+        default=None, description="Required when launcher is 'kubernetes': image, resources, scheduling.", examples=[None]
+    )
+    testing: TestingSpec = Field(default_factory=TestingSpec, description="Options meant for trainpipe's own tests.", examples=[{}])
 
 
 

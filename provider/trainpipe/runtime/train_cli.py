@@ -1,0 +1,41 @@
+"""``trainpipe train SPEC [--run-dir DIR]``: the training step alone, outside Airflow.
+
+Same snapshot code, same trainer config, same launcher and command as the DAG's ``train`` task.
+A run dir that already holds committed checkpoints is resumed.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from trainpipe import storage
+from trainpipe.lineage import git_commit
+from trainpipe.plan import PipelinePlan
+from trainpipe.runtime.snapshot import take_snapshot
+from trainpipe.runtime.train import RunContext, run_training
+from trainpipe.settings import Settings
+from trainpipe_trainer.config import TrainingResult
+
+
+def _run_dir(value: str, settings: Settings):  # noqa: ANN202 - ObjectStoragePath
+    if "://" not in value:
+        value = Path(value).resolve().as_uri()
+    return storage.resolve_uri(value, settings, settings.storage_conn_id)
+
+
+def train_spec(plan: PipelinePlan, *, run_dir: str | None, logical_date: str | None) -> TrainingResult:
+    settings = Settings.from_env()
+    when = datetime.fromisoformat(logical_date) if logical_date else datetime.now(timezone.utc)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    spec = plan.spec
+    folder = _run_dir(run_dir, settings) if run_dir else None
+    # One MLflow run per run dir: re-running the same dir (a resume) logs into the same run.
+    run_name = f"cli__{folder.name}" if folder is not None else f"cli__{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
+    snapshot = take_snapshot(spec, settings=settings, logical_date=when)
+    run = RunContext(dag_id=spec.pipeline_id, airflow_run_id=run_name, try_number=1, spec_sha256=plan.spec_sha256,
+                     git_commit=git_commit(plan.spec_file))
+    return run_training(spec, snapshot, settings=settings, run=run, run_dir=folder,
+                        on_line=lambda line: print(line, flush=True, file=sys.stdout))
