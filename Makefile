@@ -25,9 +25,12 @@ install: $(STAMP)
 # requirements.lock pins every transitive version that is known to install together here, so the
 # resolver does no backtracking; torch==2.13.0 is the CPU build (any other torch pulls CUDA wheels).
 $(STAMP): pyproject.toml trainer_image/pyproject.toml requirements.lock
+	@mkdir -p $(TRAINPIPE_HOME)
+	@echo "installing into $(VENV) (a few minutes on a fresh machine; log: $(TRAINPIPE_HOME)/install.log)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --progress-bar off -c requirements.lock "torch==2.13.0" \
-		-e ./trainer_image -e ".[kubernetes,amazon,dev]"
+	@$(BIN)/pip install --progress-bar off -c requirements.lock "torch==2.13.0" \
+		-e ./trainer_image -e ".[kubernetes,amazon,dev]" > $(TRAINPIPE_HOME)/install.log 2>&1 \
+		|| { tail -40 $(TRAINPIPE_HOME)/install.log; exit 1; }
 	touch $(STAMP)
 
 demo: install
