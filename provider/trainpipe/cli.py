@@ -24,17 +24,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             valid += len(result.plans)
             for err in result.errors.values():
                 errors += len(err.problems)
-                print(err, file=sys.stderr)
+                print(err)
             continue
         try:
             compile_file(path)
             valid += 1
         except SpecError as err:
             errors += len(err.problems)
-            print(err, file=sys.stderr)
+            print(err)
         except FileNotFoundError:
             errors += 1
-            print(f"{path}: no such file or directory", file=sys.stderr)
+            print(f"{path}: no such file or directory")
     print(f"{valid} valid spec(s), {errors} problem(s)")
     return 1 if errors else 0
 
@@ -46,7 +46,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
     try:
         plan = compile_file(Path(args.file))
     except SpecError as err:
-        print(err, file=sys.stderr)
+        print(err)
         return 1
     if args.k8s:
         from trainpipe.kubernetes.render import render_manifests_yaml
@@ -104,6 +104,26 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from trainpipe.spec.schema import spec_json_schema_text
+
+    print(spec_json_schema_text(), end="")
+    return 0
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    from trainpipe.errors import SpecError
+    from trainpipe.spec.starter import write_starter_spec
+
+    try:
+        path = write_starter_spec(args.name, task=args.task, directory=Path(args.dir))
+    except (SpecError, FileExistsError) as err:
+        print(f"trainpipe init: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}; edit it, then run: trainpipe validate {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainpipe", description="YAML specs -> Airflow ML training pipelines")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -128,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--end", help="last day of the data, YYYY-MM-DD (default: today, UTC)")
     demo.add_argument("--force", action="store_true", help="overwrite files that differ")
     demo.set_defaults(func=_cmd_demo_data)
+
+    schema = commands.add_parser("schema", help="print the JSON Schema (draft 2020-12) of a spec")
+    schema.set_defaults(func=_cmd_schema)
+
+    init = commands.add_parser("init", help="write a valid, commented starter spec")
+    init.add_argument("name", help="pipeline id, also the file name")
+    init.add_argument("--task", required=True, choices=["binary_classification", "regression", "ranking"])
+    init.add_argument("--dir", default=str(DEFAULT_CONFIGS), help="folder (default: dag_configs/)")
+    init.set_defaults(func=_cmd_init)
 
     model = commands.add_parser("model", help="show the registered model version holding an alias")
     model.add_argument("name")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, chain
+from airflow.sdk import DAG, Asset, AssetAll, AssetAny, Param, chain
 
 from trainpipe.operators.pipeline import (
     EvaluateOperator,
@@ -12,7 +12,7 @@ from trainpipe.operators.pipeline import (
     TrainOperator,
     ValidateDataOperator,
 )
-from trainpipe.plan import TASK_ORDER, PipelinePlan
+from trainpipe.plan import TASK_ORDER, AssetSchedule, PipelinePlan
 
 _OPERATORS = {
     "snapshot": SnapshotOperator,
@@ -30,12 +30,29 @@ def _doc(plan: PipelinePlan) -> str:
     return "\n".join(lines)
 
 
+def _schedule(plan: PipelinePlan):  # noqa: ANN202 - str | None | asset condition
+    if isinstance(plan.schedule, AssetSchedule):
+        assets = [Asset(uri) for uri in plan.schedule.uris]
+        return AssetAny(*assets) if plan.schedule.mode == "any" else AssetAll(*assets)
+    return plan.schedule
+
+
+def _params(plan: PipelinePlan) -> dict[str, Param]:
+    params = {}
+    for p in plan.params:
+        bounds = {k: v for k, v in (("minimum", p.minimum), ("maximum", p.maximum)) if v is not None}
+        json_type = [p.type, "null"] if p.default is None else p.type
+        params[p.name] = Param(p.default, type=json_type, description=p.description, **bounds)
+    return params
+
+
 def build_dag(plan: PipelinePlan) -> DAG:
     spec = plan.spec
     dag = DAG(
         dag_id=plan.dag_id,
         description=plan.description or None,
-        schedule=plan.schedule,
+        schedule=_schedule(plan),
+        params=_params(plan),
         start_date=plan.start_date,
         catchup=False,
         tags=list(plan.tags),
@@ -44,7 +61,10 @@ def build_dag(plan: PipelinePlan) -> DAG:
         default_args={"owner": plan.owner, "retries": plan.retries, "retry_delay": spec.retry_delay},
     )
     with dag:
-        tasks = {t.task_id: _OPERATORS[t.task_id](task_id=t.task_id, plan=plan) for t in plan.tasks}
+        tasks = {
+            t.task_id: _OPERATORS[t.task_id](task_id=t.task_id, plan=plan, outlets=[Asset(uri) for uri in t.outlets])
+            for t in plan.tasks
+        }
         chain(*(tasks[task_id] for task_id in TASK_ORDER))
     return dag
 

@@ -2,27 +2,37 @@
 
 ``compile_directory`` is Airflow-free (used by ``trainpipe validate``/``render`` and tests);
 ``register_dags`` is what ``dags/trainpipe_dags.py`` calls.
+
+Defaults: ``_defaults.yaml`` files are merged under each spec, the nearest folder's on top of its
+parents' (precedence: spec file > nearest ``_defaults.yaml`` > ... > the configs root's).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.plan import PipelinePlan, build_plan
-from trainpipe.spec.loader import load_yaml_text
+from trainpipe.spec.loader import LoadedYaml, load_yaml_text, merge_defaults
 from trainpipe.spec.validate import validate_loaded
 
 log = logging.getLogger(__name__)
+
+DEFAULTS_FILE = "_defaults.yaml"
+_PIPELINE_ID_LINE = re.compile(r"^pipeline_id:\s*['\"]?([A-Za-z][A-Za-z0-9_\-]*)", re.MULTILINE)
 
 
 @dataclass(slots=True)
 class CompileResult:
     plans: dict[str, PipelinePlan] = field(default_factory=dict)
+    # Broken specs by display name (relative to the configs folder's parent).
     errors: dict[str, SpecError] = field(default_factory=dict)
+    # Display name -> the file on disk.
+    files: dict[str, Path] = field(default_factory=dict)
 
 
 def spec_files(directory: Path) -> list[Path]:
@@ -31,39 +41,105 @@ def spec_files(directory: Path) -> list[Path]:
     return sorted(p for p in files if not p.name.startswith("_"))
 
 
-def compile_file(path: Path, display_name: str | None = None) -> PipelinePlan:
+def _display(path: Path, relative_to: Path | None) -> str:
+    if relative_to is not None and path.resolve().is_relative_to(relative_to.resolve()):
+        return str(path.resolve().relative_to(relative_to.resolve()))
+    return str(path)
+
+
+class _DefaultsCache:
+    """Each ``_defaults.yaml`` is read once per compile, however many specs sit under it."""
+
+    def __init__(self, root: Path, relative_to: Path | None) -> None:
+        self.root = root.resolve()
+        self.relative_to = relative_to
+        self._loaded: dict[Path, LoadedYaml | None] = {}
+
+    def chain_for(self, spec_path: Path) -> list[LoadedYaml]:
+        """Defaults from the configs root down to the spec's own folder (nearest last)."""
+        folders = []
+        folder = spec_path.resolve().parent
+        while folder.is_relative_to(self.root):
+            folders.append(folder)
+            if folder == self.root:
+                break
+            folder = folder.parent
+        return [d for d in (self._load(f / DEFAULTS_FILE) for f in reversed(folders)) if d is not None]
+
+    def _load(self, path: Path) -> LoadedYaml | None:
+        if path not in self._loaded:
+            self._loaded[path] = (
+                load_yaml_text(path.read_text(encoding="utf-8"), _display(path, self.relative_to)) if path.exists() else None
+            )
+        return self._loaded[path]
+
+
+def compile_file(path: Path, display_name: str | None = None, *, configs_root: Path | None = None,
+                 defaults: _DefaultsCache | None = None) -> PipelinePlan:
+    """Load, merge defaults, validate and plan one spec; raises ``SpecError`` with every problem."""
     name = display_name or str(path)
     text = path.read_text(encoding="utf-8")
-    spec = validate_loaded(load_yaml_text(text, name))
+    loaded = load_yaml_text(text, name)
+    if defaults is None and configs_root is None:
+        # A lone file: its own folder's defaults apply.
+        configs_root = path.resolve().parent
+    defaults = defaults or _DefaultsCache(configs_root, None)
+    for layer in reversed(defaults.chain_for(path)):
+        loaded = merge_defaults(layer, loaded)
+    spec = validate_loaded(loaded)
     return build_plan(spec, spec_file=str(path), spec_text=text)
 
 
-def compile_directory(directory: Path, *, relative_to: Path | None = None) -> CompileResult:
+def compile_directory(directory: Path, *, relative_to: Path | None = None, only_pipeline: str | None = None) -> CompileResult:
+    """Compile every spec under ``directory``. With ``only_pipeline``, compile just the file(s) whose
+    ``pipeline_id`` line names it (a task run needs its own DAG only)."""
     result = CompileResult()
     owners: dict[str, str] = {}
+    defaults = _DefaultsCache(directory, relative_to)
     for path in spec_files(directory):
-        name = str(path.relative_to(relative_to)) if relative_to and path.is_relative_to(relative_to) else str(path)
+        name = _display(path, relative_to)
+        result.files[name] = path
+        if only_pipeline is not None:
+            match = _PIPELINE_ID_LINE.search(path.read_text(encoding="utf-8"))
+            if match is None or match.group(1) != only_pipeline:
+                continue
         try:
-            plan = compile_file(path, name)
+            plan = compile_file(path, name, defaults=defaults)
         except SpecError as err:
             result.errors[name] = err
             continue
+        except OSError as err:
+            result.errors[name] = SpecError([SpecProblem(name, None, None, "", f"cannot read the file: {err}")])
+            continue
         if plan.dag_id in owners:
-            result.errors[name] = SpecError([SpecProblem(name, 1, 1, "pipeline_id",
-                f"{plan.dag_id!r} is already defined in {owners[plan.dag_id]}; pipeline ids must be unique")])
+            result.errors[name] = SpecError([SpecProblem(
+                name, *(plan_line(path, "pipeline_id")), "pipeline_id",
+                f"{plan.dag_id!r} is already defined in {owners[plan.dag_id]}; pipeline ids must be unique, rename one")])
             continue
         owners[plan.dag_id] = name
         result.plans[plan.dag_id] = plan
     return result
 
 
+def plan_line(path: Path, key: str) -> tuple[int | None, int | None]:
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.startswith(f"{key}:"):
+            return number, 1
+    return None, None
+
+
 def register_dags(namespace: dict[str, Any], directory: Path) -> CompileResult:
-    """Build one DAG per valid spec into ``namespace`` (a DAG file's globals)."""
+    """Build one DAG per valid spec into ``namespace`` (a DAG file's globals); each broken spec is
+    reported to Airflow as an import error of that spec file (``trainpipe.airflow_compat``)."""
+    from airflow.sdk import get_parsing_context
+
+    from trainpipe.airflow_compat import report_spec_errors
     from trainpipe.dag_builder import build_dag
 
-    result = compile_directory(directory, relative_to=directory.parent)
+    only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
+    result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only)
     for dag_id, plan in result.plans.items():
         namespace[dag_id] = build_dag(plan)
-    for name, err in result.errors.items():
-        log.error("trainpipe: %s was not compiled:\n%s", name, err)
+    if result.errors:
+        report_spec_errors({result.files[name]: err for name, err in result.errors.items()})
     return result

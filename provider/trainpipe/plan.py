@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from trainpipe.spec.models import PipelineSpec
+from trainpipe.spec.models import OVERRIDABLE_PARAMS, AssetScheduleSpec, PipelineSpec
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register")
 
@@ -51,6 +51,35 @@ class PlannedTask:
     task_id: str
     upstream: tuple[str, ...]
     summary: str
+    # URIs of the Airflow Assets this task updates when it succeeds.
+    outlets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedParam:
+    """A run parameter (Airflow Param) that overrides the spec value at ``path`` for one run."""
+
+    name: str
+    path: tuple[str, ...]
+    type: str
+    default: float | int | None
+    description: str
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssetSchedule:
+    uris: tuple[str, ...]
+    mode: str  # "all" or "any"
+
+
+def snapshot_asset_uri(pipeline_id: str) -> str:
+    return f"trainpipe://{pipeline_id}/snapshot"
+
+
+def model_asset_uri(pipeline_id: str) -> str:
+    return f"trainpipe://{pipeline_id}/model"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,11 +100,12 @@ class PipelinePlan:
     description: str
     owner: str
     tags: tuple[str, ...]
-    schedule: str | None
+    schedule: str | AssetSchedule | None
     start_date: datetime
     retries: int
     tasks: tuple[PlannedTask, ...]
     launch: LaunchPlan
+    params: tuple[PlannedParam, ...] = ()
     spec: PipelineSpec = field(repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,8 +119,10 @@ CONFIG_URI_PLACEHOLDER = "<storage_root>/runs/<pipeline_id>/<run>/trainer_config
 
 
 def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str) -> PipelinePlan:
+    outlets = {"snapshot": (snapshot_asset_uri(spec.pipeline_id),), "register": (model_asset_uri(spec.pipeline_id),)}
     tasks = tuple(
-        PlannedTask(task_id=task_id, upstream=(TASK_ORDER[i - 1],) if i else (), summary=_TASK_SUMMARIES[task_id])
+        PlannedTask(task_id=task_id, upstream=(TASK_ORDER[i - 1],) if i else (), summary=_TASK_SUMMARIES[task_id],
+                    outlets=outlets.get(task_id, ()))
         for i, task_id in enumerate(TASK_ORDER)
     )
     distributed = spec.training.distributed
@@ -112,10 +144,54 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str) -> Pipelin
         description=spec.description,
         owner=spec.owner,
         tags=("trainpipe", *spec.tags),
-        schedule=spec.schedule,
+        schedule=_schedule(spec),
         start_date=spec.start_date,
         retries=spec.retries,
         tasks=tasks,
         launch=launch,
+        params=_params(spec),
         spec=spec,
     )
+
+
+def _schedule(spec: PipelineSpec) -> str | AssetSchedule | None:
+    if isinstance(spec.schedule, AssetScheduleSpec):
+        return AssetSchedule(uris=tuple(spec.schedule.assets), mode=spec.schedule.mode)
+    return spec.schedule
+
+
+def _params(spec: PipelineSpec) -> tuple[PlannedParam, ...]:
+    planned = []
+    for name, param in spec.params.items():
+        path, json_type = OVERRIDABLE_PARAMS[name]
+        current: Any = spec
+        for part in path:
+            current = getattr(current, part)
+        planned.append(PlannedParam(
+            name=name, path=path, type=json_type,
+            default=param.default if param.default is not None else current,
+            description=param.description or f"overrides {'.'.join(path)} for this run",
+            minimum=param.minimum, maximum=param.maximum,
+        ))
+    return tuple(planned)
+
+
+def apply_param_overrides(plan: PipelinePlan, values: dict[str, Any]) -> tuple[PipelineSpec, dict[str, Any]]:
+    """The spec of one run: declared params present in ``values`` replace their spec values.
+
+    Returns the run's spec and the overrides that changed something (recorded in MLflow).
+    """
+    raw = plan.spec.model_dump()
+    changed: dict[str, Any] = {}
+    for param in plan.params:
+        if param.name not in values or values[param.name] is None:
+            continue
+        node = raw
+        for part in param.path[:-1]:
+            node = node[part]
+        if node[param.path[-1]] != values[param.name]:
+            changed[param.name] = values[param.name]
+            node[param.path[-1]] = values[param.name]
+    if not changed:
+        return plan.spec, {}
+    return PipelineSpec.model_validate(raw), changed

@@ -31,6 +31,15 @@ class _PipelineStepOperator(BaseOperator):
     def spec(self):  # noqa: ANN201 - PipelineSpec; imported lazily
         return self.plan.spec
 
+    def run_spec(self, context: Context):  # noqa: ANN201 - PipelineSpec
+        """The spec with this run's params applied (``Trigger DAG w/ config``)."""
+        from trainpipe.plan import apply_param_overrides
+
+        spec, overrides = apply_param_overrides(self.plan, dict(context.get("params") or {}))
+        if overrides:
+            self.log.info("this run overrides %s", overrides)
+        return spec
+
     @functools.cached_property
     def settings(self) -> Settings:
         return Settings.from_env()
@@ -102,8 +111,11 @@ class TrainOperator(_PipelineStepOperator):
             spec_sha256=self.plan.spec_sha256,
             git_commit=git_commit(self.plan.spec_file),
         )
-        result = run_training(self.spec, self.snapshot_info(context), settings=self.settings, run=run,
-                              hook=self.hook, on_line=lambda line: self.log.info("%s", line))
+        from trainpipe.plan import apply_param_overrides
+
+        spec, overrides = apply_param_overrides(self.plan, dict(context.get("params") or {}))
+        result = run_training(spec, self.snapshot_info(context), settings=self.settings, run=run,
+                              hook=self.hook, on_line=lambda line: self.log.info("%s", line), param_overrides=overrides)
         self.log.info("trained: model %s, weights sha256 %s, %d steps on %d processes",
                       result.model_uri, result.weights_sha256, result.global_step, result.world_size)
         return asdict(result)
@@ -116,7 +128,7 @@ class EvaluateOperator(_PipelineStepOperator):
         from trainpipe.runtime.evaluate import evaluate
 
         trained = context["ti"].xcom_pull(task_ids="train")
-        return evaluate(self.spec, holdout_uri=self.snapshot_info(context).holdout_uri, model_uri=trained["model_uri"],
+        return evaluate(self.run_spec(context), holdout_uri=self.snapshot_info(context).holdout_uri, model_uri=trained["model_uri"],
                         mlflow_run_id=trained["mlflow_run_id"], hook=self.hook)
 
 

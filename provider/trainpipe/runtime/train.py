@@ -121,11 +121,14 @@ def build_training_config(spec: PipelineSpec, snapshot: SnapshotInfo, *, setting
 
 def run_training(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
                  hook: MlflowHook | None = None, on_line: Callable[[str], None] | None = None,
-                 run_dir=None) -> TrainingResult:  # noqa: ANN001 - ObjectStoragePath
+                 run_dir=None, param_overrides: dict | None = None) -> TrainingResult:  # noqa: ANN001
+    import json
+
     hook = hook or MlflowHook(settings)
     mlflow_run_id = hook.run_for_dag_run(
         pipeline_id=spec.pipeline_id, dag_id=run.dag_id, airflow_run_id=run.airflow_run_id,
-        tags={"trainpipe.dataset_digest": snapshot.digest},
+        tags={"trainpipe.dataset_digest": snapshot.digest,
+              "trainpipe.param_overrides": json.dumps(param_overrides or {}, sort_keys=True)},
     )
     run_dir = run_dir if run_dir is not None else run_dir_for(spec, settings, run.airflow_run_id)
     config = build_training_config(spec, snapshot, settings=settings, run=run, mlflow_run_id=mlflow_run_id,

@@ -289,12 +289,51 @@ class RegistrationSpec(_Model):
 
 
 # ---------------------------------------------------------------------------------------------
+# run parameters
+
+# Param name -> (path in the spec, JSON Schema type). Only these can be overridden per run.
+OVERRIDABLE_PARAMS: dict[str, tuple[tuple[str, ...], str]] = {
+    "epochs": (("training", "epochs"), "integer"),
+    "batch_size": (("training", "batch_size"), "integer"),
+    "learning_rate": (("training", "learning_rate"), "number"),
+    "seed": (("training", "seed"), "integer"),
+    "dropout": (("training", "model", "dropout"), "number"),
+    "gradient_clip_norm": (("training", "optimization", "gradient_clip_norm"), "number"),
+    "warmup_steps": (("training", "optimization", "warmup_steps"), "integer"),
+    "weight_decay": (("training", "optimization", "weight_decay"), "number"),
+    "decision_threshold": (("evaluation", "decision_threshold"), "number"),
+}
+
+
+class ParamSpec(_Model):
+    default: float | int | None = Field(
+        default=None, description="Default shown in the trigger form; the spec's own value when omitted.", examples=[0.003]
+    )
+    description: str = Field(default="", description="Help text in the trigger form.", examples=["Adam learning rate"])
+    minimum: float | None = Field(default=None, description="Smallest accepted value.", examples=[0.00001])
+    maximum: float | None = Field(default=None, description="Largest accepted value.", examples=[0.1])
+
+
+# ---------------------------------------------------------------------------------------------
 # the pipeline
 
 _SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually")
 
 
+class AssetScheduleSpec(_Model):
+    assets: list[str] = Field(
+        min_length=1,
+        description="Run when these Airflow Assets are updated (their URIs), e.g. another pipeline's snapshot or model.",
+        examples=[["trainpipe://fraud_detector/model"]],
+    )
+    mode: Literal["all", "any"] = Field(
+        default="all", description="'all': run once every listed asset was updated; 'any': on each update of any.", examples=["any"]
+    )
+
+
 def _normalise_schedule(value: Any) -> Any:
+    if isinstance(value, dict):
+        return value
     if value is None or (isinstance(value, str) and value.strip().lower() in {"none", "null", ""}):
         return None
     if isinstance(value, str):
@@ -319,10 +358,10 @@ class PipelineSpec(_Model):
     description: str = Field(default="", description="Shown in the Airflow UI.", examples=["Nightly fraud model retrain"])
     owner: str = Field(default="trainpipe", description="Airflow owner.", examples=["risk-ml"])
     tags: list[str] = Field(default_factory=list, description="Airflow DAG tags.", examples=[["fraud"]])
-    schedule: Annotated[str | None, BeforeValidator(_normalise_schedule)] = Field(
+    schedule: Annotated[str | AssetScheduleSpec | None, BeforeValidator(_normalise_schedule)] = Field(
         default=None,
-        description="Cron expression, preset (@daily) or none (manual triggers only).",
-        examples=["0 0 * * *", "@daily", "none"],
+        description="Cron expression, preset (@daily), none (manual triggers only), or {assets: [...]} (data-aware).",
+        examples=["0 0 * * *", "@daily", "none", {"assets": ["trainpipe://transactions_ingest/snapshot"]}],
     )
     start_date: datetime = Field(
         default=datetime(2025, 1, 1, tzinfo=timezone.utc),
@@ -336,4 +375,10 @@ class PipelineSpec(_Model):
     training: TrainingSpec = Field(description="What and how to train.", examples=[{"task": "binary_classification"}])
     evaluation: EvaluationSpec = Field(description="Holdout metrics and gates.", examples=[{"metrics": ["auc"]}])
     registration: RegistrationSpec = Field(description="Where the model is registered.", examples=[{"model_name": "fraud_detector"}])
+    params: dict[str, ParamSpec] = Field(
+        default_factory=dict,
+        description="Run parameters shown in 'Trigger DAG w/ config'; each overrides the hyperparameter of the same name "
+        f"for that run only. Names: {', '.join(sorted(OVERRIDABLE_PARAMS))}.",
+        examples=[{"learning_rate": {"description": "Adam learning rate for this run", "minimum": 0.00001}}],
+    )
 

@@ -8,6 +8,8 @@ that evaluation does not compute, a ranking task without a query column, ...). E
 from __future__ import annotations
 
 import difflib
+import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from trainpipe import metrics
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
-from trainpipe.spec.models import PipelineSpec
+from trainpipe.spec.models import OVERRIDABLE_PARAMS, GateSpec, PipelineSpec, _parse_gate
 
 
 def _model_at(path: FieldPath) -> type[BaseModel] | None:
@@ -53,36 +55,87 @@ def _pydantic_problem(loaded: LoadedYaml, error: dict[str, Any]) -> SpecProblem:
     return loaded.problem(path, message)
 
 
-def _semantic_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]:
+@functools.cache
+def known_expectation_names() -> frozenset[str]:
+    """Expectation names of the pinned Great Expectations release, from a committed list: importing GE
+    costs seconds, too much for DAG parsing. A test keeps the list equal to GE's own."""
+    data = json.loads((Path(__file__).with_name("expectation_names.json")).read_text())
+    return frozenset(data["names"])
+
+
+def _get(data: Any, *path: str | int) -> Any:
+    """Raw value at ``path`` or None: the checks below also run on specs that failed pydantic."""
+    for part in path:
+        if isinstance(part, int):
+            if not isinstance(data, list) or part >= len(data):
+                return None
+        elif not isinstance(data, dict):
+            return None
+        data = data[part] if isinstance(part, int) else data.get(part)
+    return data
+
+
+def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
+    """Checks across fields, on the raw data, so a file's problems are all reported in one pass."""
     problems: list[SpecProblem] = []
-    training, evaluation = spec.training, spec.evaluation
-    if spec.data.window is not None and not spec.data.time_column:
-        problems.append(loaded.problem(("data", "window"), "window needs data.time_column: name the timestamp column to cut on"))
-    if training.label in training.features:
-        index = training.features.index(training.label)
-        problems.append(loaded.problem(("training", "features", index), f"{training.label!r} is the label; remove it from features"))
-    seen: set[str] = set()
-    for index, feature in enumerate(training.features):
-        if feature in seen:
-            problems.append(loaded.problem(("training", "features", index), f"{feature!r} is listed twice; remove one"))
-        seen.add(feature)
-    if training.task == "ranking" and not training.group_column:
-        problems.append(loaded.problem(("training", "group_column"), "task 'ranking' needs group_column, the query id column"))
-    if training.task != "ranking" and training.group_column:
-        problems.append(loaded.problem(("training", "group_column"), f"group_column only applies to task 'ranking', not {training.task!r}; remove it"))
-    for index, name in enumerate(evaluation.metrics):
-        if not metrics.is_known_metric(training.task, name):
-            hint = metrics.suggest_metric(training.task, name)
-            fix = f"did you mean `{hint}`?" if hint else f"use one of {', '.join(metrics.metric_names(training.task))}"
-            problems.append(loaded.problem(("evaluation", "metrics", index), f"{name!r} is not a {training.task} metric; {fix}"))
-    for index, gate in enumerate(evaluation.gates):
-        if gate.metric not in evaluation.metrics:
-            problems.append(
-                loaded.problem(
-                    ("evaluation", "gates", index),
-                    f"gate '{gate}' uses {gate.metric!r}, which evaluation does not compute; add it to evaluation.metrics",
-                )
-            )
+    data = loaded.data
+    add = lambda path, message: problems.append(loaded.problem(path, message))  # noqa: E731
+
+    if _get(data, "data", "window") is not None and not _get(data, "data", "time_column"):
+        add(("data", "window"), "window needs data.time_column: name the timestamp column to cut the window on")
+
+    task = _get(data, "training", "task")
+    features = _get(data, "training", "features")
+    label = _get(data, "training", "label")
+    if isinstance(features, list):
+        seen: set[Any] = set()
+        for index, feature in enumerate(features):
+            if feature == label:
+                add(("training", "features", index), f"{feature!r} is the label; remove it from features")
+            elif feature in seen:
+                add(("training", "features", index), f"{feature!r} is listed twice; remove one")
+            seen.add(feature)
+    group_column = _get(data, "training", "group_column")
+    if task == "ranking" and not group_column:
+        add(("training", "group_column") if "training" in data else ("training",),
+            "task 'ranking' needs group_column, the query id column")
+    if task in ("binary_classification", "regression") and group_column:
+        add(("training", "group_column"), f"group_column only applies to task 'ranking', not {task!r}; remove it")
+
+    expectations = _get(data, "validation", "expectations")
+    for index, item in enumerate(expectations if isinstance(expectations, list) else []):
+        name = item if isinstance(item, str) else next(iter(item)) if isinstance(item, dict) and len(item) == 1 else None
+        if isinstance(item, dict) and "name" in item:
+            name = item["name"]
+        if isinstance(name, str) and name not in known_expectation_names():
+            close = difflib.get_close_matches(name, sorted(known_expectation_names()), n=1, cutoff=0.6)
+            fix = f"did you mean `{close[0]}`?" if close else "see https://greatexpectations.io/expectations/"
+            add(("validation", "expectations", index), f"unknown Great Expectations expectation {name!r}; {fix}")
+
+    metric_names = _get(data, "evaluation", "metrics")
+    known_task = task in ("binary_classification", "regression", "ranking")
+    if isinstance(metric_names, list) and known_task:
+        for index, name in enumerate(metric_names):
+            if isinstance(name, str) and not metrics.is_known_metric(task, name):
+                hint = metrics.suggest_metric(task, name)
+                fix = f"did you mean `{hint}`?" if hint else f"use one of {', '.join(metrics.metric_names(task))}"
+                add(("evaluation", "metrics", index), f"{name!r} is not a {task} metric; {fix}")
+    gates = _get(data, "evaluation", "gates")
+    for index, raw_gate in enumerate(gates if isinstance(gates, list) else []):
+        try:
+            gate = GateSpec.model_validate(_parse_gate(raw_gate))
+        except (ValueError, ValidationError):
+            continue  # pydantic reports the unreadable gate itself
+        if isinstance(metric_names, list) and gate.metric not in metric_names:
+            add(("evaluation", "gates", index),
+                f"gate '{gate}' uses {gate.metric!r}, which evaluation does not compute; add it to evaluation.metrics")
+
+    params = _get(data, "params")
+    for name in params if isinstance(params, dict) else {}:
+        if name not in OVERRIDABLE_PARAMS:
+            close = difflib.get_close_matches(str(name), sorted(OVERRIDABLE_PARAMS), n=1, cutoff=0.5)
+            fix = f"did you mean `{close[0]}`?" if close else f"use one of {', '.join(sorted(OVERRIDABLE_PARAMS))}"
+            add(("params", name), f"{name!r} is not a hyperparameter a run can override; {fix}")
     return problems
 
 
@@ -90,12 +143,16 @@ def validate_loaded(loaded: LoadedYaml) -> PipelineSpec:
     if not isinstance(loaded.data, dict):
         found = type(loaded.data).__name__ if loaded.data is not None else "an empty file"
         raise SpecError([loaded.problem((), f"a spec is a YAML mapping with pipeline_id, data, training, ...; found {found}")])
+    problems: list[SpecProblem] = []
+    spec = None
     try:
         spec = PipelineSpec.model_validate(loaded.data)
     except ValidationError as err:
-        raise SpecError([_pydantic_problem(loaded, e) for e in err.errors()]) from None
-    problems = _semantic_problems(loaded, spec)
-    if problems:
+        problems.extend(_pydantic_problem(loaded, e) for e in err.errors())
+    reported = {(p.field_path, p.message) for p in problems}
+    problems.extend(p for p in _semantic_problems(loaded) if (p.field_path, p.message) not in reported)
+    if problems or spec is None:
+        problems.sort(key=lambda p: (p.file != loaded.file, p.file, p.line or 0, p.column or 0))
         raise SpecError(problems)
     return spec
 

@@ -1,0 +1,70 @@
+"""Reporting a broken spec to Airflow as an import error of the spec file itself.
+
+Airflow 3.3 records import errors per parsed file, and a DAG file that raises loses all its DAGs.
+So ``dags/trainpipe_dags.py`` never raises for a bad spec: it adds a structured ``DagImportError``
+(file, line, column, the ``trainpipe validate`` text) to the import result Airflow is building for
+the file being parsed. Airflow 3.4's experimental Dag importer interface is the supported home for
+this once it is stable (ADR 0004). If the importer's result is not found (another Airflow version,
+or the file imported outside a DAG parse), the errors are only logged: valid DAGs must never vanish.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from pathlib import Path
+
+from trainpipe.errors import SpecError
+
+log = logging.getLogger(__name__)
+
+
+def _import_result_in_progress():  # noqa: ANN202 - (DagImportResult, bundle path) or (None, None)
+    try:
+        from airflow.dag_processing.importers.base import DagImportResult
+    except ImportError:
+        return None, None
+    frame = inspect.currentframe()
+    result = None
+    while frame is not None:
+        local = frame.f_locals
+        if result is None and isinstance(local.get("result"), DagImportResult):
+            result = local["result"]
+        if result is not None and "bundle_path" in local:
+            return result, local.get("bundle_path")
+        frame = frame.f_back
+    return result, None
+
+
+def _airflow_relative_path(path: Path, bundle_path: Path | None) -> str:
+    # The same rule as Airflow's importers: relative to the bundle when inside it, else absolute.
+    if bundle_path is not None:
+        try:
+            return str(path.resolve().relative_to(Path(bundle_path).resolve()))
+        except ValueError:
+            pass
+    return str(path.resolve())
+
+
+def report_spec_errors(errors: dict[Path, SpecError]) -> bool:
+    """Attach each broken spec's problems to Airflow's import errors; True when Airflow got them."""
+    for path, err in errors.items():
+        log.error("trainpipe: %s was not compiled:\n%s", path, err)
+    result, bundle_path = _import_result_in_progress()
+    if result is None:
+        return False
+    from airflow.dag_processing.importers.base import DagImportError
+
+    for path, err in errors.items():
+        first = err.problems[0] if err.problems else None
+        result.errors.append(
+            DagImportError(
+                file_path=_airflow_relative_path(path, bundle_path),
+                message=str(err),
+                error_type="trainpipe spec",
+                line_number=first.line if first else None,
+                column_number=first.column if first else None,
+                suggestion="run `trainpipe validate` on the file",
+            )
+        )
+    return True
