@@ -42,8 +42,9 @@ def spec_files(directory: Path) -> list[Path]:
 
 
 def _display(path: Path, relative_to: Path | None) -> str:
-    if relative_to is not None and path.resolve().is_relative_to(relative_to.resolve()):
-        return str(path.resolve().relative_to(relative_to.resolve()))
+    base = (relative_to or Path.cwd()).resolve()
+    if path.resolve().is_relative_to(base):
+        return str(path.resolve().relative_to(base))
     return str(path)
 
 

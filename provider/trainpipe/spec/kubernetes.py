@@ -1,15 +1,243 @@
 """The ``training.kubernetes`` section of a spec: how the train task's pods are built.
 
-Owned by the Kubernetes launcher (issue 4); extended there.
+Everything here is plain data; ``trainpipe.kubernetes.builders`` turns it into Kubernetes objects.
+Secrets never appear in a spec: ``secret_env`` and ``env_from_secrets`` name Kubernetes Secrets,
+and ``env`` refuses names that look like credentials.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import re
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
+
+# A Kubernetes resource quantity: "500m", "4", "16Gi", "1.5".
+_QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+# Environment variable names that must come from a Secret, never from the YAML.
+_SECRET_LIKE = re.compile(r"(SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|API_KEY)", re.I)
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
-class KubernetesSpec(BaseModel):
+def _duration(value: Any) -> Any:
+    # Imported at validation time: trainpipe.spec.models imports this module.
+    from trainpipe.spec.models import parse_duration
+
+    return parse_duration(value)
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": r"^\s*(\d+\s*[smhdw]\s*)+$"},
+                {"type": "integer", "exclusiveMinimum": 0},
+            ],
+            "description": "A duration: '30d', '20m', '1h30m' (s, m, h, d, w) or whole seconds.",
+        }
+    ),
+]
+
+
+def _quantity(value: Any) -> Any:
+    # YAML reads `cpu: 4` as an int and `cpu: 0.5` as a float; Kubernetes wants strings.
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return format(value, "g")
+    return value
+
+
+Quantity = Annotated[str, BeforeValidator(_quantity), Field(pattern=_QUANTITY)]
+
+
+class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
+
+class ResourceLimitsSpec(_Model):
+    cpu: Quantity | None = Field(
+        default=None, description="CPU limit; none by default (CPU limits throttle data loading).", examples=["48"]
+    )
+    memory: Quantity | None = Field(
+        default=None, description="Memory limit; defaults to the memory request (a pod is never OOM-killed above what it asked for).",
+        examples=["320Gi"],
+    )
+
+
+class ResourcesSpec(_Model):
+    gpus: int = Field(
+        default=0, ge=0,
+        description="GPUs per pod (the `gpu_resource` limit). torchrun starts one process per GPU, so this must "
+        "equal training.distributed.nproc_per_node when > 0.",
+        examples=[8],
+    )
+    gpu_resource: str = Field(
+        default="nvidia.com/gpu", description="Extended resource name of a GPU on this cluster.", examples=["nvidia.com/gpu", "amd.com/gpu"]
+    )
+    cpu: Quantity = Field(default="2", description="CPU request per pod.", examples=["32"])
+    memory: Quantity = Field(default="8Gi", description="Memory request per pod.", examples=["256Gi"])
+    limits: ResourceLimitsSpec = Field(
+        default_factory=ResourceLimitsSpec, description="CPU and memory limits; the GPU limit always equals `gpus`.",
+        examples=[{"memory": "300Gi"}],
+    )
+
+
+class TolerationSpec(_Model):
+    key: str | None = Field(default=None, description="Taint key; omit with operator Exists to tolerate every taint.", examples=["nvidia.com/gpu"])
+    operator: Literal["Equal", "Exists"] = Field(default="Equal", description="Equal matches `value`; Exists matches any value.", examples=["Exists"])
+    value: str | None = Field(default=None, description="Taint value (operator Equal).", examples=["spot"])
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate; all effects when omitted.", examples=["NoSchedule"]
+    )
+    toleration_seconds: int | None = Field(
+        default=None, ge=0, description="NoExecute only: how long the pod stays bound after the taint appears.", examples=[300]
+    )
+
+
+class NodeRequirementSpec(_Model):
+    key: str = Field(description="Node label key.", examples=["node.kubernetes.io/instance-type"])
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = Field(
+        default="In", description="How the label is matched.", examples=["In"]
+    )
+    values: list[str] = Field(default_factory=list, description="Label values (In, NotIn, Gt, Lt).", examples=[["p4d.24xlarge"]])
+
+
+class PreferredNodeSpec(NodeRequirementSpec):
+    weight: int = Field(default=100, ge=1, le=100, description="Preference weight, 1-100.", examples=[100])
+
+
+class AffinitySpec(_Model):
+    required: list[NodeRequirementSpec] = Field(
+        default_factory=list,
+        description="Node labels a pod must match (all of them): hard placement.",
+        examples=[[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p4d.24xlarge"]}]],
+    )
+    preferred: list[PreferredNodeSpec] = Field(
+        default_factory=list,
+        description="Node labels a pod should match: soft placement, e.g. prefer spot capacity.",
+        examples=[[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"], "weight": 100}]],
+    )
+
+
+class SecretKeySpec(_Model):
+    secret: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="Name of the Kubernetes Secret.", examples=["mlflow-credentials"])
+    key: str = Field(description="Key inside the Secret.", examples=["token"])
+
+
+def _secret_ref(value: Any) -> Any:
+    # Friendly form "secret-name/key".
+    if isinstance(value, str):
+        name, sep, key = value.partition("/")
+        if not sep or not name or not key:
+            raise ValueError(f"expected 'SECRET_NAME/KEY' or {{secret: ..., key: ...}}, got {value!r}")
+        return {"secret": name, "key": key}
+    return value
+
+
+class KubernetesSpec(_Model):
     image: str = Field(description="Trainer image (see trainer_image/README.md).", examples=["ghcr.io/trainpipe/trainer:0.1.0"])
-    namespace: str = Field(default="default", description="Namespace of the training pods.", examples=["ml-training"])
+    namespace: str = Field(default="default", pattern=_DNS_LABEL, description="Namespace of the training pods.", examples=["ml-training"])
+    kubernetes_conn_id: str = Field(
+        default="kubernetes_default",
+        description="Airflow connection (type kubernetes) to the cluster; in-cluster or kubeconfig.",
+        examples=["kubernetes_default"],
+    )
+    service_account: str | None = Field(
+        default=None, description="Service account of the pods (e.g. one bound to a cloud role for the bucket).", examples=["trainer"]
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent", description="Kubernetes imagePullPolicy.", examples=["IfNotPresent"]
+    )
+    image_pull_secrets: list[str] = Field(
+        default_factory=list, description="Secrets (docker-registry) used to pull the image.", examples=[["ghcr-pull"]]
+    )
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, description="Per-pod GPUs, CPU and memory.", examples=[{"gpus": 8, "cpu": "32", "memory": "256Gi"}]
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the pods must have.", examples=[{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}]
+    )
+    tolerations: list[TolerationSpec] = Field(
+        default_factory=list,
+        description="Taints the pods tolerate (GPU pools, spot/preemptible pools are usually tainted).",
+        examples=[[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]],
+    )
+    affinity: AffinitySpec = Field(
+        default_factory=AffinitySpec, description="Node affinity: required and preferred node labels.",
+        examples=[{"preferred": [{"key": "cloud.google.com/gke-spot", "values": ["true"]}]}],
+    )
+    priority_class: str | None = Field(default=None, description="PriorityClass of the pods.", examples=["training-high"])
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Extra pod labels (cost allocation, Kueue queue name).",
+        examples=[{"kueue.x-k8s.io/queue-name": "gpu-training"}],
+    )
+    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.", examples=[{"team": "risk-ml"}])
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Plain environment variables of the trainer. Never secrets: use secret_env or env_from_secrets.",
+        examples=[{"NCCL_DEBUG": "WARN", "AWS_ENDPOINT_URL": "http://minio.storage:9000"}],
+    )
+    secret_env: dict[str, Annotated[SecretKeySpec, BeforeValidator(_secret_ref)]] = Field(
+        default_factory=dict,
+        description="Environment variables read from a Kubernetes Secret: NAME: 'secret-name/key'.",
+        examples=[{"MLFLOW_TRACKING_TOKEN": "mlflow-credentials/token"}],
+    )
+    env_from_secrets: list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]] = Field(
+        default_factory=list,
+        description="Secrets whose every key becomes an environment variable (e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).",
+        examples=[["training-bucket-credentials"]],
+    )
+    shm_size: Quantity = Field(
+        default="16Gi",
+        description="Size of the memory-backed /dev/shm (NCCL and data loader workers need more than the container default 64Mi). "
+        "It counts against the pod's memory.",
+        examples=["16Gi"],
+    )
+    run_as_user: int = Field(default=1000, ge=1, description="Non-root UID of the trainer (the image's `trainer` user).", examples=[1000])
+    on_finish_action: Literal["delete_pod", "delete_succeeded_pod", "keep_pod"] = Field(
+        default="delete_succeeded_pod",
+        description="What happens to the pods (multi-node: the Job) when training ends: failed ones are kept for "
+        "debugging by default. The headless Service is always deleted.",
+        examples=["delete_succeeded_pod"],
+    )
+    schedule_timeout: Duration = Field(
+        default=timedelta(minutes=30), description="How long a pod may stay unscheduled (GPU node scale-up).", examples=["30m"]
+    )
+    startup_timeout: Duration = Field(
+        default=timedelta(minutes=15), description="How long a scheduled pod may take to start (image pull).", examples=["15m"]
+    )
+    log_interval: Duration = Field(
+        default=timedelta(minutes=2),
+        description="Single node: how often the deferred train task wakes up to copy new pod log lines into the task log.",
+        examples=["2m"],
+    )
+    termination_grace_period: Duration = Field(
+        default=timedelta(minutes=2), description="Time between SIGTERM and SIGKILL when a pod is stopped.", examples=["2m"]
+    )
+    max_pod_restarts: int = Field(
+        default=0, ge=0,
+        description="Multi-node: pod failures the Job tolerates (backoffLimit; torchrun --max_restarts). A restarted "
+        "pod resumes from the latest checkpoint. 0 fails fast and leaves recovery to the Airflow retry.",
+        examples=[0],
+    )
+    ttl_after_finished: Duration = Field(
+        default=timedelta(hours=24),
+        description="Multi-node: Kubernetes deletes a finished Job (and its pods) this long after it ended, when it was kept.",
+        examples=["24h"],
+    )
+    rendezvous_port: int = Field(default=29500, ge=1024, le=65535, description="Multi-node: c10d rendezvous port on the index-0 pod.", examples=[29500])
+
+    @field_validator("env")
+    @classmethod
+    def _no_literal_secrets(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if _SECRET_LIKE.search(name):
+                raise ValueError(
+                    f"{name!r} looks like a credential; never put secrets in a spec: move it to "
+                    f"secret_env ({name}: SECRET_NAME/KEY) or env_from_secrets"
+                )
+        return env

@@ -84,8 +84,12 @@ def load_yaml_text(text: str, file: str) -> LoadedYaml:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark else None
         column = mark.column + 1 if mark else None
-        reason = err.problem or str(err)
-        raise SpecError([SpecProblem(file, line, column, "", f"YAML syntax error: {reason}")]) from None
+        if isinstance(err, yaml.constructor.ConstructorError):
+            reason = (f"{err.problem}; specs are read with yaml.safe_load, so language-specific tags "
+                      "(!!python/...) are refused: write plain values")
+        else:
+            reason = f"YAML syntax error: {err.problem or err}"
+        raise SpecError([SpecProblem(file, line, column, "", reason)]) from None
     except yaml.YAMLError as err:
         raise SpecError([SpecProblem(file, None, None, "", f"YAML error: {err}")]) from None
     finally:

@@ -47,6 +47,8 @@ def _pydantic_problem(loaded: LoadedYaml, error: dict[str, Any]) -> SpecProblem:
         return loaded.problem(path, f"unknown key; {hint}")
     if kind == "missing":
         return loaded.problem(path, "required field is missing; add it")
+    if kind == "string_pattern_mismatch" and str(error.get("ctx", {}).get("pattern", "")).startswith("^[A-Za-z]"):
+        return loaded.problem(path, f"must start with a letter and use only letters, digits, '_' and '-', got {error['input']!r}")
     message = error["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
