@@ -118,7 +118,22 @@ def _normalise_expectation(value: Any) -> Any:
 
 
 class ValidationSpec(_Model):
-    expectations: list[Annotated[ExpectationSpec, BeforeValidator(_normalise_expectation)]] = Field(
+    expectations: list[
+        Annotated[
+            ExpectationSpec,
+            BeforeValidator(_normalise_expectation),
+            WithJsonSchema({
+                "anyOf": [
+                    {"type": "string", "pattern": "^expect_[a-z0-9_]+$"},
+                    {"type": "object", "minProperties": 1, "maxProperties": 1,
+                     "patternProperties": {"^expect_[a-z0-9_]+$": {"type": ["object", "null"]}},
+                     "additionalProperties": False},
+                    ExpectationSpec.model_json_schema(),
+                ],
+                "description": "An expectation name, or {name: {kwargs}}.",
+            }),
+        ]
+    ] = Field(
         default_factory=list,
         description="Great Expectations run on the snapshot before training. Feature and label columns "
         "are always required to exist.",
@@ -264,7 +279,19 @@ def _parse_gate(value: Any) -> Any:
 
 class EvaluationSpec(_Model):
     metrics: list[str] = Field(min_length=1, description="Metrics computed on the holdout.", examples=[["auc", "f1"]])
-    gates: list[Annotated[GateSpec, BeforeValidator(_parse_gate)]] = Field(
+    gates: list[
+        Annotated[
+            GateSpec,
+            BeforeValidator(_parse_gate),
+            WithJsonSchema({
+                "anyOf": [
+                    {"type": "string", "pattern": r"^\s*[A-Za-z_][\w@]*\s*(>=|<=|>|<)\s*[+-]?(\d+(\.\d+)?|\.\d+)\s*%?\s*$"},
+                    GateSpec.model_json_schema(),
+                ],
+                "description": "'METRIC OP VALUE' (absolute) or 'METRIC OP +N%' (relative to the champion).",
+            }),
+        ]
+    ] = Field(
         default_factory=list,
         description="All must pass before the model is registered: 'auc >= 0.80' (absolute) or "
         "'auc >= +0.1%' (relative to the current champion).",

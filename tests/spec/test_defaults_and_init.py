@@ -1,0 +1,68 @@
+"""_defaults.yaml merging (nearest wins) and `trainpipe init` starters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainpipe.cli import main
+from trainpipe.errors import SpecError
+from trainpipe.factory import compile_directory, compile_file
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def configs(tmp_path: Path) -> Path:
+    root = tmp_path / "dag_configs"
+    _write(root / "_defaults.yaml", "owner: platform\nretries: 3\ntraining:\n  epochs: 2\n  seed: 1\n")
+    _write(root / "team" / "_defaults.yaml", "owner: team-a\ntraining:\n  epochs: 5\n")
+    spec = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
+    spec = spec.replace("owner: risk-ml\n", "").replace("retries: 1\n", "").replace("  epochs: 8\n", "").replace("  seed: 42\n", "")
+    _write(root / "team" / "fraud.yaml", spec)
+    return root
+
+
+def test_nearest_defaults_win_and_the_spec_wins_over_all(configs: Path):
+    plan = compile_directory(configs).plans["fraud_detector"]
+    assert plan.owner == "team-a"  # team/_defaults.yaml over the root's
+    assert plan.retries == 3  # only the root sets it
+    assert plan.spec.training.epochs == 5  # nearest defaults
+    assert plan.spec.training.seed == 1
+    assert plan.spec.training.learning_rate == 0.003  # the spec's own value
+
+
+def test_render_shows_the_merged_spec(configs: Path, capsys):
+    assert main(["render", str(configs / "team" / "fraud.yaml")]) == 0
+    rendered = json.loads(capsys.readouterr().out)
+    assert rendered["owner"] == "team-a"
+    assert rendered["spec"]["training"]["epochs"] == 5
+
+
+def test_a_mistake_in_defaults_points_into_the_defaults_file(configs: Path):
+    _write(configs / "team" / "_defaults.yaml", "owner: team-a\ntraining:\n  epochs: 0\n")
+    with pytest.raises(SpecError) as caught:
+        compile_file(configs / "team" / "fraud.yaml", configs_root=configs)
+    (problem,) = caught.value.problems
+    assert problem.file.endswith("team/_defaults.yaml")
+    assert (problem.line, problem.column, problem.field_path) == (3, 3, "training.epochs")
+
+
+@pytest.mark.parametrize("task", ["binary_classification", "regression", "ranking"])
+def test_init_writes_a_valid_commented_starter(task: str, tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "churn", "--task", task, "--dir", "dag_configs"]) == 0
+    written = tmp_path / "dag_configs" / "churn.yaml"
+    assert written.read_text().startswith("# yaml-language-server: $schema=")
+    assert "# " in written.read_text().split("pipeline_id:")[1]  # comments explain the keys
+    assert compile_file(written).spec.training.task == task
+    assert main(["init", "churn", "--task", task, "--dir", "dag_configs"]) == 1  # never overwrites
+    assert "already exists" in capsys.readouterr().err
