@@ -1,0 +1,135 @@
+"""Parse speed: marginal milliseconds per DAG for trainpipe, a hand-written DAG of the same shape,
+and dag-factory 1.1 given an equivalent YAML, all in this one process.
+
+    python benchmarks/parse_specs.py [--specs 1000]
+
+Baseline: the hand-written Airflow DAG (same task count, chain, schedule, tags, default_args).
+Targets: trainpipe <= 1.5x hand-written; dag-factory / trainpipe >= 4x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "dag_configs" / "fraud_detector.yaml"
+
+
+def _timed(fn, *args) -> float:
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        fn(*args)
+        return time.perf_counter() - start
+    finally:
+        gc.enable()
+
+
+def _marginal_ms(fn, small: int, large: int) -> float:
+    """(T(large) - T(small)) / (large - small): per-DAG cost without one-off imports and warm-up."""
+    fn(small)  # warm: imports, caches
+    t_small = min(_timed(fn, small) for _ in range(2))
+    t_large = _timed(fn, large)
+    return (t_large - t_small) / (large - small) * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--specs", type=int, default=1000)
+    args = parser.parse_args()
+    n = args.specs
+    small = max(10, n // 10)
+
+    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="trainpipe-bench-airflow-"))
+    logging.disable(logging.WARNING)
+    warnings.simplefilter("ignore")
+
+    from airflow.providers.standard.operators.bash import BashOperator
+    from airflow.sdk import DAG, chain
+
+    from trainpipe.dag_builder import build_dag
+    from trainpipe.factory import compile_directory
+
+    template = EXAMPLE.read_text()
+    work = Path(tempfile.mkdtemp(prefix="trainpipe-bench-"))
+    trainpipe_dirs: dict[int, Path] = {}
+    for count in (small, n):
+        folder = work / f"trainpipe_{count}"
+        folder.mkdir()
+        for i in range(count):
+            (folder / f"p{i:05d}.yaml").write_text(template.replace("pipeline_id: fraud_detector", f"pipeline_id: p{i:05d}"))
+        trainpipe_dirs[count] = folder
+
+    probe = compile_directory(trainpipe_dirs[small]).plans["p00000"]
+    task_ids = [t.task_id for t in build_dag(probe).topological_sort()]
+    n_tasks = len(task_ids)
+
+    def trainpipe(count: int) -> None:
+        result = compile_directory(trainpipe_dirs[count])
+        namespace = {dag_id: build_dag(plan) for dag_id, plan in result.plans.items()}
+        assert len(namespace) == count, result.errors
+
+    def hand_written(count: int) -> None:
+        namespace = {}
+        for i in range(count):
+            with DAG(dag_id=f"h{i:05d}", schedule="@daily", start_date=probe.start_date, catchup=False,
+                     tags=list(probe.tags), description=probe.description, max_active_runs=1,
+                     default_args={"owner": probe.owner, "retries": probe.retries}) as dag:
+                chain(*(BashOperator(task_id=t, bash_command="true") for t in task_ids))
+            namespace[dag.dag_id] = dag
+
+    dagfactory_dirs: dict[int, Path] = {}
+    for count in (small, n):
+        folder = work / f"dagfactory_{count}"
+        folder.mkdir()
+        for i in range(count):
+            tasks = "\n".join(
+                f"    - task_id: {t}\n      operator: airflow.providers.standard.operators.bash.BashOperator\n"
+                f"      bash_command: 'true'" + (f"\n      dependencies: [{task_ids[j - 1]}]" if j else "")
+                for j, t in enumerate(task_ids)
+            )
+            (folder / f"d{i:05d}.yml").write_text(
+                f"d{i:05d}:\n  default_args:\n    owner: {probe.owner}\n    retries: {probe.retries}\n"
+                f"    start_date: 2025-01-01\n  schedule: '@daily'\n  catchup: false\n  max_active_runs: 1\n"
+                f"  description: {probe.description!r}\n  tags: {list(probe.tags)}\n  tasks:\n{tasks}\n"
+            )
+        dagfactory_dirs[count] = folder
+
+    try:
+        from dagfactory import load_yaml_dags
+        import dagfactory
+    except ImportError:
+        load_yaml_dags = None
+
+    def dag_factory(count: int) -> None:
+        namespace: dict = {}
+        load_yaml_dags(globals_dict=namespace, dags_folder=str(dagfactory_dirs[count]), suffix=[".yml"])
+        assert sum(1 for v in namespace.values() if isinstance(v, DAG)) == count
+
+    hand_ms = _marginal_ms(hand_written, small, n)
+    ours_ms = _marginal_ms(trainpipe, small, n)
+    print(f"specs: {n} (marginal cost between {small} and {n} DAGs; {n_tasks} tasks per DAG), Python {sys.version.split()[0]}")
+    print(f"hand-written Airflow DAG (baseline): {hand_ms:7.3f} ms/DAG")
+    print(f"trainpipe YAML -> DAG:               {ours_ms:7.3f} ms/DAG   ratio vs hand-written: {ours_ms / hand_ms:.2f}x (target <= 1.5x)")
+    if load_yaml_dags is None:
+        print("dag-factory: not installed (pip install 'dag-factory==1.1.0'); skipped")
+        return 0
+    theirs_ms = _marginal_ms(dag_factory, small, n)
+    print(f"dag-factory {dagfactory.__version__} YAML -> DAG:        {theirs_ms:7.3f} ms/DAG   "
+          f"ratio vs hand-written: {theirs_ms / hand_ms:.2f}x")
+    print(f"dag-factory / trainpipe:             {theirs_ms / ours_ms:.2f}x faster (target >= 4x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
