@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trainpipe.factory import compile_directory, spec_files
-from trainpipe.plan import TASK_ORDER
+from trainpipe.plan import CHECKPOINT_SENSOR, TASK_ORDER
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,9 +24,12 @@ def test_dags_folder_loads_one_dag_per_spec_in_task_order(airflow_db):
     assert set(bag.dag_ids) == expected
     for dag_id in expected:
         dag = bag.get_dag(dag_id)
-        assert [t.task_id for t in dag.topological_sort()] == list(TASK_ORDER)
+        assert set(dag.task_ids) == {*TASK_ORDER, CHECKPOINT_SENSOR}
         for upstream, downstream in zip(TASK_ORDER, TASK_ORDER[1:]):
             assert dag.get_task(downstream).upstream_task_ids == {upstream}
+        # The checkpoint sensor runs beside train (same upstream) and nothing waits for it.
+        assert dag.get_task(CHECKPOINT_SENSOR).upstream_task_ids == dag.get_task("train").upstream_task_ids
+        assert dag.get_task(CHECKPOINT_SENSOR).downstream_task_ids == set()
 
 
 def test_ranker_runs_nightly_at_midnight():

@@ -3,15 +3,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainpipe.factory import compile_file
-from trainpipe.plan import TASK_ORDER, run_key, trainer_command
+from trainpipe.plan import CHECKPOINT_SENSOR, TASK_ORDER, run_key, trainer_command
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_plan_of_fraud_example():
     plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml")
-    assert [t.task_id for t in plan.tasks] == list(TASK_ORDER)
-    assert [t.upstream for t in plan.tasks] == [(), ("snapshot",), ("validate",), ("train",), ("evaluate",), ("gate",)]
+    assert [t.task_id for t in plan.tasks] == ["snapshot", "validate", "train", CHECKPOINT_SENSOR, "evaluate", "gate", "register"]
+    assert [t.upstream for t in plan.tasks] == [(), ("snapshot",), ("validate",), ("validate",), ("train",), ("evaluate",), ("gate",)]
+    assert TASK_ORDER == ("snapshot", "validate", "train", "evaluate", "gate", "register")
     assert plan.launch.launcher == "local"
     assert plan.launch.command[:4] == ("torchrun", "--nnodes=1", "--nproc_per_node=2", "--standalone")
     assert plan.launch.command[4:7] == ("-m", "trainpipe_trainer", "--config")

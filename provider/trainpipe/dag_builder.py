@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, Asset, AssetAll, AssetAny, Param, chain
+from typing import Any
+
+from airflow.sdk import DAG, Asset, AssetAll, AssetAny, BaseOperator, Param, chain
 
 from trainpipe.operators.pipeline import (
     EvaluateOperator,
@@ -12,7 +14,8 @@ from trainpipe.operators.pipeline import (
     TrainOperator,
     ValidateDataOperator,
 )
-from trainpipe.plan import TASK_ORDER, AssetSchedule, PipelinePlan
+from trainpipe.plan import CHECKPOINT_SENSOR, TASK_ORDER, AssetSchedule, PipelinePlan
+from trainpipe.sensors.checkpoint import CheckpointSensor
 
 _OPERATORS = {
     "snapshot": SnapshotOperator,
@@ -21,7 +24,22 @@ _OPERATORS = {
     "evaluate": EvaluateOperator,
     "gate": GateOperator,
     "register": RegisterModelOperator,
+    CHECKPOINT_SENSOR: CheckpointSensor,
 }
+
+
+def _operator(plan: PipelinePlan, task_id: str, **kwargs: Any) -> BaseOperator:
+    if task_id != "train":
+        return _OPERATORS[task_id](task_id=task_id, plan=plan, **kwargs)
+    from trainpipe.runtime.train import training_status_callbacks
+
+    # status.json for the checkpoint sensor: start, success, retry, final failure.
+    kwargs.update(training_status_callbacks(plan.spec))
+    if plan.spec.training.launcher == "kubernetes":
+        from trainpipe.operators.kubernetes import kubernetes_train_operator
+
+        return kubernetes_train_operator(task_id=task_id, plan=plan, **kwargs)
+    return TrainOperator(task_id=task_id, plan=plan, **kwargs)
 
 
 def _doc(plan: PipelinePlan) -> str:
@@ -62,9 +80,11 @@ def build_dag(plan: PipelinePlan) -> DAG:
     )
     with dag:
         tasks = {
-            t.task_id: _OPERATORS[t.task_id](task_id=t.task_id, plan=plan, outlets=[Asset(uri) for uri in t.outlets])
+            t.task_id: _operator(plan, t.task_id, outlets=[Asset(uri) for uri in t.outlets])
             for t in plan.tasks
         }
         chain(*(tasks[task_id] for task_id in TASK_ORDER))
+        for upstream in next(t.upstream for t in plan.tasks if t.task_id == CHECKPOINT_SENSOR):
+            tasks[upstream] >> tasks[CHECKPOINT_SENSOR]
     return dag
 

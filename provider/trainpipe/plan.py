@@ -15,6 +15,8 @@ from typing import Any
 from trainpipe.spec.models import OVERRIDABLE_PARAMS, AssetScheduleSpec, PipelineSpec
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register")
+# Runs beside `train` (same upstream), outside the chain: watches its checkpoints for stalls.
+CHECKPOINT_SENSOR = "watch_checkpoints"
 
 _TASK_SUMMARIES = {
     "snapshot": "immutable, content-addressed copy of the input window",
@@ -23,6 +25,7 @@ _TASK_SUMMARIES = {
     "evaluate": "holdout metrics of the new model and of the current champion",
     "gate": "every gate must pass, else registration is skipped",
     "register": "new MLflow model version, tags, alias",
+    CHECKPOINT_SENSOR: "beside train: logs checkpoint progress, fails when none is committed for stall_timeout",
 }
 
 
@@ -43,6 +46,17 @@ def trainer_command(*, nproc_per_node: int, nnodes: int, config_uri: str, torchr
         "trainpipe_trainer",
         "--config",
         config_uri,
+    ]
+
+
+def multinode_rendezvous(*, endpoint: str, rdzv_id: str, node_rank: str, max_restarts: int = 0) -> list[str]:
+    """torchrun flags of one node of a multi-node run: c10d rendezvous hosted by node 0 at ``endpoint``."""
+    return [
+        f"--node_rank={node_rank}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={endpoint}",
+        f"--rdzv_id={rdzv_id}",
+        f"--max_restarts={max_restarts}",
     ]
 
 
@@ -125,7 +139,18 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str) -> Pipelin
                     outlets=outlets.get(task_id, ()))
         for i, task_id in enumerate(TASK_ORDER)
     )
+    train = TASK_ORDER.index("train")
+    sensor = PlannedTask(task_id=CHECKPOINT_SENSOR, upstream=(TASK_ORDER[train - 1],),
+                         summary=_TASK_SUMMARIES[CHECKPOINT_SENSOR])
+    tasks = (*tasks[: train + 1], sensor, *tasks[train + 1 :])
     distributed = spec.training.distributed
+    rendezvous = None
+    if spec.training.launcher == "kubernetes" and distributed.nnodes > 1 and spec.training.kubernetes is not None:
+        # Filled per run by trainpipe.kubernetes.builders (the Job's name is per run and try).
+        port = spec.training.kubernetes.rendezvous_port
+        rendezvous = multinode_rendezvous(endpoint=f"<job>-0.<job>:{port}", rdzv_id="<job>",
+                                          node_rank="$(JOB_COMPLETION_INDEX)",
+                                          max_restarts=spec.training.kubernetes.max_pod_restarts)
     launch = LaunchPlan(
         launcher=spec.training.launcher,
         nproc_per_node=distributed.nproc_per_node,
@@ -133,7 +158,8 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str) -> Pipelin
         strategy=distributed.strategy,
         command=tuple(
             trainer_command(
-                nproc_per_node=distributed.nproc_per_node, nnodes=distributed.nnodes, config_uri=CONFIG_URI_PLACEHOLDER
+                nproc_per_node=distributed.nproc_per_node, nnodes=distributed.nnodes, config_uri=CONFIG_URI_PLACEHOLDER,
+                rendezvous=rendezvous,
             )
         ),
     )

@@ -62,7 +62,7 @@ def _client():
 def test_fraud_pipeline_registers_version_1_as_champion(pipelines, monkeypatch):
     dag_run, states = _run(pipelines, monkeypatch, "fraud_detector", END)
 
-    assert states == {t: "success" for t in ("snapshot", "validate", "train", "evaluate", "gate", "register")}
+    assert states == {t: "success" for t in ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate", "register")}
     client = _client()
     champion = client.get_model_version_by_alias("fraud_detector", "champion")
     assert champion.version == 1
@@ -119,7 +119,7 @@ def test_missing_required_column_fails_validate_and_trains_nothing(pipelines, mo
     assert dag_run.state == "failed"
     assert states["snapshot"] == "success"
     assert states["validate"] == "failed"
-    assert {states[t] for t in ("train", "evaluate", "gate", "register")} == {"upstream_failed"}
+    assert {states[t] for t in ("train", "watch_checkpoints", "evaluate", "gate", "register")} == {"upstream_failed"}
     with pytest.raises(MlflowException, match="fraud_missing_column"):
         _client().get_registered_model("fraud_missing_column")
 
@@ -127,7 +127,7 @@ def test_missing_required_column_fails_validate_and_trains_nothing(pipelines, mo
 def test_ranking_pipeline_end_to_end(pipelines, monkeypatch):
     _, states = _run(pipelines, monkeypatch, "search_ranker_nightly", END)
 
-    assert states == {t: "success" for t in ("snapshot", "validate", "train", "evaluate", "gate", "register")}
+    assert states == {t: "success" for t in ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate", "register")}
     champion = _client().get_model_version_by_alias("search_ranker", "champion")
     assert champion.version == 1
     assert float(champion.tags["holdout_ndcg_at_10"]) > 0.5

@@ -6,9 +6,11 @@ the latest committed checkpoint; a new DAG run starts fresh.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from trainpipe import storage
 from trainpipe.errors import TrainingFailedError
@@ -119,9 +121,23 @@ def build_training_config(spec: PipelineSpec, snapshot: SnapshotInfo, *, setting
     )
 
 
-def run_training(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
-                 hook: MlflowHook | None = None, on_line: Callable[[str], None] | None = None,
-                 run_dir=None, param_overrides: dict | None = None) -> TrainingResult:  # noqa: ANN001
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedRun:
+    """A run folder ready for a launcher: the trainer config is written, no stale result is left."""
+
+    run_dir: Any  # ObjectStoragePath
+    config_uri: str
+    mlflow_run_id: str
+
+    @property
+    def result_path(self):  # noqa: ANN201 - ObjectStoragePath
+        return self.run_dir / "output" / "result.json"
+
+
+def prepare_training_run(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
+                         hook: MlflowHook | None = None, run_dir=None,  # noqa: ANN001 - ObjectStoragePath
+                         param_overrides: dict | None = None) -> PreparedRun:
+    """Everything before torchrun, for every launcher: MLflow run, trainer config, no stale result."""
     import json
 
     hook = hook or MlflowHook(settings)
@@ -136,18 +152,69 @@ def run_training(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settin
     config_path = run_dir / "trainer_config.json"
     config_path.parent.mkdir(parents=True, exist_ok=True)
     config_path.write_text(config.to_json())
-    result_path = run_dir / "output" / "result.json"
-    if result_path.exists():
+    prepared = PreparedRun(run_dir=run_dir, config_uri=storage.fsspec_uri(config_path), mlflow_run_id=mlflow_run_id)
+    if prepared.result_path.exists():
         # A result from an earlier try must not be mistaken for this try's.
-        result_path.unlink()
+        prepared.result_path.unlink()
+    return prepared
+
+
+def read_training_result(run_dir) -> TrainingResult:  # noqa: ANN001 - ObjectStoragePath
+    result_path = run_dir / "output" / "result.json"
+    if not result_path.exists():
+        raise TrainingFailedError(f"the trainer exited 0 but wrote no {result_path}; see the trainer output above")
+    return TrainingResult.from_json(result_path.read_text())
+
+
+def run_training(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
+                 hook: MlflowHook | None = None, on_line: Callable[[str], None] | None = None,
+                 run_dir=None, param_overrides: dict | None = None) -> TrainingResult:  # noqa: ANN001
+    prepared = prepare_training_run(spec, snapshot, settings=settings, run=run, hook=hook, run_dir=run_dir,
+                                    param_overrides=param_overrides)
     distributed = spec.training.distributed
     command = trainer_command(
         nproc_per_node=distributed.nproc_per_node,
         nnodes=distributed.nnodes,
-        config_uri=storage.fsspec_uri(config_path),
+        config_uri=prepared.config_uri,
         torchrun=local_torchrun(),
     )
     run_local(command, env=trainer_environment(mlflow_tracking_uri=settings.mlflow_tracking_uri), on_line=on_line)
-    if not result_path.exists():
-        raise TrainingFailedError(f"the trainer exited 0 but wrote no {result_path}; see the trainer output above")
-    return TrainingResult.from_json(result_path.read_text())
+    return read_training_result(prepared.run_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# The status marker (<run_dir>/output/status.json) the checkpoint sensor reads. Written from the
+# train task's callbacks, whatever its launcher: only Airflow knows whether a failure is retried.
+
+
+def record_training_status(spec: PipelineSpec, *, settings: Settings, airflow_run_id: str, state: str,
+                           try_number: int, final: bool = False) -> None:
+    from datetime import datetime, timezone
+
+    from trainpipe.checkpoint_state import TrainingStatus, read_checkpoint_state, write_training_status
+
+    run_dir = run_dir_for(spec, settings, airflow_run_id)
+    now = datetime.now(timezone.utc)
+    previous = read_checkpoint_state(run_dir).status
+    # A try keeps its start time (a deferred task runs its execute callback again on each resume).
+    started_at = previous.started_at if previous is not None and previous.try_number == try_number else now
+    write_training_status(run_dir, TrainingStatus(state=state, try_number=try_number, final=final,
+                                                  started_at=started_at, updated_at=now))
+
+
+def _status_callback(context: Any, *, spec: PipelineSpec, state: str, final: bool = False) -> None:
+    try:
+        record_training_status(spec, settings=Settings.from_env(), airflow_run_id=context["run_id"], state=state,
+                               try_number=context["ti"].try_number, final=final)
+    except Exception:  # noqa: BLE001 - a callback must not hide the task's own outcome
+        log.exception("could not record the training status for the checkpoint sensor")
+
+
+def training_status_callbacks(spec: PipelineSpec) -> dict[str, Callable[[Any], None]]:
+    """Task callbacks that keep ``status.json`` current: start, success, retry, final failure."""
+    return {
+        "on_execute_callback": functools.partial(_status_callback, spec=spec, state="running"),
+        "on_success_callback": functools.partial(_status_callback, spec=spec, state="succeeded"),
+        "on_retry_callback": functools.partial(_status_callback, spec=spec, state="failed"),
+        "on_failure_callback": functools.partial(_status_callback, spec=spec, state="failed", final=True),
+    }

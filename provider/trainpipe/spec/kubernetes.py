@@ -51,7 +51,15 @@ def _quantity(value: Any) -> Any:
     return value
 
 
-Quantity = Annotated[str, BeforeValidator(_quantity), Field(pattern=_QUANTITY)]
+Quantity = Annotated[
+    str,
+    BeforeValidator(_quantity),
+    Field(pattern=_QUANTITY),
+    WithJsonSchema({
+        "anyOf": [{"type": "string", "pattern": _QUANTITY}, {"type": "number", "minimum": 0}],
+        "description": "A Kubernetes quantity: '500m', '4', '16Gi', or a number.",
+    }),
+]
 
 
 class _Model(BaseModel):
@@ -138,6 +146,20 @@ def _secret_ref(value: Any) -> Any:
     return value
 
 
+SecretRef = Annotated[
+    SecretKeySpec,
+    BeforeValidator(_secret_ref),
+    WithJsonSchema({
+        "anyOf": [
+            {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/.+$"},
+            {"type": "object", "properties": {"secret": {"type": "string"}, "key": {"type": "string"}},
+             "required": ["secret", "key"], "additionalProperties": False},
+        ],
+        "description": "A key of a Kubernetes Secret: 'secret-name/key' or {secret: ..., key: ...}.",
+    }),
+]
+
+
 class KubernetesSpec(_Model):
     image: str = Field(description="Trainer image (see trainer_image/README.md).", examples=["ghcr.io/trainpipe/trainer:0.1.0"])
     namespace: str = Field(default="default", pattern=_DNS_LABEL, description="Namespace of the training pods.", examples=["ml-training"])
@@ -181,7 +203,7 @@ class KubernetesSpec(_Model):
         description="Plain environment variables of the trainer. Never secrets: use secret_env or env_from_secrets.",
         examples=[{"NCCL_DEBUG": "WARN", "AWS_ENDPOINT_URL": "http://minio.storage:9000"}],
     )
-    secret_env: dict[str, Annotated[SecretKeySpec, BeforeValidator(_secret_ref)]] = Field(
+    secret_env: dict[str, SecretRef] = Field(
         default_factory=dict,
         description="Environment variables read from a Kubernetes Secret: NAME: 'secret-name/key'.",
         examples=[{"MLFLOW_TRACKING_TOKEN": "mlflow-credentials/token"}],

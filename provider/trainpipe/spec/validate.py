@@ -138,6 +138,33 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
             close = difflib.get_close_matches(str(name), sorted(OVERRIDABLE_PARAMS), n=1, cutoff=0.5)
             fix = f"did you mean `{close[0]}`?" if close else f"use one of {', '.join(sorted(OVERRIDABLE_PARAMS))}"
             add(("params", name), f"{name!r} is not a hyperparameter a run can override; {fix}")
+    problems.extend(_launcher_problems(loaded))
+    return problems
+
+
+def _launcher_problems(loaded: LoadedYaml) -> list[SpecProblem]:
+    """training.launcher against training.distributed and training.kubernetes."""
+    problems: list[SpecProblem] = []
+    data = loaded.data
+    launcher = _get(data, "training", "launcher") or "local"
+    nnodes = _get(data, "training", "distributed", "nnodes")
+    nproc = _get(data, "training", "distributed", "nproc_per_node")
+    kubernetes = _get(data, "training", "kubernetes")
+    if launcher == "kubernetes" and not isinstance(kubernetes, dict):
+        problems.append(loaded.problem(("training", "launcher"),
+            "launcher 'kubernetes' needs a training.kubernetes section: at least `image:` (the trainer image) "
+            "and `resources:`; see docs/KUBERNETES.md"))
+    if launcher == "local" and isinstance(nnodes, int) and not isinstance(nnodes, bool) and nnodes > 1:
+        problems.append(loaded.problem(("training", "distributed", "nnodes"),
+            f"nnodes {nnodes} needs launcher 'kubernetes' (one pod per node); the local launcher runs on one "
+            "machine: set nnodes: 1 or training.launcher: kubernetes"))
+    gpus = _get(kubernetes, "resources", "gpus") if isinstance(kubernetes, dict) else None
+    nproc = 1 if nproc is None else nproc
+    if launcher == "kubernetes" and isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 \
+            and isinstance(nproc, int) and nproc != gpus:
+        problems.append(loaded.problem(("training", "kubernetes", "resources", "gpus"),
+            f"{gpus} GPU(s) per pod but training.distributed.nproc_per_node is {nproc}; torchrun starts one process "
+            f"per GPU: set both to the same number"))
     return problems
 
 

@@ -1,0 +1,219 @@
+"""What a run folder says about its training: committed checkpoints and the train task's status.
+
+One reader for every caller: the checkpoint sensor's first check (on a worker) and its trigger
+(on the triggerer) both call ``read_checkpoint_state`` and ``assess``, so they cannot drift.
+
+Layout (the trainer writes checkpoints, the train task writes the status)::
+
+    <run_dir>/checkpoints/step-<N>/manifest.json   committed checkpoint (a step dir without it is not)
+    <run_dir>/output/result.json                   the trainer's TrainingResult
+    <run_dir>/output/status.json                   TrainingStatus, written by the Airflow train task
+
+Reads go through Airflow's ``ObjectStoragePath`` (fsspec underneath), so ``file://`` and ``s3://``
+run folders behave the same. Airflow-free apart from that path type.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from trainpipe.errors import TrainpipeError
+
+if TYPE_CHECKING:
+    from airflow.sdk import ObjectStoragePath
+
+MANIFEST = "manifest.json"
+STATUS_FILE = "status.json"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+TrainingState = Literal["running", "succeeded", "failed"]
+
+
+class TrainingStalledError(TrainpipeError):
+    """Training runs but has committed no checkpoint for longer than ``stall_timeout``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingStatus:
+    """The train task's own account of the training: written on start, success, retry and failure."""
+
+    state: TrainingState
+    try_number: int
+    # failed only: no retry follows (the task failed for good).
+    final: bool
+    started_at: datetime
+    updated_at: datetime
+
+    def to_json(self) -> str:
+        raw = asdict(self)
+        raw["started_at"] = self.started_at.isoformat()
+        raw["updated_at"] = self.updated_at.isoformat()
+        return json.dumps(raw, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TrainingStatus:
+        return cls(
+            state=raw["state"], try_number=int(raw["try_number"]), final=bool(raw.get("final", False)),
+            started_at=datetime.fromisoformat(raw["started_at"]), updated_at=datetime.fromisoformat(raw["updated_at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommittedCheckpoint:
+    step: int
+    # From the manifest; None when the manifest has no (readable) timestamp.
+    saved_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointState:
+    # The newest committed checkpoints, oldest first (at most two: enough for a rate).
+    checkpoints: tuple[CommittedCheckpoint, ...]
+    committed_count: int
+    status: TrainingStatus | None
+
+    @property
+    def latest(self) -> CommittedCheckpoint | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Progress:
+    """The verdict on a ``CheckpointState`` at one moment."""
+
+    # waiting: not started, or between tries; running: within stall_timeout; stalled: no new
+    # checkpoint for stall_timeout while running; finished: the train task ended for good.
+    kind: Literal["waiting", "running", "stalled", "finished"]
+    message: str
+    latest_step: int | None = None
+    # Seconds since the last sign of progress (newest checkpoint, or the try's start).
+    idle_seconds: float | None = None
+    steps_per_hour: float | None = None
+    succeeded: bool | None = None
+
+    def to_event(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "latest_step": self.latest_step,
+                "idle_seconds": self.idle_seconds, "steps_per_hour": self.steps_per_hour, "succeeded": self.succeeded}
+
+
+def status_path(run_dir: ObjectStoragePath) -> ObjectStoragePath:
+    return run_dir / "output" / STATUS_FILE
+
+
+def _invalidate(path: ObjectStoragePath) -> None:
+    # Object-store listings are cached per filesystem instance; other processes write here.
+    invalidate = getattr(path.fs, "invalidate_cache", None)
+    if invalidate is not None:
+        invalidate()
+
+
+def _read_json(path: ObjectStoragePath) -> Any | None:
+    try:
+        with path.open("r") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError:
+        # A half-written file on a filesystem without atomic writes: treat as absent this round.
+        return None
+
+
+def _saved_at(manifest: Any) -> datetime | None:
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("saved_at"), str):
+        return None
+    try:
+        return datetime.fromisoformat(manifest["saved_at"])
+    except ValueError:
+        return None
+
+
+def read_checkpoint_state(run_dir: ObjectStoragePath) -> CheckpointState:
+    """Committed checkpoints and the train task's status of one run folder (never raises for absence)."""
+    _invalidate(run_dir)
+    root = run_dir / "checkpoints"
+    steps: list[int] = []
+    if root.exists():
+        for entry in root.iterdir():
+            match = _STEP_DIR.match(entry.name)
+            if match:
+                steps.append(int(match.group(1)))
+    newest: list[CommittedCheckpoint] = []
+    committed = 0
+    for step in sorted(steps, reverse=True):
+        manifest = _read_json(root / f"step-{step}" / MANIFEST)
+        if manifest is None:
+            continue  # an interrupted or in-progress save: not committed
+        committed += 1
+        if len(newest) < 2:
+            newest.append(CommittedCheckpoint(step=step, saved_at=_saved_at(manifest)))
+    raw_status = _read_json(status_path(run_dir))
+    status = TrainingStatus.from_dict(raw_status) if isinstance(raw_status, dict) else None
+    return CheckpointState(checkpoints=tuple(reversed(newest)), committed_count=committed, status=status)
+
+
+def write_training_status(run_dir: ObjectStoragePath, status: TrainingStatus) -> None:
+    path = status_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        handle.write(status.to_json())
+
+
+def _duration_text(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def assess(state: CheckpointState, *, now: datetime, stall_timeout: timedelta) -> Progress:
+    """Decide what a state means: the one rule the sensor and its trigger both apply."""
+    latest = state.latest
+    rate = None
+    if len(state.checkpoints) == 2 and all(c.saved_at for c in state.checkpoints):
+        first, last = state.checkpoints
+        elapsed = (last.saved_at - first.saved_at).total_seconds()  # type: ignore[operator]
+        if elapsed > 0:
+            rate = (last.step - first.step) * 3600.0 / elapsed
+    if latest is None:
+        checkpoint_text = "no committed checkpoint yet"
+    else:
+        age = f", committed {_duration_text((now - latest.saved_at).total_seconds())} ago" if latest.saved_at else ""
+        checkpoint_text = f"latest committed step {latest.step}{age}"
+        if rate is not None:
+            checkpoint_text += f", {rate:.0f} steps/hour"
+    common = {"latest_step": latest.step if latest else None, "steps_per_hour": rate}
+
+    status = state.status
+    if status is None:
+        return Progress(kind="waiting", message=f"training has not started; {checkpoint_text}", **common)
+    if status.state == "succeeded":
+        return Progress(kind="finished", succeeded=True,
+                        message=f"training succeeded (try {status.try_number}); {checkpoint_text}", **common)
+    if status.state == "failed":
+        if status.final:
+            return Progress(kind="finished", succeeded=False,
+                            message=f"training failed for good (try {status.try_number}); {checkpoint_text}", **common)
+        return Progress(kind="waiting",
+                        message=f"try {status.try_number} failed, waiting for the retry; {checkpoint_text}", **common)
+
+    # Running: progress is the newest checkpoint of this try, or the try's start before it has one.
+    last_activity = status.started_at
+    if latest is not None and latest.saved_at is not None and latest.saved_at > last_activity:
+        last_activity = latest.saved_at
+    idle = (now - last_activity).total_seconds()
+    running = f"try {status.try_number} running; {checkpoint_text}"
+    if idle > stall_timeout.total_seconds():
+        return Progress(
+            kind="stalled", idle_seconds=idle,
+            message=f"training stalled: no checkpoint committed for {_duration_text(idle)} "
+            f"(stall_timeout {_duration_text(stall_timeout.total_seconds())}); {running}. A hung collective "
+            "(NCCL) or a lost node looks like this: check the trainer's log, then clear the train task",
+            **common,
+        )
+    return Progress(kind="running", idle_seconds=idle, message=running, **common)

@@ -1,0 +1,1 @@
+"""Kubernetes manifests of the train task: builders (spec -> operator arguments) and render."""

@@ -1,0 +1,248 @@
+"""The spec's ``training.kubernetes`` section -> arguments of the cncf.kubernetes operators.
+
+The operators in ``trainpipe.operators.kubernetes`` are built from these functions at DAG parse
+time (everything that depends only on the spec) and bound to a run at execute time (command,
+environment, names). ``trainpipe render --k8s`` builds the same operators the same way and asks
+them for their manifests: there is no second manifest builder.
+
+The container runs exactly ``trainpipe.plan.trainer_command`` with
+``trainpipe.launchers.local.trainer_environment``, like the local launcher (ADR 0002).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trainpipe.errors import TrainpipeError
+from trainpipe.launchers.local import trainer_environment
+from trainpipe.plan import multinode_rendezvous, trainer_command
+
+if TYPE_CHECKING:
+    from kubernetes.client import models as k8s
+
+    from trainpipe.spec.kubernetes import KubernetesSpec
+    from trainpipe.spec.models import PipelineSpec
+
+INSTALL_HINT = "pip install airflow-provider-trainpipe[kubernetes]"
+SHM_VOLUME = "dshm"
+# KubernetesJobOperator prefixes every Job name with this.
+JOB_NAME_PREFIX = "job-"
+# Pod hostnames of an Indexed Job are "<job name>-<index>" and must stay a DNS label (63).
+_MAX_JOB_NAME = 56
+LABEL_PIPELINE = "trainpipe.io/pipeline"
+LABEL_RUN = "trainpipe.io/run"
+LABEL_JOB = "trainpipe.io/job"
+
+
+def k8s_models():  # noqa: ANN201 - the kubernetes.client.models module
+    try:
+        from kubernetes.client import models
+    except ImportError as err:  # pragma: no cover - exercised only without the extra
+        raise TrainpipeError(f"launcher 'kubernetes' needs the Kubernetes client and provider: {INSTALL_HINT}") from err
+    return models
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainerLaunch:
+    """The per-run part of the train pods."""
+
+    # URI of this run's trainer_config.json (the pods read it with fsspec; no Airflow inside).
+    config_uri: str
+    mlflow_tracking_uri: str
+    dag_id: str
+    airflow_run_id: str
+    try_number: int
+
+
+def _kubernetes(spec: PipelineSpec) -> KubernetesSpec:
+    if spec.training.kubernetes is None:
+        raise TrainpipeError(f"{spec.pipeline_id}: launcher 'kubernetes' needs a training.kubernetes section (image, resources)")
+    return spec.training.kubernetes
+
+
+def _slug(text: str, length: int) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:length].strip("-") or "x"
+
+
+def _label_value(text: str) -> str:
+    # Label values: <= 63 characters of [A-Za-z0-9_.-], alphanumeric at both ends.
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.-")
+    if len(value) > 63:
+        value = value[:54].strip("_.-") + "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+    return value
+
+
+def run_label(dag_id: str, airflow_run_id: str) -> str:
+    """Identifies one DAG run's train objects (run ids are too long and too free-form for a label)."""
+    return hashlib.sha256(f"{dag_id}\0{airflow_run_id}".encode()).hexdigest()[:16]
+
+
+def pod_base_name(spec: PipelineSpec) -> str:
+    return f"{_slug(spec.pipeline_id, 40)}-train"
+
+
+def job_name(spec: PipelineSpec, launch: TrainerLaunch) -> str:
+    """The multi-node Job's full name (``job-...``), per DAG run and try; also its Service's name."""
+    suffix = f"-{run_label(launch.dag_id, launch.airflow_run_id)[:8]}-t{launch.try_number}"
+    base = _slug(spec.pipeline_id, _MAX_JOB_NAME - len(JOB_NAME_PREFIX) - len(suffix))
+    return f"{JOB_NAME_PREFIX}{base}{suffix}"
+
+
+def rendezvous_endpoint(name: str, port: int) -> str:
+    """Node 0 of an Indexed Job: hostname ``<job>-0`` in the headless Service (= subdomain) ``<job>``."""
+    return f"{name}-0.{name}:{port}"
+
+
+def _resources(k: KubernetesSpec) -> k8s.V1ResourceRequirements:
+    models = k8s_models()
+    r = k.resources
+    requests: dict[str, str] = {"cpu": r.cpu, "memory": r.memory}
+    limits: dict[str, str] = {"memory": r.limits.memory or r.memory}
+    if r.limits.cpu:
+        limits["cpu"] = r.limits.cpu
+    if r.gpus:
+        requests[r.gpu_resource] = limits[r.gpu_resource] = str(r.gpus)
+    return models.V1ResourceRequirements(requests=requests, limits=limits)
+
+
+def _affinity(k: KubernetesSpec) -> k8s.V1Affinity | None:
+    models = k8s_models()
+
+    def requirement(item: Any) -> k8s.V1NodeSelectorRequirement:
+        return models.V1NodeSelectorRequirement(key=item.key, operator=item.operator, values=list(item.values) or None)
+
+    if not k.affinity.required and not k.affinity.preferred:
+        return None
+    required = None
+    if k.affinity.required:
+        required = models.V1NodeSelector(node_selector_terms=[
+            models.V1NodeSelectorTerm(match_expressions=[requirement(i) for i in k.affinity.required])
+        ])
+    preferred = [
+        models.V1PreferredSchedulingTerm(weight=i.weight, preference=models.V1NodeSelectorTerm(match_expressions=[requirement(i)]))
+        for i in k.affinity.preferred
+    ] or None
+    return models.V1Affinity(node_affinity=models.V1NodeAffinity(
+        required_during_scheduling_ignored_during_execution=required,
+        preferred_during_scheduling_ignored_during_execution=preferred,
+    ))
+
+
+def static_operator_kwargs(spec: PipelineSpec) -> dict[str, Any]:
+    """Arguments of KubernetesPodOperator (and, by inheritance, KubernetesJobOperator) that depend on
+    the spec only: image, resources, scheduling, identity, volumes, security, lifecycle."""
+    models = k8s_models()
+    k = _kubernetes(spec)
+    return {
+        "namespace": k.namespace,
+        "image": k.image,
+        "kubernetes_conn_id": k.kubernetes_conn_id,
+        "service_account_name": k.service_account,
+        "image_pull_policy": k.image_pull_policy,
+        "image_pull_secrets": [models.V1LocalObjectReference(name=s) for s in k.image_pull_secrets],
+        "container_resources": _resources(k),
+        "node_selector": dict(k.node_selector),
+        "tolerations": [
+            models.V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect,
+                                toleration_seconds=t.toleration_seconds)
+            for t in k.tolerations
+        ],
+        "affinity": _affinity(k),
+        "priority_class_name": k.priority_class,
+        "labels": {**k.labels, LABEL_PIPELINE: _label_value(spec.pipeline_id)},
+        # A training pod evicted by the cluster autoscaler loses the work since its last checkpoint.
+        "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", **k.annotations},
+        "env_from": [models.V1EnvFromSource(secret_ref=models.V1SecretEnvSource(name=s)) for s in k.env_from_secrets],
+        # NCCL and DataLoader workers share memory through /dev/shm; the runtime's default is 64Mi.
+        "volumes": [models.V1Volume(name=SHM_VOLUME, empty_dir=models.V1EmptyDirVolumeSource(medium="Memory", size_limit=k.shm_size))],
+        "volume_mounts": [models.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm")],
+        "security_context": models.V1PodSecurityContext(
+            run_as_non_root=True, run_as_user=k.run_as_user, run_as_group=k.run_as_user, fs_group=k.run_as_user,
+            seccomp_profile=models.V1SeccompProfile(type="RuntimeDefault"),
+        ),
+        "container_security_context": models.V1SecurityContext(
+            allow_privilege_escalation=False, capabilities=models.V1Capabilities(drop=["ALL"]),
+        ),
+        "termination_grace_period": int(k.termination_grace_period.total_seconds()),
+        "schedule_timeout_seconds": int(k.schedule_timeout.total_seconds()),
+        "startup_timeout_seconds": int(k.startup_timeout.total_seconds()),
+        "on_finish_action": k.on_finish_action,
+        "get_logs": True,
+        "deferrable": True,
+        # The pod is the only place the trainer runs: no sidecar, the result comes from storage.
+        "do_xcom_push": False,
+    }
+
+
+def container_command(spec: PipelineSpec, launch: TrainerLaunch) -> list[str]:
+    """The pod's command: ``trainer_command`` (+ c10d rendezvous at node 0 for a multi-node Job)."""
+    distributed = spec.training.distributed
+    rendezvous = None
+    if distributed.nnodes > 1:
+        k = _kubernetes(spec)
+        name = job_name(spec, launch)
+        rendezvous = multinode_rendezvous(
+            endpoint=rendezvous_endpoint(name, k.rendezvous_port), rdzv_id=name,
+            # Expanded by the kubelet from the variable the Job controller sets in each pod.
+            node_rank="$(JOB_COMPLETION_INDEX)", max_restarts=k.max_pod_restarts,
+        )
+    return trainer_command(nproc_per_node=distributed.nproc_per_node, nnodes=distributed.nnodes,
+                           config_uri=launch.config_uri, rendezvous=rendezvous)
+
+
+def container_env(spec: PipelineSpec, launch: TrainerLaunch) -> list[k8s.V1EnvVar]:
+    """``trainer_environment`` (as for the local launcher), then the spec's plain and Secret variables."""
+    models = k8s_models()
+    k = _kubernetes(spec)
+    plain = {**trainer_environment(mlflow_tracking_uri=launch.mlflow_tracking_uri), **k.env}
+    env = [models.V1EnvVar(name=name, value=value) for name, value in plain.items()]
+    env += [
+        models.V1EnvVar(name=name, value_from=models.V1EnvVarSource(
+            secret_key_ref=models.V1SecretKeySelector(name=ref.secret, key=ref.key)))
+        for name, ref in k.secret_env.items()
+    ]
+    return env
+
+
+def job_operator_kwargs(spec: PipelineSpec) -> dict[str, Any]:
+    """KubernetesJobOperator arguments of a multi-node run: one pod per node, all or nothing."""
+    k = _kubernetes(spec)
+    nnodes = spec.training.distributed.nnodes
+    return {
+        "completion_mode": "Indexed",
+        "completions": nnodes,
+        "parallelism": nnodes,
+        "backoff_limit": k.max_pod_restarts,
+        "ttl_seconds_after_finished": int(k.ttl_after_finished.total_seconds()),
+        "wait_until_job_complete": True,
+        # The Job name is chosen per run and try (it is also the rendezvous host's subdomain).
+        "random_name_suffix": False,
+    }
+
+
+def headless_service(job: k8s.V1Job, *, port: int) -> k8s.V1Service:
+    """The Service whose name is the Job pods' subdomain: gives pod 0 the DNS name torchrun rendezvous at."""
+    models = k8s_models()
+    name = job.metadata.name
+    return models.V1Service(
+        api_version="v1",
+        kind="Service",
+        metadata=models.V1ObjectMeta(name=name, namespace=job.metadata.namespace, labels=dict(job.metadata.labels or {})),
+        spec=models.V1ServiceSpec(
+            cluster_ip="None",
+            selector={LABEL_JOB: name},
+            # DNS records before the pods are Ready: rendezvous happens before any readiness.
+            publish_not_ready_addresses=True,
+            ports=[models.V1ServicePort(name="c10d", port=port, target_port=port, protocol="TCP")],
+        ),
+    )
+
+
+def to_manifest(obj: Any) -> dict[str, Any]:
+    """A kubernetes client object as the dict the API server receives (camelCase, no nulls)."""
+    from kubernetes.client import ApiClient
+
+    return ApiClient().sanitize_for_serialization(obj)

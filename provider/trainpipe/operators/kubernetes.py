@@ -1,0 +1,316 @@
+"""The train task on Kubernetes (``training.launcher: kubernetes``).
+
+- ``nnodes: 1``: ``KubernetesTrainPodOperator``, a KubernetesPodOperator running the trainer in one pod
+  (deferrable, durable, logs copied into the task log every ``log_interval``).
+- ``nnodes > 1``: ``KubernetesTrainJobOperator``, a KubernetesJobOperator running an Indexed Job (one
+  pod per node) plus the headless Service that gives node 0 a DNS name for the c10d rendezvous.
+
+Both run the command and environment of the local launcher (``trainpipe.kubernetes.builders``),
+write the trainer config into the run folder before the pods start (the pods read it from storage
+and need no Airflow), and return the trainer's ``TrainingResult`` as the task's XCom, like
+``TrainOperator``. Retries resume: the run folder, and so the checkpoints, are per DAG run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from trainpipe.errors import TrainpipeError
+from trainpipe.kubernetes.builders import INSTALL_HINT
+
+try:
+    from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+except ImportError as err:  # pragma: no cover - exercised only without the extra
+    raise TrainpipeError(f"launcher 'kubernetes' needs the cncf.kubernetes provider: {INSTALL_HINT}") from err
+
+from trainpipe.kubernetes import builders
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from kubernetes.client import models as k8s
+
+    from trainpipe.plan import PipelinePlan
+
+# How long create_job waits for the Job controller to create every pod before monitoring starts.
+POD_DISCOVERY_TIMEOUT_SECONDS = 120
+
+
+def check_reachable_from_pods(storage_root: str, mlflow_tracking_uri: str) -> None:
+    """Pods cannot read the worker's disk: fail before submitting anything, and say what to set."""
+    if storage_root.startswith("file://") or "://" not in storage_root:
+        raise TrainpipeError(
+            f"launcher 'kubernetes': the storage root {storage_root} is on the Airflow worker's disk, which the "
+            "training pods cannot read; set TRAINPIPE_STORAGE_ROOT to a bucket (s3://bucket/trainpipe) and "
+            "TRAINPIPE_STORAGE_CONN_ID to its Airflow connection (docs/KUBERNETES.md)"
+        )
+    if mlflow_tracking_uri.startswith(("sqlite:", "file:")) or "://" not in mlflow_tracking_uri:
+        raise TrainpipeError(
+            f"launcher 'kubernetes': MLFLOW_TRACKING_URI {mlflow_tracking_uri} is local to the Airflow worker; the "
+            "training pods need a tracking server they can reach (http://mlflow.mlflow.svc:5000)"
+        )
+
+
+def prepare_launch(operator: Any, context: Context) -> builders.TrainerLaunch:
+    """Write this try's trainer config into the run folder (same code as the local launcher)."""
+    from trainpipe.hooks.mlflow import MlflowHook
+    from trainpipe.lineage import git_commit
+    from trainpipe.plan import apply_param_overrides
+    from trainpipe.runtime.snapshot import SnapshotInfo
+    from trainpipe.runtime.train import RunContext, prepare_training_run
+    from trainpipe.settings import Settings
+
+    plan: PipelinePlan = operator.plan
+    settings = Settings.from_env()
+    check_reachable_from_pods(settings.storage_root, settings.mlflow_tracking_uri)
+    spec, overrides = apply_param_overrides(plan, dict(context.get("params") or {}))
+    ti = context["ti"]
+    run = RunContext(dag_id=operator.dag_id, airflow_run_id=context["run_id"], try_number=ti.try_number,
+                     spec_sha256=plan.spec_sha256, git_commit=git_commit(plan.spec_file))
+    snapshot = SnapshotInfo(**ti.xcom_pull(task_ids="snapshot"))
+    prepared = prepare_training_run(spec, snapshot, settings=settings, run=run, hook=MlflowHook(settings),
+                                    param_overrides=overrides)
+    operator.log.info("trainer config: %s (MLflow run %s)", prepared.config_uri, prepared.mlflow_run_id)
+    return builders.TrainerLaunch(config_uri=prepared.config_uri, mlflow_tracking_uri=settings.mlflow_tracking_uri,
+                                  dag_id=operator.dag_id, airflow_run_id=context["run_id"], try_number=ti.try_number)
+
+
+def finish(operator: Any, context: Context) -> dict[str, Any]:
+    """The trainer's result (written to storage by rank 0) becomes the task's return value."""
+    from trainpipe.runtime.train import read_training_result, run_dir_for
+    from trainpipe.settings import Settings
+
+    result = read_training_result(run_dir_for(operator.plan.spec, Settings.from_env(), context["run_id"]))
+    operator.log.info("trained: model %s, weights sha256 %s, %d steps on %d processes",
+                      result.model_uri, result.weights_sha256, result.global_step, result.world_size)
+    value = asdict(result)
+    # do_xcom_push stays False (it would add the provider's XCom sidecar): push the result ourselves.
+    context["ti"].xcom_push(key="return_value", value=value)
+    return value
+
+
+class KubernetesTrainPodOperator(KubernetesPodOperator):
+    """Single-node training in one pod: ``torchrun --nproc_per_node=<gpus> -m trainpipe_trainer``."""
+
+    ui_color = "#fde9c9"
+
+    def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
+        spec = plan.spec
+        options = {
+            **builders.static_operator_kwargs(spec),
+            "name": builders.pod_base_name(spec),
+            # Reattach to the running pod after an Airflow worker restart instead of starting another.
+            "durable": True,
+            "logging_interval": int(spec.training.kubernetes.log_interval.total_seconds()),
+            **kwargs,
+        }
+        super().__init__(**options)
+        self.plan = plan
+
+    def bind_launch(self, launch: builders.TrainerLaunch) -> None:
+        """Set the per-run part of the pod: the trainer command and environment."""
+        spec = self.plan.spec
+        self.cmds = builders.container_command(spec, launch)
+        self.arguments = []
+        self.env_vars = builders.container_env(spec, launch)
+
+    def execute(self, context: Context) -> Any:
+        self.bind_launch(prepare_launch(self, context))
+        super().execute(context)  # defers; returns here only when not deferrable
+        return finish(self, context)
+
+    def trigger_reentry(self, context: Context, event: dict[str, Any]) -> Any:
+        super().trigger_reentry(context, event)  # raises if the pod failed, re-defers while it runs
+        return finish(self, context)
+
+
+class _PodTemplateDryRun(KubernetesPodOperator):
+    """Placed between KubernetesJobOperator and KubernetesPodOperator in the MRO so that
+    ``KubernetesJobOperator.build_job_request_obj`` builds its pod template with ``dry_run`` when
+    asked to: the only part of building a Job that talks to a cluster is the pod's in-cluster label.
+    """
+
+    _dry_run_pod_template = False
+
+    def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
+        return super().build_pod_request_obj(context, dry_run=dry_run or self._dry_run_pod_template)
+
+
+class KubernetesTrainJobOperator(KubernetesJobOperator, _PodTemplateDryRun):
+    """Multi-node training: an Indexed Job (completions = parallelism = nnodes) and a headless Service.
+
+    Pod ``i`` runs torchrun with ``--node_rank=$(JOB_COMPLETION_INDEX)`` and c10d rendezvous at
+    ``<job>-0.<job>:<port>``. The Service is owned by the Job (Kubernetes deletes it with the Job) and
+    is deleted when the task ends, fails or is killed; the Job follows ``on_finish_action``, with
+    ``ttl_after_finished`` as the backstop.
+    """
+
+    ui_color = "#fde9c9"
+
+    def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
+        spec = plan.spec
+        options = {**builders.static_operator_kwargs(spec), **builders.job_operator_kwargs(spec), **kwargs}
+        super().__init__(**options)
+        self.plan = plan
+
+    @property
+    def rendezvous_port(self) -> int:
+        return self.plan.spec.training.kubernetes.rendezvous_port
+
+    def bind_launch(self, launch: builders.TrainerLaunch) -> None:
+        """Set the per-run part: Job name (= Service name = pods' subdomain), command, environment."""
+        spec = self.plan.spec
+        full_name = builders.job_name(spec, launch)
+        self.name = full_name.removeprefix(builders.JOB_NAME_PREFIX)  # the operator adds the prefix back
+        self.subdomain = full_name
+        self.labels = {**self.labels, builders.LABEL_JOB: full_name,
+                       builders.LABEL_RUN: builders.run_label(launch.dag_id, launch.airflow_run_id)}
+        self.cmds = builders.container_command(spec, launch)
+        self.arguments = []
+        self.env_vars = builders.container_env(spec, launch)
+
+    def build_job_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Job:
+        """The Job to submit; ``dry_run`` builds it without a cluster (``trainpipe render --k8s``)."""
+        self._dry_run_pod_template = dry_run
+        try:
+            return super().build_job_request_obj(context)
+        finally:
+            self._dry_run_pod_template = False
+
+    def build_service(self, job: k8s.V1Job) -> k8s.V1Service:
+        return builders.headless_service(job, port=self.rendezvous_port)
+
+    # -- submission ------------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        from airflow.sdk.exceptions import TaskDeferred
+
+        launch = prepare_launch(self, context)
+        self.bind_launch(launch)
+        self.delete_leftovers(builders.run_label(launch.dag_id, launch.airflow_run_id))
+        try:
+            super().execute(context)  # creates Service + Job (create_job below), then defers
+        except TaskDeferred:
+            raise
+        except BaseException:
+            self.delete_job_and_service(succeeded=False)
+            raise
+        self.delete_job_and_service(succeeded=True)
+        return finish(self, context)
+
+    def create_job(self, job_request_obj: k8s.V1Job) -> k8s.V1Job:
+        """Service first (its DNS must exist when node 0 starts), then the Job, then the Service's owner."""
+        models = builders.k8s_models()
+        namespace = job_request_obj.metadata.namespace
+        service = self.build_service(job_request_obj)
+        self.log.info("creating headless Service %s/%s", namespace, service.metadata.name)
+        core = self.hook.core_v1_client
+        core.create_namespaced_service(namespace=namespace, body=builders.to_manifest(service))
+        self.job = job_request_obj  # from here on, on_kill deletes it
+        created = self.hook.create_job(job=job_request_obj)
+        owner = models.V1OwnerReference(api_version="batch/v1", kind="Job", name=created.metadata.name,
+                                        uid=created.metadata.uid, block_owner_deletion=False)
+        core.patch_namespaced_service(name=service.metadata.name, namespace=namespace,
+                                      body={"metadata": {"ownerReferences": [builders.to_manifest(owner)]}})
+        self._await_pods(job_request_obj)
+        return job_request_obj
+
+    def _await_pods(self, job: k8s.V1Job) -> None:
+        # KubernetesJobOperator.get_pods lists the pods right after creation without waiting.
+        selector = f"{builders.LABEL_JOB}={job.metadata.name}"
+        deadline = time.monotonic() + POD_DISCOVERY_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            pods = self.client.list_namespaced_pod(namespace=job.metadata.namespace, label_selector=selector).items
+            if len(pods) >= self.parallelism:
+                return
+            time.sleep(2)
+        self.log.warning("the Job controller created fewer than %d pods of %s within %ds",
+                         self.parallelism, job.metadata.name, POD_DISCOVERY_TIMEOUT_SECONDS)
+
+    def execute_deferrable(self) -> None:
+        from trainpipe.triggers.kubernetes import TrainJobTrigger
+
+        self.defer(
+            trigger=TrainJobTrigger(
+                job_name=self.job.metadata.name,
+                job_namespace=self.job.metadata.namespace,
+                pod_names=[pod.metadata.name for pod in self.pods],
+                pod_namespace=self.pods[0].metadata.namespace,
+                base_container_name=self.base_container_name,
+                kubernetes_conn_id=self.kubernetes_conn_id,
+                cluster_context=self.cluster_context,
+                config_file=self.config_file,
+                in_cluster=self.in_cluster,
+                poll_interval=self.job_poll_interval,
+                get_logs=self.get_logs,
+                do_xcom_push=self.do_xcom_push,
+                service_name=self.job.metadata.name,
+            ),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict, **kwargs: Any) -> Any:
+        self.job = None
+        try:
+            super().execute_complete(context, event, **kwargs)
+        finally:
+            self.delete_job_and_service(name=event["name"], namespace=event["namespace"],
+                                        succeeded=event["status"] == "success")
+        return finish(self, context)
+
+    # -- cleanup ---------------------------------------------------------------------------------
+
+    def delete_job_and_service(self, *, succeeded: bool, name: str | None = None, namespace: str | None = None) -> None:
+        """Always the Service; the Job (with its pods) as ``on_finish_action`` says."""
+        from kubernetes.client.rest import ApiException
+
+        if name is None:
+            if self.job is None:
+                return
+            name, namespace = self.job.metadata.name, self.job.metadata.namespace
+        action = self.on_finish_action.value
+        delete_job = action == "delete_pod" or (action == "delete_succeeded_pod" and succeeded)
+        try:
+            self.hook.core_v1_client.delete_namespaced_service(name=name, namespace=namespace)
+        except ApiException as err:
+            if err.status != 404:
+                self.log.warning("could not delete Service %s/%s: %s", namespace, name, err.reason)
+        if delete_job:
+            try:
+                self.hook.batch_v1_client.delete_namespaced_job(name=name, namespace=namespace,
+                                                                propagation_policy="Foreground")
+            except ApiException as err:
+                if err.status != 404:
+                    self.log.warning("could not delete Job %s/%s: %s", namespace, name, err.reason)
+        else:
+            self.log.info("keeping Job %s/%s (on_finish_action %s); Kubernetes deletes it after ttl_after_finished",
+                          namespace, name, action)
+
+    def delete_leftovers(self, run: str) -> None:
+        """Jobs and Services of an earlier try of this DAG run that a lost worker left running: two
+        trainers must never write the same checkpoints."""
+        selector = f"{builders.LABEL_RUN}={run}"
+        jobs = self.hook.batch_v1_client.list_namespaced_job(namespace=self.namespace, label_selector=selector).items
+        for job in jobs:
+            if job.status and (job.status.active or 0) > 0:
+                self.log.warning("deleting Job %s of an earlier try, still running", job.metadata.name)
+                self.hook.batch_v1_client.delete_namespaced_job(
+                    name=job.metadata.name, namespace=self.namespace, propagation_policy="Foreground")
+        services = self.hook.core_v1_client.list_namespaced_service(namespace=self.namespace, label_selector=selector).items
+        for service in services:
+            self.hook.core_v1_client.delete_namespaced_service(name=service.metadata.name, namespace=self.namespace)
+
+    def on_kill(self) -> None:
+        job = self.job
+        super().on_kill()  # deletes the Job (foreground: its pods too)
+        if job is not None:
+            self.delete_job_and_service(succeeded=False, name=job.metadata.name, namespace=job.metadata.namespace)
+
+
+def kubernetes_train_operator(*, plan: PipelinePlan, **kwargs: Any) -> KubernetesPodOperator:
+    """The train task of a ``launcher: kubernetes`` spec: a pod for one node, a Job for several."""
+    if plan.spec.training.distributed.nnodes > 1:
+        return KubernetesTrainJobOperator(plan=plan, **kwargs)
+    return KubernetesTrainPodOperator(plan=plan, **kwargs)

@@ -1,0 +1,1 @@
+"""Sensors of a trainpipe DAG."""
