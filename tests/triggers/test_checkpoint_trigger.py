@@ -1,0 +1,183 @@
+"""CheckpointTrigger against real storage: a local run folder and s3:// on a moto server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from trainpipe.checkpoint_state import TrainingStatus, assess, read_checkpoint_state, write_training_status
+from trainpipe.triggers.checkpoint import CheckpointTrigger, poll_interval_for
+
+CONN_ID = "trainpipe_test_s3"
+BUCKET = "trainpipe-trigger-tests"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    port = _free_port()
+    server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise RuntimeError("moto_server did not start") from None
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}"
+    server.terminate()
+    server.wait(timeout=10)
+
+
+@pytest.fixture(params=["file", "s3"])
+def run_dir(request, tmp_path, monkeypatch):  # noqa: ANN001, ANN201 - (ObjectStoragePath, uri, conn_id)
+    from airflow.sdk import ObjectStoragePath
+
+    if request.param == "file":
+        uri = (tmp_path / "run").as_uri()
+        return ObjectStoragePath(uri), uri, None
+    endpoint = request.getfixturevalue("moto_endpoint")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({
+        "conn_type": "aws", "login": "testing", "password": "testing",
+        "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+    }))
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=BUCKET)
+    uri = f"s3://{BUCKET}/runs/{request.node.name.replace('[', '_').rstrip(']')}"
+    return ObjectStoragePath(uri, conn_id=CONN_ID), uri, CONN_ID
+
+
+def _commit(run_dir, step: int, saved_at: datetime) -> None:  # noqa: ANN001
+    step_dir = run_dir / "checkpoints" / f"step-{step}"
+    step_dir.mkdir(parents=True, exist_ok=True)
+    (step_dir / "__0_0.distcp").write_bytes(b"shard")
+    # The trainer writes whole seconds; sub-second timestamps keep the timing assertions below tight.
+    (step_dir / "manifest.json").write_text(json.dumps({"format": "trainpipe-dcp/1", "step": step,
+                                                        "saved_at": saved_at.isoformat()}))
+
+
+def _uncommitted(run_dir, step: int) -> None:  # noqa: ANN001
+    step_dir = run_dir / "checkpoints" / f"step-{step}"
+    step_dir.mkdir(parents=True, exist_ok=True)
+    (step_dir / "__0_0.distcp").write_bytes(b"half a save")
+
+
+def _status(run_dir, state: str, *, try_number: int = 1, final: bool = False, started_at: datetime | None = None) -> None:  # noqa: ANN001
+    now = _now()
+    write_training_status(run_dir, TrainingStatus(state=state, try_number=try_number, final=final,
+                                                  started_at=started_at or now, updated_at=now))
+
+
+def test_serialize_round_trips_exactly():
+    trigger = CheckpointTrigger(run_dir_uri="s3://bucket/runs/p/r", conn_id="aws_default", stall_timeout_seconds=1800,
+                                poll_interval=60)
+
+    classpath, kwargs = trigger.serialize()
+
+    assert classpath == "trainpipe.triggers.checkpoint.CheckpointTrigger"
+    assert kwargs == {"run_dir_uri": "s3://bucket/runs/p/r", "conn_id": "aws_default", "stall_timeout_seconds": 1800.0,
+                      "poll_interval": 60.0}
+    from airflow.sdk._shared.module_loading import import_string
+
+    assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
+    assert poll_interval_for(timedelta(minutes=30)) == 60.0 and poll_interval_for(timedelta(seconds=2)) == 0.5
+
+
+@pytest.mark.integration
+def test_run_logs_progress_then_succeeds_when_training_ends(run_dir, capsys):
+    path, uri, conn_id = run_dir
+
+    async def scenario():  # noqa: ANN202
+        trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=60, poll_interval=0.2)
+        _status(path, "running")
+        event = asyncio.ensure_future(trigger.run().__anext__())
+        await asyncio.sleep(1.0)
+        assert not event.done()  # running, no checkpoint yet: keep watching
+        now = _now()
+        _commit(path, 10, now - timedelta(seconds=60))
+        _commit(path, 20, now)
+        _uncommitted(path, 30)  # a save in progress is not a checkpoint
+        await asyncio.sleep(1.0)
+        assert not event.done()
+        _status(path, "succeeded")
+        return await asyncio.wait_for(event, timeout=20)
+
+    event = asyncio.run(scenario())
+
+    assert event.payload["status"] == "success"
+    assert event.payload["kind"] == "finished" and event.payload["succeeded"] is True
+    assert event.payload["latest_step"] == 20
+    assert event.payload["steps_per_hour"] == pytest.approx(600.0)
+    assert event.payload["message"].startswith("training succeeded (try 1); latest committed step 20")
+    logged = capsys.readouterr().out
+    assert "try 1 running; no committed checkpoint yet" in logged
+    assert "try 1 running; latest committed step 20, committed " in logged and "600 steps/hour" in logged
+
+
+@pytest.mark.integration
+def test_run_fails_after_stall_timeout_without_a_new_checkpoint(run_dir):
+    path, uri, conn_id = run_dir
+
+    async def scenario():  # noqa: ANN202
+        trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=2.5, poll_interval=0.2)
+        _status(path, "running")
+        _commit(path, 10, _now())
+        started = time.monotonic()
+        event = asyncio.ensure_future(trigger.run().__anext__())
+        await asyncio.sleep(1.0)
+        _commit(path, 20, _now())  # progress: the stall clock restarts here
+        return await asyncio.wait_for(event, timeout=30), time.monotonic() - started
+
+    event, elapsed = asyncio.run(scenario())
+
+    assert event.payload["status"] == "stalled"
+    assert event.payload["latest_step"] == 20
+    assert event.payload["idle_seconds"] > 2.5
+    assert "training stalled: no checkpoint committed for" in event.payload["message"]
+    assert elapsed >= 3.4  # 1 s until step 20, then 2.5 s of silence: step 20 restarted the clock
+
+
+@pytest.mark.integration
+def test_a_failed_try_waiting_for_its_retry_is_not_a_stall(run_dir):
+    path, _, _ = run_dir
+    long_ago = _now() - timedelta(hours=3)
+    _commit(path, 40, long_ago)
+    _status(path, "failed", try_number=1, started_at=long_ago)
+
+    state = read_checkpoint_state(path)
+    waiting = assess(state, now=_now(), stall_timeout=timedelta(minutes=30))
+    assert (waiting.kind, waiting.latest_step) == ("waiting", 40)
+    assert waiting.message.startswith("try 1 failed, waiting for the retry")
+
+    _status(path, "running", try_number=2)  # the retry starts: a fresh stall window
+    assert assess(read_checkpoint_state(path), now=_now(), stall_timeout=timedelta(minutes=30)).kind == "running"
+    _status(path, "failed", try_number=2, final=True)
+    final = assess(read_checkpoint_state(path), now=_now(), stall_timeout=timedelta(minutes=30))
+    assert (final.kind, final.succeeded) == ("finished", False)
