@@ -19,7 +19,20 @@ def get_provider_info() -> dict[str, Any]:
              "tags": ["software"]},
         ],
         "operators": [
-            {"integration-name": "trainpipe", "python-modules": ["trainpipe.operators.pipeline"]},
+            {"integration-name": "trainpipe", "python-modules": [
+                "trainpipe.operators.pipeline",
+                # launcher kubernetes; needs the cncf.kubernetes provider (extra `kubernetes`)
+                "trainpipe.operators.kubernetes",
+            ]},
+        ],
+        "sensors": [
+            {"integration-name": "trainpipe", "python-modules": ["trainpipe.sensors.checkpoint"]},
+        ],
+        "triggers": [
+            {"integration-name": "trainpipe", "python-modules": [
+                "trainpipe.triggers.checkpoint",
+                "trainpipe.triggers.kubernetes",
+            ]},
         ],
         "hooks": [
             {"integration-name": "trainpipe", "python-modules": ["trainpipe.hooks.mlflow"]},

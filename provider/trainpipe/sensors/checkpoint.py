@@ -78,8 +78,11 @@ class CheckpointSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
         from trainpipe.checkpoint_state import TrainingStalledError
+        from trainpipe.errors import TrainpipeError
 
         if event["status"] == "success":
             self.log.info("%s", event["message"])
             return
-        raise TrainingStalledError(event["message"])
+        if event["status"] == "stalled":
+            raise TrainingStalledError(event["message"])
+        raise TrainpipeError(f"the checkpoint watch stopped: {event['message']}")
