@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from trainpipe.cli import main
-from trainpipe.errors import SpecError, TrainpipeError
+from trainpipe.errors import SpecError
 from trainpipe.factory import compile_file
 from trainpipe.kubernetes.builders import TrainerLaunch
 from trainpipe.kubernetes.render import render_manifests
@@ -118,7 +118,7 @@ def test_job_name_changes_with_the_try_and_the_run_but_not_otherwise():
     assert name(airflow_run_id="manual__2026-07-01") != name()
 
 
-def test_dag_train_task_is_deferrable_durable_and_follows_on_finish_action(airflow_db):
+def test_dag_train_task_is_deferrable_durable_and_follows_on_finish_action():
     from trainpipe.dag_builder import build_dag
     from trainpipe.operators.kubernetes import KubernetesTrainJobOperator, KubernetesTrainPodOperator
 
@@ -141,7 +141,7 @@ def test_cli_render_k8s_prints_yaml_documents_only(capsys):
 
 
 def test_render_of_a_local_spec_says_how_to_switch():
-    with pytest.raises(TrainpipeError, match="only 'kubernetes' submits manifests"):
+    with pytest.raises(SpecError, match="fraud_detector.yaml: training.launcher: is 'local'; only 'kubernetes' submits"):
         render_manifests(_plan("fraud_detector.yaml"))
 
 

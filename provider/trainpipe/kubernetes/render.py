@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.errors import TrainpipeError
+from trainpipe.errors import SpecError
 from trainpipe.kubernetes.builders import TrainerLaunch, to_manifest
 
 if TYPE_CHECKING:
@@ -34,9 +34,9 @@ def render_launch(plan: PipelinePlan, *, airflow_run_id: str = RENDER_RUN_ID, tr
 def render_manifests(plan: PipelinePlan, *, launch: TrainerLaunch | None = None) -> list[dict[str, Any]]:
     """Pod (one node), or Service + Job (several), as the dicts the API server would receive."""
     if plan.spec.training.launcher != "kubernetes":
-        raise TrainpipeError(
-            f"{plan.spec_file}: training.launcher is {plan.spec.training.launcher!r}; only 'kubernetes' submits "
-            "manifests (set training.launcher: kubernetes and a training.kubernetes section)"
+        raise SpecError(
+            f"{plan.spec_file}: training.launcher: is {plan.spec.training.launcher!r}; only 'kubernetes' submits "
+            "manifests: set training.launcher: kubernetes and a training.kubernetes section (docs/KUBERNETES.md)"
         )
     from trainpipe.operators.kubernetes import KubernetesTrainJobOperator, kubernetes_train_operator
 
