@@ -150,9 +150,13 @@ def read_checkpoint_state(run_dir: ObjectStoragePath) -> CheckpointState:
         committed += 1
         if len(newest) < 2:
             newest.append(CommittedCheckpoint(step=step, saved_at=_saved_at(manifest)))
-    raw_status = _read_json(status_path(run_dir))
-    status = TrainingStatus.from_dict(raw_status) if isinstance(raw_status, dict) else None
-    return CheckpointState(checkpoints=tuple(reversed(newest)), committed_count=committed, status=status)
+    return CheckpointState(checkpoints=tuple(reversed(newest)), committed_count=committed,
+                           status=read_training_status(run_dir))
+
+
+def read_training_status(run_dir: ObjectStoragePath) -> TrainingStatus | None:
+    raw = _read_json(status_path(run_dir))
+    return TrainingStatus.from_dict(raw) if isinstance(raw, dict) else None
 
 
 def write_training_status(run_dir: ObjectStoragePath, status: TrainingStatus) -> None:

@@ -191,11 +191,11 @@ def record_training_status(spec: PipelineSpec, *, settings: Settings, airflow_ru
                            try_number: int, final: bool = False) -> None:
     from datetime import datetime, timezone
 
-    from trainpipe.checkpoint_state import TrainingStatus, read_checkpoint_state, write_training_status
+    from trainpipe.checkpoint_state import TrainingStatus, read_training_status, write_training_status
 
     run_dir = run_dir_for(spec, settings, airflow_run_id)
     now = datetime.now(timezone.utc)
-    previous = read_checkpoint_state(run_dir).status
+    previous = read_training_status(run_dir)
     # A try keeps its start time (a deferred task runs its execute callback again on each resume).
     started_at = previous.started_at if previous is not None and previous.try_number == try_number else now
     write_training_status(run_dir, TrainingStatus(state=state, try_number=try_number, final=final,
