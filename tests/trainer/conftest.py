@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .helpers import S3, Datasets, Tracking, binary_frame, ranking_frame
+from .helpers import BINARY_FEATURES, S3, Datasets, Launch, Tracking, binary_frame, launch, ranking_frame
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -130,3 +130,21 @@ def make_config(tracking: Tracking) -> Callable[..., dict[str, Any]]:
         return config
 
     return build
+
+
+@pytest.fixture(scope="session")
+def binary_run(
+    tmp_path_factory: pytest.TempPathFactory, datasets: Datasets, tracking: Tracking, make_config: Callable[..., Any]
+) -> Launch:
+    """The reference run: 2 ranks, 18 steps, logging into a run the caller created (as the Airflow task does).
+
+    Fault-tolerance tests compare their final weights with this run's.
+    """
+    from mlflow import MlflowClient
+
+    run_id = MlflowClient(tracking.uri).create_run(tracking.experiment_id).info.run_id
+    workdir = tmp_path_factory.mktemp("binary")
+    config = make_config(
+        workdir, train_data=datasets.binary_train, features=BINARY_FEATURES, tracking={"run_id": run_id}
+    )
+    return launch(config, workdir, nproc=2)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +90,7 @@ class Launch:
         return f"exit {self.returncode}\n--- stdout\n{self.stdout[-4000:]}\n--- stderr\n{self.stderr[-6000:]}"
 
 
-def launch(config: dict[str, Any], workdir: Path, *, nproc: int | None) -> Launch:
-    """Run the trainer the way launchers do: torchrun (via this interpreter) or a plain process."""
+def _command(config: dict[str, Any], workdir: Path, nproc: int | None) -> tuple[list[str], dict[str, str]]:
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "config.json"
     config_path.write_text(json.dumps(config, indent=2))
@@ -99,6 +101,81 @@ def launch(config: dict[str, Any], workdir: Path, *, nproc: int | None) -> Launc
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *trainer]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
+    return command, env
+
+
+def launch(config: dict[str, Any], workdir: Path, *, nproc: int | None) -> Launch:
+    """Run the trainer the way launchers do: torchrun (via this interpreter) or a plain process."""
+    command, env = _command(config, workdir, nproc)
     # cwd in tmp: nothing the trainer or MLflow might write relative to cwd lands in the repo.
     proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=600, check=False)
     return Launch(returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr, workdir=workdir)
+
+
+@dataclass
+class Running:
+    """A trainer launched in the background, its output going to files (read them after ``wait``)."""
+
+    process: subprocess.Popen
+    workdir: Path
+
+    def wait(self, timeout: float = 600) -> Launch:
+        returncode = self.process.wait(timeout=timeout)
+        return Launch(
+            returncode=returncode,
+            stdout=(self.workdir / "stdout.txt").read_text(),
+            stderr=(self.workdir / "stderr.txt").read_text(),
+            workdir=self.workdir,
+        )
+
+    def stdout_so_far(self) -> str:
+        return (self.workdir / "stdout.txt").read_text()
+
+    def rank_pid(self, rank: int) -> int:
+        """The pid of one torchrun worker (found by its RANK variable)."""
+        import psutil
+
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            if child.environ().get("RANK") == str(rank):
+                return child.pid
+        raise LookupError(f"no worker with RANK={rank} under pid {self.process.pid}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=60)
+
+
+def start(config: dict[str, Any], workdir: Path, *, nproc: int | None, env: dict[str, str] | None = None) -> Running:
+    command, base_env = _command(config, workdir, nproc)
+    process = subprocess.Popen(
+        command,
+        cwd=workdir,
+        env={**base_env, **(env or {})},
+        stdout=open(workdir / "stdout.txt", "w"),  # noqa: SIM115 - owned by the child
+        stderr=open(workdir / "stderr.txt", "w"),  # noqa: SIM115
+    )
+    return Running(process=process, workdir=workdir)
+
+
+def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str, running: Running | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if running is not None and running.process.poll() is not None:
+            raise AssertionError(f"the trainer exited ({running.process.returncode}) before {what}:\n{running.wait().describe()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def committed_steps(root: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in root.glob("step-*") if (p / "manifest.json").exists())
+
+
+def file_digests(directory: Path) -> dict[str, str]:
+    """sha256 of every file under ``directory`` (relative path -> digest)."""
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }

@@ -1,7 +1,8 @@
-"""trainpipe_trainer.checkpoint: DCP save/commit/restore in one real (single-process) group."""
+"""trainpipe_trainer.checkpoint: DCP save/commit/restore/prune in one real (single-process) group."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,13 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from trainpipe_trainer.checkpoint import CheckpointManager
-from trainpipe_trainer.config import CheckpointConfig, ModelConfig
+from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore, DcpBackend, ReusableCpuStager
+from trainpipe_trainer.config import CheckpointConfig, ModelConfig, OptimizationConfig
 from trainpipe_trainer.distributed import DistEnv, destroy_distributed, init_distributed
-from trainpipe_trainer.errors import CheckpointMismatchError
+from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError
 from trainpipe_trainer.export import weights_sha256
 from trainpipe_trainer.model import build_mlp
+from trainpipe_trainer.optim import build_optimizer, build_scheduler
 from trainpipe_trainer.state import TrainState
 
 from .helpers import S3
@@ -29,111 +32,185 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[DistEnv]:
     destroy_distributed()
 
 
-def _trainable(seed: int = 0) -> tuple[DistributedDataParallel, torch.optim.Adam]:
-    torch.manual_seed(seed)
-    model = DistributedDataParallel(build_mlp(n_features=3, config=ModelConfig(hidden_layers=(4,), dropout=0.5)))
-    return model, torch.optim.Adam(model.parameters(), lr=0.1)
+class Run:
+    """A small model, its optimizer and LR schedule, and the counters a checkpoint carries."""
 
+    def __init__(self, seed: int = 0) -> None:
+        torch.manual_seed(seed)
+        self.model = DistributedDataParallel(build_mlp(n_features=3, config=ModelConfig(hidden_layers=(4,), dropout=0.5)))
+        optimization = OptimizationConfig(lr_schedule="cosine", warmup_steps=2)
+        self.optimizer = build_optimizer(self.model.parameters(), learning_rate=0.1, config=optimization)
+        self.scheduler = build_scheduler(self.optimizer, config=optimization, total_steps=20)
+        self.state = TrainState()
 
-def _train(model: DistributedDataParallel, optimizer: torch.optim.Adam, steps: int, state: TrainState) -> None:
-    for _ in range(steps):
-        optimizer.zero_grad()
-        loss = model(torch.randn(8, 3)).pow(2).mean()
-        loss.backward()
-        optimizer.step()
-        state.add_loss(loss.item())
+    def train(self, steps: int) -> None:
+        for _ in range(steps):
+            self.optimizer.zero_grad()
+            loss = self.model(torch.randn(8, 3)).pow(2).mean()
+            loss.backward()
+            self.optimizer.step()
+            self.scheduler.step()
+            self.state.finish_step(loss.item())
 
-
-def _manager(root: Path, env: DistEnv, *, keep_last: int = 3, batch_size: int = 8) -> CheckpointManager:
-    config = CheckpointConfig(root_uri=root.as_uri(), every_n_steps=2, keep_last=keep_last)
-    return CheckpointManager(config=config, env=env, storage_options={}, batch_size=batch_size)
+    def manager(
+        self, root: Path | str, env: DistEnv, *, keep_last: int = 3, batch_size: int = 8, async_save: bool = True,
+        keep_best: bool = True, storage_options: dict | None = None,
+    ) -> CheckpointManager:
+        uri = root if isinstance(root, str) else root.as_uri()
+        config = CheckpointConfig(root_uri=uri, every_n_steps=2, keep_last=keep_last, keep_best=keep_best, async_save=async_save)
+        store = CheckpointStore(root_uri=uri, storage_options=storage_options or {})
+        backend = DcpBackend(
+            store=store, env=env, model=self.model, optimizer=self.optimizer, async_save=async_save,
+            group=dist.new_group(backend="gloo"),
+        )
+        return CheckpointManager(
+            config=config, env=env, store=store, backend=backend, scheduler=self.scheduler,
+            shape={"world_size": env.world_size, "batch_size": batch_size, "strategy": "ddp"},
+        )
 
 
 def _draws() -> tuple[float, float, float]:
     return torch.rand(1).item(), float(np.random.rand()), random.random()
 
 
-def test_restore_returns_weights_optimizer_counters_and_rng_streams(env: DistEnv, tmp_path: Path) -> None:
-    model, optimizer = _trainable()
-    state = TrainState()
-    _train(model, optimizer, 3, state)
-    manager = _manager(tmp_path, env)
-    assert manager.save(model=model, optimizer=optimizer, state=state)
-    saved_sha, saved_state = weights_sha256(model.module), state.to_dict()
-    after_save = _draws()
-    _train(model, optimizer, 1, state)
-    continued_sha = weights_sha256(model.module)
+def _files(step_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(step_dir.iterdir())}
 
-    fresh_model, fresh_optimizer = _trainable(seed=99)
-    fresh_state = _manager(tmp_path, env).restore(model=fresh_model, optimizer=fresh_optimizer)
-    assert fresh_state is not None
-    assert fresh_state.to_dict() == saved_state
-    assert weights_sha256(fresh_model.module) == saved_sha
+
+@pytest.mark.parametrize("async_save", [True, False], ids=["async", "sync"])
+def test_restore_returns_weights_optimizer_schedule_counters_and_rng_streams(
+    env: DistEnv, tmp_path: Path, async_save: bool
+) -> None:
+    run = Run()
+    run.train(3)
+    manager = run.manager(tmp_path, env, async_save=async_save)
+    assert manager.save(run.state, validation_loss=0.5)
+    saved_sha, saved_state, saved_lr = weights_sha256(run.model.module), run.state.to_dict(), run.scheduler.get_last_lr()
+    after_save = _draws()
+    # The loop goes on while the save is written: later updates must not leak into it.
+    run.train(1)
+    continued_sha, continued_lr = weights_sha256(run.model.module), run.scheduler.get_last_lr()
+    manager.close()
+    assert json.loads((tmp_path / "step-3" / "manifest.json").read_text())["validation_loss"] == 0.5
+
+    fresh = Run(seed=99)
+    restored = fresh.manager(tmp_path, env).restore()
+    assert restored is not None
+    assert restored.to_dict() == saved_state
+    assert weights_sha256(fresh.model.module) == saved_sha
+    assert fresh.scheduler.get_last_lr() == saved_lr
     assert _draws() == after_save
-    # Same RNG streams and optimizer moments: the next step is bit-identical to the original's.
-    _train(fresh_model, fresh_optimizer, 1, fresh_state)
-    assert weights_sha256(fresh_model.module) == continued_sha
+    # Same RNG streams, optimizer moments and schedule: the next step is bit-identical to the original's.
+    fresh.state = restored
+    fresh.train(1)
+    assert weights_sha256(fresh.model.module) == continued_sha
+    assert fresh.scheduler.get_last_lr() == continued_lr
     assert continued_sha != saved_sha
 
 
-def test_uncommitted_step_dirs_do_not_exist_for_the_loader(env: DistEnv, tmp_path: Path) -> None:
-    model, optimizer = _trainable()
-    state = TrainState()
-    _train(model, optimizer, 2, state)
-    manager = _manager(tmp_path, env)
-    manager.save(model=model, optimizer=optimizer, state=state)
+def test_async_save_blocks_only_for_the_snapshot_and_commits_in_the_background(env: DistEnv, tmp_path: Path) -> None:
+    run = Run()
+    run.train(2)
+    manager = run.manager(tmp_path, env)
+    committed: list[int] = []
+    manager.on_commit = committed.append
+    manager.save(run.state)
+    assert len(manager.blocked_seconds) == 1
+    manager.wait()
+    assert committed == [2]
+    assert manager.store.committed_steps() == [2]
+    # Saving the same step again is a no-op (e.g. the final save right after a periodic one).
+    assert not manager.save(run.state)
+
+
+def test_reusable_stager_copies_into_the_same_buffers() -> None:
+    stager = ReusableCpuStager()
+    source = {"w": torch.ones(3), "opt": {"state": {"w": {"step": torch.tensor(1.0)}}, "param_groups": [{"lr": 0.1}]}}
+    first = stager.stage(source)
+    source["w"].add_(1)
+    assert first["w"].tolist() == [1.0, 1.0, 1.0]
+    second = stager.stage(source)
+    assert second["w"] is first["w"] and second["w"].tolist() == [2.0, 2.0, 2.0]
+    assert second["opt"]["param_groups"] == [{"lr": 0.1}] and second["opt"]["param_groups"] is not source["opt"]["param_groups"]
+
+
+def test_steps_without_manifest_do_not_exist_and_are_cleared_before_resuming(env: DistEnv, tmp_path: Path) -> None:
+    run = Run()
+    run.train(2)
+    manager = run.manager(tmp_path, env)
+    manager.save(run.state, wait=True)
     (tmp_path / "step-50").mkdir()
     (tmp_path / "step-50" / "__0_0.distcp").write_bytes(b"half-written")
     (tmp_path / "step-x").mkdir()
     (tmp_path / "notes.txt").write_text("not a checkpoint")
-    assert manager.committed_steps() == [2]
-    restored = _manager(tmp_path, env).restore(model=model, optimizer=optimizer)
+    assert manager.store.committed_steps() == [2]
+    restored = Run().manager(tmp_path, env).restore()
     assert restored is not None and restored.global_step == 2
+    assert not (tmp_path / "step-50").exists()
+    assert (tmp_path / "step-x").exists() and (tmp_path / "notes.txt").exists()
 
 
-def test_keep_last_prunes_old_checkpoints_but_never_the_resumed_one(env: DistEnv, tmp_path: Path) -> None:
-    model, optimizer = _trainable()
-    state = TrainState()
-    first = _manager(tmp_path, env, keep_last=2)
-    for _ in range(3):
-        _train(model, optimizer, 1, state)
-        first.save(model=model, optimizer=optimizer, state=state)
-    assert first.committed_steps() == [2, 3]
+def test_keep_last_and_best_prune_but_never_the_resumed_checkpoint(env: DistEnv, tmp_path: Path) -> None:
+    run = Run()
+    first = run.manager(tmp_path, env, keep_last=2)
+    for loss in (0.9, 0.1, 0.5, 0.7):
+        run.train(1)
+        first.save(run.state, validation_loss=loss)
+    first.close()
+    # Newest two (3, 4) plus the lowest validation loss (2).
+    assert first.store.committed_steps() == [2, 3, 4]
+    assert json.loads((tmp_path / "best.json").read_text()) == {"step": 2, "validation_loss": 0.1, "path": "step-2"}
 
-    resumed = _manager(tmp_path, env, keep_last=1)
-    state = resumed.restore(model=model, optimizer=optimizer)
-    assert state is not None and state.global_step == 3
+    resumed_run = Run()
+    resumed = resumed_run.manager(tmp_path, env, keep_last=1, keep_best=False)
+    state = resumed.restore()
+    assert state is not None and state.global_step == 4
+    resumed_run.state = state
     for _ in range(2):
-        _train(model, optimizer, 1, state)
-        resumed.save(model=model, optimizer=optimizer, state=state)
-    assert resumed.committed_steps() == [3, 5]
+        resumed_run.train(1)
+        resumed.save(resumed_run.state, validation_loss=0.3)
+    resumed.close()
+    assert resumed.store.committed_steps() == [4, 6]
 
 
-def test_checkpoint_from_another_batch_size_is_refused(env: DistEnv, tmp_path: Path) -> None:
-    model, optimizer = _trainable()
-    state = TrainState()
-    _train(model, optimizer, 1, state)
-    _manager(tmp_path, env).save(model=model, optimizer=optimizer, state=state)
+def test_checkpoint_of_another_shape_or_strategy_is_refused(env: DistEnv, tmp_path: Path) -> None:
+    run = Run()
+    run.train(1)
+    run.manager(tmp_path, env).save(run.state, wait=True)
     with pytest.raises(CheckpointMismatchError, match="written with batch_size 8, this run has 16"):
-        _manager(tmp_path, env, batch_size=16).restore(model=model, optimizer=optimizer)
+        Run().manager(tmp_path, env, batch_size=16).restore()
+    manifest = tmp_path / "step-1" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": "trainpipe-deepspeed/1"}))
+    with pytest.raises(CheckpointMismatchError, match="has format 'trainpipe-deepspeed/1', this run writes 'trainpipe-dcp/1'"):
+        Run().manager(tmp_path, env).restore()
+
+
+def test_a_failed_async_save_is_never_committed_and_fails_the_next_wait(env: DistEnv, tmp_path: Path) -> None:
+    run = Run()
+    run.train(1)
+    # A file where the step directory must go: the writer thread cannot create it.
+    (tmp_path / "step-1").write_text("in the way")
+    manager = run.manager(tmp_path, env)
+    manager.save(run.state)
+    with pytest.raises(CheckpointSaveError, match=r"saving checkpoint .*/step-1 failed"):
+        manager.wait()
+    assert manager.store.committed_steps() == []
 
 
 def test_nothing_to_restore_in_an_empty_root(env: DistEnv, tmp_path: Path) -> None:
-    model, optimizer = _trainable()
-    assert _manager(tmp_path / "absent", env).restore(model=model, optimizer=optimizer) is None
+    assert Run().manager(tmp_path / "absent", env).restore() is None
 
 
-def test_save_prune_and_restore_on_s3(env: DistEnv, s3_bucket: S3) -> None:
-    config = CheckpointConfig(root_uri=s3_bucket.uri("run-1/checkpoints"), every_n_steps=1, keep_last=1)
-    manager = CheckpointManager(config=config, env=env, storage_options=s3_bucket.storage_options, batch_size=8)
-    model, optimizer = _trainable()
-    state = TrainState()
+def test_async_save_prune_and_restore_on_s3(env: DistEnv, s3_bucket: S3) -> None:
+    uri = s3_bucket.uri("run-1/checkpoints")
+    run = Run()
+    manager = run.manager(uri, env, keep_last=1, keep_best=False, storage_options=s3_bucket.storage_options)
     for _ in range(2):
-        _train(model, optimizer, 1, state)
-        manager.save(model=model, optimizer=optimizer, state=state)
-    assert manager.committed_steps() == [2]
-    fresh_model, fresh_optimizer = _trainable(seed=5)
-    fresh = CheckpointManager(config=config, env=env, storage_options=s3_bucket.storage_options, batch_size=8)
-    restored = fresh.restore(model=fresh_model, optimizer=fresh_optimizer)
+        run.train(1)
+        manager.save(run.state)
+    manager.close()
+    assert manager.store.committed_steps() == [2]
+    fresh = Run(seed=5)
+    restored = fresh.manager(uri, env, storage_options=s3_bucket.storage_options).restore()
     assert restored is not None and restored.global_step == 2
-    assert weights_sha256(fresh_model.module) == weights_sha256(model.module)
+    assert weights_sha256(fresh.model.module) == weights_sha256(run.model.module)

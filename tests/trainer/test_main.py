@@ -32,14 +32,14 @@ def test_config_from_a_newer_provider(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "training config does not match version 1" in capsys.readouterr().err
 
 
-def test_unimplemented_strategy_is_refused_before_training(
+def test_deepspeed_without_its_section_is_refused_before_training(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], datasets: Datasets, make_config: Callable[..., dict[str, Any]]
 ) -> None:
     config = make_config(tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES, strategy="deepspeed")
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     assert main(["--config", str(path)]) == 2
-    assert "strategy: this trainer implements 'ddp' only, got 'deepspeed'" in capsys.readouterr().err
+    assert "deepspeed: required when strategy is 'deepspeed' (zero_stage, offload)" in capsys.readouterr().err
 
 
 def test_data_error_fails_the_run_with_the_column_and_file(

@@ -1,10 +1,12 @@
 """The trainer end to end: real torchrun processes, real DCP checkpoints, real MLflow (sqlite).
 
-Six launches in all, shared through module fixtures; each costs a few seconds of imports.
+Six launches in all, shared through fixtures (``binary_run`` is in conftest); each costs a few
+seconds of imports.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Callable
@@ -15,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from .helpers import BINARY_FEATURES, RANKING_FEATURES, Datasets, Launch, Tracking, launch
+from .helpers import BINARY_FEATURES, RANKING_FEATURES, Datasets, Launch, Tracking, committed_steps, launch
 
 pytestmark = pytest.mark.integration
 
@@ -30,23 +32,8 @@ def _ok(run: Launch) -> dict[str, Any]:
     return result
 
 
-def _committed_steps(root: Path) -> list[int]:
-    return sorted(int(p.name.split("-")[1]) for p in root.glob("step-*") if (p / "manifest.json").exists())
-
-
-@pytest.fixture(scope="module")
-def binary_run(
-    tmp_path_factory: pytest.TempPathFactory, datasets: Datasets, tracking: Tracking, make_config: Callable[..., Any]
-) -> Launch:
-    """2 ranks, logging into a run the caller created (as the Airflow task does); 20 steps."""
-    from mlflow import MlflowClient
-
-    run_id = MlflowClient(tracking.uri).create_run(tracking.experiment_id).info.run_id
-    workdir = tmp_path_factory.mktemp("binary")
-    config = make_config(
-        workdir, train_data=datasets.binary_train, features=BINARY_FEATURES, tracking={"run_id": run_id}
-    )
-    return launch(config, workdir, nproc=2)
+def _best(root: Path) -> int:
+    return json.loads((root / "best.json").read_text())["step"]
 
 
 @pytest.fixture(scope="module")
@@ -73,25 +60,37 @@ def test_binary_classification_on_two_ranks(
 
     result = _ok(binary_run)
     assert result["world_size"] == 2
-    assert result["global_step"] == 20  # 600 rows / 2 ranks / 32 per batch = 10 batches, 2 epochs
+    # 600 rows - 60 held out for validation = 540; / 2 ranks / 32 per batch = 9 batches; 2 epochs.
+    assert result["global_step"] == 18
     assert result["resumed_from_step"] is None
     assert result["model_uri"].startswith("models:/m-")
-    assert "step 20/20 epoch 2/2 loss " in binary_run.stdout
+    assert "step 18/18 epoch 2/2 loss " in binary_run.stdout
 
     client = MlflowClient(tracking.uri)
     run = client.get_run(result["mlflow_run_id"])
     assert run.info.status == "FINISHED"
     assert run.data.params["world_size"] == "2"
     assert run.data.params["features_count"] == "4"
-    assert run.data.params["train_rows"] == "600"
-    assert run.data.params["steps_per_epoch"] == "10"
+    assert run.data.params["train_rows"] == "540"
+    assert run.data.params["validation_rows"] == "60"
+    assert run.data.params["steps_per_epoch"] == "9"
     assert run.data.tags["dag_id"] == "trainer_tests"
     history = client.get_metric_history(run.info.run_id, "train_loss")
-    assert [m.step for m in history] == list(range(2, 21, 2))
+    assert [m.step for m in history] == list(range(2, 19, 2))
     assert len(client.get_metric_history(run.info.run_id, "epoch_loss")) == 2
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "learning_rate")] == list(range(2, 19, 2))
+    # Every checkpoint: its validation loss and how long the loop was blocked.
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "validation_loss")] == [4, 8, 12, 16, 18]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "checkpoint_blocked_ms")] == [4, 8, 12, 16, 18]
+    assert run.data.metrics["cpu_hours"] > 0
 
-    # every_n_steps=4 saved 4, 8, 12, 16, 20; keep_last=2 leaves the newest two.
-    assert _committed_steps(binary_run.workdir / "checkpoints") == [16, 20]
+    # every_n_steps=4 saved 4, 8, 12, 16 and the end (18); keep_last=2 leaves the newest two plus the best.
+    root = binary_run.workdir / "checkpoints"
+    best = _best(root)
+    assert run.data.tags["best_checkpoint_step"] == str(best)
+    assert committed_steps(root) == sorted({16, 18, best})
+    losses = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "validation_loss")}
+    assert losses[best] == min(losses[s] for s in committed_steps(root))
 
     model = mlflow.pyfunc.load_model(result["model_uri"])
     holdout = pd.read_parquet(datasets.binary_holdout)
@@ -123,14 +122,15 @@ def test_resume_mid_epoch_is_bit_identical_and_ignores_uncommitted_steps(
     from mlflow import MlflowClient
 
     _ok(binary_rerun)
-    # Simulate a run killed while committing step 15: copy its checkpoints, un-commit 15..20.
+    # Simulate a run killed while committing step 15: copy its checkpoints, un-commit 15 and 18.
     root = tmp_path / "checkpoints"
     shutil.copytree(binary_rerun.workdir / "checkpoints", root)
-    for step in (15, 18, 20):
+    (root / "best.json").unlink()
+    for step in (15, 18):
         (root / f"step-{step}" / "manifest.json").unlink()
     (root / "step-999").mkdir()
     (root / "step-999" / "__0_0.distcp").write_bytes(b"torn write")
-    assert _committed_steps(root) == [3, 6, 9, 12]
+    assert committed_steps(root) == [3, 6, 9, 12]
 
     config = make_config(
         tmp_path,
@@ -141,16 +141,17 @@ def test_resume_mid_epoch_is_bit_identical_and_ignores_uncommitted_steps(
     resumed = launch(config, tmp_path, nproc=2)
     result = _ok(resumed)
     assert "resumed from step 12" in resumed.stdout
-    # Step 12 is batch 2 of epoch 2: the first line printed is the next logging step.
-    assert "step 12/" not in resumed.stdout and "step 14/20 epoch 2/2" in resumed.stdout
+    assert "removed interrupted saves (no manifest): step-15, step-18, step-999" in resumed.stdout
+    # Step 12 is batch 3 of epoch 2: the first line printed is the next logging step.
+    assert "step 12/" not in resumed.stdout and "step 14/18 epoch 2/2" in resumed.stdout
     assert result["resumed_from_step"] == 12
-    assert result["global_step"] == 20
+    assert result["global_step"] == 18
     assert result["weights_sha256"] == _ok(binary_run)["weights_sha256"]
     tags = MlflowClient(tracking.uri).get_run(result["mlflow_run_id"]).data.tags
     assert tags["resumed_from_step"] == "12"
-    # keep_last=2 plus the checkpoint resumed from; the torn step-999 was never a candidate.
-    assert _committed_steps(root) == [12, 18, 20]
-    assert (root / "step-999").exists()
+    # keep_last=2 plus the checkpoint resumed from plus the best; the torn dirs are gone.
+    assert committed_steps(root) == sorted({12, 15, 18, _best(root)})
+    assert not (root / "step-999").exists()
 
 
 def test_listwise_ranking_on_two_ranks(
@@ -172,7 +173,8 @@ def test_listwise_ranking_on_two_ranks(
     )
     result = _ok(launch(config, tmp_path, nproc=2))
     assert result["world_size"] == 2
-    assert result["global_step"] == 24  # 30 queries / 2 ranks = 15, 4 per batch = 4 batches, 6 epochs
+    # 30 queries - 3 held out = 27; / 2 ranks = 14 (padded), 4 per batch = 4 batches; 6 epochs.
+    assert result["global_step"] == 24
 
     holdout = pd.read_parquet(datasets.ranking_holdout).sort_values(["qid"], kind="stable")
     scores = mlflow.pyfunc.load_model(result["model_uri"]).predict(holdout[list(RANKING_FEATURES)])
@@ -201,9 +203,9 @@ def test_single_process_without_torchrun(
     )
     result = _ok(launch(config, tmp_path, nproc=None))
     assert result["world_size"] == 1
-    assert result["global_step"] == 6 * 13  # 400 rows / 32 per batch = 13 batches
-    assert _committed_steps(tmp_path / "checkpoints")[-1] == result["global_step"]
-    assert len(_committed_steps(tmp_path / "checkpoints")) <= 2
+    assert result["global_step"] == 6 * 12  # 400 rows - 40 held out = 360 / 32 per batch = 12 batches
+    assert committed_steps(tmp_path / "checkpoints")[-1] == result["global_step"]
+    assert len(committed_steps(tmp_path / "checkpoints")) <= 2
 
     frame = pd.read_parquet(datasets.regression_train)
     predictions = mlflow.pyfunc.load_model(result["model_uri"]).predict(frame[list(BINARY_FEATURES)])

@@ -9,7 +9,7 @@ import sys
 
 from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainerConfigError, TrainingConfig
-from trainpipe_trainer.errors import USER_ERRORS, TrainerInputError
+from trainpipe_trainer.errors import EXIT_BAD_INPUT, USER_ERRORS, TrainerInputError, TrainingStopped
 
 
 def load_config(uri: str) -> TrainingConfig:
@@ -35,10 +35,18 @@ def main(argv: list[str] | None = None) -> int:
 
         run_training(config)
     except USER_ERRORS as err:
-        rank = f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
-        print(f"trainpipe_trainer: {rank}error: {err}", file=sys.stderr, flush=True)
-        return 2
+        _report(err)
+        return EXIT_BAD_INPUT
+    except TrainingStopped as err:
+        # Diverged (4) or preempted (143): expected outcomes with a one-line reason, no traceback.
+        _report(err)
+        return err.exit_code
     return 0
+
+
+def _report(err: BaseException) -> None:
+    rank = f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+    print(f"trainpipe_trainer: {rank}error: {err}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

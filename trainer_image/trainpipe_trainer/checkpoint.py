@@ -1,69 +1,89 @@
-"""Checkpoints: ``<root>/step-<N>/`` written with torch.distributed.checkpoint, committed by a manifest.
+"""Checkpoints: ``<root>/step-<N>/``, committed by a ``manifest.json`` written last.
 
-Commit protocol: every rank writes its shard (DCP), all ranks pass a barrier, then rank 0 writes
-``manifest.json`` last. A step directory without a manifest is an interrupted save and does not
-exist for the loader, so a crash at any moment leaves either the previous or the new checkpoint.
+A step directory without its manifest is an interrupted save and does not exist for the loader,
+so a crash at any moment leaves either the previous or the new checkpoint. Rank 0 writes the
+manifest only once every rank's files are durable:
+
+- DDP (``DcpBackend``): each rank copies its state into reused CPU buffers (the only time the loop
+  is blocked) and ``dcp.async_save`` writes one shard per rank from a background thread, on a
+  dedicated gloo group. DCP's coordinator (rank 0) finishes a save only after gathering every
+  rank's write result, so rank 0 commits in the save future's done-callback, with no extra
+  collective and without blocking the loop. ``checkpoint.async_save: false`` saves in the loop.
+- DeepSpeed (``trainpipe_trainer.deepspeed_support``): ``engine.save_checkpoint`` into the same
+  ``step-<N>/``, each rank's RNG/counters next to it, a barrier, then the manifest.
+
+Pruning keeps the newest ``keep_last``, the best by validation loss (``best.json`` points at it)
+and the checkpoint this process resumed from.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
 import re
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import fsspec
+import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
 
 from trainpipe_trainer import storage
 from trainpipe_trainer.config import CheckpointConfig
-from trainpipe_trainer.distributed import DistEnv, barrier, broadcast_flag, broadcast_object
-from trainpipe_trainer.errors import CheckpointMismatchError
+from trainpipe_trainer.distributed import DistEnv, broadcast_object
+from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError
 from trainpipe_trainer.rng import capture_rng_state, restore_rng_state
 from trainpipe_trainer.state import TrainState
 
 MANIFEST = "manifest.json"
-MANIFEST_FORMAT = "trainpipe-dcp/1"
+BEST_POINTER = "best.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
-def _rank_key(rank: int) -> str:
+def rank_key(rank: int) -> str:
     # One key per rank: DCP de-duplicates equal keys across ranks, and these values differ.
     return f"rank_state_{rank}"
 
 
+# -- storage layout ----------------------------------------------------------------------------
+
+
 @dataclass(kw_only=True, slots=True)
-class CheckpointManager:
-    config: CheckpointConfig
-    env: DistEnv
+class CheckpointStore:
+    """The checkpoint root: which steps exist, commit (manifest last), prune, best pointer."""
+
+    root_uri: str
     storage_options: dict[str, Any]
-    # Training shape the checkpoint must match to be resumable bit-exactly.
-    batch_size: int
     fs: fsspec.AbstractFileSystem = field(init=False)
     root: str = field(init=False)
-    resumed_step: int | None = field(init=False, default=None)
-    last_saved_step: int | None = field(init=False, default=None)
-    last_save_time: float = field(init=False, default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError("CheckpointManager: batch_size must be >= 1")
-        self.fs, self.root = storage.url_to_fs(self.config.root_uri, self.storage_options)
-        self.root = self.root.rstrip("/")
+        self.fs, root = storage.url_to_fs(self.root_uri, self.storage_options)
+        self.root = root.rstrip("/")
 
-    # -- discovery -------------------------------------------------------------------------------
+    @property
+    def is_local(self) -> bool:
+        return storage.is_local(self.fs)
 
     def step_path(self, step: int) -> str:
         return f"{self.root}/step-{step}"
 
-    def committed_steps(self) -> list[int]:
-        """Steps with a manifest, oldest first (reads storage; call on rank 0)."""
+    def uri(self, path: str) -> str:
+        return self.fs.unstrip_protocol(path)
+
+    def step_dirs(self) -> list[int]:
         # Other ranks and earlier attempts wrote here: never trust a cached object-store listing.
         self.fs.invalidate_cache(self.root)
         if not self.fs.exists(self.root):
@@ -71,60 +91,225 @@ class CheckpointManager:
         steps = []
         for entry in self.fs.ls(self.root, detail=False):
             match = _STEP_DIR.match(entry.rstrip("/").rsplit("/", 1)[-1])
-            if match and self.fs.exists(f"{self.step_path(int(match.group(1)))}/{MANIFEST}"):
+            if match:
                 steps.append(int(match.group(1)))
         return sorted(steps)
 
-    def _read_manifest(self, step: int) -> dict[str, Any]:
+    def is_committed(self, step: int) -> bool:
+        return self.fs.exists(f"{self.step_path(step)}/{MANIFEST}")
+
+    def committed_steps(self) -> list[int]:
+        """Steps with a manifest, oldest first."""
+        return [step for step in self.step_dirs() if self.is_committed(step)]
+
+    def read_manifest(self, step: int) -> dict[str, Any]:
         with self.fs.open(f"{self.step_path(step)}/{MANIFEST}", "r", encoding="utf-8") as handle:
             return json.load(handle)
 
-    # -- DCP plumbing ----------------------------------------------------------------------------
+    def remove_uncommitted(self) -> list[int]:
+        """Delete the leftovers of interrupted saves (call before anything writes, on one rank)."""
+        torn = [step for step in self.step_dirs() if not self.is_committed(step)]
+        for step in torn:
+            self.fs.rm(self.step_path(step), recursive=True)
+        return torn
+
+    def commit(self, step: int, manifest: dict[str, Any]) -> None:
+        storage.write_text(
+            self.uri(f"{self.step_path(step)}/{MANIFEST}"), json.dumps(manifest, indent=2), self.storage_options
+        )
+
+    def best(self, steps: list[int]) -> tuple[int, float] | None:
+        """The committed step with the lowest validation loss (the earliest on a tie)."""
+        best = None
+        for step in steps:
+            loss = self.read_manifest(step).get("validation_loss")
+            if loss is not None and (best is None or loss < best[1]):
+                best = (step, float(loss))
+        return best
+
+    def prune(self, *, keep_last: int, keep_best: bool, protect: set[int]) -> tuple[int, float] | None:
+        """Delete committed checkpoints outside keep_last/best/protect; update ``best.json``."""
+        steps = self.committed_steps()
+        keep = set(steps[-keep_last:]) | (protect & set(steps))
+        best = self.best(steps) if keep_best else None
+        if best is not None:
+            keep.add(best[0])
+            pointer = {"step": best[0], "validation_loss": best[1], "path": f"step-{best[0]}"}
+            storage.write_text(self.uri(f"{self.root}/{BEST_POINTER}"), json.dumps(pointer, indent=2), self.storage_options)
+        for step in steps:
+            if step not in keep:
+                # Manifest first: a crash mid-delete leaves an uncommitted (ignored) directory.
+                self.fs.rm(f"{self.step_path(step)}/{MANIFEST}")
+                self.fs.rm(self.step_path(step), recursive=True)
+        return best
+
+
+# -- backends: how one rank's state is written and read ----------------------------------------
+
+
+class CheckpointBackend(Protocol):
+    format: str
+
+    def write(self, step: int, rank_blob: bytes) -> Future | None:
+        """Start writing this rank's part of ``step-<step>`` (collective); a Future if asynchronous."""
+
+    def read(self, step: int) -> bytes:
+        """Load ``step-<step>`` into the live objects (collective); returns this rank's blob."""
+
+    def close(self) -> None: ...
+
+
+class ReusableCpuStager(AsyncStager):
+    """Copies the state dict into CPU buffers kept from one save to the next.
+
+    Allocating fresh buffers on every save (DCP's default stager) costs more than the copy itself
+    (page faults), and DCP's caching stager pins memory, which needs a GPU. Safe to reuse because
+    the manager waits for a save to finish before staging the next one.
+    """
+
+    _synchronize_after_execute = False
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[Any, ...], torch.Tensor] = {}
+
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        return self._copy(state_dict, ())
+
+    def _copy(self, obj: Any, path: tuple[Any, ...]) -> Any:
+        if isinstance(obj, torch.Tensor):
+            buffer = self._cache.get(path)
+            if buffer is None or buffer.shape != obj.shape or buffer.dtype != obj.dtype:
+                buffer = self._cache[path] = torch.empty(obj.shape, dtype=obj.dtype, device="cpu")
+            buffer.copy_(obj.detach())
+            return buffer
+        if isinstance(obj, dict):
+            return {key: self._copy(value, (*path, key)) for key, value in obj.items()}
+        if isinstance(obj, list):
+            return [self._copy(value, (*path, index)) for index, value in enumerate(obj)]
+        return copy.deepcopy(obj)
+
+    def synchronize_staging(self) -> None:
+        """Nothing to wait for: ``stage`` copies synchronously."""
+
+    def close(self) -> None:
+        self._cache.clear()
+
+
+@dataclass(kw_only=True, slots=True)
+class DcpBackend:
+    """torch.distributed.checkpoint: one shard per rank, model + optimizer + this rank's blob."""
+
+    format = "trainpipe-dcp/1"
+
+    store: CheckpointStore
+    env: DistEnv
+    model: nn.Module
+    optimizer: Optimizer
+    async_save: bool
+    # Dedicated gloo group for DCP's own collectives (they run on the writer thread).
+    group: dist.ProcessGroup | None = None
+    _stager: ReusableCpuStager = field(init=False, default_factory=ReusableCpuStager)
 
     def _writer(self, path: str) -> dcp.StorageWriter:
-        if storage.is_local(self.fs):
+        if self.store.is_local:
             return dcp.FileSystemWriter(path)
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
-        return FsspecWriter(self.fs.unstrip_protocol(path), **self.storage_options)
+        return FsspecWriter(self.store.uri(path), **self.store.storage_options)
 
     def _reader(self, path: str) -> dcp.StorageReader:
-        if storage.is_local(self.fs):
+        if self.store.is_local:
             return dcp.FileSystemReader(path)
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
-        return FsspecReader(self.fs.unstrip_protocol(path), **self.storage_options)
+        return FsspecReader(self.store.uri(path), **self.store.storage_options)
+
+    def write(self, step: int, rank_blob: bytes) -> Future | None:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        payload = {"model": model_sd, "optim": optim_sd, rank_key(self.env.rank): rank_blob}
+        writer = self._writer(self.store.step_path(step))
+        if self.async_save:
+            return dcp.async_save(payload, storage_writer=writer, async_stager=self._stager, process_group=self.group)
+        dcp.save(payload, storage_writer=writer, process_group=self.group)
+        return None
+
+    def read(self, step: int) -> bytes:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        key = rank_key(self.env.rank)
+        payload: dict[str, Any] = {"model": model_sd, "optim": optim_sd, key: b""}
+        dcp.load(payload, storage_reader=self._reader(self.store.step_path(step)), process_group=self.group)
+        set_state_dict(self.model, self.optimizer, model_state_dict=payload["model"], optim_state_dict=payload["optim"])
+        return payload[key]
+
+    def close(self) -> None:
+        self._stager.close()
+
+
+# -- the manager the training loop talks to ----------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True, eq=False)
+class _InFlight:
+    step: int
+    manifest: dict[str, Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class CheckpointManager:
+    config: CheckpointConfig
+    env: DistEnv
+    store: CheckpointStore
+    backend: CheckpointBackend
+    # What a checkpoint must match to be resumed bit-exactly (world_size, batch_size, ...).
+    shape: dict[str, Any]
+    # Optional: its state goes into every rank's blob (DeepSpeed saves its scheduler itself).
+    scheduler: LRScheduler | None = None
+    resumed_step: int | None = field(init=False, default=None)
+    last_saved_step: int | None = field(init=False, default=None)
+    last_save_time: float = field(init=False, default_factory=time.monotonic)
+    # Seconds the loop was blocked by each save (snapshot + start for async, everything for sync).
+    blocked_seconds: list[float] = field(init=False, default_factory=list)
+    best: tuple[int, float] | None = field(init=False, default=None)
+    on_commit: Callable[[int], None] | None = None
+    _in_flight: _InFlight | None = field(init=False, default=None)
 
     # -- resume ----------------------------------------------------------------------------------
 
-    def restore(self, *, model: nn.Module, optimizer: Optimizer) -> TrainState | None:
-        """Load the newest committed checkpoint into model, optimizer and RNGs (collective).
+    def restore(self) -> TrainState | None:
+        """Load the newest committed checkpoint into the live objects and RNGs (collective).
 
         Returns this rank's saved ``TrainState``, or None when there is nothing to resume.
         """
         manifest = None
         if self.env.is_main:
-            steps = self.committed_steps()
-            manifest = self._read_manifest(steps[-1]) if steps else None
+            torn = self.store.remove_uncommitted()
+            if torn:
+                print(f"checkpoint: removed interrupted saves (no manifest): {', '.join(f'step-{s}' for s in torn)}")
+            steps = self.store.committed_steps()
+            manifest = self.store.read_manifest(steps[-1]) if steps else None
         # Rank 0 decides, so all ranks load the same step even if storage listings disagree.
         manifest = broadcast_object(manifest, self.env)
         if manifest is None:
             return None
         step = int(manifest["step"])
-        for key, ours in (("world_size", self.env.world_size), ("batch_size", self.batch_size)):
-            if manifest[key] != ours:
+        where = f"{self.config.root_uri}/step-{step}"
+        if manifest.get("format") != self.backend.format:
+            raise CheckpointMismatchError(
+                f"checkpoint {where} has format {manifest.get('format')!r}, this run writes {self.backend.format!r} "
+                "(another strategy); relaunch with the strategy that wrote it or use a new checkpoint.root_uri"
+            )
+        for key, ours in self.shape.items():
+            if manifest.get(key) != ours:
                 raise CheckpointMismatchError(
-                    f"checkpoint {self.config.root_uri}/step-{step} was written with {key} {manifest[key]}, "
-                    f"this run has {ours}; relaunch with the same {key} or use a new checkpoint.root_uri"
+                    f"checkpoint {where} was written with {key} {manifest.get(key)}, this run has {ours}; "
+                    f"relaunch with the same {key} or use a new checkpoint.root_uri"
                 )
-        model_sd, optim_sd = get_state_dict(model, optimizer)
-        rank_key = _rank_key(self.env.rank)
-        payload: dict[str, Any] = {"model": model_sd, "optim": optim_sd, rank_key: b""}
-        dcp.load(payload, storage_reader=self._reader(self.step_path(step)))
-        set_state_dict(model, optimizer, model_state_dict=payload["model"], optim_state_dict=payload["optim"])
-        # Our own blob from save(): pickle is how numpy's and python's RNG states round-trip exactly.
-        rank_state = pickle.loads(payload[rank_key])
-        # Last, so nothing above (state-dict helpers, DCP) can draw from the restored generators.
+        rank_state = pickle.loads(self.backend.read(step))
+        if self.scheduler is not None and rank_state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(rank_state["scheduler"])
+        # Last, so nothing above (state-dict helpers, DCP, DeepSpeed) can draw from the restored generators.
         restore_rng_state(rank_state["rng"])
         self.resumed_step = self.last_saved_step = step
         return TrainState.from_dict(rank_state["train_state"])
@@ -132,57 +317,90 @@ class CheckpointManager:
     # -- save ------------------------------------------------------------------------------------
 
     def due(self, step: int) -> bool:
-        """Whether to save after ``step``; rank 0's clock decides for every_seconds (collective then)."""
-        by_steps = self.config.every_n_steps is not None and step % self.config.every_n_steps == 0
-        if self.config.every_seconds is None:
-            return by_steps
-        by_time = time.monotonic() - self.last_save_time >= self.config.every_seconds
-        return broadcast_flag(by_steps or by_time, self.env)
+        return self.config.every_n_steps is not None and step % self.config.every_n_steps == 0
 
-    def save(self, *, model: nn.Module, optimizer: Optimizer, state: TrainState) -> bool:
-        """Write and commit ``step-<global_step>`` (collective); False if it was already committed."""
+    def clock_due(self) -> bool:
+        """This rank's view of ``every_seconds`` (rank 0's is shared through the step flags)."""
+        every = self.config.every_seconds
+        return every is not None and time.monotonic() - self.last_save_time >= every
+
+    def save(self, state: TrainState, *, validation_loss: float | None = None, wait: bool = False) -> bool:
+        """Checkpoint ``step-<global_step>`` (collective); False if this step is already saved.
+
+        Blocks only for the snapshot when saving asynchronously; ``wait`` also waits for the commit.
+        """
         step = state.global_step
-        path = self.step_path(step)
-        already = None
-        if self.env.is_main:
-            already = self.fs.exists(f"{path}/{MANIFEST}")
-            if not already and self.fs.exists(path):
-                # Leftovers of an interrupted save of this same step: start clean.
-                self.fs.rm(path, recursive=True)
-        if broadcast_object(already, self.env):
-            self.last_saved_step = step
+        if step == self.last_saved_step:
+            if wait:
+                self.wait()
             return False
-        model_sd, optim_sd = get_state_dict(model, optimizer)
-        rank_blob = pickle.dumps(
-            {"rng": capture_rng_state(), "train_state": state.to_dict()}, protocol=pickle.HIGHEST_PROTOCOL
+        # One save at a time: the previous one must be committed (and its buffers free) first.
+        self.wait()
+        started = time.perf_counter()
+        blob = pickle.dumps(
+            {
+                "rng": capture_rng_state(),
+                "train_state": state.to_dict(),
+                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            },
+            protocol=pickle.HIGHEST_PROTOCOL,
         )
-        # Step, epoch and batch position travel in every rank's blob, next to its RNG states.
-        payload = {"model": model_sd, "optim": optim_sd, _rank_key(self.env.rank): rank_blob}
-        dcp.save(payload, storage_writer=self._writer(path))
-        barrier(self.env)
-        if self.env.is_main:
-            manifest = {
-                "format": MANIFEST_FORMAT,
-                "step": step,
-                "epoch": state.epoch,
-                "batch_in_epoch": state.batch_in_epoch,
-                "world_size": self.env.world_size,
-                "batch_size": self.batch_size,
-                "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            }
-            storage.write_text(
-                self.fs.unstrip_protocol(f"{path}/{MANIFEST}"), json.dumps(manifest, indent=2), self.storage_options
-            )
-            self._prune()
-        self.last_saved_step = step
-        self.last_save_time = time.monotonic()
+        manifest = {
+            "format": self.backend.format,
+            "step": step,
+            "epoch": state.epoch,
+            "batch_in_epoch": state.batch_in_epoch,
+            **self.shape,
+            "validation_loss": validation_loss,
+            "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        in_flight = _InFlight(step=step, manifest=manifest)
+        future = self.backend.write(step, blob)
+        if future is None:
+            self._finish(in_flight, None)
+        else:
+            future.add_done_callback(lambda done: self._finish(in_flight, done))
+        self._in_flight = in_flight
+        self.blocked_seconds.append(time.perf_counter() - started)
+        self.last_saved_step, self.last_save_time = step, time.monotonic()
+        if wait:
+            self.wait()
         return True
 
-    def _prune(self) -> None:
-        steps = self.committed_steps()
-        keep = set(steps[-self.config.keep_last :])
-        if self.resumed_step is not None:
-            keep.add(self.resumed_step)
-        for step in steps:
-            if step not in keep:
-                self.fs.rm(self.step_path(step), recursive=True)
+    def _finish(self, in_flight: _InFlight, future: Future | None) -> None:
+        """Runs when this rank's write is done: on the writer thread for async saves."""
+        try:
+            if future is not None:
+                future.result()
+            if self.env.is_main:
+                # DCP's coordinator finished: every rank's shard is written. Manifest last.
+                self.store.commit(in_flight.step, in_flight.manifest)
+                self.best = self.store.prune(
+                    keep_last=self.config.keep_last,
+                    keep_best=self.config.keep_best,
+                    protect={s for s in (self.resumed_step,) if s is not None},
+                )
+                if self.on_commit is not None:
+                    self.on_commit(in_flight.step)
+        except BaseException as err:  # noqa: BLE001 - handed to the training thread by wait()
+            in_flight.error = err
+        finally:
+            in_flight.done.set()
+
+    def wait(self) -> None:
+        """Wait until the save in flight is written (and, on rank 0, committed); raise its error."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None:
+            return
+        in_flight.done.wait()
+        if in_flight.error is not None:
+            raise CheckpointSaveError(
+                f"saving checkpoint {self.config.root_uri}/step-{in_flight.step} failed: "
+                f"{type(in_flight.error).__name__}: {in_flight.error}"
+            ) from in_flight.error
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self.backend.close()

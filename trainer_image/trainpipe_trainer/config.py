@@ -85,6 +85,14 @@ class FaultInjection:
     nan_loss_at_step: int | None = None
     # Exit abruptly (os._exit(3), no cleanup) right after the checkpoint of this step is committed.
     crash_after_step: int | None = None
+    # Sleep this long after every optimizer step: stretches a tiny test run so a test can act mid-training
+    # (kill a rank, send SIGTERM, stop the tracking server) without racing the end of training.
+    step_delay_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        _require(self.nan_loss_at_step is None or self.nan_loss_at_step >= 1, "fault_injection.nan_loss_at_step: must be >= 1")
+        _require(self.crash_after_step is None or self.crash_after_step >= 1, "fault_injection.crash_after_step: must be >= 1")
+        _require(self.step_delay_seconds >= 0, "fault_injection.step_delay_seconds: must be >= 0")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -122,6 +130,11 @@ class TrackingConfig:
     max_buffered_metrics: int = 100_000
     # Where the final model is logged inside the run.
     model_artifact_name: str = "model"
+
+    def __post_init__(self) -> None:
+        _require(self.log_every_n_steps >= 1, "tracking.log_every_n_steps: must be >= 1")
+        _require(self.system_metrics_every_seconds > 0, "tracking.system_metrics_every_seconds: must be > 0")
+        _require(self.max_buffered_metrics >= 1, "tracking.max_buffered_metrics: must be >= 1")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -75,8 +75,11 @@ def pad_queries(
 class TrainingData:
     # Items are (features, label) rows, or (features, labels, mask) padded queries for listwise.
     dataset: TensorDataset
+    # Held out of training for the validation loss that picks the best checkpoint (None: no split).
+    validation: TensorDataset | None
     standardizer: Standardizer
     n_rows: int
+    n_validation_rows: int
     # A few raw feature rows: the logged model's input example for its signature.
     sample_frame: pd.DataFrame
 
@@ -85,26 +88,64 @@ class TrainingData:
             raise TrainerDataError("the training data has no rows")
 
 
+def validation_mask(frame: pd.DataFrame, config: TrainingConfig) -> np.ndarray:
+    """Rows held out for validation: ``validation_fraction`` of the rows (of the queries for ranking).
+
+    Drawn from the run's seed, so every rank and every attempt of a run holds out the same rows.
+    Empty when ``keep_best`` is off or the fraction rounds down to nothing.
+    """
+    checkpoint = config.checkpoint
+    if not checkpoint.keep_best or checkpoint.validation_fraction <= 0:
+        return np.zeros(len(frame), dtype=bool)
+    if config.task == "ranking":
+        units, _ = pd.factorize(frame[config.group_column], sort=True)
+    else:
+        units = np.arange(len(frame))
+    n_units = int(units.max()) + 1 if len(units) else 0
+    n_validation = int(n_units * checkpoint.validation_fraction)
+    if n_validation == 0:
+        return np.zeros(len(frame), dtype=bool)
+    chosen = np.random.default_rng(config.seed).permutation(n_units)[:n_validation]
+    return np.isin(units, chosen)
+
+
+def _tensors(frame: pd.DataFrame, config: TrainingConfig, standardizer: Standardizer, source: str) -> TensorDataset:
+    features = standardizer.transform(feature_matrix(frame, config.features, source=source)).astype(np.float32)
+    labels = label_vector(frame, config, source=source).astype(np.float32)
+    if is_listwise(config):
+        x, y, mask = pad_queries(frame[config.group_column], features, labels)
+        return TensorDataset(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(mask))
+    return TensorDataset(torch.from_numpy(features), torch.from_numpy(labels))
+
+
 def load_training_data(config: TrainingConfig) -> TrainingData:
     source = config.train_data_uri
     frame = read_parquet(source, config.storage_options)
     if frame.empty:
         raise TrainerDataError(f"{source}: the training split has no rows")
-    raw = feature_matrix(frame, config.features, source=source)
-    labels = label_vector(frame, config, source=source)
-    standardizer = Standardizer.fit(raw, config.features)
-    features = standardizer.transform(raw).astype(np.float32)
-    labels32 = labels.astype(np.float32)
-    if is_listwise(config):
+    # Validate every column on the whole file first: errors name the file, not a split of it.
+    feature_matrix(frame, config.features, source=source)
+    label_vector(frame, config, source=source)
+    if config.task == "ranking":
         require_columns(frame, [config.group_column], source=source, role="group")
         if frame[config.group_column].isna().any():
             raise TrainerDataError(f"{source}: group column {config.group_column!r} has missing query ids")
-        x, y, mask = pad_queries(frame[config.group_column], features, labels32)
-        dataset = TensorDataset(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(mask))
-    else:
-        dataset = TensorDataset(torch.from_numpy(features), torch.from_numpy(labels32))
+    held_out = validation_mask(frame, config)
+    train_frame = frame.loc[~held_out].reset_index(drop=True)
+    validation_frame = frame.loc[held_out].reset_index(drop=True)
+    # Fitted on the rows trained on; the validation rows are scaled the way serving will scale them.
+    standardizer = Standardizer.fit(feature_matrix(train_frame, config.features, source=source), config.features)
+    dataset = _tensors(train_frame, config, standardizer, source)
+    validation = _tensors(validation_frame, config, standardizer, source) if len(validation_frame) else None
     sample = frame.loc[:, list(config.features)].head(20).astype("float64").reset_index(drop=True)
-    return TrainingData(dataset=dataset, standardizer=standardizer, n_rows=len(frame), sample_frame=sample)
+    return TrainingData(
+        dataset=dataset,
+        validation=validation,
+        standardizer=standardizer,
+        n_rows=len(train_frame),
+        n_validation_rows=len(validation_frame),
+        sample_frame=sample,
+    )
 
 
 class ResumableDistributedSampler(DistributedSampler):

@@ -7,7 +7,7 @@ in-memory store stands in for the rendezvous so the rest of the code never speci
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -80,3 +80,52 @@ def all_reduce_sums(values: list[float], env: DistEnv) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=env.device)
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return [float(v) for v in tensor.cpu()]
+
+
+def cpu_group(*, timeout: timedelta = timedelta(minutes=10)) -> dist.ProcessGroup:
+    """A dedicated gloo group (collective: every rank calls it in the same order).
+
+    Work that runs beside the training loop (the async checkpoint thread, the step flags) gets its
+    own group: collectives issued from two threads on one group would interleave differently on
+    each rank, and ``dcp.async_save`` on the DDP group failed with gloo "connection reset".
+    """
+    return dist.new_group(backend="gloo", timeout=timeout)
+
+
+@dataclass(kw_only=True, slots=True)
+class StepFlags:
+    """Per-step booleans every rank must agree on (stop requested, checkpoint due by the clock).
+
+    ``exchange`` starts an asynchronous MAX all-reduce of this step's flags and returns the result
+    of the previous step's: the loop never waits for the network, and every rank acts on the same
+    flags at the same step, one step after they were raised. World size 1 needs no collective and
+    answers with this step's flags at once.
+    """
+
+    env: DistEnv
+    size: int
+    group: dist.ProcessGroup | None = None
+    _pending: tuple[Any, torch.Tensor] | None = field(init=False, default=None)
+
+    def exchange(self, flags: list[bool]) -> list[bool]:
+        if len(flags) != self.size:
+            raise ValueError(f"StepFlags: expected {self.size} flags, got {len(flags)}")
+        if self.env.world_size == 1:
+            return list(flags)
+        previous = self._collect()
+        tensor = torch.tensor([1 if f else 0 for f in flags], dtype=torch.int32)
+        work = dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        self._pending = (work, tensor)
+        return previous
+
+    def drain(self) -> list[bool]:
+        """Wait for the exchange in flight (call on every rank before other collectives end the job)."""
+        return self._collect()
+
+    def _collect(self) -> list[bool]:
+        if self._pending is None:
+            return [False] * self.size
+        work, tensor = self._pending
+        self._pending = None
+        work.wait()
+        return [bool(v) for v in tensor.tolist()]

@@ -1,7 +1,7 @@
 """The trainer's error family, mirroring the provider's: bad input is also a ``ValueError``.
 
-``__main__`` turns these into a one-line message and exit code 2; anything else is a bug and keeps
-its traceback (exit code 1).
+``__main__`` turns these into a one-line message and an exit code (``EXIT_CODES``); anything else is
+a bug or an infrastructure failure and keeps its traceback (exit code 1).
 """
 
 from __future__ import annotations
@@ -18,8 +18,40 @@ class TrainerDataError(TrainerInputError):
 
 
 class CheckpointMismatchError(TrainerInputError):
-    """A committed checkpoint cannot be resumed by this run (other world size or batch size)."""
+    """A committed checkpoint cannot be resumed by this run (other world size, batch size, strategy)."""
+
+
+class CheckpointSaveError(RuntimeError):
+    """Writing or committing a checkpoint failed (storage error, or a rank died mid-save)."""
+
+
+class TrainingStopped(Exception):  # noqa: N818 - a stop, not always an error
+    """Training ended early on purpose; ``exit_code`` and the message say why."""
+
+    exit_code = 1
+
+
+class TrainingDivergedError(TrainingStopped):
+    """The loss or the gradients became NaN/inf: training stopped, no checkpoint after the last valid one."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+class PreemptedError(TrainingStopped):
+    """SIGTERM (a preemption notice): a checkpoint of the current step was committed, then training stopped."""
+
+    # 128 + SIGTERM, what a process killed by SIGTERM reports.
+    exit_code = 143
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step
 
 
 # Everything __main__ reports as bad input rather than as a crash.
 USER_ERRORS: tuple[type[ValueError], ...] = (TrainerConfigError, TrainerInputError)
+EXIT_BAD_INPUT = 2

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 
 @dataclass(kw_only=True, slots=True)
 class TrainState:
-    # Same on every rank.
+    # Optimizer steps; same on every rank.
     global_step: int = 0
     epoch: int = 0
-    # Batches of ``epoch`` already done; a resumed run skips them.
+    # Micro-batches of ``epoch`` already done (a multiple of the accumulation steps, or the whole
+    # epoch); a resumed run skips them.
     batch_in_epoch: int = 0
     last_epoch_loss: float | None = None
     # This rank's running loss sums, all-reduced when logged (so they differ between ranks).
@@ -19,14 +20,17 @@ class TrainState:
     epoch_loss_count: int = 0
     interval_loss_sum: float = 0.0
     interval_loss_count: int = 0
+    # CPU seconds (device seconds on GPU) this rank spent in earlier attempts, up to this checkpoint.
+    compute_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if min(self.global_step, self.epoch, self.batch_in_epoch) < 0:
             raise ValueError("TrainState counters must be >= 0")
 
-    def add_loss(self, loss: float) -> None:
+    def finish_step(self, loss: float, *, micro_batches: int = 1) -> None:
+        """One optimizer step over ``micro_batches`` micro-batches whose mean loss was ``loss``."""
         self.global_step += 1
-        self.batch_in_epoch += 1
+        self.batch_in_epoch += micro_batches
         self.epoch_loss_sum += loss
         self.epoch_loss_count += 1
         self.interval_loss_sum += loss
@@ -43,4 +47,6 @@ class TrainState:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> TrainState:
-        return cls(**raw)
+        # Checkpoints of an older trainer lack newer counters: they start from their defaults.
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})

@@ -1,4 +1,11 @@
-"""MLflow tracking on rank 0; every other rank gets a no-op tracker.
+"""MLflow tracking on rank 0 that costs the loop nothing and loses nothing; no-op on other ranks.
+
+``log_metric`` appends a tuple to an in-process queue (about a microsecond). A background thread
+(``MetricPublisher``) sends the queue in batches with ``MlflowClient.log_batch``. When the tracking
+server is unreachable the thread keeps the batch and retries; the queue keeps filling, and beyond
+``tracking.max_buffered_metrics`` the oldest entries are spilled to a local JSON-lines file that the
+thread sends first when the server is back. A run that ends while the server is still down leaves
+the spill file in place; a retry of the same MLflow run on the same machine sends it.
 
 mlflow is imported only here and only on rank 0, which keeps the other ranks' start-up fast and
 lets the pod use mlflow-skinny.
@@ -6,11 +13,17 @@ lets the pod use mlflow-skinny.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
 import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -19,6 +32,17 @@ from trainpipe_trainer.config import TrackingConfig, TrainingConfig
 # Not logged as params: credentials may hide in URIs/options, tags are logged as tags, and the
 # run id is the run itself.
 _NOT_PARAMS = ("storage_options", "tags", "tracking.run_id", "tracking.tracking_uri")
+# MLflow's log_batch limits per request.
+MAX_METRICS_PER_BATCH = 1000
+MAX_TAGS_PER_BATCH = 100
+# How long the end of a run waits for buffered metrics to reach a server that is down.
+DRAIN_TIMEOUT_SECONDS = 300.0
+SPILL_DIR_ENV = "TRAINPIPE_METRICS_SPILL_DIR"
+FAILURE_REASON_TAG = "trainpipe.failure_reason"
+FAILURE_STEP_TAG = "trainpipe.failure_step"
+
+# (key, value, timestamp in ms, step): what log_metric queues.
+MetricTuple = tuple[str, float, int, int]
 
 
 def import_mlflow() -> Any:
@@ -54,12 +78,215 @@ def flatten_params(config: TrainingConfig, *, world_size: int) -> dict[str, str]
     return flat
 
 
+def spill_path_for(run_id: str) -> Path:
+    root = os.environ.get(SPILL_DIR_ENV) or os.path.join(tempfile.gettempdir(), "trainpipe-metrics")
+    return Path(root) / f"{run_id}.jsonl"
+
+
+def _say(message: str) -> None:
+    print(f"tracking: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(kw_only=True, slots=True, eq=False)
+class MetricPublisher:
+    """The queue, the spill file and the thread that empties both into ``send``.
+
+    ``send(metrics, tags)`` delivers one batch or raises; it is MlflowClient.log_batch in production
+    and a fake in unit tests. Only ``log_metric`` and ``set_tags`` run on the training thread.
+    """
+
+    send: Callable[[list[MetricTuple], dict[str, str]], None]
+    max_buffered: int
+    spill_path: Path
+    flush_every_seconds: float = 1.0
+    max_backoff_seconds: float = 30.0
+    say: Callable[[str], None] = _say
+    _queue: collections.deque[MetricTuple] = field(init=False, default_factory=collections.deque)
+    _tags: dict[str, str] = field(init=False, default_factory=dict)
+    _spill_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    _spill_offset: int = field(init=False, default=0)
+    _pending: list[MetricTuple] = field(init=False, default_factory=list)
+    _pending_tags: dict[str, str] = field(init=False, default_factory=dict)
+    # Held by the thread while it moves metrics between queue, spill file and batch, so that
+    # ``flush`` never sees a metric in none of them.
+    _moving: threading.Lock = field(init=False, default_factory=threading.Lock)
+    _wake: threading.Event = field(init=False, default_factory=threading.Event)
+    _stop: threading.Event = field(init=False, default_factory=threading.Event)
+    _thread: threading.Thread | None = field(init=False, default=None)
+    failing: bool = field(init=False, default=False)
+    sent: int = field(init=False, default=0)
+    spilled: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        if self.max_buffered < 1:
+            raise ValueError("MetricPublisher: max_buffered must be >= 1")
+
+    # -- training thread -------------------------------------------------------------------------
+
+    def log_metric(self, key: str, value: float, step: int) -> None:
+        self._queue.append((key, value, time.time_ns() // 1_000_000, step))
+        if len(self._queue) > self.max_buffered:
+            self._spill_queue()
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        # Few and rare: kept in memory (a dict, so a retried tag keeps its newest value).
+        self._tags.update(tags)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="trainpipe-metrics", daemon=True)
+        self._thread.start()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything queued so far was sent (True) or ``timeout`` passed (False)."""
+        deadline = time.monotonic() + timeout
+        while not self._drained():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._thread is None or not self._thread.is_alive():
+                return False
+            self._wake.set()
+            time.sleep(min(0.02, remaining))
+        return True
+
+    def close(self, timeout: float) -> bool:
+        """Flush, stop the thread; what could not be sent stays in the spill file. True if all was sent."""
+        drained = self.flush(timeout)
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(timeout, 1.0))
+        if not drained:
+            with self._spill_lock:
+                self._write_spill(self._pending)
+                self._pending = []
+            self._spill_queue()
+            self.say(
+                f"the tracking server did not take {self.backlog()} metrics in {timeout:.0f}s; they are kept in "
+                f"{self.spill_path} and sent by the next attempt of this run on this machine"
+            )
+        return drained
+
+    def backlog(self) -> int:
+        """Metrics not yet sent (queue, batch in hand and spill file); approximate while running."""
+        return len(self._queue) + len(self._pending) + max(self._spill_lines_left(), 0)
+
+    # -- spill file --------------------------------------------------------------------------------
+
+    def _spill_queue(self) -> None:
+        """Move the whole queue to the spill file (the queue is full: the server has been down a while)."""
+        items = []
+        while True:
+            try:
+                items.append(self._queue.popleft())
+            except IndexError:
+                break
+        with self._spill_lock:
+            self._write_spill(items)
+
+    def _write_spill(self, items: list[MetricTuple]) -> None:
+        if not items:
+            return
+        self.spill_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.spill_path, "a", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(item) + "\n" for item in items)
+        self.spilled += len(items)
+
+    def _read_spill(self, limit: int) -> list[MetricTuple]:
+        with self._spill_lock:
+            if not self.spill_path.exists():
+                return []
+            with open(self.spill_path, encoding="utf-8") as handle:
+                handle.seek(self._spill_offset)
+                items = []
+                while len(items) < limit:
+                    line = handle.readline()
+                    if not line.endswith("\n"):
+                        break
+                    key, value, timestamp, step = json.loads(line)
+                    items.append((key, value, timestamp, step))
+                self._spill_offset = handle.tell()
+                at_end = not handle.readline()
+            if at_end:
+                # Everything read (it is in hand now): the file starts over empty.
+                self.spill_path.unlink()
+                self._spill_offset = 0
+            return items
+
+    def _spill_lines_left(self) -> int:
+        with self._spill_lock:
+            if not self.spill_path.exists():
+                return 0
+            with open(self.spill_path, encoding="utf-8") as handle:
+                handle.seek(self._spill_offset)
+                return sum(1 for _ in handle)
+
+    # -- background thread -----------------------------------------------------------------------
+
+    def _drained(self) -> bool:
+        with self._moving:
+            return not (self._queue or self._pending or self._tags or self._pending_tags) and (
+                self._spill_lines_left() == 0
+            )
+
+    def _take(self) -> None:
+        if not self._pending:
+            # Spilled metrics are older than the queue's: they go first.
+            self._pending = self._read_spill(MAX_METRICS_PER_BATCH)
+            while len(self._pending) < MAX_METRICS_PER_BATCH:
+                try:
+                    self._pending.append(self._queue.popleft())
+                except IndexError:
+                    break
+        if not self._pending_tags and self._tags:
+            while self._tags and len(self._pending_tags) < MAX_TAGS_PER_BATCH:
+                key = next(iter(self._tags))
+                self._pending_tags[key] = self._tags.pop(key)
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while True:
+            with self._moving:
+                self._take()
+            if not self._pending and not self._pending_tags:
+                if self._stop.is_set():
+                    return
+                self._wake.wait(self.flush_every_seconds)
+                self._wake.clear()
+                continue
+            try:
+                self.send(self._pending, self._pending_tags)
+            except Exception as err:  # noqa: BLE001 - any failure to deliver: keep the batch, retry later
+                if not self.failing:
+                    self.failing = True
+                    self.say(
+                        f"cannot reach the tracking server ({type(err).__name__}: {str(err)[:200]}); training "
+                        "continues and metrics are buffered until it is back"
+                    )
+                # Only a stop interrupts the back-off: a flush must not hammer a server that is down.
+                if self._stop.wait(backoff):
+                    return
+                backoff = min(backoff * 2, self.max_backoff_seconds)
+                continue
+            with self._moving:
+                self.sent += len(self._pending)
+                self._pending, self._pending_tags = [], {}
+            backoff = 0.5
+            if self.failing:
+                self.failing = False
+                self.say(f"the tracking server is reachable again; sending the buffered metrics ({self.backlog()} left)")
+
+
 @dataclass(kw_only=True, slots=True)
 class Tracker:
     config: TrackingConfig
     enabled: bool
     run_id: str | None = field(init=False, default=None)
+    publisher: MetricPublisher | None = field(init=False, default=None)
     _mlflow: Any = field(init=False, default=None)
+    _client: Any = field(init=False, default=None)
+    _failure: tuple[str, int | None, str] | None = field(init=False, default=None)
+    _monitor: Any = field(init=False, default=None)
 
     def __enter__(self) -> Tracker:
         if not self.enabled:
@@ -74,13 +301,51 @@ class Tracker:
             mlflow.set_experiment(self.config.experiment_name)
             run = mlflow.start_run()
         self.run_id = run.info.run_id
+        self._client = mlflow.MlflowClient(mlflow.get_tracking_uri())
+        self.publisher = MetricPublisher(
+            send=self._send, max_buffered=self.config.max_buffered_metrics, spill_path=spill_path_for(self.run_id)
+        )
+        self.publisher.start()
         return self
+
+    def _send(self, metrics: list[MetricTuple], tags: dict[str, str]) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        self._client.log_batch(
+            self.run_id,
+            metrics=[Metric(key, value, timestamp, step) for key, value, timestamp, step in metrics],
+            tags=[RunTag(key, value) for key, value in tags.items()],
+            synchronous=True,
+        )
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self.enabled and self.run_id is not None:
-            self._mlflow.end_run(status="FAILED" if exc_type is not None else "FINISHED")
+        if not self.enabled or self.run_id is None:
+            return
+        if self._monitor is not None:
+            self._monitor.stop()
+        if self.publisher is not None:
+            self.publisher.close(DRAIN_TIMEOUT_SECONDS)
+        status = "FINISHED"
+        if exc_type is not None:
+            reason, step, status = self._failure or (f"{exc_type.__name__}: {exc}"[:4000], None, "FAILED")
+            tags = {FAILURE_REASON_TAG: reason}
+            if step is not None:
+                tags[FAILURE_STEP_TAG] = str(step)
+            try:
+                self._mlflow.set_tags(tags)
+            except Exception as err:  # noqa: BLE001 - the training error matters more than the tag
+                _say(f"could not record the failure reason: {err}")
+        self._mlflow.end_run(status=status)
+
+    def failed(self, reason: str, *, step: int | None, status: str = "FAILED") -> None:
+        """Record why the run is about to end badly (tags and status are written on exit)."""
+        self._failure = (reason, step, status)
+
+    def attach_monitor(self, monitor: Any) -> None:
+        """A started ``SystemMonitor`` to stop before the last flush."""
+        self._monitor = monitor
 
     def log_params(self, params: dict[str, str]) -> None:
         if not self.enabled:
@@ -96,9 +361,12 @@ class Tracker:
             self._mlflow.log_params(new)
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        if self.enabled and tags:
-            self._mlflow.set_tags(tags)
+        if self.publisher is not None and tags:
+            self.publisher.set_tags(tags)
 
     def log_metric(self, name: str, value: float, *, step: int) -> None:
-        if self.enabled:
-            self._mlflow.log_metric(name, value, step=step)
+        if self.publisher is not None:
+            self.publisher.log_metric(name, value, step)
+
+    def flush(self, timeout: float = DRAIN_TIMEOUT_SECONDS) -> bool:
+        return self.publisher.flush(timeout) if self.publisher is not None else True

@@ -1,24 +1,68 @@
-"""The training loop and the components it is built from (one ``Trainer`` per process)."""
+"""The training loop and the components it is built from (one ``Trainer`` per process).
+
+One optimizer step: ``gradient_accumulation_steps`` micro-batches (fewer at the end of an epoch),
+the global gradient norm (clipped when configured), the guard, the update. Then, in this order:
+step flags shared by all ranks (SIGTERM, checkpoint due by the clock), metrics, end of epoch,
+checkpoint. Checkpoints are taken only between optimizer steps, so no gradient is ever in one.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
-from torch.optim import Adam
+from torch.utils.data import DataLoader
 
 from trainpipe_trainer import rng, storage
-from trainpipe_trainer.checkpoint import CheckpointManager
-from trainpipe_trainer.config import TrainerConfigError, TrainingConfig, TrainingResult
+from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore
+from trainpipe_trainer.config import TrainingConfig, TrainingResult
 from trainpipe_trainer.data import EpochLoader, TrainingData, load_training_data
-from trainpipe_trainer.distributed import DistEnv, all_reduce_sums, barrier, destroy_distributed, init_distributed
+from trainpipe_trainer.distributed import (
+    DistEnv,
+    StepFlags,
+    all_reduce_sums,
+    barrier,
+    cpu_group,
+    destroy_distributed,
+    init_distributed,
+)
+from trainpipe_trainer.errors import PreemptedError, TrainingDivergedError
 from trainpipe_trainer.export import log_pyfunc_model, weights_sha256
 from trainpipe_trainer.losses import LossFn, make_loss_fn
 from trainpipe_trainer.model import build_mlp
+from trainpipe_trainer.preemption import PreemptionWatcher
 from trainpipe_trainer.progress import Progress
 from trainpipe_trainer.state import TrainState
+from trainpipe_trainer.strategy import Strategy, build_strategy
+from trainpipe_trainer.system_metrics import ComputeClock, LoopCounters, SystemMonitor
 from trainpipe_trainer.tracking import Tracker, flatten_params
+
+# Step flags every rank must agree on (see distributed.StepFlags).
+_STOP, _CLOCK = 0, 1
+# Exit code of crash_after_step (fault injection): what the retry tests look for.
+CRASH_EXIT_CODE = 3
+
+
+def _autocast(config: TrainingConfig, env: DistEnv) -> contextlib.AbstractContextManager:
+    if config.optimization.precision != "bf16":
+        return contextlib.nullcontext()
+    if env.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=env.device.type, dtype=torch.bfloat16)
+
+
+@dataclass(kw_only=True, slots=True)
+class LoopStats:
+    """What the loop measured about itself (the overhead benchmark reads it)."""
+
+    steps: int = 0
+    loop_seconds: float = 0.0
 
 
 @dataclass(kw_only=True, slots=True)
@@ -27,39 +71,71 @@ class Trainer:
     env: DistEnv
     tracker: Tracker
     data: TrainingData = field(init=False)
-    model: DistributedDataParallel = field(init=False)
-    optimizer: Adam = field(init=False)
+    strategy: Strategy = field(init=False)
     loss_fn: LossFn = field(init=False)
     batches: EpochLoader = field(init=False)
+    steps_per_epoch: int = field(init=False)
     checkpoints: CheckpointManager = field(init=False)
+    flags: StepFlags = field(init=False)
     progress: Progress = field(init=False)
+    counters: LoopCounters = field(init=False, default_factory=LoopCounters)
+    clock: ComputeClock = field(init=False)
+    stats: LoopStats = field(init=False, default_factory=LoopStats)
     state: TrainState = field(init=False, default_factory=TrainState)
 
     def __post_init__(self) -> None:
         config, env = self.config, self.env
+        self.clock = ComputeClock(device=env.device)
         self.data = load_training_data(config)
+        accumulation = config.optimization.gradient_accumulation_steps
+        self.batches = EpochLoader(dataset=self.data.dataset, batch_size=config.batch_size, seed=config.seed, env=env)
+        self.steps_per_epoch = math.ceil(self.batches.batches_per_epoch / accumulation)
+        total_steps = config.epochs * self.steps_per_epoch
         # Same seed on every rank: identical initial weights (DDP would broadcast rank 0's anyway).
         rng.seed_all(config.seed)
-        module = build_mlp(n_features=len(config.features), config=config.model).to(env.device)
-        self.model = DistributedDataParallel(module, device_ids=[env.local_rank] if env.device.type == "cuda" else None)
-        self.optimizer = Adam(self.model.parameters(), lr=config.learning_rate)
+        self.strategy = build_strategy(
+            config,
+            env=env,
+            build_module=lambda: build_mlp(n_features=len(config.features), config=config.model),
+            total_steps=total_steps,
+        )
         self.loss_fn = make_loss_fn(config)
         # Then one stream per rank, so dropout masks differ between ranks but not between runs.
         rng.seed_all(config.seed + env.rank)
-        self.batches = EpochLoader(dataset=self.data.dataset, batch_size=config.batch_size, seed=config.seed, env=env)
+        # Collective, same order on every rank: the checkpoint writer's group, then the flags'.
+        checkpoint_group = cpu_group()
+        self.flags = StepFlags(env=env, size=2, group=cpu_group())
+        store = CheckpointStore(root_uri=config.checkpoint.root_uri, storage_options=config.storage_options)
         self.checkpoints = CheckpointManager(
-            config=config.checkpoint, env=env, storage_options=config.storage_options, batch_size=config.batch_size
+            config=config.checkpoint,
+            env=env,
+            store=store,
+            backend=self.strategy.checkpoint_backend(store, group=checkpoint_group, async_save=config.checkpoint.async_save),
+            shape={
+                "world_size": env.world_size,
+                "batch_size": config.batch_size,
+                "gradient_accumulation_steps": accumulation,
+                **self.strategy.checkpoint_shape,
+            },
+            scheduler=self.strategy.checkpoint_scheduler,
         )
-        self.progress = Progress(
-            total_steps=config.epochs * self.batches.batches_per_epoch, epochs=config.epochs, enabled=env.is_main
-        )
+        self.progress = Progress(total_steps=total_steps, epochs=config.epochs, enabled=env.is_main)
+        bf16 = config.optimization.precision == "bf16"
+        if bf16 and env.is_main and env.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            print("warning: precision bf16 is not supported by this GPU; training in fp32", file=sys.stderr)
         self.tracker.log_params(
-            {"train_rows": str(self.data.n_rows), "steps_per_epoch": str(self.batches.batches_per_epoch)}
+            {
+                "train_rows": str(self.data.n_rows),
+                "validation_rows": str(self.data.n_validation_rows),
+                "steps_per_epoch": str(self.steps_per_epoch),
+            }
         )
+
+    # -- the run ---------------------------------------------------------------------------------
 
     def fit(self) -> TrainingResult | None:
         """Train (resuming if a committed checkpoint exists), export; the result on rank 0 only."""
-        restored = self.checkpoints.restore(model=self.model, optimizer=self.optimizer)
+        restored = self.checkpoints.restore()
         resumed = None
         if restored is not None:
             self.state, resumed = restored, restored.global_step
@@ -67,43 +143,146 @@ class Trainer:
                 print(f"resumed from step {resumed}", flush=True)
                 # A tag, not a param: each retry may resume from another step, and params are immutable.
                 self.tracker.set_tags({"resumed_from_step": str(resumed)})
+                self.tracker.log_metric("resumed_from_step", float(resumed), step=resumed)
+        self.counters.step = self.state.global_step
         self.progress.start(self.state.global_step)
-        while self.state.epoch < self.config.epochs:
-            self._run_epoch()
-        if self.checkpoints.last_saved_step != self.state.global_step:
-            self.checkpoints.save(model=self.model, optimizer=self.optimizer, state=self.state)
+        monitor = None
+        if self.tracker.enabled:
+            monitor = SystemMonitor(
+                log=lambda name, value, step: self.tracker.log_metric(name, value, step=step),
+                every_seconds=self.config.tracking.system_metrics_every_seconds,
+                counters=self.counters,
+                device=self.env.device,
+            ).start()
+            self.tracker.attach_monitor(monitor)
+        try:
+            with PreemptionWatcher() as watcher:
+                started = time.perf_counter()
+                start_step = self.state.global_step
+                while self.state.epoch < self.config.epochs:
+                    self._run_epoch(watcher)
+                self.stats.loop_seconds += time.perf_counter() - started
+                self.stats.steps += self.state.global_step - start_step
+                self.flags.drain()
+                self._save(wait=True)
+            self.checkpoints.close()
+        finally:
+            if monitor is not None:
+                monitor.stop()
+        self._log_compute_hours()
         return self._export(resumed)
 
-    def _run_epoch(self) -> None:
+    def _run_epoch(self, watcher: PreemptionWatcher) -> None:
         loader = self.batches.epoch(self.state.epoch, skip_batches=self.state.batch_in_epoch)
-        self.model.train()
-        for batch in loader:
-            self.state.add_loss(self._step(batch))
-            self.progress.add_samples(len(batch[0]) * self.env.world_size)
-            if self.state.global_step % self.config.tracking.log_every_n_steps == 0:
+        self.strategy.train()
+        for group in self._groups(loader):
+            self._optimizer_step(group)
+            stop, by_clock = self.flags.exchange([watcher.requested, self.env.is_main and self.checkpoints.clock_due()])
+            step = self.state.global_step
+            self.counters.step = step
+            if step % self.config.tracking.log_every_n_steps == 0:
                 self._log_interval()
             if self.state.batch_in_epoch == self.batches.batches_per_epoch:
                 self._end_epoch()
+            fault = self.config.fault_injection
+            crash = fault is not None and fault.crash_after_step == step
             # After _end_epoch, so a save at an epoch boundary resumes at the next epoch's start.
-            if self.checkpoints.due(self.state.global_step):
-                self.checkpoints.save(model=self.model, optimizer=self.optimizer, state=self.state)
+            if self.checkpoints.due(step) or by_clock or stop or crash:
+                self._save(wait=stop or crash)
+            if stop:
+                self._stop_for_preemption(watcher)
+            if crash:
+                self._crash()
+            if fault is not None and fault.step_delay_seconds:
+                time.sleep(fault.step_delay_seconds)
 
-    def _step(self, batch: list[torch.Tensor]) -> float:
-        features, labels, *rest = (t.to(self.env.device) for t in batch)
-        mask = rest[0] if rest else None
-        self.optimizer.zero_grad(set_to_none=True)
-        scores = self.model(features).squeeze(-1)
-        loss = self.loss_fn(scores, labels, mask)
-        loss.backward()
-        self.optimizer.step()
-        return float(loss.detach())
+    def _groups(self, loader: DataLoader) -> Iterator[list[list[torch.Tensor]]]:
+        """Micro-batches grouped per optimizer step; the last group of an epoch may be shorter."""
+        accumulation = self.config.optimization.gradient_accumulation_steps
+        group: list[list[torch.Tensor]] = []
+        for batch in loader:
+            group.append(batch)
+            done = self.state.batch_in_epoch + len(group)
+            if len(group) == accumulation or done == self.batches.batches_per_epoch:
+                yield group
+                group = []
+
+    def _optimizer_step(self, group: list[list[torch.Tensor]]) -> None:
+        step = self.state.global_step + 1
+        fault = self.config.fault_injection
+        inject_nan = fault is not None and fault.nan_loss_at_step == step
+        losses = []
+        for index, batch in enumerate(group):
+            features, labels, *rest = (t.to(self.env.device) for t in batch)
+            mask = rest[0] if rest else None
+
+            def loss_of(module: torch.nn.Module) -> torch.Tensor:
+                with _autocast(self.config, self.env):
+                    scores = module(features).squeeze(-1)
+                loss = self.loss_fn(scores.float(), labels, mask)
+                return loss * math.nan if inject_nan else loss
+
+            losses.append(
+                self.strategy.micro_step(loss_of, scale=1.0 / len(group), boundary=index == len(group) - 1)
+            )
+        grad_norm = self.strategy.optimizer_step()
+        loss = float(torch.stack(losses).mean()) if len(losses) > 1 else float(losses[0])
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            self._diverged(step, loss=loss, grad_norm=grad_norm)
+        self.state.finish_step(loss, micro_batches=len(group))
+        samples = sum(len(batch[0]) for batch in group) * self.env.world_size
+        self.counters.samples += samples
+        self.progress.add_samples(samples)
+
+    # -- guards and stops ------------------------------------------------------------------------
+
+    def _diverged(self, step: int, *, loss: float, grad_norm: float) -> None:
+        # The gradient norm is global, so every rank gets here at the same step.
+        what = f"non-finite loss ({loss})" if not math.isfinite(loss) else f"non-finite gradient norm ({grad_norm})"
+        kept = self.checkpoints.last_saved_step
+        # A save in flight is of an earlier, valid step: let it commit, then touch nothing.
+        self.checkpoints.wait()
+        message = (
+            f"{what} at step {step}: training stopped; "
+            + (f"the last checkpoint (step-{kept}) is kept unchanged" if kept is not None else "no checkpoint was written")
+            + "; lower learning_rate, set optimization.gradient_clip_norm or check the data"
+        )
+        if self.env.is_main:
+            self.tracker.failed(message, step=step)
+        raise TrainingDivergedError(message, step=step)
+
+    def _stop_for_preemption(self, watcher: PreemptionWatcher) -> None:
+        step = self.state.global_step
+        # Every rank's save is done and rank 0 committed before anyone exits.
+        barrier(self.env)
+        name = watcher.received.name if watcher.received is not None else "SIGTERM"
+        message = f"received {name}: committed checkpoint step-{step}; exiting so that the next attempt resumes there"
+        if self.env.is_main:
+            print(message, flush=True)
+            self.tracker.failed(message, step=step, status="KILLED")
+        raise PreemptedError(message, step=step)
+
+    def _crash(self) -> None:
+        step = self.state.global_step
+        barrier(self.env)
+        if self.env.is_main:
+            print(f"fault injection: checkpoint step-{step} committed, exiting abruptly (os._exit({CRASH_EXIT_CODE}))", flush=True)
+            # Metrics logged so far reach the run; nothing else is cleaned up (the run stays RUNNING).
+            self.tracker.flush(timeout=30)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(CRASH_EXIT_CODE)
+
+    # -- metrics, validation, checkpoints ------------------------------------------------------
 
     def _log_interval(self) -> None:
         total, count = all_reduce_sums([self.state.interval_loss_sum, self.state.interval_loss_count], self.env)
         self.state.interval_loss_sum, self.state.interval_loss_count = 0.0, 0
         loss = total / max(count, 1)
-        self.tracker.log_metric("train_loss", loss, step=self.state.global_step)
-        self.progress.report(step=self.state.global_step, epoch=self.state.epoch, loss=loss)
+        step = self.state.global_step
+        self.tracker.log_metric("train_loss", loss, step=step)
+        self.tracker.log_metric("learning_rate", self.strategy.learning_rate(), step=step)
+        self.progress.report(step=step, epoch=self.state.epoch, loss=loss)
 
     def _end_epoch(self) -> None:
         total, count = all_reduce_sums([self.state.epoch_loss_sum, self.state.epoch_loss_count], self.env)
@@ -111,12 +290,67 @@ class Trainer:
         self.tracker.log_metric("epoch_loss", epoch_loss, step=self.state.global_step)
         self.state.next_epoch(epoch_loss)
 
+    @torch.no_grad()
+    def validation_loss(self) -> float | None:
+        """Mean loss on the held-out split; every rank scores all of it (no collective, same value).
+
+        Draws no random numbers (eval mode, plain slices rather than a DataLoader, whose iterator
+        seeds itself from the global generator): a checkpoint must not change the training that follows.
+        """
+        validation = self.data.validation
+        if validation is None:
+            return None
+        self.strategy.eval()
+        module = self.strategy.forward_module()
+        size = max(self.config.batch_size, 256)
+        total, count = 0.0, 0
+        try:
+            for begin in range(0, len(validation), size):
+                batch = [t[begin : begin + size] for t in validation.tensors]
+                features, labels, *rest = (t.to(self.env.device) for t in batch)
+                with _autocast(self.config, self.env):
+                    scores = module(features).squeeze(-1)
+                loss = self.loss_fn(scores.float(), labels, rest[0] if rest else None)
+                total += float(loss) * len(features)
+                count += len(features)
+        finally:
+            self.strategy.train()
+        return total / max(count, 1)
+
+    def _save(self, *, wait: bool) -> None:
+        step = self.state.global_step
+        if step == self.checkpoints.last_saved_step:
+            if wait:
+                self.checkpoints.wait()
+            return
+        validation_loss = self.validation_loss() if self.config.checkpoint.keep_best else None
+        self.state.compute_seconds += self.clock.seconds()
+        self.clock = ComputeClock(device=self.env.device)
+        self.checkpoints.save(self.state, validation_loss=validation_loss, wait=wait)
+        if validation_loss is not None:
+            self.tracker.log_metric("validation_loss", validation_loss, step=step)
+        self.tracker.log_metric("checkpoint_blocked_ms", 1000 * self.checkpoints.blocked_seconds[-1], step=step)
+
+    def _log_compute_hours(self) -> None:
+        self.state.compute_seconds += self.clock.seconds()
+        self.clock = ComputeClock(device=self.env.device)
+        (total,) = all_reduce_sums([self.state.compute_seconds], self.env)
+        self.tracker.log_metric(self.clock.metric_name, total / 3600, step=self.state.global_step)
+
+    # -- export ----------------------------------------------------------------------------------
+
     def _export(self, resumed: int | None) -> TrainingResult | None:
+        # Collective under ZeRO-3 (parameters are sharded): every rank takes part.
+        module = self.strategy.full_module()
         result = None
         if self.env.is_main:
-            module = self.model.module
             if self.state.last_epoch_loss is None:
                 raise RuntimeError("training ended without completing an epoch")
+            best = self.checkpoints.best
+            if best is not None:
+                self.tracker.set_tags({"best_checkpoint_step": str(best[0])})
+            # Every queued metric is in the run before the model (a server outage ends here, or fails).
+            self.tracker.flush()
             model_uri = log_pyfunc_model(
                 module, standardizer=self.data.standardizer, config=self.config, sample_frame=self.data.sample_frame
             )
@@ -137,16 +371,7 @@ class Trainer:
         return result
 
 
-def check_supported(config: TrainingConfig) -> None:
-    """What the contract allows but this trainer version does not do yet."""
-    if config.strategy != "ddp":
-        raise TrainerConfigError(
-            f"strategy: this trainer implements 'ddp' only, got {config.strategy!r} (deepspeed is not implemented yet)"
-        )
-
-
 def run_training(config: TrainingConfig) -> TrainingResult | None:
-    check_supported(config)
     env = init_distributed()
     try:
         with Tracker(config=config.tracking, enabled=env.is_main) as tracker:

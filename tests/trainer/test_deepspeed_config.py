@@ -1,0 +1,66 @@
+"""trainpipe_trainer.deepspeed_support.deepspeed_config: the DeepSpeed JSON is derived from the training config."""
+
+from __future__ import annotations
+
+import pytest
+from trainpipe_trainer.config import (
+    CheckpointConfig,
+    DeepSpeedConfig,
+    FaultInjection,
+    OptimizationConfig,
+    TrainerConfigError,
+    TrainingConfig,
+)
+from trainpipe_trainer.deepspeed_support import deepspeed_config
+
+
+def _config(**overrides: object) -> TrainingConfig:
+    fields: dict[str, object] = {"deepspeed": DeepSpeedConfig(zero_stage=2), **overrides}
+    return TrainingConfig(
+        pipeline_id="p",
+        task="binary_classification",
+        train_data_uri="/data/train.parquet",
+        features=("a",),
+        label="y",
+        batch_size=32,
+        strategy="deepspeed",
+        checkpoint=CheckpointConfig(root_uri="/ckpt"),
+        output_uri="/out",
+        **fields,
+    )
+
+
+def test_batch_sizes_and_accumulation_match_ddp() -> None:
+    config = _config(optimization=OptimizationConfig(gradient_accumulation_steps=4, gradient_clip_norm=1.5))
+    ds = deepspeed_config(config, world_size=8)
+    assert ds["train_micro_batch_size_per_gpu"] == 32
+    assert ds["gradient_accumulation_steps"] == 4
+    assert ds["train_batch_size"] == 32 * 4 * 8
+    assert ds["gradient_clipping"] == 1.5
+    assert ds["zero_optimization"] == {"stage": 2}
+    # The trainer's torch AdamW is the optimizer; precision is torch.autocast in the loop.
+    assert "optimizer" not in ds and "scheduler" not in ds
+    assert ds["zero_allow_untested_optimizer"] is True
+    assert ds["bf16"] == {"enabled": False} and ds["fp16"] == {"enabled": False}
+
+
+def test_offload_goes_to_cpu_and_pins_memory_only_on_gpu() -> None:
+    config = _config(deepspeed=DeepSpeedConfig(zero_stage=3, offload_optimizer=True, offload_param=True))
+    zero = deepspeed_config(config, world_size=2, cuda=True)["zero_optimization"]
+    assert zero == {
+        "stage": 3,
+        "offload_optimizer": {"device": "cpu", "pin_memory": True},
+        "offload_param": {"device": "cpu", "pin_memory": True},
+    }
+    assert deepspeed_config(config, world_size=2)["zero_optimization"]["offload_param"]["pin_memory"] is False
+    assert deepspeed_config(_config(), world_size=1)["gradient_clipping"] == 0.0
+
+
+def test_offload_needs_a_zero_stage_that_partitions() -> None:
+    with pytest.raises(TrainerConfigError, match="deepspeed.offload_param: needs zero_stage 3"):
+        DeepSpeedConfig(zero_stage=2, offload_param=True)
+
+
+def test_fault_injection_is_checked() -> None:
+    with pytest.raises(TrainerConfigError, match="fault_injection.step_delay_seconds: must be >= 0"):
+        FaultInjection(step_delay_seconds=-1)

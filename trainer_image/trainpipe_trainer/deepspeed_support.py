@@ -1,0 +1,213 @@
+"""``strategy: deepspeed``: ZeRO stages 0-3 under the same torchrun command as DDP.
+
+The DeepSpeed JSON config is generated from the training config (``deepspeed_config``): the same
+per-process batch, accumulation and clipping as DDP, so both strategies train on the same batches.
+The optimizer and LR schedule are the trainer's own (torch AdamW + LambdaLR), handed to DeepSpeed:
+DeepSpeed's CPU Adam does not resume bit-identically. Precision is ``torch.autocast`` in the loop
+for every stage (DeepSpeed's own bf16 mode does not cover stages 0 and 3 on CPU).
+
+Checkpoints use DeepSpeed's ``save_checkpoint``/``load_checkpoint`` in the same layout and under the
+same commit rule as DCP: ``<root>/step-<N>/`` (DeepSpeed's tag), every rank's RNG states and
+counters next to its files (DeepSpeed keeps ``client_state`` from rank 0 only), a barrier, then
+rank 0's ``manifest.json``. These saves are synchronous: DeepSpeed's writer reads the live engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from trainpipe_trainer.checkpoint import CheckpointBackend, CheckpointStore, rank_key
+from trainpipe_trainer.config import TrainerConfigError, TrainingConfig
+from trainpipe_trainer.distributed import DistEnv, barrier
+from trainpipe_trainer.errors import CheckpointMismatchError
+from trainpipe_trainer.optim import build_optimizer, schedule
+from trainpipe_trainer.strategy import LossOf, poisoned
+
+
+def deepspeed_config(config: TrainingConfig, *, world_size: int, cuda: bool = False) -> dict[str, Any]:
+    """The DeepSpeed JSON config for this training config (pure: no DeepSpeed import)."""
+    if config.deepspeed is None:
+        raise TrainerConfigError("deepspeed: required when strategy is 'deepspeed' (zero_stage, offload)")
+    ds, optimization = config.deepspeed, config.optimization
+    zero: dict[str, Any] = {"stage": ds.zero_stage}
+    if ds.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": cuda}
+    if ds.offload_param:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": cuda}
+    accumulation = optimization.gradient_accumulation_steps
+    return {
+        # Same meaning as DDP's: batch_size per process, accumulation micro-batches per step.
+        "train_micro_batch_size_per_gpu": config.batch_size,
+        "gradient_accumulation_steps": accumulation,
+        "train_batch_size": config.batch_size * accumulation * world_size,
+        "gradient_clipping": optimization.gradient_clip_norm or 0.0,
+        "zero_optimization": zero,
+        # The client optimizer is torch's AdamW (bit-identical resume); DeepSpeed calls it untested.
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        # Mixed precision is torch.autocast in the loop, the same for every stage.
+        "bf16": {"enabled": False},
+        "fp16": {"enabled": False},
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+
+
+def import_deepspeed(env: DistEnv) -> Any:
+    if env.device.type == "cpu":
+        # Skip accelerator auto-detection (and its warning): there is no GPU here.
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        import deepspeed
+    except ImportError as err:
+        raise TrainerConfigError(
+            "strategy: 'deepspeed' needs DeepSpeed in the trainer image: pip install 'trainpipe-trainer[deepspeed]'"
+        ) from err
+    # DeepSpeed logs its whole config at INFO on every rank: noise in the task log.
+    deepspeed.utils.logger.setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated", category=FutureWarning)
+    if env.device.type == "cpu":
+        # On CPU DeepSpeed compiles a shared-memory all-reduce (g++, ~40 s on first use) that only its
+        # inference all-reduce uses; training collectives go through torch.distributed (gloo).
+        # Skipping it keeps a C++ toolchain out of the trainer's requirements.
+        # (From sys.modules: the attribute ``deepspeed.comm.torch`` is the torch package itself.)
+        sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    return deepspeed
+
+
+@dataclass(kw_only=True, slots=True)
+class DeepSpeedStrategy:
+    config: TrainingConfig
+    env: DistEnv
+    build_module: Callable[[], nn.Module]
+    total_steps: int
+    name: str = field(init=False, default="deepspeed")
+    engine: Any = field(init=False)
+    scheduler: LambdaLR = field(init=False)
+    _deepspeed: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        deepspeed = self._deepspeed = import_deepspeed(self.env)
+        module = self.build_module().to(self.env.device)
+        optimizer = build_optimizer(
+            module.parameters(), learning_rate=self.config.learning_rate, config=self.config.optimization
+        )
+        factor = schedule(self.config.optimization, self.total_steps)
+        self.engine, _, _, self.scheduler = deepspeed.initialize(
+            model=module,
+            optimizer=optimizer,
+            # A callable: DeepSpeed builds it on the optimizer it wraps, steps it and checkpoints it.
+            lr_scheduler=lambda wrapped: LambdaLR(wrapped, factor),
+            config=deepspeed_config(self.config, world_size=self.env.world_size, cuda=self.env.device.type == "cuda"),
+            dist_init_required=False,
+        )
+
+    @property
+    def zero_stage(self) -> int:
+        return self.config.deepspeed.zero_stage if self.config.deepspeed else 0
+
+    @property
+    def checkpoint_shape(self) -> dict[str, Any]:
+        return {"strategy": f"deepspeed-zero{self.zero_stage}"}
+
+    @property
+    def checkpoint_scheduler(self) -> LambdaLR | None:
+        return None  # in DeepSpeed's own checkpoint
+
+    def train(self) -> None:
+        self.engine.train()
+
+    def eval(self) -> None:
+        self.engine.eval()
+
+    def forward_module(self) -> nn.Module:
+        return self.engine
+
+    def micro_step(self, loss_of: LossOf, *, scale: float, boundary: bool) -> torch.Tensor:
+        # We own the boundary (so a short last group of an epoch still steps) and the scaling.
+        self.engine.set_gradient_accumulation_boundary(boundary)
+        loss = loss_of(self.engine)
+        self.engine.backward(poisoned(loss) * scale, scale_wrt_gas=False)
+        if not boundary:
+            self.engine.step()
+        return loss.detach()
+
+    def optimizer_step(self) -> float:
+        if self.zero_stage == 0:
+            # No ZeRO optimizer to compute the norm: the gradients are all-reduced and whole here.
+            grads = [p.grad for p in self.engine.module.parameters() if p.grad is not None]
+            norm = float(torch.nn.utils.get_total_norm(grads, foreach=True))
+            if not torch.isfinite(torch.tensor(norm)):
+                self.engine.zero_grad()
+                return norm
+            self.engine.step()
+            return norm
+        # ZeRO computes the global norm in step() and skips the update itself when it is not finite.
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else 0.0
+
+    def learning_rate(self) -> float:
+        return float(self.scheduler.get_last_lr()[0])
+
+    def full_module(self) -> nn.Module:
+        """A plain module with the full weights (collective under ZeRO-3, which shards parameters)."""
+        module = self.engine.module
+        if self.zero_stage == 3:
+            with self._deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+                state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        else:
+            state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        full = self.build_module()
+        full.load_state_dict(state)
+        return full
+
+    def checkpoint_backend(self, store: CheckpointStore, *, group: Any, async_save: bool) -> CheckpointBackend:
+        if not store.is_local:
+            raise TrainerConfigError(
+                f"checkpoint.root_uri: strategy 'deepspeed' writes checkpoints with DeepSpeed's file writer, "
+                f"which needs a local or mounted path, got {store.root_uri}; use strategy 'ddp' for object storage"
+            )
+        return DeepSpeedBackend(store=store, env=self.env, engine=self.engine)
+
+
+@dataclass(kw_only=True, slots=True)
+class DeepSpeedBackend:
+    format = "trainpipe-deepspeed/1"
+
+    store: CheckpointStore
+    env: DistEnv
+    engine: Any
+
+    def _blob_path(self, step: int) -> str:
+        return f"{self.store.step_path(step)}/{rank_key(self.env.rank)}.pkl"
+
+    def write(self, step: int, rank_blob: bytes) -> None:
+        self.engine.save_checkpoint(self.store.root, tag=f"step-{step}", client_state={}, save_latest=False)
+        self.store.fs.pipe_file(self._blob_path(step), rank_blob)
+        # Every rank's files exist before rank 0 writes the manifest.
+        barrier(self.env)
+        return None
+
+    def read(self, step: int) -> bytes:
+        path, _ = self.engine.load_checkpoint(
+            self.store.root, tag=f"step-{step}", load_optimizer_states=True, load_lr_scheduler_states=True
+        )
+        if path is None:
+            raise CheckpointMismatchError(
+                f"checkpoint {self.store.root_uri}/step-{step} has a manifest but DeepSpeed could not load it"
+            )
+        return self.store.fs.cat_file(self._blob_path(step))
+
+    def close(self) -> None:
+        """Nothing held between saves."""

@@ -1,0 +1,145 @@
+"""How one optimizer step is computed and applied: DDP here, DeepSpeed in ``deepspeed_support``.
+
+The loop (``trainer.Trainer``) owns batching, accumulation boundaries, guards and checkpoints;
+a strategy owns the model wrapper, the optimizer and the scheduler. Both strategies:
+
+- scale each micro-batch loss by ``1 / micro-batches in this optimizer step`` and reduce gradients
+  only on the last micro-batch (DDP ``no_sync``, DeepSpeed's accumulation boundary);
+- poison the gradients of a non-finite loss (``loss * nan``), so the all-reduced gradient norm is
+  non-finite on every rank at once and all ranks stop at the same step with no extra collective;
+- return that global gradient norm from ``optimizer_step`` and skip the update when it is not finite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+from trainpipe_trainer.checkpoint import CheckpointBackend, CheckpointStore, DcpBackend
+from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.distributed import DistEnv
+from trainpipe_trainer.optim import build_optimizer, build_scheduler
+
+# The loss of one micro-batch, given the module to call (DDP wrapper or DeepSpeed engine).
+LossOf = Callable[[nn.Module], torch.Tensor]
+
+
+def poisoned(loss: torch.Tensor) -> torch.Tensor:
+    """``loss`` when finite, else a loss whose gradients are all NaN (no host sync needed)."""
+    factor = torch.where(torch.isfinite(loss.detach()), 1.0, math.nan)
+    return loss * factor
+
+
+class Strategy(Protocol):
+    name: str
+    # Extra keys a checkpoint must match to be resumed by this strategy.
+    checkpoint_shape: dict[str, Any]
+    # Saved by the checkpoint manager in each rank's blob (None when the strategy saves it itself).
+    checkpoint_scheduler: LambdaLR | None
+
+    def train(self) -> None: ...
+
+    def eval(self) -> None: ...
+
+    def forward_module(self) -> nn.Module: ...
+
+    def micro_step(self, loss_of: LossOf, *, scale: float, boundary: bool) -> torch.Tensor: ...
+
+    def optimizer_step(self) -> float: ...
+
+    def learning_rate(self) -> float: ...
+
+    def full_module(self) -> nn.Module: ...
+
+    def checkpoint_backend(self, store: CheckpointStore, *, group: Any, async_save: bool) -> CheckpointBackend: ...
+
+
+@dataclass(kw_only=True, slots=True)
+class DdpStrategy:
+    config: TrainingConfig
+    env: DistEnv
+    module: nn.Module
+    total_steps: int
+    name: str = field(init=False, default="ddp")
+    model: DistributedDataParallel = field(init=False)
+    optimizer: Optimizer = field(init=False)
+    scheduler: LambdaLR = field(init=False)
+    _params: list[nn.Parameter] = field(init=False)
+
+    def __post_init__(self) -> None:
+        device_ids = [self.env.local_rank] if self.env.device.type == "cuda" else None
+        self.model = DistributedDataParallel(self.module.to(self.env.device), device_ids=device_ids)
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(
+            self._params, learning_rate=self.config.learning_rate, config=self.config.optimization
+        )
+        self.scheduler = build_scheduler(self.optimizer, config=self.config.optimization, total_steps=self.total_steps)
+
+    @property
+    def checkpoint_shape(self) -> dict[str, Any]:
+        return {"strategy": "ddp"}
+
+    @property
+    def checkpoint_scheduler(self) -> LambdaLR | None:
+        return self.scheduler
+
+    def train(self) -> None:
+        self.model.train()
+
+    def eval(self) -> None:
+        self.model.eval()
+
+    def forward_module(self) -> nn.Module:
+        return self.model
+
+    def micro_step(self, loss_of: LossOf, *, scale: float, boundary: bool) -> torch.Tensor:
+        # Gradients accumulate locally; DDP all-reduces them on the boundary's backward only.
+        with nullcontext() if boundary else self.model.no_sync():
+            loss = loss_of(self.model)
+            (poisoned(loss) * scale).backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> float:
+        clip = self.config.optimization.gradient_clip_norm
+        if clip is not None:
+            norm = torch.nn.utils.clip_grad_norm_(self._params, clip, foreach=True)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in self._params if p.grad is not None], foreach=True)
+        # Gradients are all-reduced already: every rank sees the same norm and takes the same branch.
+        value = float(norm)
+        if math.isfinite(value):
+            self.optimizer.step()
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return value
+
+    def learning_rate(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def full_module(self) -> nn.Module:
+        return self.model.module
+
+    def checkpoint_backend(self, store: CheckpointStore, *, group: Any, async_save: bool) -> CheckpointBackend:
+        return DcpBackend(
+            store=store, env=self.env, model=self.model, optimizer=self.optimizer, async_save=async_save, group=group
+        )
+
+
+def build_strategy(
+    config: TrainingConfig, *, env: DistEnv, build_module: Callable[[], nn.Module], total_steps: int
+) -> Strategy:
+    if config.strategy == "deepspeed":
+        # Imported only for DeepSpeed runs: DeepSpeed itself is an optional extra.
+        from trainpipe_trainer.deepspeed_support import DeepSpeedStrategy
+
+        return DeepSpeedStrategy(config=config, env=env, build_module=build_module, total_steps=total_steps)
+    return DdpStrategy(config=config, env=env, module=build_module(), total_steps=total_steps)
