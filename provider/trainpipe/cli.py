@@ -49,9 +49,14 @@ def _cmd_render(args: argparse.Namespace) -> int:
         print(err)
         return 1
     if args.k8s:
+        from trainpipe.errors import TrainpipeError
         from trainpipe.kubernetes.render import render_manifests_yaml
 
-        print(render_manifests_yaml(plan), end="")
+        try:
+            print(render_manifests_yaml(plan), end="")
+        except TrainpipeError as err:
+            print(err, file=sys.stderr)
+            return 1
         return 0
     print(json.dumps(plan.to_dict(), indent=2, default=str))
     return 0
