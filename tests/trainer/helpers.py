@@ -162,7 +162,8 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str, runn
     deadline = time.monotonic() + timeout
     while not predicate():
         if running is not None and running.process.poll() is not None:
-            raise AssertionError(f"the trainer exited ({running.process.returncode}) before {what}:\n{running.wait().describe()}")
+            code = running.process.returncode
+            raise AssertionError(f"the trainer exited ({code}) before {what}:\n{running.wait().describe()}")
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.02)

@@ -37,7 +37,8 @@ class Run:
 
     def __init__(self, seed: int = 0) -> None:
         torch.manual_seed(seed)
-        self.model = DistributedDataParallel(build_mlp(n_features=3, config=ModelConfig(hidden_layers=(4,), dropout=0.5)))
+        module = build_mlp(n_features=3, config=ModelConfig(hidden_layers=(4,), dropout=0.5))
+        self.model = DistributedDataParallel(module)
         optimization = OptimizationConfig(lr_schedule="cosine", warmup_steps=2)
         self.optimizer = build_optimizer(self.model.parameters(), learning_rate=0.1, config=optimization)
         self.scheduler = build_scheduler(self.optimizer, config=optimization, total_steps=20)
@@ -57,7 +58,9 @@ class Run:
         keep_best: bool = True, storage_options: dict | None = None,
     ) -> CheckpointManager:
         uri = root if isinstance(root, str) else root.as_uri()
-        config = CheckpointConfig(root_uri=uri, every_n_steps=2, keep_last=keep_last, keep_best=keep_best, async_save=async_save)
+        config = CheckpointConfig(
+            root_uri=uri, every_n_steps=2, keep_last=keep_last, keep_best=keep_best, async_save=async_save
+        )
         store = CheckpointStore(root_uri=uri, storage_options=storage_options or {})
         backend = DcpBackend(
             store=store, env=env, model=self.model, optimizer=self.optimizer, async_save=async_save,
@@ -85,7 +88,8 @@ def test_restore_returns_weights_optimizer_schedule_counters_and_rng_streams(
     run.train(3)
     manager = run.manager(tmp_path, env, async_save=async_save)
     assert manager.save(run.state, validation_loss=0.5)
-    saved_sha, saved_state, saved_lr = weights_sha256(run.model.module), run.state.to_dict(), run.scheduler.get_last_lr()
+    saved_sha, saved_state = weights_sha256(run.model.module), run.state.to_dict()
+    saved_lr = run.scheduler.get_last_lr()
     after_save = _draws()
     # The loop goes on while the save is written: later updates must not leak into it.
     run.train(1)
@@ -131,7 +135,8 @@ def test_reusable_stager_copies_into_the_same_buffers() -> None:
     assert first["w"].tolist() == [1.0, 1.0, 1.0]
     second = stager.stage(source)
     assert second["w"] is first["w"] and second["w"].tolist() == [2.0, 2.0, 2.0]
-    assert second["opt"]["param_groups"] == [{"lr": 0.1}] and second["opt"]["param_groups"] is not source["opt"]["param_groups"]
+    assert second["opt"]["param_groups"] == [{"lr": 0.1}]
+    assert second["opt"]["param_groups"] is not source["opt"]["param_groups"]
 
 
 def test_steps_without_manifest_do_not_exist_and_are_cleared_before_resuming(env: DistEnv, tmp_path: Path) -> None:
@@ -181,7 +186,8 @@ def test_checkpoint_of_another_shape_or_strategy_is_refused(env: DistEnv, tmp_pa
         Run().manager(tmp_path, env, batch_size=16).restore()
     manifest = tmp_path / "step-1" / "manifest.json"
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": "trainpipe-deepspeed/1"}))
-    with pytest.raises(CheckpointMismatchError, match="has format 'trainpipe-deepspeed/1', this run writes 'trainpipe-dcp/1'"):
+    expected = "format 'trainpipe-deepspeed/1', this run writes 'trainpipe-dcp/1'"
+    with pytest.raises(CheckpointMismatchError, match=expected):
         Run().manager(tmp_path, env).restore()
 
 

@@ -9,7 +9,7 @@ import sys
 
 from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainerConfigError, TrainingConfig
-from trainpipe_trainer.errors import EXIT_BAD_INPUT, USER_ERRORS, TrainerInputError, TrainingStopped
+from trainpipe_trainer.errors import EXIT_BAD_INPUT, USER_ERRORS, PreemptedError, TrainerInputError, TrainingStopped
 
 
 def load_config(uri: str) -> TrainingConfig:
@@ -39,14 +39,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except TrainingStopped as err:
         # Diverged (4) or preempted (143): expected outcomes with a one-line reason, no traceback.
-        _report(err)
+        _report(err, label="stopped" if isinstance(err, PreemptedError) else "error")
         return err.exit_code
     return 0
 
 
-def _report(err: BaseException) -> None:
+def _report(err: BaseException, *, label: str = "error") -> None:
     rank = f"[rank {os.environ['RANK']}] " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
-    print(f"trainpipe_trainer: {rank}error: {err}", file=sys.stderr, flush=True)
+    print(f"trainpipe_trainer: {rank}{label}: {err}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pickle
 import re
 import threading
@@ -135,7 +136,8 @@ class CheckpointStore:
         if best is not None:
             keep.add(best[0])
             pointer = {"step": best[0], "validation_loss": best[1], "path": f"step-{best[0]}"}
-            storage.write_text(self.uri(f"{self.root}/{BEST_POINTER}"), json.dumps(pointer, indent=2), self.storage_options)
+            pointer_uri = self.uri(f"{self.root}/{BEST_POINTER}")
+            storage.write_text(pointer_uri, json.dumps(pointer, indent=2), self.storage_options)
         for step in steps:
             if step not in keep:
                 # Manifest first: a crash mid-delete leaves an uncommitted (ignored) directory.
@@ -169,11 +171,20 @@ class ReusableCpuStager(AsyncStager):
 
     _synchronize_after_execute = False
 
-    def __init__(self) -> None:
+    def __init__(self, *, threads: int = 1) -> None:
         self._cache: dict[tuple[Any, ...], torch.Tensor] = {}
+        self.threads = threads
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
-        return self._copy(state_dict, ())
+        # The loop waits for this copy anyway: let torch use this rank's share of the cores for it.
+        previous = torch.get_num_threads()
+        if self.threads > previous:
+            torch.set_num_threads(self.threads)
+        try:
+            return self._copy(state_dict, ())
+        finally:
+            if self.threads > previous:
+                torch.set_num_threads(previous)
 
     def _copy(self, obj: Any, path: tuple[Any, ...]) -> Any:
         if isinstance(obj, torch.Tensor):
@@ -195,6 +206,12 @@ class ReusableCpuStager(AsyncStager):
         self._cache.clear()
 
 
+def staging_threads() -> int:
+    """This rank's share of the machine's cores (torchrun sets LOCAL_WORLD_SIZE)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1))
+
+
 @dataclass(kw_only=True, slots=True)
 class DcpBackend:
     """torch.distributed.checkpoint: one shard per rank, model + optimizer + this rank's blob."""
@@ -208,7 +225,10 @@ class DcpBackend:
     async_save: bool
     # Dedicated gloo group for DCP's own collectives (they run on the writer thread).
     group: dist.ProcessGroup | None = None
-    _stager: ReusableCpuStager = field(init=False, default_factory=ReusableCpuStager)
+    _stager: ReusableCpuStager = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._stager = ReusableCpuStager(threads=staging_threads())
 
     def _writer(self, path: str) -> dcp.StorageWriter:
         if self.store.is_local:

@@ -90,8 +90,9 @@ class FaultInjection:
     step_delay_seconds: float = 0.0
 
     def __post_init__(self) -> None:
-        _require(self.nan_loss_at_step is None or self.nan_loss_at_step >= 1, "fault_injection.nan_loss_at_step: must be >= 1")
-        _require(self.crash_after_step is None or self.crash_after_step >= 1, "fault_injection.crash_after_step: must be >= 1")
+        for name in ("nan_loss_at_step", "crash_after_step"):
+            value = getattr(self, name)
+            _require(value is None or value >= 1, f"fault_injection.{name}: must be >= 1")
         _require(self.step_delay_seconds >= 0, "fault_injection.step_delay_seconds: must be >= 0")
 
 

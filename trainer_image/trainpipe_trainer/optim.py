@@ -33,7 +33,9 @@ def lr_factor(step: int, *, config: OptimizationConfig, total_steps: int) -> flo
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], *, learning_rate: float, config: OptimizationConfig) -> Optimizer:
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter], *, learning_rate: float, config: OptimizationConfig
+) -> Optimizer:
     # AdamW with weight_decay 0 is Adam; one class keeps checkpoints of both settings interchangeable.
     return AdamW(params, lr=learning_rate, weight_decay=config.weight_decay)
 

@@ -100,6 +100,9 @@ class MetricPublisher:
     spill_path: Path
     flush_every_seconds: float = 1.0
     max_backoff_seconds: float = 30.0
+    # A send still running after this long is reported as an outage (MLflow's client retries
+    # connection errors with back-off inside one call, for minutes, before it raises).
+    stall_seconds: float = 5.0
     say: Callable[[str], None] = _say
     _queue: collections.deque[MetricTuple] = field(init=False, default_factory=collections.deque)
     _tags: dict[str, str] = field(init=False, default_factory=dict)
@@ -113,6 +116,8 @@ class MetricPublisher:
     _wake: threading.Event = field(init=False, default_factory=threading.Event)
     _stop: threading.Event = field(init=False, default_factory=threading.Event)
     _thread: threading.Thread | None = field(init=False, default=None)
+    _watchdog: threading.Thread | None = field(init=False, default=None)
+    _sending_since: float | None = field(init=False, default=None)
     failing: bool = field(init=False, default=False)
     sent: int = field(init=False, default=0)
     spilled: int = field(init=False, default=0)
@@ -137,6 +142,8 @@ class MetricPublisher:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="trainpipe-metrics", daemon=True)
         self._thread.start()
+        self._watchdog = threading.Thread(target=self._watch, name="trainpipe-metrics-watchdog", daemon=True)
+        self._watchdog.start()
 
     def flush(self, timeout: float) -> bool:
         """Wait until everything queued so far was sent (True) or ``timeout`` passed (False)."""
@@ -254,27 +261,41 @@ class MetricPublisher:
                 self._wake.wait(self.flush_every_seconds)
                 self._wake.clear()
                 continue
+            self._sending_since = time.monotonic()
             try:
                 self.send(self._pending, self._pending_tags)
             except Exception as err:  # noqa: BLE001 - any failure to deliver: keep the batch, retry later
-                if not self.failing:
-                    self.failing = True
-                    self.say(
-                        f"cannot reach the tracking server ({type(err).__name__}: {str(err)[:200]}); training "
-                        "continues and metrics are buffered until it is back"
-                    )
+                self._sending_since = None
+                self._report_outage(f"{type(err).__name__}: {str(err)[:200]}")
                 # Only a stop interrupts the back-off: a flush must not hammer a server that is down.
                 if self._stop.wait(backoff):
                     return
                 backoff = min(backoff * 2, self.max_backoff_seconds)
                 continue
+            self._sending_since = None
             with self._moving:
                 self.sent += len(self._pending)
                 self._pending, self._pending_tags = [], {}
             backoff = 0.5
             if self.failing:
                 self.failing = False
-                self.say(f"the tracking server is reachable again; sending the buffered metrics ({self.backlog()} left)")
+                queued = self.backlog()
+                self.say(f"the tracking server is reachable again; sending the buffered metrics ({queued} queued)")
+
+
+    def _report_outage(self, why: str) -> None:
+        if not self.failing:
+            self.failing = True
+            self.say(
+                f"cannot reach the tracking server ({why}); training continues and metrics are buffered "
+                "until it is back"
+            )
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(self.stall_seconds / 5, 1.0)):
+            since = self._sending_since
+            if since is not None and time.monotonic() - since > self.stall_seconds:
+                self._report_outage(f"no answer for {self.stall_seconds:.0f}s")
 
 
 @dataclass(kw_only=True, slots=True)

@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import time
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -63,6 +64,9 @@ class LoopStats:
 
     steps: int = 0
     loop_seconds: float = 0.0
+    # Wall time of every optimizer step (data, compute, metrics, checkpoint); kept only when a
+    # caller (the overhead benchmark) sets it to an empty array before ``fit``.
+    step_seconds: array | None = None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -110,7 +114,9 @@ class Trainer:
             config=config.checkpoint,
             env=env,
             store=store,
-            backend=self.strategy.checkpoint_backend(store, group=checkpoint_group, async_save=config.checkpoint.async_save),
+            backend=self.strategy.checkpoint_backend(
+                store, group=checkpoint_group, async_save=config.checkpoint.async_save
+            ),
             shape={
                 "world_size": env.world_size,
                 "batch_size": config.batch_size,
@@ -175,28 +181,38 @@ class Trainer:
     def _run_epoch(self, watcher: PreemptionWatcher) -> None:
         loader = self.batches.epoch(self.state.epoch, skip_batches=self.state.batch_in_epoch)
         self.strategy.train()
-        for group in self._groups(loader):
-            self._optimizer_step(group)
-            stop, by_clock = self.flags.exchange([watcher.requested, self.env.is_main and self.checkpoints.clock_due()])
-            step = self.state.global_step
-            self.counters.step = step
-            if step % self.config.tracking.log_every_n_steps == 0:
-                self._log_interval()
-            if self.state.batch_in_epoch == self.batches.batches_per_epoch:
-                self._end_epoch()
-            fault = self.config.fault_injection
-            crash = fault is not None and fault.crash_after_step == step
-            # After _end_epoch, so a save at an epoch boundary resumes at the next epoch's start.
-            if self.checkpoints.due(step) or by_clock or stop or crash:
-                self._save(wait=stop or crash)
-            if stop:
-                self._stop_for_preemption(watcher)
-            if crash:
-                self._crash()
-            if fault is not None and fault.step_delay_seconds:
-                time.sleep(fault.step_delay_seconds)
+        durations = self.stats.step_seconds
+        last = time.perf_counter()
+        for group in self.step_groups(loader):
+            self.train_step(group, watcher)
+            if durations is not None:
+                now = time.perf_counter()
+                durations.append(now - last)
+                last = now
 
-    def _groups(self, loader: DataLoader) -> Iterator[list[list[torch.Tensor]]]:
+    def train_step(self, group: list[list[torch.Tensor]], watcher: PreemptionWatcher) -> None:
+        """One optimizer step and everything that follows it: flags, metrics, epoch end, checkpoint."""
+        self._optimizer_step(group)
+        stop, by_clock = self.flags.exchange([watcher.requested, self.env.is_main and self.checkpoints.clock_due()])
+        step = self.state.global_step
+        self.counters.step = step
+        if step % self.config.tracking.log_every_n_steps == 0:
+            self._log_interval()
+        if self.state.batch_in_epoch == self.batches.batches_per_epoch:
+            self._end_epoch()
+        fault = self.config.fault_injection
+        crash = fault is not None and fault.crash_after_step == step
+        # After _end_epoch, so a save at an epoch boundary resumes at the next epoch's start.
+        if self.checkpoints.due(step) or by_clock or stop or crash:
+            self._save(wait=stop or crash)
+        if stop:
+            self._stop_for_preemption(watcher)
+        if crash:
+            self._crash()
+        if fault is not None and fault.step_delay_seconds:
+            time.sleep(fault.step_delay_seconds)
+
+    def step_groups(self, loader: DataLoader) -> Iterator[list[list[torch.Tensor]]]:
         """Micro-batches grouped per optimizer step; the last group of an epoch may be shorter."""
         accumulation = self.config.optimization.gradient_accumulation_steps
         group: list[list[torch.Tensor]] = []
@@ -244,7 +260,7 @@ class Trainer:
         self.checkpoints.wait()
         message = (
             f"{what} at step {step}: training stopped; "
-            + (f"the last checkpoint (step-{kept}) is kept unchanged" if kept is not None else "no checkpoint was written")
+            + (f"the last checkpoint (step-{kept}) is kept unchanged" if kept is not None else "no checkpoint exists")
             + "; lower learning_rate, set optimization.gradient_clip_norm or check the data"
         )
         if self.env.is_main:
@@ -266,7 +282,10 @@ class Trainer:
         step = self.state.global_step
         barrier(self.env)
         if self.env.is_main:
-            print(f"fault injection: checkpoint step-{step} committed, exiting abruptly (os._exit({CRASH_EXIT_CODE}))", flush=True)
+            print(
+                f"fault injection: checkpoint step-{step} committed, exiting abruptly (os._exit({CRASH_EXIT_CODE}))",
+                flush=True,
+            )
             # Metrics logged so far reach the run; nothing else is cleaned up (the run stays RUNNING).
             self.tracker.flush(timeout=30)
         sys.stdout.flush()
