@@ -21,9 +21,11 @@ LOGICAL_DATE = "2026-11-22"
 pytestmark = pytest.mark.integration
 
 
-def _trainpipe(*args: str) -> subprocess.CompletedProcess:
+def _trainpipe(*args: str, home: Path) -> subprocess.CompletedProcess:
     command = [str(Path(sys.executable).with_name("trainpipe")), *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # Its own storage: the session's demo data is the e2e tests' (other rows, other dates).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRAINPIPE_HOME": str(home),
+           "TRAINPIPE_STORAGE_ROOT": f"file://{home / 'storage'}"}
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
 
 
@@ -39,7 +41,8 @@ def _committed(root: Path) -> list[int]:
 
 
 def test_train_cli_resumes_a_run_dir_from_its_newest_committed_checkpoint(tmp_path: Path) -> None:
-    demo = _trainpipe("demo-data", "--end", LOGICAL_DATE)
+    home = tmp_path / "home"
+    demo = _trainpipe("demo-data", "--end", LOGICAL_DATE, home=home)
     assert demo.returncode == 0, demo.stderr
     spec = yaml.safe_load((REPO / "dag_configs" / "fraud_detector.yaml").read_text())
     spec["training"]["epochs"] = 2
@@ -49,7 +52,7 @@ def test_train_cli_resumes_a_run_dir_from_its_newest_committed_checkpoint(tmp_pa
     run_dir = tmp_path / "run"
     args = ("train", str(spec_path), "--run-dir", str(run_dir), "--logical-date", LOGICAL_DATE)
 
-    first = _sha(_trainpipe(*args))
+    first = _sha(_trainpipe(*args, home=home))
     root = run_dir / "checkpoints"
     steps = _committed(root)
     assert len(steps) >= 3
@@ -57,6 +60,6 @@ def test_train_cli_resumes_a_run_dir_from_its_newest_committed_checkpoint(tmp_pa
     for step in steps[-2:]:
         (root / f"step-{step}" / "manifest.json").unlink()
 
-    second = _trainpipe(*args)
+    second = _trainpipe(*args, home=home)
     assert f"resumed from step {steps[-3]}" in second.stdout
     assert _sha(second) == first
