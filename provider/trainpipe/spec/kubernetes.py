@@ -13,33 +13,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
+from trainpipe.spec.types import Duration
+
 # A Kubernetes resource quantity: "500m", "4", "16Gi", "1.5".
 _QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 # Environment variable names that must come from a Secret, never from the YAML.
 _SECRET_LIKE = re.compile(r"(SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|API_KEY)", re.I)
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-
-
-def _duration(value: Any) -> Any:
-    # Imported at validation time: trainpipe.spec.models imports this module.
-    from trainpipe.spec.models import parse_duration
-
-    return parse_duration(value)
-
-
-Duration = Annotated[
-    timedelta,
-    BeforeValidator(_duration),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "string", "pattern": r"^\s*(\d+\s*[smhdw]\s*)+$"},
-                {"type": "integer", "exclusiveMinimum": 0},
-            ],
-            "description": "A duration: '30d', '20m', '1h30m' (s, m, h, d, w) or whole seconds.",
-        }
-    ),
-]
 
 
 def _quantity(value: Any) -> Any:
