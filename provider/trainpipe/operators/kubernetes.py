@@ -56,35 +56,30 @@ def check_reachable_from_pods(storage_root: str, mlflow_tracking_uri: str) -> No
 def prepare_launch(operator: Any, context: Context) -> builders.TrainerLaunch:
     """Write this try's trainer config into the run folder (same code as the local launcher)."""
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.lineage import git_commit
-    from trainpipe.plan import apply_param_overrides
-    from trainpipe.runtime.snapshot import SnapshotInfo
-    from trainpipe.runtime.train import RunContext, prepare_training_run
+    from trainpipe.operators.context import train_inputs
+    from trainpipe.runtime.train import prepare_training_run
     from trainpipe.settings import Settings
 
     plan: PipelinePlan = operator.plan
     settings = Settings.from_env()
     check_reachable_from_pods(settings.storage_root, settings.mlflow_tracking_uri)
-    spec, overrides = apply_param_overrides(plan, dict(context.get("params") or {}))
-    ti = context["ti"]
-    run = RunContext(dag_id=operator.dag_id, airflow_run_id=context["run_id"], try_number=ti.try_number,
-                     spec_sha256=plan.spec_sha256, git_commit=git_commit(plan.spec_file))
-    snapshot = SnapshotInfo(**ti.xcom_pull(task_ids="snapshot"))
-    prepared = prepare_training_run(spec, snapshot, settings=settings, run=run, hook=MlflowHook(settings),
-                                    param_overrides=overrides)
+    inputs = train_inputs(plan, context)
+    prepared = prepare_training_run(inputs.spec, inputs.snapshot, settings=settings, run=inputs.run,
+                                    hook=MlflowHook(settings), param_overrides=inputs.param_overrides)
     operator.log.info("trainer config: %s (MLflow run %s)", prepared.config_uri, prepared.mlflow_run_id)
     return builders.TrainerLaunch(config_uri=prepared.config_uri, mlflow_tracking_uri=settings.mlflow_tracking_uri,
-                                  dag_id=operator.dag_id, airflow_run_id=context["run_id"], try_number=ti.try_number)
+                                  dag_id=inputs.run.dag_id, airflow_run_id=inputs.run.airflow_run_id,
+                                  try_number=inputs.run.try_number)
 
 
 def finish(operator: Any, context: Context) -> dict[str, Any]:
     """The trainer's result (written to storage by rank 0) becomes the task's return value."""
+    from trainpipe.operators.context import log_trained
     from trainpipe.runtime.train import read_training_result, run_dir_for
     from trainpipe.settings import Settings
 
     result = read_training_result(run_dir_for(operator.plan.spec, Settings.from_env(), context["run_id"]))
-    operator.log.info("trained: model %s, weights sha256 %s, %d steps on %d processes",
-                      result.model_uri, result.weights_sha256, result.global_step, result.world_size)
+    log_trained(operator.log, result)
     value = asdict(result)
     # do_xcom_push stays False (it would add the provider's XCom sidecar): push the result ourselves.
     context["ti"].xcom_push(key="return_value", value=value)

@@ -12,6 +12,7 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator
 
 from trainpipe.lineage import git_commit
+from trainpipe.operators.context import log_trained, run_spec, snapshot_info, train_inputs
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
@@ -33,9 +34,7 @@ class _PipelineStepOperator(BaseOperator):
 
     def run_spec(self, context: Context):  # noqa: ANN201 - PipelineSpec
         """The spec with this run's params applied (``Trigger DAG w/ config``)."""
-        from trainpipe.plan import apply_param_overrides
-
-        spec, overrides = apply_param_overrides(self.plan, dict(context.get("params") or {}))
+        spec, overrides = run_spec(self.plan, context)
         if overrides:
             self.log.info("this run overrides %s", overrides)
         return spec
@@ -51,9 +50,7 @@ class _PipelineStepOperator(BaseOperator):
         return MlflowHook(self.settings)
 
     def snapshot_info(self, context: Context):  # noqa: ANN201 - SnapshotInfo
-        from trainpipe.runtime.snapshot import SnapshotInfo
-
-        return SnapshotInfo(**context["ti"].xcom_pull(task_ids="snapshot"))
+        return snapshot_info(context)
 
     def lineage_tags(self, context: Context) -> dict[str, str]:
         snapshot = self.snapshot_info(context)
@@ -102,22 +99,12 @@ class TrainOperator(_PipelineStepOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from dataclasses import asdict
 
-        from trainpipe.runtime.train import RunContext, run_training
+        from trainpipe.runtime.train import run_training
 
-        run = RunContext(
-            dag_id=self.dag_id,
-            airflow_run_id=context["run_id"],
-            try_number=context["ti"].try_number,
-            spec_sha256=self.plan.spec_sha256,
-            git_commit=git_commit(self.plan.spec_file),
-        )
-        from trainpipe.plan import apply_param_overrides
-
-        spec, overrides = apply_param_overrides(self.plan, dict(context.get("params") or {}))
-        result = run_training(spec, self.snapshot_info(context), settings=self.settings, run=run,
-                              hook=self.hook, on_line=lambda line: self.log.info("%s", line), param_overrides=overrides)
-        self.log.info("trained: model %s, weights sha256 %s, %d steps on %d processes",
-                      result.model_uri, result.weights_sha256, result.global_step, result.world_size)
+        inputs = train_inputs(self.plan, context)
+        result = run_training(inputs.spec, inputs.snapshot, settings=self.settings, run=inputs.run, hook=self.hook,
+                              on_line=lambda line: self.log.info("%s", line), param_overrides=inputs.param_overrides)
+        log_trained(self.log, result)
         return asdict(result)
 
 

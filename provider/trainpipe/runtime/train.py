@@ -131,7 +131,7 @@ class PreparedRun:
 
     @property
     def result_path(self):  # noqa: ANN201 - ObjectStoragePath
-        return self.run_dir / "output" / "result.json"
+        return result_path_in(self.run_dir)
 
 
 def prepare_training_run(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
@@ -159,8 +159,13 @@ def prepare_training_run(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings
     return prepared
 
 
+def result_path_in(run_dir):  # noqa: ANN001, ANN201 - ObjectStoragePath
+    """Where the trainer's rank 0 writes its ``TrainingResult`` (``output_uri``/result.json)."""
+    return run_dir / "output" / "result.json"
+
+
 def read_training_result(run_dir) -> TrainingResult:  # noqa: ANN001 - ObjectStoragePath
-    result_path = run_dir / "output" / "result.json"
+    result_path = result_path_in(run_dir)
     if not result_path.exists():
         raise TrainingFailedError(f"the trainer exited 0 but wrote no {result_path}; see the trainer output above")
     return TrainingResult.from_json(result_path.read_text())
