@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from trainpipe import metrics
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
-from trainpipe.spec.models import OVERRIDABLE_PARAMS, GateSpec, PipelineSpec, _parse_gate
+from trainpipe.spec.models import OVERRIDABLE_PARAMS, GateSpec, PipelineSpec, _normalise_expectation, _parse_gate
 
 
 def _model_at(path: FieldPath) -> type[BaseModel] | None:
@@ -106,9 +106,8 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
 
     expectations = _get(data, "validation", "expectations")
     for index, item in enumerate(expectations if isinstance(expectations, list) else []):
-        name = item if isinstance(item, str) else next(iter(item)) if isinstance(item, dict) and len(item) == 1 else None
-        if isinstance(item, dict) and "name" in item:
-            name = item["name"]
+        normalised = _normalise_expectation(item)
+        name = normalised.get("name") if isinstance(normalised, dict) else None
         if isinstance(name, str) and name not in known_expectation_names():
             close = difflib.get_close_matches(name, sorted(known_expectation_names()), n=1, cutoff=0.6)
             fix = f"did you mean `{close[0]}`?" if close else "see https://greatexpectations.io/expectations/"
