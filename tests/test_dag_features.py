@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from trainpipe.dag_builder import build_dag
 from trainpipe.factory import compile_file
 from trainpipe.plan import apply_param_overrides, model_asset_uri, snapshot_asset_uri
@@ -53,3 +55,102 @@ def test_param_override_changes_only_that_run():
     assert changed == {"learning_rate": 0.01}
     assert spec.training.learning_rate == 0.01
     assert plan.spec.training.learning_rate == 0.003
+
+
+def test_params_survive_serialization_and_reach_every_task_at_run_time():
+    """Params are attached after the tasks are built (ADR 0006): the stored DAG must still carry them,
+    and each task must see them, with a trigger's overrides, exactly as Airflow merges them at run time."""
+    from airflow.sdk.definitions.param import ParamValidationError, process_params
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml"))
+
+    stored = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    assert stored.params["learning_rate"] == 0.003
+    assert stored.params.get_param("learning_rate").schema["maximum"] == 0.1
+    for task in dag.tasks:
+        assert process_params(dag, task, {"epochs": 3}, suppress_exception=False) == {
+            "learning_rate": 0.003, "epochs": 3, "seed": 42}
+    with pytest.raises(ParamValidationError, match="epochs"):
+        process_params(dag, dag.get_task("train"), {"epochs": 0}, suppress_exception=False)
+
+
+@pytest.mark.parametrize("spec_file", sorted((REPO / "dag_configs").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_example_dag_passes_airflows_own_param_check(spec_file):
+    dag = build_dag(compile_file(spec_file))
+    dag.params.validate()  # what DAG() would run if the params were passed to it
+
+
+_PARAM_CASES = [
+    # (param name, spec value at its path, param mapping in YAML)
+    ("epochs", 8, {}),
+    ("epochs", 8, {"minimum": 1, "maximum": 8}),
+    ("epochs", 8, {"minimum": 9}),
+    ("epochs", 8, {"maximum": 7}),
+    ("epochs", 8, {"default": 12, "maximum": 10}),
+    ("epochs", 8, {"default": 2.5}),
+    ("epochs", 8, {"default": 3.0}),
+    ("epochs", 8, {"minimum": 5, "maximum": 4}),
+    ("learning_rate", 0.003, {"minimum": 0.003}),
+    ("learning_rate", 0.003, {"minimum": 0.0031}),
+    ("learning_rate", 0.003, {"maximum": 0.0029}),
+    ("learning_rate", 0.003, {"default": 0.5, "minimum": 0.0001, "maximum": 1}),
+    ("learning_rate", 0.003, {"default": 0, "minimum": 0.0001}),
+    ("seed", 42, {"minimum": 0, "maximum": 41}),
+    ("dropout", 0.0, {"maximum": 0.5}),
+    ("dropout", 0.0, {"minimum": 0.1}),
+    ("decision_threshold", 0.3, {"minimum": 0.0, "maximum": 1.0}),
+    ("decision_threshold", 0.3, {"default": 1.5, "maximum": 1.0}),
+    ("gradient_clip_norm", None, {"minimum": 1.0}),
+]
+
+
+@pytest.mark.parametrize(("name", "spec_value", "param"), _PARAM_CASES)
+def test_spec_check_accepts_exactly_the_params_airflow_accepts(name, spec_value, param):
+    """The spec stage's param check stands in for Airflow's own (ADR 0006), so they must agree:
+    a spec is rejected at validation exactly when Airflow would reject the compiled Param."""
+    import yaml
+    from airflow.sdk import Param
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    from trainpipe.errors import SpecError
+    from trainpipe.plan import build_plan
+    from trainpipe.spec.loader import load_yaml_text
+    from trainpipe.spec.models import OVERRIDABLE_PARAMS
+    from trainpipe.spec.validate import validate_loaded
+
+    data = yaml.safe_load((REPO / "dag_configs" / "fraud_detector.yaml").read_text())
+    path, json_type = OVERRIDABLE_PARAMS[name]
+    node = data
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    if spec_value is None:
+        node.pop(path[-1], None)
+    else:
+        node[path[-1]] = spec_value
+    data["params"] = {name: param}
+    text = yaml.safe_dump(data)
+
+    try:
+        spec = validate_loaded(load_yaml_text(text, "case.yaml"))
+    except SpecError as err:
+        ours_accepts, our_message = False, str(err)
+    else:
+        ours_accepts, our_message = True, ""
+
+    default = param.get("default", spec_value)
+    bounds = {k: param[k] for k in ("minimum", "maximum") if k in param}
+    try:
+        Param(default, type=[json_type, "null"] if default is None else json_type, **bounds).resolve()
+        airflow_accepts = True
+    except ParamValidationError:
+        airflow_accepts = False
+    if param.get("minimum", float("-inf")) > param.get("maximum", float("inf")):
+        airflow_accepts = False  # an empty range accepts no value a run could give
+
+    assert ours_accepts == airflow_accepts, our_message
+    if ours_accepts:
+        built = build_dag(build_plan(spec, spec_file="case.yaml", spec_text=text))
+        built.params.validate()
+    else:
+        assert f"params.{name}" in our_message

@@ -167,6 +167,42 @@ def _launcher_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     return problems
 
 
+def _param_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]:
+    """Each run parameter's default (its own, or the spec value it overrides) must satisfy its type and
+    bounds. Airflow would reject such a Param only when the DAG is built, with a message that names
+    neither the file nor the field; trainpipe checks it here, once, and so skips that check when
+    building DAGs (ADR 0006)."""
+    problems: list[SpecProblem] = []
+    for name, param in spec.params.items():
+        if name not in OVERRIDABLE_PARAMS:
+            continue  # reported by _semantic_problems
+        path, json_type = OVERRIDABLE_PARAMS[name]
+        here = ("params", name)
+        if param.minimum is not None and param.maximum is not None and param.minimum > param.maximum:
+            problems.append(loaded.problem((*here, "maximum"),
+                f"maximum {param.maximum:g} is below minimum {param.minimum:g}; swap them"))
+            continue
+        if param.default is not None:
+            default, source, where = param.default, "the default", (*here, "default")
+        else:
+            default, source = spec, ".".join(path)
+            for part in path:
+                default = getattr(default, part)
+            where = here
+        if default is None:
+            continue  # an optional hyperparameter left unset: the form offers it empty
+        if json_type == "integer" and (isinstance(default, bool) or default != int(default)):
+            problems.append(loaded.problem(where, f"{name} is a whole number, got {default!r}; write e.g. {int(default)}"))
+            continue
+        if param.minimum is not None and default < param.minimum:
+            problems.append(loaded.problem((*here, "minimum"),
+                f"{source} {default:g} is below minimum {param.minimum:g}; lower the minimum or raise {source}"))
+        if param.maximum is not None and default > param.maximum:
+            problems.append(loaded.problem((*here, "maximum"),
+                f"{source} {default:g} is above maximum {param.maximum:g}; raise the maximum or lower {source}"))
+    return problems
+
+
 def validate_loaded(loaded: LoadedYaml) -> PipelineSpec:
     if not isinstance(loaded.data, dict):
         found = type(loaded.data).__name__ if loaded.data is not None else "an empty file"
@@ -179,6 +215,8 @@ def validate_loaded(loaded: LoadedYaml) -> PipelineSpec:
         problems.extend(_pydantic_problem(loaded, e) for e in err.errors())
     reported = {(p.field_path, p.message) for p in problems}
     problems.extend(p for p in _semantic_problems(loaded) if (p.field_path, p.message) not in reported)
+    if spec is not None:
+        problems.extend(_param_problems(loaded, spec))
     if problems or spec is None:
         problems.sort(key=lambda p: (p.file != loaded.file, p.file, p.line or 0, p.column or 0))
         raise SpecError(problems)
