@@ -10,6 +10,7 @@ parents' (precedence: spec file > nearest ``_defaults.yaml`` > ... > the configs
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,38 +42,56 @@ def spec_files(directory: Path) -> list[Path]:
     return sorted(p for p in files if not p.name.startswith("_"))
 
 
-def _display(path: Path, relative_to: Path | None) -> str:
-    base = (relative_to or Path.cwd()).resolve()
-    if path.resolve().is_relative_to(base):
-        return str(path.resolve().relative_to(base))
-    return str(path)
+def _display(path: Path, base: Path) -> str:
+    """``path`` relative to ``base`` (both absolute and resolved) when inside it, else as it is."""
+    return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
 
 
 class _DefaultsCache:
     """Each ``_defaults.yaml`` is read once per compile, however many specs sit under it."""
 
     def __init__(self, root: Path, relative_to: Path | None) -> None:
+        # Resolved once here, not per spec: path resolution is a system call per path component.
         self.root = root.resolve()
-        self.relative_to = relative_to
+        self.base = (relative_to or Path.cwd()).resolve()
         self._loaded: dict[Path, LoadedYaml | None] = {}
+        self._chains: dict[Path, list[LoadedYaml]] = {}
 
     def chain_for(self, spec_path: Path) -> list[LoadedYaml]:
-        """Defaults from the configs root down to the spec's own folder (nearest last)."""
-        folders = []
-        folder = spec_path.resolve().parent
-        while folder.is_relative_to(self.root):
-            folders.append(folder)
-            if folder == self.root:
-                break
-            folder = folder.parent
-        return [d for d in (self._load(f / DEFAULTS_FILE) for f in reversed(folders)) if d is not None]
+        """Defaults from the configs root down to the spec's own folder (nearest last). ``spec_path``
+        is resolved, or found under the resolved root by ``compile_directory``."""
+        folder = spec_path.parent
+        chain = self._chains.get(folder)
+        if chain is None:
+            folders = []
+            current = folder
+            while current.is_relative_to(self.root):
+                folders.append(current)
+                if current == self.root:
+                    break
+                current = current.parent
+            chain = [d for d in (self._load(f / DEFAULTS_FILE) for f in reversed(folders)) if d is not None]
+            self._chains[folder] = chain
+        return chain
 
     def _load(self, path: Path) -> LoadedYaml | None:
         if path not in self._loaded:
             self._loaded[path] = (
-                load_yaml_text(path.read_text(encoding="utf-8"), _display(path, self.relative_to)) if path.exists() else None
+                load_yaml_text(path.read_text(encoding="utf-8"), _display(path, self.base)) if path.exists() else None
             )
         return self._loaded[path]
+
+
+def configs_root_for(spec_path: Path) -> Path:
+    """The configs root whose ``_defaults.yaml`` files apply to a spec compiled on its own
+    (``trainpipe render/train/validate FILE``), so it gets the same defaults as its DAG:
+    ``TRAINPIPE_DAG_CONFIGS`` when the file is inside it, else the nearest enclosing folder named
+    ``dag_configs``, else the file's own folder."""
+    spec_path = spec_path.resolve()
+    configured = os.environ.get("TRAINPIPE_DAG_CONFIGS")
+    if configured and spec_path.is_relative_to(Path(configured).resolve()):
+        return Path(configured).resolve()
+    return next((folder for folder in spec_path.parents if folder.name == "dag_configs"), spec_path.parent)
 
 
 def compile_file(path: Path, display_name: str | None = None, *, configs_root: Path | None = None,
@@ -81,11 +100,11 @@ def compile_file(path: Path, display_name: str | None = None, *, configs_root: P
     name = display_name or str(path)
     text = path.read_text(encoding="utf-8")
     loaded = load_yaml_text(text, name)
-    if defaults is None and configs_root is None:
-        # A lone file: its own folder's defaults apply.
-        configs_root = path.resolve().parent
-    defaults = defaults or _DefaultsCache(configs_root, None)
-    for layer in reversed(defaults.chain_for(path)):
+    where = path
+    if defaults is None:
+        where = path.resolve()
+        defaults = _DefaultsCache(configs_root or configs_root_for(where), None)
+    for layer in reversed(defaults.chain_for(where)):
         loaded = merge_defaults(layer, loaded)
     spec = validate_loaded(loaded)
     return build_plan(spec, spec_file=str(path), spec_text=text)
@@ -97,8 +116,8 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
     result = CompileResult()
     owners: dict[str, str] = {}
     defaults = _DefaultsCache(directory, relative_to)
-    for path in spec_files(directory):
-        name = _display(path, relative_to)
+    for path in spec_files(defaults.root):
+        name = _display(path, defaults.base)
         result.files[name] = path
         if only_pipeline is not None:
             match = _PIPELINE_ID_LINE.search(path.read_text(encoding="utf-8"))

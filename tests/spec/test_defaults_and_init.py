@@ -47,6 +47,25 @@ def test_render_shows_the_merged_spec(configs: Path, capsys):
     assert rendered["spec"]["training"]["epochs"] == 5
 
 
+def test_a_file_compiled_on_its_own_gets_the_same_defaults_as_its_dag(configs: Path, capsys):
+    """render/train/validate FILE merge every _defaults.yaml from the dag_configs root down, as the DAG does."""
+    assert main(["render", str(configs / "team" / "fraud.yaml")]) == 0
+    rendered = json.loads(capsys.readouterr().out)
+    assert rendered["retries"] == 3  # set only by dag_configs/_defaults.yaml, two folders up
+    assert rendered["spec"]["training"]["seed"] == 1
+    assert compile_file(configs / "team" / "fraud.yaml").spec == compile_directory(configs).plans["fraud_detector"].spec
+
+
+def test_trainpipe_dag_configs_names_the_root_for_a_lone_file(tmp_path: Path, monkeypatch):
+    root = tmp_path / "specs"
+    _write(root / "_defaults.yaml", "owner: platform\n")
+    spec = (REPO / "dag_configs" / "fraud_detector.yaml").read_text().replace("owner: risk-ml\n", "")
+    _write(root / "team" / "fraud.yaml", spec)
+    assert compile_file(root / "team" / "fraud.yaml").owner == "trainpipe"  # not a configs root: own folder only
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(root))
+    assert compile_file(root / "team" / "fraud.yaml").owner == "platform"
+
+
 def test_a_mistake_in_defaults_points_into_the_defaults_file(configs: Path):
     _write(configs / "team" / "_defaults.yaml", "owner: team-a\ntraining:\n  epochs: 0\n")
     with pytest.raises(SpecError) as caught:
