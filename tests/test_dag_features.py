@@ -75,6 +75,19 @@ def test_params_survive_serialization_and_reach_every_task_at_run_time():
         process_params(dag, dag.get_task("train"), {"epochs": 0}, suppress_exception=False)
 
 
+def test_trigger_form_refuses_what_the_run_would_refuse():
+    """Bounds of the hyperparameter's own field apply to a run's value, declared or not: seed has no
+    declared minimum but training.seed must be >= 0; learning_rate must stay > 0 and <= its maximum."""
+    from airflow.sdk.definitions.param import ParamValidationError, process_params
+
+    dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml"))
+    train = dag.get_task("train")
+    for bad in ({"seed": -1}, {"learning_rate": 0.5}, {"epochs": 0}, {"epochs": 2.5}):
+        with pytest.raises(ParamValidationError, match=next(iter(bad))):
+            process_params(dag, train, bad, suppress_exception=False)
+    assert dict(dag.params.get_param("seed").schema) == {"type": "integer", "minimum": 0}
+
+
 @pytest.mark.parametrize("spec_file", sorted((REPO / "dag_configs").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_example_dag_passes_airflows_own_param_check(spec_file):
     dag = build_dag(compile_file(spec_file))
@@ -102,6 +115,13 @@ _PARAM_CASES = [
     ("decision_threshold", 0.3, {"minimum": 0.0, "maximum": 1.0}),
     ("decision_threshold", 0.3, {"default": 1.5, "maximum": 1.0}),
     ("gradient_clip_norm", None, {"minimum": 1.0}),
+    # the field's own constraints bound the Param too
+    ("learning_rate", 0.003, {"default": 0}),
+    ("epochs", 8, {"minimum": 0}),
+    ("epochs", 8, {"default": 0, "minimum": 0}),
+    ("dropout", 0.0, {"default": 1.0}),
+    ("decision_threshold", 0.3, {"default": 1.0}),
+    ("decision_threshold", 0.3, {"default": 0.99, "maximum": 1.0}),
 ]
 
 
@@ -116,7 +136,7 @@ def test_spec_check_accepts_exactly_the_params_airflow_accepts(name, spec_value,
     from trainpipe.errors import SpecError
     from trainpipe.plan import build_plan
     from trainpipe.spec.loader import load_yaml_text
-    from trainpipe.spec.models import OVERRIDABLE_PARAMS
+    from trainpipe.spec.models import OVERRIDABLE_PARAMS, ParamSpec, param_bounds
     from trainpipe.spec.validate import validate_loaded
 
     data = yaml.safe_load((REPO / "dag_configs" / "fraud_detector.yaml").read_text())
@@ -139,7 +159,7 @@ def test_spec_check_accepts_exactly_the_params_airflow_accepts(name, spec_value,
         ours_accepts, our_message = True, ""
 
     default = param.get("default", spec_value)
-    bounds = {k: param[k] for k in ("minimum", "maximum") if k in param}
+    bounds = {b.keyword: b.value for b in param_bounds(name, ParamSpec(**param))}
     try:
         Param(default, type=[json_type, "null"] if default is None else json_type, **bounds).resolve()
         airflow_accepts = True

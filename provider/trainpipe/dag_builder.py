@@ -58,9 +58,8 @@ def _schedule(plan: PipelinePlan):  # noqa: ANN202 - str | None | asset conditio
 def _params(plan: PipelinePlan) -> dict[str, Param]:
     params = {}
     for p in plan.params:
-        bounds = {k: v for k, v in (("minimum", p.minimum), ("maximum", p.maximum)) if v is not None}
         json_type = [p.type, "null"] if p.default is None else p.type
-        params[p.name] = Param(p.default, type=json_type, description=p.description, **bounds)
+        params[p.name] = Param(p.default, type=json_type, description=p.description, **dict(p.bounds))
     return params
 
 

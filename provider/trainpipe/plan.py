@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from trainpipe.spec.models import OVERRIDABLE_PARAMS, AssetScheduleSpec, PipelineSpec
+from trainpipe.spec.models import OVERRIDABLE_PARAMS, AssetScheduleSpec, PipelineSpec, param_bounds
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register")
 # Runs beside `train` (same upstream), outside the chain: watches its checkpoints for stalls.
@@ -78,8 +78,8 @@ class PlannedParam:
     type: str
     default: float | int | None
     description: str
-    minimum: float | None = None
-    maximum: float | None = None
+    # JSON Schema bounds (keyword, value): the declared minimum/maximum within the field's own.
+    bounds: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,7 +197,7 @@ def _params(spec: PipelineSpec) -> tuple[PlannedParam, ...]:
             name=name, path=path, type=json_type,
             default=param.default if param.default is not None else current,
             description=param.description or f"overrides {'.'.join(path)} for this run",
-            minimum=param.minimum, maximum=param.maximum,
+            bounds=tuple((bound.keyword, bound.value) for bound in param_bounds(name, param)),
         ))
     return tuple(planned)
 

@@ -77,3 +77,11 @@ def test_duplicate_keys_are_all_reported():
         "x.yaml:3:1: a: duplicate key; YAML would silently keep only the last one, remove one",
         "x.yaml:4:1: b: duplicate key; YAML would silently keep only the last one, remove one",
     ]
+
+
+def test_memoised_tag_resolution_keeps_quoted_and_plain_apart():
+    """The same text resolves to different types plain and quoted, whichever was seen first."""
+    for _ in range(2):
+        assert load_yaml_text("a: '12'\nb: 12\nc: 'yes'\nd: yes\ne: '~'\nf: ~\n", "x.yaml").data == {
+            "a": "12", "b": 12, "c": "yes", "d": True, "e": "~", "f": None}
+        assert load_yaml_text("b: 12\na: '12'\n", "x.yaml").data == {"b": 12, "a": "12"}

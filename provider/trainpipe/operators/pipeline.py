@@ -60,7 +60,7 @@ class _PipelineStepOperator(BaseOperator):
             "dataset_digest": snapshot.digest,
             "spec_file_sha256": self.plan.spec_sha256,
             "spec_file": self.plan.spec_file,
-            "seed": str(self.spec.training.seed),
+            "seed": str(self.run_spec(context).training.seed),  # the run's, with a trigger's override
             "git_commit": git_commit(self.plan.spec_file),
         }
 

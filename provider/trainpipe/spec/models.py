@@ -6,7 +6,9 @@ one-key mapping) are normalised here, so nothing after validation looks at raw d
 
 from __future__ import annotations
 
+import functools
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
@@ -375,3 +377,61 @@ class PipelineSpec(_Model):
         examples=[{"learning_rate": {"description": "Adam learning rate for this run", "minimum": 0.00001}}],
     )
 
+
+
+@dataclass(frozen=True, slots=True)
+class ParamBound:
+    """One JSON Schema bound of a run parameter, and where it comes from."""
+
+    keyword: Literal["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"]
+    value: float
+    # "params.<name>.minimum"/"maximum" when the spec declared it, else the hyperparameter's own
+    # field (e.g. "training.epochs"), whose constraint a run's value must meet as well.
+    source: str
+
+    def admits(self, value: float) -> bool:
+        return {
+            "minimum": value >= self.value,
+            "exclusiveMinimum": value > self.value,
+            "maximum": value <= self.value,
+            "exclusiveMaximum": value < self.value,
+        }[self.keyword]
+
+    def describe(self) -> str:
+        symbol = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[self.keyword]
+        return f"{symbol} {self.value:g}"
+
+
+@functools.cache
+def _field_bounds(name: str) -> tuple[ParamBound, ...]:
+    path, _ = OVERRIDABLE_PARAMS[name]
+    model: Any = PipelineSpec
+    field = None
+    for part in path:
+        field = model.model_fields[part]
+        model = field.annotation
+    keywords = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
+    return tuple(
+        ParamBound(keyword, getattr(constraint, attribute), ".".join(path))
+        for constraint in field.metadata
+        for attribute, keyword in keywords.items()
+        if hasattr(constraint, attribute)
+    )
+
+
+def param_bounds(name: str, param: ParamSpec) -> tuple[ParamBound, ...]:
+    """The tightest lower and upper bound of a run parameter: the spec's declared ``minimum`` and
+    ``maximum`` intersected with its field's own constraints, so that the trigger form refuses what
+    the run would refuse (``epochs: 0``, ``learning_rate: 0``)."""
+    declared = [ParamBound(k, v, f"params.{name}.{k}")
+                for k, v in (("minimum", param.minimum), ("maximum", param.maximum)) if v is not None]
+    candidates = [*_field_bounds(name), *declared]
+    lows = [b for b in candidates if b.keyword in ("minimum", "exclusiveMinimum")]
+    highs = [b for b in candidates if b.keyword in ("maximum", "exclusiveMaximum")]
+    # At equal values the exclusive bound is the tighter one.
+    tightest = []
+    if lows:
+        tightest.append(max(lows, key=lambda b: (b.value, b.keyword == "exclusiveMinimum")))
+    if highs:
+        tightest.append(min(highs, key=lambda b: (b.value, b.keyword != "exclusiveMaximum")))
+    return tuple(tightest)

@@ -18,7 +18,14 @@ from pydantic import BaseModel, ValidationError
 from trainpipe import metrics
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
-from trainpipe.spec.models import OVERRIDABLE_PARAMS, GateSpec, PipelineSpec, _normalise_expectation, _parse_gate
+from trainpipe.spec.models import (
+    OVERRIDABLE_PARAMS,
+    GateSpec,
+    PipelineSpec,
+    _normalise_expectation,
+    _parse_gate,
+    param_bounds,
+)
 
 
 def _model_at(path: FieldPath) -> type[BaseModel] | None:
@@ -168,10 +175,10 @@ def _launcher_problems(loaded: LoadedYaml) -> list[SpecProblem]:
 
 
 def _param_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]:
-    """Each run parameter's default (its own, or the spec value it overrides) must satisfy its type and
-    bounds. Airflow would reject such a Param only when the DAG is built, with a message that names
-    neither the file nor the field; trainpipe checks it here, once, and so skips that check when
-    building DAGs (ADR 0006)."""
+    """Each run parameter's default (its own, or the spec value it overrides) must satisfy its type
+    and bounds (``param_bounds``: the declared ones within the field's own). Airflow would reject such
+    a Param only when the DAG is built, with a message that names neither the file nor the field;
+    trainpipe checks it here, once, and so skips that check when building DAGs (ADR 0006)."""
     problems: list[SpecProblem] = []
     for name, param in spec.params.items():
         if name not in OVERRIDABLE_PARAMS:
@@ -194,12 +201,18 @@ def _param_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]
         if json_type == "integer" and (isinstance(default, bool) or default != int(default)):
             problems.append(loaded.problem(where, f"{name} is a whole number, got {default!r}; write e.g. {int(default)}"))
             continue
-        if param.minimum is not None and default < param.minimum:
-            problems.append(loaded.problem((*here, "minimum"),
-                f"{source} {default:g} is below minimum {param.minimum:g}; lower the minimum or raise {source}"))
-        if param.maximum is not None and default > param.maximum:
-            problems.append(loaded.problem((*here, "maximum"),
-                f"{source} {default:g} is above maximum {param.maximum:g}; raise the maximum or lower {source}"))
+        for bound in param_bounds(name, param):
+            if bound.admits(default):
+                continue
+            if bound.source.startswith("params."):
+                side = "below" if "inimum" in bound.keyword else "above"
+                fix = "lower the minimum" if side == "below" else "raise the maximum"
+                fix += f" or {'raise' if side == 'below' else 'lower'} {source}"
+                problems.append(loaded.problem((*here, bound.keyword.lower().removeprefix("exclusive")),
+                    f"{source} {default:g} is {side} {bound.keyword} {bound.value:g}; {fix}"))
+            else:
+                problems.append(loaded.problem(where,
+                    f"{source} {default:g} is not a valid {bound.source}: it must be {bound.describe()}"))
     return problems
 
 
