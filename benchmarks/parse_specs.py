@@ -1,7 +1,7 @@
 """Parse speed: marginal milliseconds per DAG for trainpipe, a hand-written DAG of the same shape,
 and dag-factory 1.1 given an equivalent YAML, all in this one process.
 
-    python benchmarks/parse_specs.py [--specs 1000] [--repeats 3]
+    python benchmarks/parse_specs.py [--specs 1000] [--repeats 5]
 
 Baseline: the same pipeline written by hand in Python (same task count and chain, schedule, tags,
 default_args, Params with the same schemas, its own outlet Assets, the checkpoint watch as a
@@ -47,7 +47,7 @@ def _marginal_ms(timings: dict[int, list[float]], small: int, large: int) -> flo
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--specs", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=3, help="runs per size; the best counts")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per size; the best counts")
     args = parser.parse_args()
     n = args.specs
     small = max(10, n // 10)

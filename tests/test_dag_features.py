@@ -174,3 +174,19 @@ def test_spec_check_accepts_exactly_the_params_airflow_accepts(name, spec_value,
         built.params.validate()
     else:
         assert f"params.{name}" in our_message
+
+
+def test_airflow_config_defaults_still_apply(monkeypatch):
+    """build_dag passes Airflow's config defaults explicitly (read once per process): they must be the
+    configured values, not constants."""
+    from trainpipe import dag_builder
+
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG", "3")
+    monkeypatch.setenv("AIRFLOW__SENSORS__DEFAULT_TIMEOUT", "1234")
+    dag_builder._airflow_config_defaults.cache_clear()
+    try:
+        dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml"))
+    finally:
+        dag_builder._airflow_config_defaults.cache_clear()
+    assert dag.max_active_tasks == 3
+    assert dag.get_task("watch_checkpoints").timeout == 1234

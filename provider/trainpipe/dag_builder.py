@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetAll, AssetAny, BaseOperator, Param, chain
@@ -28,7 +29,26 @@ _OPERATORS = {
 }
 
 
+@functools.cache
+def _airflow_config_defaults() -> dict[str, Any]:
+    """Defaults Airflow reads from its config for every DAG (and sensor) that does not pass them:
+    read once per process and passed explicitly, the very same values (the stored DAG is identical).
+    Each DAG-processor parse is a new process, so a config change still applies at the next parse."""
+    from airflow.sdk.configuration import conf
+
+    return {
+        "dag": {
+            "max_active_tasks": conf.getint("core", "max_active_tasks_per_dag"),
+            "max_consecutive_failed_dag_runs": conf.getint("core", "max_consecutive_failed_dag_runs_per_dag"),
+            "disable_bundle_versioning": conf.getboolean("dag_processor", "disable_bundle_versioning"),
+        },
+        "sensor": {"timeout": conf.getfloat("sensors", "default_timeout")},
+    }
+
+
 def _operator(plan: PipelinePlan, task_id: str, **kwargs: Any) -> BaseOperator:
+    if task_id == CHECKPOINT_SENSOR:
+        kwargs = {**_airflow_config_defaults()["sensor"], **kwargs}
     if task_id != "train":
         return _OPERATORS[task_id](task_id=task_id, plan=plan, **kwargs)
     from trainpipe.runtime.train import training_status_callbacks
@@ -79,6 +99,7 @@ def build_dag(plan: PipelinePlan) -> DAG:
         doc_md=_doc(plan),
         max_active_runs=1,  # two retrains of one pipeline at once would race for the alias
         default_args={"owner": plan.owner, "retries": plan.retries, "retry_delay": spec.retry_delay},
+        **_airflow_config_defaults()["dag"],
     )
     with dag:
         tasks = {
