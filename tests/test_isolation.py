@@ -40,6 +40,7 @@ def test_good_dags_load_and_exactly_the_broken_spec_is_an_import_error(configs_w
     assert list(bag.import_errors) == [broken_path]
 
     monkeypatch.chdir(configs_with_one_broken.parent)
+    capsys.readouterr()  # drop what parsing logged: only validate's own lines are compared
     assert main(["validate", "dag_configs"]) == 1
     validate_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dag_configs/broken_one.yaml:")]
     assert validate_lines, "validate printed nothing for the broken spec"
@@ -56,3 +57,19 @@ def test_parsing_for_one_task_compiles_only_that_spec(configs_with_one_broken, m
 
     assert set(namespace) == {"search_ranker_nightly"}
     assert result.errors == {}  # the broken spec was not even read as YAML
+
+
+def test_parsing_for_one_task_still_finds_a_spec_the_quick_look_cannot_read(configs_with_one_broken, monkeypatch):
+    """The parse for one task skips files by a regex on their `pipeline_id:` line; a file it cannot
+    read must be compiled, never skipped, or the task's DAG would be missing on the worker."""
+    from trainpipe.factory import register_dags
+
+    spec = configs_with_one_broken / "search_ranker_nightly.yaml"
+    text = spec.read_text()
+    assert "pipeline_id: search_ranker_nightly\n" in text
+    spec.write_text(text.replace("pipeline_id: search_ranker_nightly\n", "pipeline_id :   search_ranker_nightly\n"))
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "search_ranker_nightly")
+    namespace: dict = {}
+    register_dags(namespace, configs_with_one_broken)
+
+    assert set(namespace) == {"search_ranker_nightly"}

@@ -97,6 +97,11 @@ def configs_root_for(spec_path: Path) -> Path:
 def compile_file(path: Path, display_name: str | None = None, *, configs_root: Path | None = None,
                  defaults: _DefaultsCache | None = None) -> PipelinePlan:
     """Load, merge defaults, validate and plan one spec; raises ``SpecError`` with every problem."""
+    return _compile(path, display_name, configs_root=configs_root, defaults=defaults)[1]
+
+
+def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
+             defaults: _DefaultsCache | None) -> tuple[LoadedYaml, PipelinePlan]:
     name = display_name or str(path)
     text = path.read_text(encoding="utf-8")
     loaded = load_yaml_text(text, name)
@@ -107,7 +112,7 @@ def compile_file(path: Path, display_name: str | None = None, *, configs_root: P
     for layer in reversed(defaults.chain_for(where)):
         loaded = merge_defaults(layer, loaded)
     spec = validate_loaded(loaded)
-    return build_plan(spec, spec_file=str(path), spec_text=text)
+    return loaded, build_plan(spec, spec_file=str(path), spec_text=text)
 
 
 def compile_directory(directory: Path, *, relative_to: Path | None = None, only_pipeline: str | None = None) -> CompileResult:
@@ -120,11 +125,12 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
         name = _display(path, defaults.base)
         result.files[name] = path
         if only_pipeline is not None:
+            # A cheap look at the top-level `pipeline_id:` line; a file it cannot read is compiled.
             match = _PIPELINE_ID_LINE.search(path.read_text(encoding="utf-8"))
-            if match is None or match.group(1) != only_pipeline:
+            if match is not None and match.group(1) != only_pipeline:
                 continue
         try:
-            plan = compile_file(path, name, defaults=defaults)
+            loaded, plan = _compile(path, name, configs_root=None, defaults=defaults)
         except SpecError as err:
             result.errors[name] = err
             continue
@@ -132,20 +138,13 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
             result.errors[name] = SpecError([SpecProblem(name, None, None, "", f"cannot read the file: {err}")])
             continue
         if plan.dag_id in owners:
-            result.errors[name] = SpecError([SpecProblem(
-                name, *(plan_line(path, "pipeline_id")), "pipeline_id",
+            result.errors[name] = SpecError([loaded.problem(
+                ("pipeline_id",),
                 f"{plan.dag_id!r} is already defined in {owners[plan.dag_id]}; pipeline ids must be unique, rename one")])
             continue
         owners[plan.dag_id] = name
         result.plans[plan.dag_id] = plan
     return result
-
-
-def plan_line(path: Path, key: str) -> tuple[int | None, int | None]:
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.startswith(f"{key}:"):
-            return number, 1
-    return None, None
 
 
 def register_dags(namespace: dict[str, Any], directory: Path) -> CompileResult:
