@@ -86,8 +86,8 @@ _SPECIAL_KEYS = ("tag:yaml.org,2002:merge", "tag:yaml.org,2002:value")
 class _Builder:
     """One pass over the composed node tree: builds the values and records every key's position.
 
-    Building the values here instead of in ``construct_document`` halves the cost of loading a spec
-    (Airflow re-parses every spec every few seconds). Anything beyond plain maps, lists, strings,
+    Building the values here instead of in a second pass (``construct_document``) takes a quarter
+    off loading a spec, 0.64 -> 0.47 ms for the example (Airflow re-parses every spec every few seconds). Anything beyond plain maps, lists, strings,
     numbers, booleans and nulls (timestamps, merge keys, explicit tags) is handed to PyYAML's safe
     constructor, so the result is always what ``yaml.safe_load`` returns.
     """

@@ -204,11 +204,12 @@ def _param_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]
         for bound in param_bounds(name, param):
             if bound.admits(default):
                 continue
-            if bound.source.startswith("params."):
-                side = "below" if "inimum" in bound.keyword else "above"
-                fix = "lower the minimum" if side == "below" else "raise the maximum"
-                fix += f" or {'raise' if side == 'below' else 'lower'} {source}"
-                problems.append(loaded.problem((*here, bound.keyword.lower().removeprefix("exclusive")),
+            if bound.source.startswith("params."):  # declared: keyword is "minimum" or "maximum"
+                if bound.keyword == "minimum":
+                    side, fix = "below", f"lower the minimum or raise {source}"
+                else:
+                    side, fix = "above", f"raise the maximum or lower {source}"
+                problems.append(loaded.problem((*here, bound.keyword),
                     f"{source} {default:g} is {side} {bound.keyword} {bound.value:g}; {fix}"))
             else:
                 problems.append(loaded.problem(where,
