@@ -12,7 +12,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from trainpipe.spec.models import OVERRIDABLE_PARAMS, AssetScheduleSpec, PipelineSpec, param_bounds
+from trainpipe.spec.models import (
+    OVERRIDABLE_PARAMS,
+    AssetScheduleSpec,
+    PipelineSpec,
+    overridden_value,
+    param_bounds,
+)
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register")
 # Runs beside `train` (same upstream), outside the chain: watches its checkpoints for stalls.
@@ -190,12 +196,9 @@ def _params(spec: PipelineSpec) -> tuple[PlannedParam, ...]:
     planned = []
     for name, param in spec.params.items():
         path, json_type = OVERRIDABLE_PARAMS[name]
-        current: Any = spec
-        for part in path:
-            current = getattr(current, part)
         planned.append(PlannedParam(
             name=name, path=path, type=json_type,
-            default=param.default if param.default is not None else current,
+            default=param.default if param.default is not None else overridden_value(spec, name),
             description=param.description or f"overrides {'.'.join(path)} for this run",
             bounds=tuple((bound.keyword, bound.value) for bound in param_bounds(name, param)),
         ))

@@ -83,13 +83,19 @@ _SCALARS = {
 _SPECIAL_KEYS = ("tag:yaml.org,2002:merge", "tag:yaml.org,2002:value")
 
 
+def _position(node: yaml.Node) -> tuple[int, int]:
+    """1-based line and column where ``node`` starts."""
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
 class _Builder:
     """One pass over the composed node tree: builds the values and records every key's position.
 
     Building the values here instead of in a second pass (``construct_document``) takes a quarter
-    off loading a spec, 0.64 -> 0.47 ms for the example (Airflow re-parses every spec every few seconds). Anything beyond plain maps, lists, strings,
-    numbers, booleans and nulls (timestamps, merge keys, explicit tags) is handed to PyYAML's safe
-    constructor, so the result is always what ``yaml.safe_load`` returns.
+    off loading a spec, 0.64 -> 0.47 ms for the example (Airflow re-parses every spec every few
+    seconds). Anything beyond plain maps, lists, strings, numbers, booleans and nulls (timestamps,
+    merge keys, explicit tags) is handed to PyYAML's safe constructor, so the result is always what
+    ``yaml.safe_load`` returns.
     """
 
     def __init__(self, loader: Any, loaded: LoadedYaml) -> None:
@@ -116,7 +122,7 @@ class _Builder:
             items = []
             for index, item in enumerate(node.value):
                 child = (*path, index)
-                self.loaded.positions.setdefault(child, (item.start_mark.line + 1, item.start_mark.column + 1))
+                self.loaded.positions.setdefault(child, _position(item))
                 items.append(self.build(item, child))
             return items
         finally:
@@ -135,10 +141,11 @@ class _Builder:
                 raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
                                                         "found unhashable key", key_node.start_mark) from None
             child = (*path, key)
-            position = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            position = _position(key_node)
             if key in mapping:
-                self.problems.append(SpecProblem(self.loaded.file, *position, format_path(child),
-                                                 "duplicate key; YAML would silently keep only the last one, remove one"))
+                self.problems.append(SpecProblem(
+                    self.loaded.file, *position, format_path(child),
+                    "duplicate key; YAML would silently keep only the last one, remove one"))
             self.loaded.positions.setdefault(child, position)
             mapping[key] = self.build(value_node, child)
         return mapping
@@ -149,12 +156,12 @@ class _Builder:
             for key_node, value_node in node.value:
                 key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
                 child = (*path, key)
-                self.loaded.positions.setdefault(child, (key_node.start_mark.line + 1, key_node.start_mark.column + 1))
+                self.loaded.positions.setdefault(child, _position(key_node))
                 self._record(value_node, child)
         elif isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
                 child = (*path, index)
-                self.loaded.positions.setdefault(child, (item.start_mark.line + 1, item.start_mark.column + 1))
+                self.loaded.positions.setdefault(child, _position(item))
                 self._record(item, child)
 
 
@@ -166,7 +173,7 @@ def load_yaml_text(text: str, file: str) -> LoadedYaml:
     try:
         node = loader.get_single_node()
         if node is not None:
-            loaded.positions[()] = (node.start_mark.line + 1, node.start_mark.column + 1)
+            loaded.positions[()] = _position(node)
             loaded.data = builder.build(node, ())
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark

@@ -378,6 +378,13 @@ class PipelineSpec(_Model):
     )
 
 
+def overridden_value(spec: PipelineSpec, name: str) -> Any:
+    """The spec's current value of the hyperparameter that run parameter ``name`` overrides."""
+    value: Any = spec
+    for part in OVERRIDABLE_PARAMS[name][0]:
+        value = getattr(value, part)
+    return value
+
 
 @dataclass(frozen=True, slots=True)
 class ParamBound:

@@ -24,6 +24,7 @@ from trainpipe.spec.models import (
     PipelineSpec,
     _normalise_expectation,
     _parse_gate,
+    overridden_value,
     param_bounds,
 )
 
@@ -192,14 +193,12 @@ def _param_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]
         if param.default is not None:
             default, source, where = param.default, "the default", (*here, "default")
         else:
-            default, source = spec, ".".join(path)
-            for part in path:
-                default = getattr(default, part)
-            where = here
+            default, source, where = overridden_value(spec, name), ".".join(path), here
         if default is None:
             continue  # an optional hyperparameter left unset: the form offers it empty
         if json_type == "integer" and (isinstance(default, bool) or default != int(default)):
-            problems.append(loaded.problem(where, f"{name} is a whole number, got {default!r}; write e.g. {int(default)}"))
+            problems.append(loaded.problem(
+                where, f"{name} is a whole number, got {default!r}; write e.g. {int(default)}"))
             continue
         for bound in param_bounds(name, param):
             if bound.admits(default):
