@@ -1,4 +1,4 @@
-"""trainpipe_trainer.deepspeed_support.deepspeed_config: the DeepSpeed JSON is derived from the training config."""
+"""trainpipe_trainer.strategies.deepspeed.deepspeed_config: the DeepSpeed JSON is derived from the training config."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from trainpipe_trainer.config import (
     TrainerConfigError,
     TrainingConfig,
 )
-from trainpipe_trainer.deepspeed_support import deepspeed_config
+from trainpipe_trainer.strategies.deepspeed import deepspeed_config
 
 
 def _config(**overrides: object) -> TrainingConfig:

@@ -9,7 +9,7 @@ manifest only once every rank's files are durable:
   dedicated gloo group. DCP's coordinator (rank 0) finishes a save only after gathering every
   rank's write result, so rank 0 commits in the save future's done-callback, with no extra
   collective and without blocking the loop. ``checkpoint.async_save: false`` saves in the loop.
-- DeepSpeed (``trainpipe_trainer.deepspeed_support``): ``engine.save_checkpoint`` into the same
+- DeepSpeed (``trainpipe_trainer.strategies.deepspeed``): ``engine.save_checkpoint`` into the same
   ``step-<N>/``, each rank's RNG/counters next to it, a barrier, then the manifest.
 
 Pruning keeps the newest ``keep_last``, the best by validation loss (``best.json`` points at it)

@@ -40,7 +40,7 @@ from trainpipe_trainer.model import build_mlp
 from trainpipe_trainer.preemption import PreemptionWatcher
 from trainpipe_trainer.progress import Progress
 from trainpipe_trainer.state import TrainState
-from trainpipe_trainer.strategy import Strategy, build_strategy
+from trainpipe_trainer.strategies import Strategy, build_strategy
 from trainpipe_trainer.system_metrics import ComputeClock, LoopCounters, SystemMonitor
 from trainpipe_trainer.tracking import Tracker, flatten_params
 

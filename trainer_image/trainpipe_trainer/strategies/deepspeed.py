@@ -31,7 +31,7 @@ from trainpipe_trainer.config import TrainerConfigError, TrainingConfig
 from trainpipe_trainer.distributed import DistEnv, barrier
 from trainpipe_trainer.errors import CheckpointMismatchError
 from trainpipe_trainer.optim import build_optimizer, schedule
-from trainpipe_trainer.strategy import LossOf, poisoned
+from trainpipe_trainer.strategies.base import LossOf, poisoned
 
 
 def deepspeed_config(config: TrainingConfig, *, world_size: int, cuda: bool = False) -> dict[str, Any]:
