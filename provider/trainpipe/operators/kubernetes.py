@@ -259,27 +259,17 @@ class KubernetesTrainJobOperator(KubernetesJobOperator, _PodTemplateDryRun):
 
     def delete_job_and_service(self, *, succeeded: bool, name: str | None = None, namespace: str | None = None) -> None:
         """Always the Service; the Job (with its pods) as ``on_finish_action`` says."""
-        from kubernetes.client.rest import ApiException
+        from trainpipe.kubernetes.cleanup import delete_job_on_finish, delete_sync, deletions
 
         if name is None:
             if self.job is None:
                 return
             name, namespace = self.job.metadata.name, self.job.metadata.namespace
         action = self.on_finish_action.value
-        delete_job = action == "delete_pod" or (action == "delete_succeeded_pod" and succeeded)
-        try:
-            self.hook.core_v1_client.delete_namespaced_service(name=name, namespace=namespace)
-        except ApiException as err:
-            if err.status != 404:
-                self.log.warning("could not delete Service %s/%s: %s", namespace, name, err.reason)
-        if delete_job:
-            try:
-                self.hook.batch_v1_client.delete_namespaced_job(name=name, namespace=namespace,
-                                                                propagation_policy="Foreground")
-            except ApiException as err:
-                if err.status != 404:
-                    self.log.warning("could not delete Job %s/%s: %s", namespace, name, err.reason)
-        else:
+        delete_job = delete_job_on_finish(action, succeeded=succeeded)
+        delete_sync(deletions(job_name=name, namespace=namespace, service_name=name, delete_job=delete_job),
+                    core_v1=self.hook.core_v1_client, batch_v1=self.hook.batch_v1_client, logger=self.log)
+        if not delete_job:
             self.log.info("keeping Job %s/%s (on_finish_action %s); Kubernetes deletes it after ttl_after_finished",
                           namespace, name, action)
 

@@ -25,15 +25,11 @@ class TrainJobTrigger(KubernetesJobTrigger):
     async def on_kill(self) -> None:
         from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
 
+        from trainpipe.kubernetes.cleanup import delete_async, deletions
+
+        self.log.info("task killed: deleting Job %s/%s and its pods", self.job_namespace, self.job_name)
         async with self.hook.get_conn() as api:
-            self.log.info("task killed: deleting Job %s/%s and its pods", self.job_namespace, self.job_name)
-            try:
-                await BatchV1Api(api).delete_namespaced_job(
-                    name=self.job_name, namespace=self.job_namespace, propagation_policy="Foreground")
-            except Exception:  # noqa: BLE001 - report and go on to the Service
-                self.log.exception("could not delete Job %s/%s", self.job_namespace, self.job_name)
-            if self.service_name:
-                try:
-                    await CoreV1Api(api).delete_namespaced_service(name=self.service_name, namespace=self.job_namespace)
-                except Exception:  # noqa: BLE001
-                    self.log.exception("could not delete Service %s/%s", self.job_namespace, self.service_name)
+            await delete_async(
+                deletions(job_name=self.job_name, namespace=self.job_namespace, service_name=self.service_name,
+                          delete_job=True),
+                core_v1=CoreV1Api(api), batch_v1=BatchV1Api(api), logger=self.log)
