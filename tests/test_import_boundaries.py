@@ -1,9 +1,13 @@
-"""The provider imports without torch; the trainer imports without Airflow."""
+"""The provider imports without torch; the trainer imports without Airflow; the import contracts hold."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 BLOCK = """
 import sys
@@ -43,3 +47,39 @@ def test_blocking_really_blocks():
     result = _import_with("torch", "import torch")
     assert result.returncode != 0
     assert "blocked by test: torch" in result.stderr
+
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint_imports(config: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(config), "--no-cache"], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+
+
+def test_the_import_contracts_hold():
+    """`.importlinter` states the allowed directions: spec -> plan -> dag_builder/operators, the
+    trainer imports nothing of the provider or Airflow, the plan imports no Airflow."""
+    result = _lint_imports(REPO / ".importlinter")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_a_broken_contract_fails(tmp_path):
+    # The same analysis with a contract the code does not keep: the checker really reads the imports.
+    config = tmp_path / "contracts.ini"
+    config.write_text((REPO / ".importlinter").read_text() + textwrap.dedent("""
+        [importlinter:contract:dag-builder-without-plan]
+        name = dag_builder imports no plan (false on purpose)
+        type = forbidden
+        source_modules =
+            trainpipe.dag_builder
+        forbidden_modules =
+            trainpipe.plan
+        """))
+
+    result = _lint_imports(config)
+
+    assert result.returncode == 1
+    assert "dag_builder imports no plan (false on purpose) BROKEN" in result.stdout
