@@ -4,8 +4,14 @@ Airflow 3.3 records import errors per parsed file, and a DAG file that raises lo
 So ``dags/trainpipe_dags.py`` never raises for a bad spec: it adds a structured ``DagImportError``
 (file, line, column, the ``trainpipe validate`` text) to the import result Airflow is building for
 the file being parsed. Airflow 3.4's experimental Dag importer interface is the supported home for
-this once it is stable (ADR 0004). If the importer's result is not found (another Airflow version,
-or the file imported outside a DAG parse), the errors are only logged: valid DAGs must never vanish.
+this once it is stable (ADR 0004).
+
+That result is found through private Airflow 3.3 internals, pinned by ``tests/test_airflow_compat.py``:
+``airflow.dag_processing.importers.base.DagImportResult`` (its ``errors`` list) and
+``DagImportError`` (the fields passed below), held in the locals ``result`` and ``bundle_path`` of
+``PythonDagImporter.import_file`` and the functions it calls to execute the DAG file. Whatever
+fails here (another Airflow version, the file imported outside a DAG parse, a changed internal) is
+logged per spec and never raised: valid DAGs must never vanish.
 """
 
 from __future__ import annotations
@@ -26,13 +32,16 @@ def _import_result_in_progress():  # noqa: ANN202 - (DagImportResult, bundle pat
         return None, None
     frame = inspect.currentframe()
     result = None
-    while frame is not None:
-        local = frame.f_locals
-        if result is None and isinstance(local.get("result"), DagImportResult):
-            result = local["result"]
-        if result is not None and "bundle_path" in local:
-            return result, local.get("bundle_path")
-        frame = frame.f_back
+    try:
+        while frame is not None:
+            local = frame.f_locals
+            if result is None and isinstance(local.get("result"), DagImportResult):
+                result = local["result"]
+            if result is not None and "bundle_path" in local:
+                return result, local.get("bundle_path")
+            frame = frame.f_back
+    finally:
+        del frame  # a frame reference kept here would keep every caller's locals alive
     return result, None
 
 
@@ -47,24 +56,36 @@ def _airflow_relative_path(path: Path, bundle_path: Path | None) -> str:
 
 
 def report_spec_errors(errors: dict[Path, SpecError]) -> bool:
-    """Attach each broken spec's problems to Airflow's import errors; True when Airflow got them."""
+    """Attach each broken spec's problems to Airflow's import errors; True when Airflow got them all.
+    Never raises: on any failure the problems stay in the log only."""
     for path, err in errors.items():
         log.error("trainpipe: %s was not compiled:\n%s", path, err)
-    result, bundle_path = _import_result_in_progress()
-    if result is None:
+    try:
+        result, bundle_path = _import_result_in_progress()
+        if result is None:
+            return False
+        from airflow.dag_processing.importers.base import DagImportError
+    except Exception:
+        log.warning("trainpipe: Airflow's import result could not be found (have the Airflow internals named in "
+                    "trainpipe.airflow_compat changed?); the spec errors above are in this log only", exc_info=True)
         return False
-    from airflow.dag_processing.importers.base import DagImportError
-
+    reported = True
     for path, err in errors.items():
-        first = err.problems[0] if err.problems else None
-        result.errors.append(
-            DagImportError(
-                file_path=_airflow_relative_path(path, bundle_path),
-                message=str(err),
-                error_type="trainpipe spec",
-                line_number=first.line if first else None,
-                column_number=first.column if first else None,
-                suggestion="run `trainpipe validate` on the file",
+        try:
+            first = err.problems[0] if err.problems else None
+            result.errors.append(
+                DagImportError(
+                    file_path=_airflow_relative_path(path, bundle_path),
+                    message=str(err),
+                    error_type="trainpipe spec",
+                    line_number=first.line if first else None,
+                    column_number=first.column if first else None,
+                    suggestion="run `trainpipe validate` on the file",
+                )
             )
-        )
-    return True
+        except Exception:
+            reported = False
+            log.warning("trainpipe: %s could not be reported to Airflow as an import error (have the Airflow "
+                        "internals named in trainpipe.airflow_compat changed?); its errors are in this log only",
+                        path, exc_info=True)
+    return reported

@@ -5,6 +5,9 @@
 
 Defaults: ``_defaults.yaml`` files are merged under each spec, the nearest folder's on top of its
 parents' (precedence: spec file > nearest ``_defaults.yaml`` > ... > the configs root's).
+
+Isolation: whatever goes wrong with one spec (bad input, a file over the loader's limits, an
+unreadable file, a bug) becomes that file's own located error, and the rest of the folder compiles.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.plan import PipelinePlan, build_plan
-from trainpipe.spec.loader import LoadedYaml, load_yaml_text, merge_defaults
+from trainpipe.spec.loader import LoadedYaml, load_yaml_text, merge_defaults, read_spec_text
 from trainpipe.spec.validate import validate_loaded
 
 log = logging.getLogger(__name__)
@@ -76,9 +79,13 @@ class _DefaultsCache:
 
     def _load(self, path: Path) -> LoadedYaml | None:
         if path not in self._loaded:
-            self._loaded[path] = (
-                load_yaml_text(path.read_text(encoding="utf-8"), _display(path, self.base)) if path.exists() else None
-            )
+            name = _display(path, self.base)
+            try:
+                text = read_spec_text(path, name)
+            except FileNotFoundError:
+                self._loaded[path] = None
+            else:
+                self._loaded[path] = load_yaml_text(text, name)
         return self._loaded[path]
 
 
@@ -101,9 +108,10 @@ def compile_file(path: Path, display_name: str | None = None, *, configs_root: P
 
 
 def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
-             defaults: _DefaultsCache | None) -> tuple[LoadedYaml, PipelinePlan]:
+             defaults: _DefaultsCache | None, text: str | None = None) -> tuple[LoadedYaml, PipelinePlan]:
     name = display_name or str(path)
-    text = path.read_text(encoding="utf-8")
+    if text is None:
+        text = read_spec_text(path, name)
     loaded = load_yaml_text(text, name)
     where = path
     if defaults is None:
@@ -124,19 +132,21 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
     for path in spec_files(defaults.root):
         name = _display(path, defaults.base)
         result.files[name] = path
-        if only_pipeline is not None:
-            # A cheap look at the top-level `pipeline_id:` line; a file it cannot read is compiled.
-            match = _PIPELINE_ID_LINE.search(path.read_text(encoding="utf-8"))
-            if match is not None and match.group(1) != only_pipeline:
-                continue
         try:
-            loaded, plan = _compile(path, name, configs_root=None, defaults=defaults)
+            compiled = _compile_in_folder(path, name, defaults, only_pipeline)
         except SpecError as err:
             result.errors[name] = err
             continue
-        except OSError as err:
-            result.errors[name] = SpecError([SpecProblem(name, None, None, "", f"cannot read the file: {err}")])
+        except OSError as err:  # its message would hold the absolute path: only the reason is shown
+            result.errors[name] = SpecError([SpecProblem(
+                name, 1, 1, "", f"cannot read the file: {err.strerror or type(err).__name__}; check it exists and is readable")])
             continue
+        except Exception as err:  # a bug met by this one file must not cost the other pipelines their DAGs
+            result.errors[name] = unexpected_failure(err, name, path, defaults.base, defaults.root)
+            continue
+        if compiled is None:
+            continue
+        loaded, plan = compiled
         if plan.dag_id in owners:
             result.errors[name] = SpecError([loaded.problem(
                 ("pipeline_id",),
@@ -145,6 +155,33 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
         owners[plan.dag_id] = name
         result.plans[plan.dag_id] = plan
     return result
+
+
+def _compile_in_folder(path: Path, name: str, defaults: _DefaultsCache,
+                       only_pipeline: str | None) -> tuple[LoadedYaml, PipelinePlan] | None:
+    """One spec of ``compile_directory``; None when the quick look says it is another pipeline's."""
+    text = None
+    if only_pipeline is not None:
+        # A cheap look at the top-level `pipeline_id:` line; a file where it finds none is compiled
+        # (one that cannot be decoded is reported).
+        text = read_spec_text(path, name)
+        match = _PIPELINE_ID_LINE.search(text)
+        if match is not None and match.group(1) != only_pipeline:
+            return None
+    return _compile(path, name, configs_root=None, defaults=defaults, text=text)
+
+
+def unexpected_failure(err: Exception, name: str, spec_path: Path, base: Path, root: Path) -> SpecError:
+    """A located error for an exception trainpipe did not expect while handling spec ``name``: its
+    type and message, with no traceback (that goes to the log) and paths shown relative to ``base``
+    (the folder names are shown relative to) or the configs ``root``, never as paths of this machine."""
+    log.error("trainpipe: %s could not be compiled", name, exc_info=err)
+    detail = str(err).replace(str(spec_path), name)
+    for folder in (str(base), str(root)):
+        detail = detail.replace(folder + os.sep, "").replace(folder, ".")
+    return SpecError([SpecProblem(name, 1, 1, "", (
+        f"trainpipe could not compile this file ({type(err).__name__}: {detail}); this is a trainpipe bug: "
+        "please report it with the file (the traceback is in the log)"))])
 
 
 def register_dags(namespace: dict[str, Any], directory: Path) -> CompileResult:
@@ -157,8 +194,15 @@ def register_dags(namespace: dict[str, Any], directory: Path) -> CompileResult:
 
     only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
     result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only)
-    for dag_id, plan in result.plans.items():
-        namespace[dag_id] = build_dag(plan)
+    names = {str(path): name for name, path in result.files.items()}
+    for dag_id, plan in list(result.plans.items()):
+        try:
+            namespace[dag_id] = build_dag(plan)
+        except Exception as err:  # the DAG file must not raise: that would drop every DAG
+            del result.plans[dag_id]
+            name = names.get(plan.spec_file, plan.spec_file)
+            result.errors[name] = unexpected_failure(err, name, Path(plan.spec_file), directory.parent.resolve(),
+                                                     directory.resolve())
     if result.errors:
-        report_spec_errors({result.files[name]: err for name, err in result.errors.items()})
+        report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()})
     return result
