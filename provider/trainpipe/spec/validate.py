@@ -8,8 +8,6 @@ that evaluation does not compute, a ranking task without a query column, ...). E
 from __future__ import annotations
 
 import difflib
-import functools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from trainpipe import metrics
 from trainpipe.errors import SpecError, SpecProblem
+from trainpipe.spec import expectations as expectation_table
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
 from trainpipe.spec.models import (
     OVERRIDABLE_PARAMS,
@@ -65,12 +64,27 @@ def _pydantic_problem(loaded: LoadedYaml, error: dict[str, Any]) -> SpecProblem:
     return loaded.problem(path, message)
 
 
-@functools.cache
-def known_expectation_names() -> frozenset[str]:
-    """Expectation names of the pinned Great Expectations release, from a committed list: importing GE
-    costs seconds, too much for DAG parsing. A test keeps the list equal to GE's own."""
-    data = json.loads((Path(__file__).with_name("expectation_names.json")).read_text())
-    return frozenset(data["names"])
+def _expectation_problems(loaded: LoadedYaml, index: int, item: Any) -> list[SpecProblem]:
+    """One ``validation.expectations`` item: its name, then its arguments (unknown, missing, wrong
+    type) against Great Expectations' own models, read from the table ``spec.expectations`` keeps
+    (importing GE costs seconds, too much for DAG parsing)."""
+    here: FieldPath = ("validation", "expectations", index)
+    normalised = _normalise_expectation(item)
+    name = normalised.get("name") if isinstance(normalised, dict) else None
+    if not isinstance(name, str):
+        return []  # pydantic reports the unreadable item
+    if name not in expectation_table.known_names():
+        close = difflib.get_close_matches(name, sorted(expectation_table.known_names()), n=1, cutoff=0.6)
+        fix = f"did you mean `{close[0]}`?" if close else "see https://greatexpectations.io/expectations/"
+        return [loaded.problem(here, f"unknown Great Expectations expectation {name!r}; {fix}")]
+    kwargs = normalised.get("kwargs", {})
+    if not isinstance(kwargs, dict):
+        return []  # pydantic reports it
+    # The arguments sit under the name ({expect_x: {column: a}}) or under kwargs ({name: expect_x, kwargs: ...}).
+    at = (*here, "kwargs") if isinstance(item, dict) and "name" in item else (*here, name)
+    arguments, missing = expectation_table.argument_problems(name, kwargs)
+    return [*(loaded.problem(here, message) for message in missing),
+            *(loaded.problem((*at, *path), message) for path, message in arguments)]
 
 
 def _get(data: Any, *path: str | int) -> Any:
@@ -114,12 +128,7 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
 
     expectations = _get(data, "validation", "expectations")
     for index, item in enumerate(expectations if isinstance(expectations, list) else []):
-        normalised = _normalise_expectation(item)
-        name = normalised.get("name") if isinstance(normalised, dict) else None
-        if isinstance(name, str) and name not in known_expectation_names():
-            close = difflib.get_close_matches(name, sorted(known_expectation_names()), n=1, cutoff=0.6)
-            fix = f"did you mean `{close[0]}`?" if close else "see https://greatexpectations.io/expectations/"
-            add(("validation", "expectations", index), f"unknown Great Expectations expectation {name!r}; {fix}")
+        problems.extend(_expectation_problems(loaded, index, item))
 
     metric_names = _get(data, "evaluation", "metrics")
     known_task = task in ("binary_classification", "regression", "ranking")
