@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -157,6 +157,13 @@ def read_checkpoint_state(run_dir: ObjectStoragePath) -> CheckpointState:
 def read_training_status(run_dir: ObjectStoragePath) -> TrainingStatus | None:
     raw = _read_json(status_path(run_dir))
     return TrainingStatus.from_dict(raw) if isinstance(raw, dict) else None
+
+
+def refresh_status(state: CheckpointState, run_dir: ObjectStoragePath) -> CheckpointState:
+    """``state`` with the train task's status read again and its checkpoints as they were: one small
+    read instead of a listing, so a watcher can notice the end of training within seconds."""
+    _invalidate(run_dir)
+    return replace(state, status=read_training_status(run_dir))
 
 
 def write_training_status(run_dir: ObjectStoragePath, status: TrainingStatus) -> None:

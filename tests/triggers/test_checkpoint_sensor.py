@@ -1,4 +1,4 @@
-"""CheckpointSensor's decisions on a real run folder: wait (reschedule), defer, succeed, fail."""
+"""CheckpointSensor's decisions on a real run folder: wait (reschedule, backing off), defer, succeed, fail."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from trainpipe.factory import compile_file
 from trainpipe.runtime.train import run_dir_for
 from trainpipe.sensors.checkpoint import CheckpointSensor
 from trainpipe.settings import Settings
-from trainpipe.triggers.checkpoint import CheckpointTrigger
+from trainpipe.triggers.checkpoint import STATUS_POLL_INTERVAL, CheckpointTrigger
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,6 +39,19 @@ def test_sensor_reschedules_until_training_starts_and_holds_no_retries(sensor_an
     assert sensor.poke(context) is False
 
 
+def test_sensor_looks_again_within_seconds_then_backs_off_to_a_minute(sensor_and_run):
+    sensor, _, _ = sensor_and_run
+    started = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    def next_look(waited_seconds: float) -> float:  # Airflow's own reschedule interval, on a fixed clock
+        return sensor._get_next_poke_interval(started, lambda: waited_seconds, 1)
+
+    # train starts in the same scheduler loop as the sensor: the second look comes seconds later.
+    assert 2 <= next_look(0) <= 3
+    # A failed try waiting for a long retry_delay costs one look a minute, not one every few seconds.
+    assert next_look(3600) == 60
+
+
 def test_sensor_defers_to_the_trigger_while_training_runs(sensor_and_run):
     sensor, context, run_dir = sensor_and_run
     _status(run_dir, "running", started_at=datetime.now(timezone.utc))
@@ -50,6 +63,8 @@ def test_sensor_defers_to_the_trigger_while_training_runs(sensor_and_run):
     assert isinstance(trigger, CheckpointTrigger)
     assert trigger.run_dir_uri == run_dir.as_uri()
     assert trigger.stall_timeout_seconds == 1800.0  # the spec's stall_timeout: 30m
+    # Checkpoints listed once a minute for the stall check; the end of training noticed in seconds.
+    assert (trigger.poll_interval, trigger.status_poll_interval) == (60.0, STATUS_POLL_INTERVAL)
     assert deferred.value.method_name == "execute_complete"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainpipe.checkpoint_state import TrainingStatus, assess, read_checkpoint_state, write_training_status
-from trainpipe.triggers.checkpoint import CheckpointTrigger, poll_interval_for
+from trainpipe.triggers.checkpoint import STATUS_POLL_INTERVAL, CheckpointTrigger, poll_interval_for
 
 CONN_ID = "trainpipe_test_s3"
 BUCKET = "trainpipe-trigger-tests"
@@ -103,11 +103,80 @@ def test_serialize_round_trips_exactly():
 
     assert classpath == "trainpipe.triggers.checkpoint.CheckpointTrigger"
     assert kwargs == {"run_dir_uri": "s3://bucket/runs/p/r", "conn_id": "aws_default", "stall_timeout_seconds": 1800.0,
-                      "poll_interval": 60.0}
+                      "poll_interval": 60.0, "status_poll_interval": STATUS_POLL_INTERVAL}
     from airflow.sdk._shared.module_loading import import_string
 
     assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
     assert poll_interval_for(timedelta(minutes=30)) == 60.0 and poll_interval_for(timedelta(seconds=2)) == 0.5
+    # A trigger stored by the previous release (no status_poll_interval) still loads.
+    old = {k: v for k, v in kwargs.items() if k != "status_poll_interval"}
+    assert CheckpointTrigger(**old).status_poll_interval == STATUS_POLL_INTERVAL
+    # The status is never read less often than the checkpoints are listed.
+    assert CheckpointTrigger(**{**old, "poll_interval": 0.5}).status_poll_interval == 0.5
+
+
+def _counting_listings(trigger: CheckpointTrigger) -> list[int]:
+    """Counts the trigger's checkpoint listings (its real reads, unchanged)."""
+    listings: list[int] = []
+    read = trigger._read
+
+    def counted():  # noqa: ANN202
+        listings.append(1)
+        return read()
+
+    trigger._read = counted
+    return listings
+
+
+@pytest.mark.integration
+def test_run_ends_within_seconds_of_training_end_while_listing_once_a_minute(run_dir):
+    path, uri, conn_id = run_dir
+    # stall_timeout 30m: the checkpoints are listed once a minute, the status is read every 0.1 s.
+    trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=1800,
+                                poll_interval=poll_interval_for(timedelta(minutes=30)), status_poll_interval=0.1)
+    listings = _counting_listings(trigger)
+
+    async def scenario():  # noqa: ANN202
+        _status(path, "running")
+        event = asyncio.ensure_future(trigger.run().__anext__())
+        await asyncio.sleep(0.5)
+        assert not event.done()
+        _commit(path, 10, _now() - timedelta(seconds=60))
+        _commit(path, 20, _now())
+        _status(path, "succeeded")
+        # Generous "cannot hang" bound, far below the minute until the next listing.
+        return await asyncio.wait_for(event, timeout=15)
+
+    event = asyncio.run(scenario())
+
+    assert event.payload["status"] == "success" and event.payload["succeeded"] is True
+    # The verdict is taken on a fresh listing: it reports the steps committed since the first one.
+    assert event.payload["latest_step"] == 20
+    assert len(listings) == 2  # the first look and the verdict's
+
+
+@pytest.mark.integration
+def test_a_stale_listing_never_reports_a_stall_that_a_fresh_one_would_not(run_dir):
+    path, uri, conn_id = run_dir
+    # Listed once a minute, but stall_timeout is 2.5 s: the cached listing goes stale quickly.
+    trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=2.5, poll_interval=60,
+                                status_poll_interval=0.1)
+
+    async def scenario():  # noqa: ANN202
+        _status(path, "running")
+        _commit(path, 1, _now())
+        event = asyncio.ensure_future(trigger.run().__anext__())
+        for step in range(2, 10):  # 4 s of steady progress, never listed by the minute's pace
+            await asyncio.sleep(0.5)
+            _commit(path, step, _now())
+            assert not event.done()
+        return await asyncio.wait_for(event, timeout=30)  # then silence: a real stall
+
+    event = asyncio.run(scenario())
+
+    assert event.payload["status"] == "stalled"
+    assert event.payload["latest_step"] == 9
+    assert event.payload["idle_seconds"] > 2.5
 
 
 @pytest.mark.integration

@@ -9,32 +9,40 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from trainpipe.checkpoint_state import assess, read_checkpoint_state
+from trainpipe.checkpoint_state import CheckpointState, Progress, assess, read_checkpoint_state, refresh_status
 
 # Consecutive failed reads of the run folder before the trigger gives up (a storage outage).
 MAX_READ_ERRORS = 5
+# How often the train task's status.json (one small file) is read: the sensor ends within about
+# this long after training does. Listing the checkpoints (a stall check) keeps its own, slower pace.
+STATUS_POLL_INTERVAL = 2.0
 
 
 def poll_interval_for(stall_timeout: timedelta) -> float:
-    """Often enough to notice a stall within a quarter of its timeout, never more than once a minute."""
+    """How often checkpoints are listed: often enough to notice a stall within a quarter of its
+    timeout, never more than once a minute."""
     return max(0.5, min(60.0, stall_timeout.total_seconds() / 4))
 
 
 class CheckpointTrigger(BaseTrigger):
     """Poll ``<run_dir>`` until training ends (``success``) or stops committing checkpoints (``stalled``).
 
-    Logs one progress line per poll: latest committed step, its age, steps per hour. The verdict
-    comes from ``trainpipe.checkpoint_state.assess``, the same function the sensor uses before it
-    defers.
+    Two paces: the train task's status every ``status_poll_interval`` seconds (one small read; the
+    end of training is noticed within seconds) and the committed checkpoints every ``poll_interval``
+    seconds (a listing; logs one progress line: latest committed step, its age, steps per hour).
+    A verdict is always taken on a fresh listing. It comes from
+    ``trainpipe.checkpoint_state.assess``, the same function the sensor uses before it defers.
     """
 
     def __init__(self, *, run_dir_uri: str, conn_id: str | None, stall_timeout_seconds: float,
-                 poll_interval: float) -> None:
+                 poll_interval: float, status_poll_interval: float = STATUS_POLL_INTERVAL) -> None:
         super().__init__()
         self.run_dir_uri = run_dir_uri
         self.conn_id = conn_id
         self.stall_timeout_seconds = float(stall_timeout_seconds)
         self.poll_interval = float(poll_interval)
+        # Never slower than the listing (a short stall_timeout lists often).
+        self.status_poll_interval = min(float(status_poll_interval), self.poll_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -44,36 +52,68 @@ class CheckpointTrigger(BaseTrigger):
                 "conn_id": self.conn_id,
                 "stall_timeout_seconds": self.stall_timeout_seconds,
                 "poll_interval": self.poll_interval,
+                "status_poll_interval": self.status_poll_interval,
             },
         )
 
-    def _read(self):  # noqa: ANN202 - CheckpointState
+    def _run_dir(self):  # noqa: ANN202 - ObjectStoragePath
         from airflow.sdk import ObjectStoragePath
 
-        return read_checkpoint_state(ObjectStoragePath(self.run_dir_uri, conn_id=self.conn_id))
+        return ObjectStoragePath(self.run_dir_uri, conn_id=self.conn_id)
+
+    def _read(self) -> CheckpointState:
+        return read_checkpoint_state(self._run_dir())
+
+    def _refresh(self, state: CheckpointState) -> CheckpointState:
+        return refresh_status(state, self._run_dir())
+
+    def _assess(self, state: CheckpointState) -> Progress:
+        return assess(state, now=datetime.now(timezone.utc),
+                      stall_timeout=timedelta(seconds=self.stall_timeout_seconds))
+
+    async def _observe(self, state: CheckpointState | None, *, list_checkpoints: bool,
+                       ) -> tuple[CheckpointState, Progress, bool]:
+        """A fresh status over the last listing, or a fresh listing; a verdict always on a fresh listing.
+        Returns the state, its verdict and whether the checkpoints were listed."""
+        # fsspec is synchronous: read in a thread so the triggerer's loop never blocks.
+        if state is not None and not list_checkpoints:
+            state = await asyncio.to_thread(self._refresh, state)
+            progress = self._assess(state)
+            if progress.kind not in ("finished", "stalled"):
+                return state, progress, False
+            # The listing may be up to poll_interval old: a newer checkpoint may end the stall, and
+            # the final event reports the latest step.
+        state = await asyncio.to_thread(self._read)
+        return state, self._assess(state), True
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        stall_timeout = timedelta(seconds=self.stall_timeout_seconds)
+        loop = asyncio.get_running_loop()
         errors = 0
+        state: CheckpointState | None = None
+        listed_at = 0.0
         while True:
             try:
-                # fsspec is synchronous: read in a thread so the triggerer's loop never blocks.
-                state = await asyncio.to_thread(self._read)
+                observed, progress, listed = await self._observe(
+                    state, list_checkpoints=loop.time() - listed_at >= self.poll_interval)
             except Exception as err:  # noqa: BLE001 - storage outages are retried, then reported
                 errors += 1
                 self.log.warning("reading %s failed (%d/%d): %s", self.run_dir_uri, errors, MAX_READ_ERRORS, err)
                 if errors >= MAX_READ_ERRORS:
                     yield TriggerEvent({"status": "error", "message": f"cannot read {self.run_dir_uri}: {err}"})
                     return
-                await asyncio.sleep(self.poll_interval)
+                await asyncio.sleep(self.status_poll_interval)
                 continue
             errors = 0
-            progress = assess(state, now=datetime.now(timezone.utc), stall_timeout=stall_timeout)
-            self.log.info("%s", progress.message)
+            if listed:
+                listed_at = loop.time()
+            # One progress line per listing, and whenever the train task's status changes.
+            if listed or state is None or observed.status != state.status:
+                self.log.info("%s", progress.message)
+            state = observed
             if progress.kind == "finished":
                 yield TriggerEvent({"status": "success", **progress.to_event()})
                 return
             if progress.kind == "stalled":
                 yield TriggerEvent({"status": "stalled", **progress.to_event()})
                 return
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(self.status_poll_interval)
