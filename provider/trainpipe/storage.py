@@ -39,8 +39,9 @@ def resolve_uri(uri: str, settings: Settings, conn_id: str | None = None) -> Obj
 
 
 def fsspec_uri(path: ObjectStoragePath) -> str:
-    """The URI a process without Airflow (the trainer) opens with fsspec."""
-    return path.as_uri() if path.protocol == "file" else str(path)
+    """The URI a process without Airflow (the trainer) opens with fsspec: no connection id in it
+    (``str()`` of a path with a ``conn_id`` reads ``s3://conn_id@bucket/key``)."""
+    return path.as_uri() if path.protocol == "file" else f"{path.protocol}://{path.path}"
 
 
 def read_table(path: ObjectStoragePath, file_format: str = "parquet") -> pd.DataFrame:
