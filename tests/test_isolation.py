@@ -3,7 +3,9 @@ message `trainpipe validate` prints."""
 
 from __future__ import annotations
 
+import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from trainpipe.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
+BAD_SPECS = REPO / "tests" / "fixtures" / "bad_specs"
 
 pytestmark = pytest.mark.integration
 
@@ -73,3 +76,39 @@ def test_parsing_for_one_task_still_finds_a_spec_the_quick_look_cannot_read(conf
     register_dags(namespace, configs_with_one_broken)
 
     assert set(namespace) == {"search_ranker_nightly"}
+
+
+def test_every_bad_fixture_beside_the_examples_is_its_own_import_error(tmp_path, monkeypatch, airflow_db):
+    """The whole bad-spec collection (decode errors, alias bombs, empty files, wrong types, ...) in one
+    folder with the good examples: every good DAG is built, every bad file is listed under its own
+    name with its located message, and the parse ends well within Airflow's import timeout (30 s)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from trainpipe.factory import compile_directory, spec_files
+
+    configs = tmp_path / "dag_configs"
+    configs.mkdir()
+    for spec in (REPO / "dag_configs").glob("*.yaml"):
+        shutil.copy(spec, configs / spec.name)
+    # Each fixture gets the defaults it is validated with: the ones in bad_specs/ their _defaults.yaml
+    # (the valid base each mistake sits on), the ones in bad_specs/standalone/ none.
+    shutil.copytree(BAD_SPECS, configs / "bad_specs", ignore=shutil.ignore_patterns("standalone"))
+    shutil.copytree(BAD_SPECS / "standalone", configs / "standalone")
+    bad = spec_files(configs / "bad_specs") + spec_files(configs / "standalone")
+    assert len(bad) >= 30
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
+
+    start = time.monotonic()
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    elapsed = time.monotonic() - start
+
+    assert set(bag.dag_ids) == set(compile_directory(REPO / "dag_configs").plans) >= {"fraud_detector", "search_ranker_nightly"}
+    assert sorted(bag.import_errors) == sorted(str(path.resolve()) for path in bad)
+    for path in bad:
+        name = f"dag_configs/{path.relative_to(configs)}"
+        message = bag.import_errors[str(path.resolve())]
+        assert re.match(rf"{re.escape(name)}:\d+:\d+: ", message), message
+        last_line = path.read_bytes().decode("utf-8", errors="replace").rstrip("\n").rpartition("\n")[2]
+        if last_line.startswith("# expect: "):
+            assert f"{name}:{last_line.removeprefix('# expect: ')}" in message, message
+    assert elapsed < 30, f"parsing took {elapsed:.1f} s, Airflow's default import timeout is 30 s"
