@@ -53,3 +53,7 @@ class ValidationFailedError(TrainpipeError):
 
 class StorageConflictError(TrainpipeError):
     """Writing would overwrite something already stored with different content."""
+
+
+class OutsideStorageRootError(TrainpipeError, ValueError):
+    """A relative URI leads outside the storage root it is relative to (``../..``)."""

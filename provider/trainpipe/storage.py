@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import io
 import json
+import posixpath
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.errors import StorageConflictError
+from trainpipe import uris
+from trainpipe.errors import OutsideStorageRootError, StorageConflictError
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
@@ -28,14 +30,19 @@ def storage_root(settings: Settings) -> ObjectStoragePath:
 
 
 def resolve_uri(uri: str, settings: Settings, conn_id: str | None = None) -> ObjectStoragePath:
-    """A spec URI: absolute (``file://``, ``s3://``, ``/abs``) or relative to the storage root."""
+    """A spec URI: absolute (``file://``, ``s3://``, ``/abs``) or relative to the storage root, inside
+    it. The spec stage already refuses a relative URI that climbs out; this refuses it again, for
+    callers that did not come through a spec."""
     from airflow.sdk import ObjectStoragePath
 
-    if "://" in uri:
-        return ObjectStoragePath(uri, conn_id=conn_id)
-    if uri.startswith("/"):
-        return ObjectStoragePath(f"file://{uri}", conn_id=conn_id)
-    return storage_root(settings) / uri
+    if uris.is_absolute(uri):
+        return ObjectStoragePath(uri if "://" in uri else f"file://{uri}", conn_id=conn_id)
+    if uris.climbs_out_of_root(uri):
+        raise OutsideStorageRootError(f"{uri!r} leads outside the storage root; {uris.OUTSIDE_ROOT_FIX}")
+    # Normalised, the path is the one the spec stage judged: joined as written, "a/../x" would need
+    # "a" to exist and would follow it if it were a symlink out of the root.
+    relative = posixpath.normpath(uri)
+    return storage_root(settings) if relative == "." else storage_root(settings) / relative
 
 
 def fsspec_uri(path: ObjectStoragePath) -> str:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
+
+from trainpipe import uris
 
 from trainpipe.spec.kubernetes import KubernetesSpec
 from trainpipe.spec.types import Duration, parse_duration  # noqa: F401 - parse_duration re-exported
@@ -55,6 +57,13 @@ class DataSpec(_Model):
         examples=["30d"],
     )
 
+    @field_validator("uri")
+    @classmethod
+    def _inside_storage_root(cls, uri: str) -> str:
+        # By its text alone: the spec stage reads no storage.
+        if uris.climbs_out_of_root(uri):
+            raise ValueError(f"{uri!r} leads outside the storage root; {uris.OUTSIDE_ROOT_FIX}")
+        return uri
 
     @property
     def resolved_format(self) -> str:

@@ -1,0 +1,103 @@
+"""Relative URIs stay inside the storage root: refused by their text at the spec stage, and again by
+``storage.resolve_uri`` before any storage is touched. Absolute URIs remain an explicit choice."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from trainpipe import storage, uris
+from trainpipe.errors import OutsideStorageRootError, SpecError, TrainpipeError
+from trainpipe.settings import Settings
+from trainpipe.spec.loader import load_yaml_text
+from trainpipe.spec.validate import validate_loaded
+
+CLIMBING = ["..", "../x", "../../../../etc/passwd", "a/../../x", "a/b/../../../x", "./../x", "a//../../x", "a/./../.."]
+INSIDE = ["x.parquet", "demo/transactions/transactions.parquet", "a/../x", "a/b/../../x", "./a/./b", "a/..", ".",
+          "..a/x", "a../x", "a/.../x", "a/b/"]
+ABSOLUTE = ["file:///etc/passwd", "s3://lake/../x", "/etc/passwd", "s3a://bucket/../../a", "file:///root/../../x"]
+
+FIX = ("relative URIs are relative to the storage root and must stay inside it; use an absolute file:// or s3:// URI "
+       "if you mean a location outside it")
+
+SPEC = """\
+pipeline_id: p
+data:
+  uri: {uri}
+training:
+  task: binary_classification
+  features: [amount]
+  label: is_fraud
+evaluation:
+  metrics: [auc]
+registration:
+  model_name: m
+"""
+
+
+@pytest.mark.parametrize("uri", CLIMBING)
+def test_climbing_relative_uris_are_recognised(uri: str):
+    assert uris.climbs_out_of_root(uri)
+
+
+@pytest.mark.parametrize("uri", INSIDE + ABSOLUTE)
+def test_inside_and_absolute_uris_are_not(uri: str):
+    assert not uris.climbs_out_of_root(uri)
+
+
+def test_absolute_means_a_scheme_or_a_leading_slash():
+    assert [uris.is_absolute(u) for u in ABSOLUTE] == [True] * len(ABSOLUTE)
+    assert [uris.is_absolute(u) for u in ["a/b", "a/s3://b", "../x", "file:x"]] == [False] * 4
+
+
+@pytest.mark.parametrize("uri", ["../../../../etc/passwd", "a/../../x"])
+def test_spec_stage_refuses_a_relative_uri_that_climbs_out(uri: str):
+    with pytest.raises(SpecError) as caught:
+        validate_loaded(load_yaml_text(SPEC.format(uri=uri), "specs/x.yaml"))
+    assert [str(p) for p in caught.value.problems] == [
+        f"specs/x.yaml:3:3: data.uri: {uri!r} leads outside the storage root; {FIX}"
+    ]
+
+
+@pytest.mark.parametrize("uri", ["file:///srv/data/x.parquet", "s3://lake/fraud/", "/srv/data/x.parquet", "a/../x.parquet"])
+def test_spec_stage_accepts_absolute_uris_and_relative_ones_inside(uri: str):
+    assert validate_loaded(load_yaml_text(SPEC.format(uri=uri), "specs/x.yaml")).data.uri == uri
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    (tmp_path / "storage").mkdir()
+    return dataclasses.replace(Settings.from_env(), storage_root=(tmp_path / "storage").as_uri(), storage_conn_id=None)
+
+
+@pytest.mark.parametrize("uri", ["../outside.csv", "a/../../outside.csv"])
+def test_resolve_uri_refuses_a_relative_uri_that_climbs_out(uri: str, settings: Settings, tmp_path: Path):
+    (tmp_path / "outside.csv").write_text("a\n1\n")
+    with pytest.raises(OutsideStorageRootError) as caught:
+        storage.resolve_uri(uri, settings)
+    assert str(caught.value) == f"{uri!r} leads outside the storage root; {FIX}"
+    assert isinstance(caught.value, TrainpipeError)
+
+
+def test_resolve_uri_keeps_relative_uris_under_the_root(settings: Settings, tmp_path: Path):
+    # "a" does not exist and "b" leads out of the root: read as written, neither path would be the
+    # one the spec stage judged; normalised, both are the root's own x.csv.
+    (tmp_path / "storage" / "x.csv").write_text("a\n1\n")
+    (tmp_path / "outside" / "deeper").mkdir(parents=True)
+    (tmp_path / "outside" / "x.csv").write_text("a\n666\n")
+    (tmp_path / "storage" / "b").symlink_to(tmp_path / "outside" / "deeper", target_is_directory=True)
+    for uri in ("a/../x.csv", "b/../x.csv", "./x.csv"):
+        resolved = storage.resolve_uri(uri, settings)
+        assert resolved.path == str(tmp_path / "storage" / "x.csv")
+        assert storage.read_table(resolved, "csv")["a"].tolist() == [1]
+    assert storage.resolve_uri(".", settings).path == str(tmp_path / "storage")
+
+
+def test_resolve_uri_still_reads_an_absolute_uri_outside_the_root(settings: Settings, tmp_path: Path):
+    elsewhere = tmp_path / "elsewhere" / "x.csv"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("a\n2\n")
+    for uri in (elsewhere.as_uri(), str(elsewhere)):
+        assert storage.read_table(storage.resolve_uri(uri, settings), "csv")["a"].tolist() == [2]
