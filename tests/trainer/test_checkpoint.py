@@ -13,9 +13,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore, DcpBackend, ReusableCpuStager
-from trainpipe_trainer.config import CheckpointConfig, ModelConfig, OptimizationConfig
+from trainpipe_trainer.config import CheckpointConfig, ModelConfig, OptimizationConfig, ResumeIdentity
 from trainpipe_trainer.distributed import DistEnv, destroy_distributed, init_distributed
-from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError
+from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError, ResumeMismatchError
 from trainpipe_trainer.export import weights_sha256
 from trainpipe_trainer.model import build_mlp
 from trainpipe_trainer.optim import build_optimizer, build_scheduler
@@ -66,9 +66,10 @@ class Run:
             store=store, env=env, model=self.model, optimizer=self.optimizer, async_save=async_save,
             group=dist.new_group(backend="gloo"),
         )
+        shape = {"world_size": env.world_size, "batch_size": batch_size, "strategy": "ddp"}
         return CheckpointManager(
             config=config, env=env, store=store, backend=backend, scheduler=self.scheduler,
-            shape={"world_size": env.world_size, "batch_size": batch_size, "strategy": "ddp"},
+            identity=ResumeIdentity(snapshot="a" * 64, settings=shape), shape=shape,
         )
 
 
@@ -182,7 +183,7 @@ def test_checkpoint_of_another_shape_or_strategy_is_refused(env: DistEnv, tmp_pa
     run = Run()
     run.train(1)
     run.manager(tmp_path, env).save(run.state, wait=True)
-    with pytest.raises(CheckpointMismatchError, match="written with batch_size 8, this run has 16"):
+    with pytest.raises(ResumeMismatchError, match=r"step-1: cannot resume .*: batch_size 8 -> 16\)"):
         Run().manager(tmp_path, env, batch_size=16).restore()
     manifest = tmp_path / "step-1" / "manifest.json"
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": "trainpipe-deepspeed/1"}))

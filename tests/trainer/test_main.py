@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from trainpipe_trainer.__main__ import main
+from trainpipe_trainer.config import CONFIG_VERSION
 
 from .helpers import BINARY_FEATURES, Datasets, Tracking
 
@@ -29,7 +30,7 @@ def test_config_from_a_newer_provider(tmp_path: Path, capsys: pytest.CaptureFixt
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"config_version": 99}))
     assert main(["--config", str(path)]) == 2
-    assert "training config does not match version 1" in capsys.readouterr().err
+    assert f"training config does not match version {CONFIG_VERSION}" in capsys.readouterr().err
 
 
 def test_deepspeed_without_its_section_is_refused_before_training(

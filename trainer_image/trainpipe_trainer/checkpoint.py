@@ -14,6 +14,11 @@ manifest only once every rank's files are durable:
 
 Pruning keeps the newest ``keep_last``, the best by validation loss (``best.json`` points at it)
 and the checkpoint this process resumed from.
+
+Each manifest also records the dataset snapshot and the result-changing settings it was written
+with (``config.ResumeIdentity``); ``restore`` refuses a checkpoint whose record differs from this
+run's (``ResumeMismatchError``), before touching the folder. A checkpoint written before manifests
+carried that record is resumed with a warning, checked only for world size, batch size and strategy.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import json
 import os
 import pickle
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -42,9 +48,9 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainpipe_trainer import storage
-from trainpipe_trainer.config import CheckpointConfig
+from trainpipe_trainer.config import CheckpointConfig, ResumeIdentity, resume_refusal
 from trainpipe_trainer.distributed import DistEnv, broadcast_object
-from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError
+from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError, ResumeMismatchError
 from trainpipe_trainer.rng import capture_rng_state, restore_rng_state
 from trainpipe_trainer.state import TrainState
 
@@ -282,7 +288,10 @@ class CheckpointManager:
     env: DistEnv
     store: CheckpointStore
     backend: CheckpointBackend
-    # What a checkpoint must match to be resumed bit-exactly (world_size, batch_size, ...).
+    # What a checkpoint must match to be resumed: the snapshot and result-changing settings.
+    identity: ResumeIdentity
+    # The part of it that manifests recorded before ``identity`` existed (world_size, batch_size,
+    # strategy, ...): still written, and all that can be checked on such an old checkpoint.
     shape: dict[str, Any]
     # Optional: its state goes into every rank's blob (DeepSpeed saves its scheduler itself).
     scheduler: LRScheduler | None = None
@@ -304,28 +313,20 @@ class CheckpointManager:
         """
         manifest = None
         if self.env.is_main:
-            torn = self.store.remove_uncommitted()
-            if torn:
-                print(f"checkpoint: removed interrupted saves (no manifest): {', '.join(f'step-{s}' for s in torn)}")
             steps = self.store.committed_steps()
             manifest = self.store.read_manifest(steps[-1]) if steps else None
         # Rank 0 decides, so all ranks load the same step even if storage listings disagree.
         manifest = broadcast_object(manifest, self.env)
+        if manifest is not None:
+            # Every rank raises alike, and before anything in the folder changes.
+            self.check_resumable(manifest)
+        if self.env.is_main:
+            torn = self.store.remove_uncommitted()
+            if torn:
+                print(f"checkpoint: removed interrupted saves (no manifest): {', '.join(f'step-{s}' for s in torn)}")
         if manifest is None:
             return None
         step = int(manifest["step"])
-        where = f"{self.config.root_uri}/step-{step}"
-        if manifest.get("format") != self.backend.format:
-            raise CheckpointMismatchError(
-                f"checkpoint {where} has format {manifest.get('format')!r}, this run writes {self.backend.format!r} "
-                "(another strategy); relaunch with the strategy that wrote it or use a new checkpoint.root_uri"
-            )
-        for key, ours in self.shape.items():
-            if manifest.get(key) != ours:
-                raise CheckpointMismatchError(
-                    f"checkpoint {where} was written with {key} {manifest.get(key)}, this run has {ours}; "
-                    f"relaunch with the same {key} or use a new checkpoint.root_uri"
-                )
         rank_state = pickle.loads(self.backend.read(step))
         if self.scheduler is not None and rank_state.get("scheduler") is not None:
             self.scheduler.load_state_dict(rank_state["scheduler"])
@@ -333,6 +334,36 @@ class CheckpointManager:
         restore_rng_state(rank_state["rng"])
         self.resumed_step = self.last_saved_step = step
         return TrainState.from_dict(rank_state["train_state"])
+
+    def check_resumable(self, manifest: dict[str, Any]) -> None:
+        """Raise if this run must not resume the checkpoint ``manifest`` commits (the resume guard)."""
+        where = f"{self.config.root_uri}/step-{manifest['step']}"
+        recorded = ResumeIdentity.from_manifest(manifest)
+        if recorded is not None:
+            changes = recorded.differences(self.identity)
+            if changes:
+                raise ResumeMismatchError(resume_refusal(where, changes), changes=changes)
+        if manifest.get("format") != self.backend.format:
+            raise CheckpointMismatchError(
+                f"checkpoint {where} has format {manifest.get('format')!r}, this run writes {self.backend.format!r} "
+                "(another strategy); relaunch with the strategy that wrote it or use a new checkpoint.root_uri"
+            )
+        if recorded is not None:
+            return
+        for key, ours in self.shape.items():
+            if manifest.get(key) != ours:
+                raise CheckpointMismatchError(
+                    f"checkpoint {where} was written with {key} {manifest.get(key)}, this run has {ours}; "
+                    f"relaunch with the same {key} or use a new checkpoint.root_uri"
+                )
+        if self.env.is_main:
+            # Refusing would fail a retry that spans an upgrade; an old checkpoint is resumed as before.
+            print(
+                f"warning: checkpoint {where} was written before checkpoints recorded their dataset snapshot "
+                "and settings: resuming it with only world size, batch size and strategy checked; if the data "
+                "or the settings changed since, start fresh in a new run folder instead",
+                file=sys.stderr, flush=True,
+            )
 
     # -- save ------------------------------------------------------------------------------------
 
@@ -371,6 +402,7 @@ class CheckpointManager:
             "epoch": state.epoch,
             "batch_in_epoch": state.batch_in_epoch,
             **self.shape,
+            **self.identity.to_manifest(),
             "validation_loss": validation_loss,
             "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-CONFIG_VERSION = 1
+# 2: dataset_digest (the resume guard records it in every checkpoint).
+CONFIG_VERSION = 2
 
 TaskType = Literal["binary_classification", "regression", "ranking"]
 TASK_TYPES: tuple[str, ...] = ("binary_classification", "regression", "ranking")
@@ -145,6 +147,9 @@ class TrainingConfig:
     task: TaskType
     # Training split of the dataset snapshot (parquet), read with fsspec.
     train_data_uri: str
+    # Content digest of that snapshot (the provider's). Checkpoints record it, so a run folder is
+    # never resumed on other data; empty (a hand-written config): train_data_uri stands in for it.
+    dataset_digest: str = ""
     features: tuple[str, ...]
     label: str
     # Ranking: the column that identifies a query (list); required when task == "ranking".
@@ -193,6 +198,20 @@ class TrainingConfig:
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
+    def resume_identity(self, *, world_size: int) -> ResumeIdentity:
+        """What a checkpoint of this training records, and a resumed run must match."""
+        settings: dict[str, Any] = {}
+        for path in RESUME_FINGERPRINT_FIELDS:
+            owner: Any = self
+            *sections, name = path.split(".")
+            for section in sections:
+                owner = getattr(owner, section)
+            _flatten_into(settings, path, getattr(owner, name), _section_type(type(owner), name))
+        settings["world_size"] = world_size
+        # As a manifest stores them (tuples become lists), so a recorded copy compares equal.
+        return ResumeIdentity(snapshot=self.dataset_digest or self.train_data_uri,
+                              settings=json.loads(json.dumps(settings)))
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> TrainingConfig:
         data = dict(raw)
@@ -218,6 +237,113 @@ class TrainingConfig:
     @classmethod
     def from_json(cls, text: str) -> TrainingConfig:
         return cls.from_dict(json.loads(text))
+
+
+# -- the resume guard ---------------------------------------------------------------------------
+# A checkpoint records the dataset snapshot and the values of the settings below, which change what
+# a training computes (its weights); a run whose snapshot or values differ refuses to resume it,
+# because that would silently mix two trainings (trainpipe_trainer.checkpoint). Every other field
+# says where things go or how often they are saved or logged, so a retry may change it and still
+# resume. Each field of TrainingConfig is in exactly one of the two lists (a test checks it).
+RESUME_FINGERPRINT_FIELDS: tuple[str, ...] = (
+    "task", "features", "label", "group_column", "model",
+    # epochs too: a linear or cosine schedule is shaped by the total step count, and the run's
+    # recorded params must describe its model. Training longer is a new run (a new folder).
+    "epochs", "batch_size", "learning_rate", "seed", "strategy", "optimization", "deepspeed",
+    # Which rows are held out for validation (none without keep_best), so which rows are trained on.
+    "checkpoint.validation_fraction", "checkpoint.keep_best",
+)
+NOT_FINGERPRINTED_FIELDS: tuple[str, ...] = (
+    "config_version", "pipeline_id",
+    # The snapshot is compared by its content digest: paths may differ between attempts.
+    "train_data_uri", "dataset_digest",
+    "checkpoint.root_uri", "checkpoint.every_n_steps", "checkpoint.every_seconds", "checkpoint.keep_last",
+    "checkpoint.async_save", "tracking", "output_uri", "storage_options", "tags",
+    # Test-only; an Airflow retry runs without the crash injected into its first try.
+    "fault_injection",
+)
+# Differences whose values are longer than this are named without their values.
+_SHORT_VALUE = 40
+
+
+def _section_type(owner: type, name: str) -> type | None:
+    """The config class of a section field (``model``, ``deepspeed``...), None for a plain value."""
+    hint = typing.get_type_hints(owner)[name]
+    return next((t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)), None)
+
+
+def _flatten_into(out: dict[str, Any], path: str, value: Any, section: type | None) -> None:
+    # One key per setting, so a difference names the setting; an absent section (deepspeed under
+    # ddp) lists its settings as null, so switching it on names each of them too.
+    if section is None:
+        out[path] = value
+        return
+    for inner in dataclasses.fields(section):
+        out[f"{path}.{inner.name}"] = None if value is None else getattr(value, inner.name)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ResumeIdentity:
+    """The snapshot and result-changing settings (plus world size) a checkpoint was written with."""
+
+    snapshot: str
+    settings: dict[str, Any]
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"snapshot": self.snapshot, "settings": self.settings}
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any]) -> ResumeIdentity | None:
+        """None for a checkpoint written before checkpoints recorded it."""
+        if not isinstance(manifest.get("settings"), dict) or not isinstance(manifest.get("snapshot"), str):
+            return None
+        return cls(snapshot=manifest["snapshot"], settings=manifest["settings"])
+
+    def differences(self, current: ResumeIdentity) -> list[str]:
+        """What changed from this (recorded) identity to ``current``, one readable item per field."""
+        changes = []
+        if self.snapshot != current.snapshot:
+            changes.append(f"dataset snapshot {_short_digest(self.snapshot)} -> {_short_digest(current.snapshot)}")
+        missing = object()
+        for key in sorted(self.settings.keys() | current.settings.keys()):
+            old, new = self.settings.get(key, missing), current.settings.get(key, missing)
+            if old != new:
+                changes.append(_describe_change(key, old, new, missing))
+        return changes
+
+
+def resume_refusal(where: str, changes: list[str]) -> str:
+    """The one message for a refused resume, whoever notices first (the provider or the trainer)."""
+    return (
+        f"{where}: cannot resume this checkpoint: it was written by another training "
+        f"(checkpoint -> this run: {'; '.join(changes)}), and resuming it would mix two trainings. "
+        "To train with this run's data and settings, start fresh in a new run folder (trainpipe train: "
+        "another --run-dir; Airflow: a new DAG run; trainer alone: another checkpoint.root_uri) or move "
+        "that folder's checkpoints away yourself (nothing is deleted automatically); to continue the old "
+        "training instead, rerun with the data and settings it was written with"
+    )
+
+
+def _short_digest(snapshot: str) -> str:
+    hexadecimal = len(snapshot) == 64 and all(c in "0123456789abcdef" for c in snapshot)
+    return snapshot[:16] if hexadecimal else snapshot
+
+
+def _describe_change(key: str, old: Any, new: Any, missing: object) -> str:
+    if old is missing:
+        return f"{key} (not recorded by the trainer that wrote it)"
+    if new is missing:
+        return f"{key} (recorded, unknown to this trainer)"
+    if isinstance(old, list) and isinstance(new, list) and key == "features":
+        added, removed = [c for c in new if c not in old], [c for c in old if c not in new]
+        if not added and not removed:
+            return f"{key} (same columns, other order)"
+        parts = ([f"added {added}"] if added else []) + ([f"removed {removed}"] if removed else [])
+        return f"{key} ({', '.join(parts)})"
+    old_text, new_text = json.dumps(old), json.dumps(new)
+    if len(old_text) + len(new_text) > 2 * _SHORT_VALUE:
+        return f"{key} (changed)"
+    return f"{key} {old_text} -> {new_text}"
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -21,6 +21,15 @@ class CheckpointMismatchError(TrainerInputError):
     """A committed checkpoint cannot be resumed by this run (other world size, batch size, strategy)."""
 
 
+class ResumeMismatchError(CheckpointMismatchError):
+    """The newest checkpoint was written with another dataset snapshot or other result-changing settings."""
+
+    def __init__(self, message: str, *, changes: list[str]) -> None:
+        super().__init__(message)
+        # One readable item per differing field (config.ResumeIdentity.differences).
+        self.changes = changes
+
+
 class CheckpointSaveError(RuntimeError):
     """Writing or committing a checkpoint failed (storage error, or a rank died mid-save)."""
 

@@ -117,6 +117,7 @@ class Trainer:
             backend=self.strategy.checkpoint_backend(
                 store, group=checkpoint_group, async_save=config.checkpoint.async_save
             ),
+            identity=config.resume_identity(world_size=env.world_size),
             shape={
                 "world_size": env.world_size,
                 "batch_size": config.batch_size,
