@@ -144,8 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="run only the training step of a spec locally (same launcher as the DAG)")
     train.add_argument("spec")
-    train.add_argument("--run-dir", help="run folder (path or URI); resumes from its committed checkpoints")
-    train.add_argument("--logical-date", help="end of the data window, ISO date (default: now, UTC)")
+    train.add_argument("--run-dir", help="run folder (path or URI); resumes from its committed checkpoints if they "
+                       "were written with the same snapshot and settings, else stops and says what differs")
+    train.add_argument("--logical-date", help="end of the data window, ISO date or datetime (default: the start of "
+                       "the current UTC day, as today's @daily run; so runs on one day train on the same data)")
     train.set_defaults(func=_cmd_train)
 
     demo = commands.add_parser("demo-data", help="write the deterministic demo datasets into storage")

@@ -1,13 +1,18 @@
 """The ``train`` step: build the trainer config of this DAG run, launch torchrun, read the result.
 
 The checkpoint root is per DAG run and the same for every try, so an Airflow retry resumes from
-the latest committed checkpoint; a new DAG run starts fresh.
+the latest committed checkpoint; a new DAG run starts fresh. A run folder whose newest checkpoint
+was written with another snapshot or other result-changing settings is refused before anything is
+launched, written or tagged (``check_resumable``, the trainer's own guard run early).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +31,11 @@ from trainpipe_trainer.config import (
     FaultInjection,
     ModelConfig,
     OptimizationConfig,
+    ResumeIdentity,
     TrackingConfig,
     TrainingConfig,
     TrainingResult,
+    resume_refusal,
 )
 
 log = logging.getLogger(__name__)
@@ -59,7 +66,7 @@ def run_dir_for(spec: PipelineSpec, settings: Settings, airflow_run_id: str):  #
 
 
 def build_training_config(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
-                          mlflow_run_id: str, run_dir=None) -> TrainingConfig:  # noqa: ANN001
+                          mlflow_run_id: str | None, run_dir=None) -> TrainingConfig:  # noqa: ANN001
     training = spec.training
     distributed = training.distributed
     optimization = training.optimization
@@ -68,6 +75,7 @@ def build_training_config(spec: PipelineSpec, snapshot: SnapshotInfo, *, setting
         pipeline_id=spec.pipeline_id,
         task=training.task,
         train_data_uri=snapshot.train_uri,
+        dataset_digest=snapshot.digest,
         features=tuple(training.features),
         label=training.label,
         group_column=training.group_column,
@@ -137,18 +145,19 @@ class PreparedRun:
 def prepare_training_run(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
                          hook: MlflowHook | None = None, run_dir=None,  # noqa: ANN001 - ObjectStoragePath
                          param_overrides: dict | None = None) -> PreparedRun:
-    """Everything before torchrun, for every launcher: MLflow run, trainer config, no stale result."""
-    import json
-
+    """Everything before torchrun, for every launcher: resume check, MLflow run, trainer config, no stale result."""
+    run_dir = run_dir if run_dir is not None else run_dir_for(spec, settings, run.airflow_run_id)
+    config = build_training_config(spec, snapshot, settings=settings, run=run, mlflow_run_id=None, run_dir=run_dir)
+    distributed = spec.training.distributed
+    # First: a refused run must not retag the MLflow run nor overwrite the config that wrote the checkpoints.
+    check_resumable(run_dir, config, world_size=distributed.nnodes * distributed.nproc_per_node)
     hook = hook or MlflowHook(settings)
     mlflow_run_id = hook.run_for_dag_run(
         pipeline_id=spec.pipeline_id, dag_id=run.dag_id, airflow_run_id=run.airflow_run_id,
         tags={"trainpipe.dataset_digest": snapshot.digest,
               "trainpipe.param_overrides": json.dumps(param_overrides or {}, sort_keys=True)},
     )
-    run_dir = run_dir if run_dir is not None else run_dir_for(spec, settings, run.airflow_run_id)
-    config = build_training_config(spec, snapshot, settings=settings, run=run, mlflow_run_id=mlflow_run_id,
-                                   run_dir=run_dir)
+    config = dataclasses.replace(config, tracking=dataclasses.replace(config.tracking, run_id=mlflow_run_id))
     config_path = run_dir / "trainer_config.json"
     config_path.parent.mkdir(parents=True, exist_ok=True)
     config_path.write_text(config.to_json())
@@ -157,6 +166,30 @@ def prepare_training_run(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings
         # A result from an earlier try must not be mistaken for this try's.
         prepared.result_path.unlink()
     return prepared
+
+
+def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None:  # noqa: ANN001 - ObjectStoragePath
+    """Refuse a run folder whose newest checkpoint another training wrote (other snapshot or settings).
+
+    The same comparison and message as the trainer's guard (``ResumeIdentity``), made before
+    launching so that nothing is changed. A checkpoint without a record (written before checkpoints
+    had one) passes here; the trainer resumes it with a warning.
+    """
+    from trainpipe.checkpoint_state import MANIFEST, read_checkpoint_state
+
+    latest = read_checkpoint_state(run_dir).latest
+    if latest is None:
+        return
+    try:
+        manifest = json.loads((run_dir / "checkpoints" / f"step-{latest.step}" / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return  # deleted or rewritten meanwhile: the trainer decides on what it finds
+    recorded = ResumeIdentity.from_manifest(manifest) if isinstance(manifest, dict) else None
+    if recorded is None:
+        return
+    changes = recorded.differences(config.resume_identity(world_size=world_size))
+    if changes:
+        raise TrainingFailedError(resume_refusal(f"{config.checkpoint.root_uri}/step-{latest.step}", changes))
 
 
 def result_path_in(run_dir):  # noqa: ANN001, ANN201 - ObjectStoragePath
@@ -183,8 +216,37 @@ def run_training(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settin
         config_uri=prepared.config_uri,
         torchrun=local_torchrun(),
     )
-    run_local(command, env=trainer_environment(mlflow_tracking_uri=settings.mlflow_tracking_uri), on_line=on_line)
+    reasons = TrainerReasons(on_line)
+    try:
+        run_local(command, env=trainer_environment(mlflow_tracking_uri=settings.mlflow_tracking_uri),
+                  on_line=reasons.line)
+    except TrainingFailedError as err:
+        if not reasons.messages:
+            raise
+        # The trainer's own one-line reason (every rank prints it) instead of the command line.
+        raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}") from err
     return read_training_result(prepared.run_dir)
+
+
+# What trainpipe_trainer.__main__ prints for an expected failure (bad input, divergence, preemption).
+_TRAINER_REASON = re.compile(r"^trainpipe_trainer: (?:\[rank \d+\] )?(?:error|stopped): (?P<message>.+)$")
+
+
+@dataclass(slots=True)
+class TrainerReasons:
+    """Passes every trainer output line on and keeps the trainer's failure reasons, once each."""
+
+    forward: Callable[[str], None] | None
+    messages: list[str] = dataclasses.field(default_factory=list)
+
+    def line(self, text: str) -> None:
+        if self.forward is not None:
+            self.forward(text)
+        else:
+            log.info("%s", text)
+        match = _TRAINER_REASON.match(text)
+        if match and match["message"] not in self.messages:
+            self.messages.append(match["message"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 """``trainpipe train SPEC [--run-dir DIR]``: the training step alone, outside Airflow.
 
 Same snapshot code, same trainer config, same launcher and command as the DAG's ``train`` task.
-A run dir that already holds committed checkpoints is resumed.
+Without ``--logical-date`` the data window ends at the start of the current UTC day, the logical
+date of today's ``@daily`` run, so every run on one day trains on the same snapshot and gives the
+same weights. A run dir that already holds committed checkpoints is resumed, if they were written
+with the same snapshot and result-changing settings (else the run stops, see ``check_resumable``).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from trainpipe import storage
+from trainpipe.errors import SpecError
 from trainpipe.lineage import git_commit
 from trainpipe.plan import PipelinePlan
 from trainpipe.runtime.snapshot import take_snapshot
@@ -25,14 +29,25 @@ def _run_dir(value: str, settings: Settings):  # noqa: ANN202 - ObjectStoragePat
     return storage.resolve_uri(value, settings, settings.storage_conn_id)
 
 
+def default_logical_date(now: datetime | None = None) -> datetime:
+    """The start of the current UTC day: what a ``@daily`` run of today uses, whatever the hour."""
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return now.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
 def train_spec(plan: PipelinePlan, *, run_dir: str | None, logical_date: str | None) -> TrainingResult:
     settings = Settings.from_env()
-    when = datetime.fromisoformat(logical_date) if logical_date else datetime.now(timezone.utc)
+    try:
+        when = datetime.fromisoformat(logical_date) if logical_date else default_logical_date()
+    except ValueError as err:
+        raise SpecError(f"--logical-date: {logical_date!r} is not an ISO date; use YYYY-MM-DD or "
+                        "YYYY-MM-DDTHH:MM:SS+00:00") from err
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     spec = plan.spec
     folder = _run_dir(run_dir, settings) if run_dir else None
-    # One MLflow run per run dir: re-running the same dir (a resume) logs into the same run.
+    # One MLflow run per run dir: re-running the same dir (a resume) logs into the same run. Without
+    # a run dir, the wall-clock name gives a fresh run dir and MLflow run; it does not reach the weights.
     run_name = f"cli__{folder.name}" if folder is not None else f"cli__{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     snapshot = take_snapshot(spec, settings=settings, logical_date=when)
     run = RunContext(dag_id=spec.pipeline_id, airflow_run_id=run_name, try_number=1, spec_sha256=plan.spec_sha256,
