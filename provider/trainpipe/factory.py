@@ -103,8 +103,14 @@ def configs_root_for(spec_path: Path) -> Path:
 
 def compile_file(path: Path, display_name: str | None = None, *, configs_root: Path | None = None,
                  defaults: _DefaultsCache | None = None) -> PipelinePlan:
-    """Load, merge defaults, validate and plan one spec; raises ``SpecError`` with every problem."""
-    return _compile(path, display_name, configs_root=configs_root, defaults=defaults)[1]
+    """Load, merge defaults, validate and plan one spec; raises ``SpecError`` with every problem (an
+    unexpected exception too, as ``compile_directory`` reports it); ``OSError`` when unreadable."""
+    try:
+        return _compile(path, display_name, configs_root=configs_root, defaults=defaults)[1]
+    except (SpecError, OSError):
+        raise
+    except Exception as err:
+        raise unexpected_failure(err, display_name or str(path), path, Path.cwd(), path.parent) from err
 
 
 def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,

@@ -205,3 +205,17 @@ def test_unexpected_exception_in_one_spec_is_that_files_error(tmp_path, monkeypa
         "(the traceback is in the log)")
     assert str(tmp_path) not in message
     assert "Traceback" in caplog.text and "cannot plan" in caplog.text  # operators get the traceback in the log
+
+
+def test_unexpected_exception_in_a_lone_spec_is_a_located_error(monkeypatch, capsys):
+    """`trainpipe validate/render/train FILE` print it like any other problem, not a traceback."""
+    def build_plan(spec, *, spec_file, spec_text):
+        raise KeyError("checkpoint")
+
+    monkeypatch.setattr(factory, "build_plan", build_plan)
+    monkeypatch.chdir(REPO)
+
+    assert main(["validate", "dag_configs/fraud_detector.yaml"]) == 1
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "dag_configs/fraud_detector.yaml:1:1: trainpipe could not compile this file (KeyError: 'checkpoint'); "
+        "this is a trainpipe bug: please report it with the file (the traceback is in the log)")
