@@ -76,6 +76,7 @@ def test_fraud_pipeline_registers_version_1_as_champion(pipelines, monkeypatch):
 
     run = client.get_run(champion.run_id)
     assert run.data.params["world_size"] == "2"
+    assert run.data.tags["trainpipe.gates_passed"] == "true"
     assert len(client.get_metric_history(champion.run_id, "train_loss")) >= 5
     from trainpipe.plan import run_key
     from trainpipe.settings import Settings
@@ -101,11 +102,14 @@ def test_second_run_on_same_data_fails_relative_gate_and_keeps_champion(pipeline
         _run(pipelines, monkeypatch, "fraud_detector", END)
     before = client.search_model_versions("name='fraud_detector'")
 
-    _, states = _run(pipelines, monkeypatch, "fraud_detector", END + timedelta(hours=1))
+    dag_run, states = _run(pipelines, monkeypatch, "fraud_detector", END + timedelta(hours=1))
 
     assert states["train"] == "success" and states["evaluate"] == "success"
     assert states["gate"] == "success"  # the gate ran and short-circuited
     assert states["register"] == "skipped"
+    [run] = client.search_runs(client.get_experiment_by_name("trainpipe/fraud_detector").experiment_id,
+                               filter_string=f"tags.`trainpipe.airflow_run_id` = '{dag_run.run_id}'")
+    assert run.data.tags["trainpipe.gates_passed"] == "false"
     after = client.search_model_versions("name='fraud_detector'")
     assert len(after) == len(before)
     assert client.get_model_version_by_alias("fraud_detector", "champion").version == 1

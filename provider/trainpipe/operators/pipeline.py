@@ -119,23 +119,22 @@ class EvaluateOperator(_PipelineStepOperator):
                         mlflow_run_id=trained["mlflow_run_id"], hook=self.hook)
 
 
-def _all_gates_pass(ti: Any, *, plan: PipelinePlan) -> bool:
-    from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.runtime.evaluate import check_gates
+def _all_gates_pass(ti: Any) -> bool:
+    from trainpipe.runtime.evaluate import log_gate
 
+    # evaluate checked the gates and tagged the MLflow run; this task acts on its verdict.
     evaluation = ti.xcom_pull(task_ids="evaluate")
-    outcomes = check_gates(plan.spec, evaluation)
-    passed = all(o.passed for o in outcomes)
-    trained = ti.xcom_pull(task_ids="train")
-    MlflowHook().client.set_tag(trained["mlflow_run_id"], "trainpipe.gates_passed", str(passed).lower())
-    return passed
+    for outcome in evaluation["gates"]:
+        log_gate(outcome)
+    return bool(evaluation["gates_passed"])
 
 
 class GateOperator(ShortCircuitOperator):
-    """Every gate is logged with its value and threshold; if any fails, registration is skipped."""
+    """Every gate is logged with its value and threshold; if any fails, registration is skipped.
+    The gates are checked by evaluate, which records the verdict on the MLflow run (no MLflow here)."""
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
-        super().__init__(python_callable=functools.partial(_all_gates_pass, plan=plan), **kwargs)
+        super().__init__(python_callable=_all_gates_pass, **kwargs)
         self.plan = plan
 
 

@@ -17,6 +17,9 @@ from trainpipe.spec.models import GateSpec, PipelineSpec
 
 log = logging.getLogger(__name__)
 
+# Tag of the MLflow run: "true" when every gate passed (the gate task then lets register run).
+GATES_PASSED_TAG = "trainpipe.gates_passed"
+
 
 def mlflow_metric_key(name: str) -> str:
     """MLflow keys allow no '@': ``ndcg@10`` is logged as ``ndcg_at_10``."""
@@ -29,7 +32,9 @@ def score_model(model_uri: str, spec: PipelineSpec, holdout_uri: str) -> dict[st
 
     holdout = storage.read_parquet_uri(holdout_uri)
     training = spec.training
-    model = mlflow.pyfunc.load_model(model_uri)
+    # No check of the model's pip requirements against this worker: it reads the metadata of every
+    # installed distribution (seconds per task), and the serving environment is decided elsewhere.
+    model = mlflow.pyfunc.load_model(model_uri, suppress_warnings=True)
     scores = model.predict(holdout[list(training.features)])
     return metrics.compute_metrics(
         training.task,
@@ -53,15 +58,24 @@ def evaluate(spec: PipelineSpec, *, holdout_uri: str, model_uri: str, mlflow_run
         log.info("champion (version %s) on the same holdout: %s", champion_version.version, _fmt(champion))
     else:
         log.info("no %s of %s yet: relative gates will pass", spec.registration.alias, spec.registration.model_name)
+    outcomes = check_gates(spec, {"candidate": candidate, "champion": champion})
+    passed = all(o.passed for o in outcomes)
+    from mlflow.entities import RunTag
+
+    # The verdict goes on the MLflow run here, in the same call as the metrics: the gate task then
+    # needs no MLflow client (importing MLflow and opening its store cost seconds per task process).
     hook.client.log_batch(
         mlflow_run_id,
         metrics=_metric_entities({f"holdout_{mlflow_metric_key(k)}": v for k, v in candidate.items()}
                                  | {f"champion_holdout_{mlflow_metric_key(k)}": v for k, v in (champion or {}).items()}),
+        tags=[RunTag(GATES_PASSED_TAG, str(passed).lower())],
     )
     return {
         "candidate": candidate,
         "champion": champion,
         "champion_version": champion_version.version if champion_version else None,
+        "gates": outcomes_as_dicts(outcomes),
+        "gates_passed": passed,
     }
 
 
@@ -102,9 +116,16 @@ def check_gate(gate: GateSpec, candidate: dict[str, float], champion: dict[str, 
 def check_gates(spec: PipelineSpec, evaluation: dict[str, Any]) -> list[GateOutcome]:
     outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"]) for g in spec.evaluation.gates]
     for outcome in outcomes:
-        log.info("gate %-4s %s: value %.6f%s (%s)", "PASS" if outcome.passed else "FAIL", outcome.gate, outcome.value,
-                 f", champion {outcome.baseline:.6f}" if outcome.baseline is not None else "", outcome.note)
+        log_gate(asdict(outcome))
     return outcomes
+
+
+def log_gate(outcome: dict[str, Any], logger: logging.Logger | None = None) -> None:
+    """One line per gate: verdict, value, the champion's value when compared (a ``GateOutcome`` as a dict)."""
+    baseline = outcome["baseline"]
+    (logger or log).info("gate %-4s %s: value %.6f%s (%s)", "PASS" if outcome["passed"] else "FAIL", outcome["gate"],
+                         outcome["value"], f", champion {baseline:.6f}" if baseline is not None else "",
+                         outcome["note"])
 
 
 def register(spec: PipelineSpec, *, model_uri: str, mlflow_run_id: str, tags: dict[str, str],
