@@ -179,10 +179,12 @@ def _ge_refuses(name: str, kwargs: dict, argument: str) -> bool:
     return False
 
 
-PROBES = [None, True, False, 0, 1, 3, -1, 2.5, 0.5, 1.5, float("nan"), "", "a", "abc", "1", "1.5", "true", "no",
-          "yes", "2024-01-01", "2024-01-01T12:00:00Z", "2024-13-01", "BASIC", "warning", "pandas", "never", [], ["a"],
-          ["a", "b"], [1, 2], [[1, 2]], ["ab"], [{"a": 1}], {}, {"$PARAMETER": "x"}, {"a": 1}, date(2024, 1, 1),
-          datetime(2024, 1, 1, 12)]
+# What YAML can produce, and the coercions pydantic v1 is known for (numeric strings, "no" as a bool,
+# timestamps as dates, a list of pairs as a mapping, !!binary bytes, !!set sets).
+PROBES = [None, True, False, 0, 1, 3, -1, 2.5, 0.5, 1.5, 1e15, float("nan"), float("inf"), "", "a", "abc", "1", "1.5",
+          "true", "no", "yes", "2024-01-01", "2024-01-01T12:00:00Z", "2024-01-01 12:00:00+99:00", "2024-13-01",
+          "BASIC", "warning", "pandas", "never", b"abc", b"1.5", b"\xff", [], ["a"], ["a", "b"], [1, 2], [[1, 2]],
+          ["ab"], [{"a": 1}], {"a", "b"}, {}, {"$PARAMETER": "x"}, {"a": 1}, date(2024, 1, 1), datetime(2024, 1, 1, 12)]
 
 
 def test_argument_verdicts_agree_with_great_expectations():

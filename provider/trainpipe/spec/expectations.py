@@ -1,7 +1,7 @@
 """Great Expectations expectation arguments, checked at the spec stage without importing GE.
 
 Each GE 1.x expectation is a pydantic (v1) model whose fields are its arguments. Importing
-great_expectations takes seconds (measured 9-13 s on the 2-core CI machine), far too slow for DAG
+great_expectations takes seconds (9-13 s measured on a busy 2-core machine), far too slow for DAG
 parsing, so :func:`generate_table` reads those models once and ``expectation_arguments.json`` keeps
 the result: per expectation, each argument with whether it is required and the types it accepts,
 and the groups of which at least one must be set (``min_value`` or ``max_value``). The spec stage
@@ -82,7 +82,19 @@ _DATETIME = re.compile(
     r"(?P<year>\d{4})-(?P<month>\d{1,2})-(?P<day>\d{1,2})[T ](?P<hour>\d{1,2}):(?P<minute>\d{1,2})"
     r"(?::(?P<second>\d{1,2})(?:\.(?P<microsecond>\d{1,6})\d{0,6})?)?(?P<tzinfo>Z|[+-]\d{2}(?::?\d{2})?)?$"
 )
-_MAX_TIMESTAMP = 3e20  # pydantic.v1.datetime_parse.MAX_NUMBER: beyond it a number is datetime.max
+_MAX_TIMESTAMP = 3e20  # pydantic.v1.datetime_parse.MAX_NUMBER: beyond it a number is datetime.max/min
+_MS_WATERSHED = 2e10  # pydantic.v1.datetime_parse.MS_WATERSHED: above it, milliseconds (and so on)
+_SEQUENCES = (list, tuple, set, frozenset)  # pydantic.v1.utils.sequence_like, for YAML's values
+
+
+def _text(value: Any) -> Any:
+    """Bytes (YAML !!binary) as text, as v1's validators decode them; anything else unchanged."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return None
+    return value
 
 
 def _as_str(value: Any) -> str | None:  # str_validator
@@ -90,7 +102,7 @@ def _as_str(value: Any) -> str | None:  # str_validator
         return value
     if isinstance(value, int | float):
         return str(value)
-    return None
+    return _text(value) if isinstance(value, bytes) else None
 
 
 def _as_number(value: Any, integer: bool) -> float | None:  # int_validator, float_validator
@@ -113,6 +125,8 @@ def _timestamp_ok(value: Any) -> bool | None:
             return False
     if abs(number) > _MAX_TIMESTAMP:
         return True
+    while abs(number) > _MS_WATERSHED:
+        number /= 1000
     try:
         datetime(1970, 1, 1) + timedelta(seconds=number)  # nan raises, as in from_unix_seconds
     except (ValueError, OverflowError):
@@ -126,6 +140,7 @@ def _date_ok(value: Any) -> bool:  # parse_date
     numeric = _timestamp_ok(value)
     if numeric is not None:
         return numeric
+    value = _text(value)
     match = _DATE.match(value) if isinstance(value, str) else None
     try:
         return match is not None and bool(date(**{k: int(v) for k, v in match.groupdict().items()}))
@@ -139,6 +154,7 @@ def _datetime_ok(value: Any) -> bool:  # parse_datetime
     numeric = _timestamp_ok(value)
     if numeric is not None:
         return numeric
+    value = _text(value)
     match = _DATETIME.match(value) if isinstance(value, str) else None
     if match is None:
         return False
@@ -181,6 +197,7 @@ def _accepts(kind: dict[str, Any], value: Any) -> bool:
         case "bool":  # bool_validator
             if value is True or value is False:
                 return True
+            value = _text(value)
             try:
                 return (value.lower() if isinstance(value, str) else value) in _BOOL_TRUE | _BOOL_FALSE
             except TypeError:
@@ -193,9 +210,9 @@ def _accepts(kind: dict[str, Any], value: Any) -> bool:
             return True
         case "list":  # list_validator, then each item
             items = kind.get("items")
-            return isinstance(value, list | tuple) and (items is None or all(any(_accepts(k, v) for k in items) for v in value))
+            return isinstance(value, _SEQUENCES) and (items is None or all(any(_accepts(k, v) for k in items) for v in value))
         case "set":  # set_validator: set(value) needs hashable items
-            if not isinstance(value, list | tuple):
+            if not isinstance(value, _SEQUENCES):
                 return False
             try:
                 set(value)
@@ -204,7 +221,7 @@ def _accepts(kind: dict[str, Any], value: Any) -> bool:
             return True
         case "tuple":  # a fixed-length tuple: one type per position
             items = kind.get("items")
-            if not isinstance(value, list | tuple):
+            if not isinstance(value, _SEQUENCES):
                 return False
             if items is None:
                 return True
