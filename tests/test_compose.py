@@ -338,6 +338,22 @@ def test_airflow_environment_matches_the_native_stack(raw: dict, monkeypatch: py
         assert (ours.scheme, ours.username, ours.path) == (theirs.scheme, theirs.username, theirs.path), key
 
 
+def test_every_postgres_url_names_an_installed_driver(services: dict) -> None:
+    # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3, which neither stack installs: the MLflow
+    # server then fails at start with "No module named 'psycopg'".
+    import importlib.util
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    stack_extra = " ".join(pyproject["optional-dependencies"]["stack"])
+    urls = [text for text in strings(services) if "postgresql" in text and "://" in text]
+    assert len(urls) == 3, urls  # Airflow metadata, Celery results, MLflow backend store
+    for url in urls:
+        scheme = urlparse(url).scheme
+        assert scheme.endswith("postgresql+psycopg2"), url
+        assert importlib.util.find_spec("psycopg2") is not None
+    assert "psycopg2" in stack_extra
+
+
 def test_init_script_creates_the_connection_the_services_use(raw: dict) -> None:
     text = (REPO / "deploy" / "airflow" / "init.py").read_text()
     conn_id = re.search(r'^CONN_ID = "([^"]+)"', text, re.MULTILINE)[1]
@@ -600,7 +616,7 @@ def test_mlflow_command_serves_artifacts_from_the_bucket_and_checks_hosts(
     argv[argv.index("--host") + 1] = "127.0.0.1"
     argv[argv.index("--port") + 1] = str(port)
     env = _on_loopback(service["environment"], moto_s3)
-    assert env["MLFLOW_BACKEND_STORE_URI"].startswith("postgresql://mlflow:")
+    assert env["MLFLOW_BACKEND_STORE_URI"].startswith("postgresql+psycopg2://mlflow:")
     # SQLite stands in for the postgres service; everything else is the compose file's.
     env["MLFLOW_BACKEND_STORE_URI"] = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
