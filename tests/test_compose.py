@@ -345,7 +345,7 @@ def test_every_postgres_url_names_an_installed_driver(services: dict) -> None:
 
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     stack_extra = " ".join(pyproject["optional-dependencies"]["stack"])
-    urls = [text for text in strings(services) if "postgresql" in text and "://" in text]
+    urls = {text for text in strings(services) if "postgresql" in text and "://" in text}
     assert len(urls) == 3, urls  # Airflow metadata, Celery results, MLflow backend store
     for url in urls:
         scheme = urlparse(url).scheme
