@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -164,6 +165,17 @@ def refresh_status(state: CheckpointState, run_dir: ObjectStoragePath) -> Checkp
     read instead of a listing, so a watcher can notice the end of training within seconds."""
     _invalidate(run_dir)
     return replace(state, status=read_training_status(run_dir))
+
+
+def wait_for_training_status(run_dir: ObjectStoragePath, state: CheckpointState, *, timeout: float,
+                             interval: float = 0.5) -> CheckpointState:
+    """Read the train task's status again every ``interval`` seconds until it has written one or
+    ``timeout`` seconds have passed; ``state`` with the last status read."""
+    deadline = time.monotonic() + timeout
+    while state.status is None and time.monotonic() < deadline:
+        time.sleep(interval)
+        state = refresh_status(state, run_dir)
+    return state
 
 
 def write_training_status(run_dir: ObjectStoragePath, status: TrainingStatus) -> None:

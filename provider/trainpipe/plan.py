@@ -21,6 +21,7 @@ from trainpipe.spec.models import (
 )
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register")
+TRAIN_TASK = "train"
 # Runs beside `train` (same upstream), outside the chain: watches its checkpoints for stalls.
 CHECKPOINT_SENSOR = "watch_checkpoints"
 
@@ -145,7 +146,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str) -> Pipelin
                     outlets=outlets.get(task_id, ()))
         for i, task_id in enumerate(TASK_ORDER)
     )
-    train = TASK_ORDER.index("train")
+    train = TASK_ORDER.index(TRAIN_TASK)
     sensor = PlannedTask(task_id=CHECKPOINT_SENSOR, upstream=(TASK_ORDER[train - 1],),
                          summary=_TASK_SUMMARIES[CHECKPOINT_SENSOR])
     tasks = (*tasks[: train + 1], sensor, *tasks[train + 1 :])

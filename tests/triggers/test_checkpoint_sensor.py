@@ -1,18 +1,26 @@
-"""CheckpointSensor's decisions on a real run folder: wait (reschedule, backing off), defer, succeed, fail."""
+"""CheckpointSensor's decisions on a real run folder: wait (reschedule), defer, succeed, fail."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from trainpipe.checkpoint_state import TrainingStalledError, TrainingStatus, write_training_status
+from trainpipe.checkpoint_state import (
+    TrainingStalledError,
+    TrainingStatus,
+    read_checkpoint_state,
+    wait_for_training_status,
+    write_training_status,
+)
 from trainpipe.errors import TrainpipeError
 from trainpipe.factory import compile_file
 from trainpipe.runtime.train import run_dir_for
-from trainpipe.sensors.checkpoint import CheckpointSensor
+from trainpipe.sensors.checkpoint import WAITING_POKE_INTERVAL, CheckpointSensor
 from trainpipe.settings import Settings
 from trainpipe.triggers.checkpoint import STATUS_POLL_INTERVAL, CheckpointTrigger
 
@@ -36,20 +44,29 @@ def test_sensor_reschedules_until_training_starts_and_holds_no_retries(sensor_an
     sensor, context, _ = sensor_and_run
 
     assert sensor.mode == "reschedule" and sensor.retries == 0
+    assert sensor.poke_interval == WAITING_POKE_INTERVAL.total_seconds()
+    # No sign from Airflow that train is starting (here: no task instance at all, as for a sensor
+    # that dag.test() runs before train): no waiting on the worker, reschedule at once.
     assert sensor.poke(context) is False
 
 
-def test_sensor_looks_again_within_seconds_then_backs_off_to_a_minute(sensor_and_run):
-    sensor, _, _ = sensor_and_run
-    started = datetime(2026, 1, 1, tzinfo=timezone.utc)
+def test_waiting_for_train_to_write_its_status_ends_when_it_does(sensor_and_run):
+    """What the sensor does while Airflow has queued train but train has not written its status yet."""
+    _, _, run_dir = sensor_and_run
+    state = read_checkpoint_state(run_dir)
+    assert state.status is None
 
-    def next_look(waited_seconds: float) -> float:  # Airflow's own reschedule interval, on a fixed clock
-        return sensor._get_next_poke_interval(started, lambda: waited_seconds, 1)
+    # Nothing written: gives up after its timeout with no status.
+    assert wait_for_training_status(run_dir, state, timeout=0.3, interval=0.05).status is None
 
-    # train starts in the same scheduler loop as the sensor: the second look comes seconds later.
-    assert 2 <= next_look(0) <= 3
-    # A failed try waiting for a long retry_delay costs one look a minute, not one every few seconds.
-    assert next_look(3600) == 60
+    writer = threading.Timer(0.3, _status, args=(run_dir, "running"),
+                             kwargs={"started_at": datetime.now(timezone.utc)})
+    writer.start()
+    started = time.monotonic()
+    seen = wait_for_training_status(run_dir, state, timeout=30, interval=0.05)
+    writer.join()
+    assert seen.status is not None and seen.status.state == "running"
+    assert time.monotonic() - started < 15  # generous "cannot hang" bound: it stopped at the status
 
 
 def test_sensor_defers_to_the_trigger_while_training_runs(sensor_and_run):

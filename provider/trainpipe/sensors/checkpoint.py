@@ -12,20 +12,25 @@ if TYPE_CHECKING:
 
     from trainpipe.plan import PipelinePlan
 
-
-# Before training starts (or while a failed try waits for its retry) the sensor looks again after
-# 2-3 s, then backs off exponentially up to a minute, holding no slot in between (reschedule mode):
-# train usually starts in the same scheduler loop as the sensor, and a retry may be an hour away.
-WAITING_POKE_INTERVAL = timedelta(seconds=5)
-WAITING_MAX_WAIT = timedelta(minutes=1)
+# While training has not started (or a failed try waits for its retry) the sensor looks again this
+# often, holding no slot in between (reschedule mode). Not much shorter: Airflow 3.3 may fail a
+# reschedule-mode sensor whose previous poke's executor event is processed after the next poke
+# started (apache/airflow#71172), and a loaded scheduler can take seconds to process it.
+WAITING_POKE_INTERVAL = timedelta(seconds=15)
+# Airflow queued train with this sensor (same upstream) but train has not written its status yet:
+# it does so right after its own DAG parse, so the sensor looks every half second for up to this
+# long instead of rescheduling, and defers as soon as training runs.
+TRAIN_START_GRACE = timedelta(seconds=30)
 
 
 class CheckpointSensor(BaseSensorOperator):
     """Logs training progress and fails when no checkpoint is committed for ``stall_timeout``.
 
-    - training not started, or a failed try waiting for its retry: look again soon (reschedule
-      mode, no worker slot held, exponential backoff). Not deferred: ``dag.test()`` runs a trigger
-      in line, one task at a time, and would wait on it for a train task that cannot start;
+    - train queued or started by Airflow but no status written yet: look again every half second
+      for up to ``TRAIN_START_GRACE`` (train and this sensor start in the same scheduler loop);
+    - training not started, or a failed try waiting for its retry: check again later (reschedule
+      mode, no worker slot held). Not deferred: ``dag.test()`` runs a trigger in line, one task at
+      a time, and would wait on it for a train task that cannot start;
     - training running: defer to ``CheckpointTrigger`` on the triggerer, which reads the train
       task's status every few seconds (the sensor ends within seconds of ``train``) and lists the
       checkpoints at the stall check's own pace;
@@ -40,8 +45,6 @@ class CheckpointSensor(BaseSensorOperator):
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
         kwargs.setdefault("mode", "reschedule")
         kwargs.setdefault("poke_interval", WAITING_POKE_INTERVAL)
-        kwargs.setdefault("exponential_backoff", True)
-        kwargs.setdefault("max_wait", WAITING_MAX_WAIT)
         # A stall is not transient: retrying the sensor would only report it again.
         kwargs["retries"] = 0
         super().__init__(**kwargs)
@@ -57,15 +60,37 @@ class CheckpointSensor(BaseSensorOperator):
 
         return run_dir_for(self.plan.spec, Settings.from_env(), context["run_id"])
 
+    def _train_is_starting(self, context: Context) -> bool:
+        """Whether Airflow has queued or started this run's train task. Under ``dag.test()`` it is
+        still "scheduled" while this sensor runs: there the sensor reschedules at once."""
+        from trainpipe.plan import TRAIN_TASK
+
+        ti = context.get("ti")
+        if ti is None:
+            return False
+        try:
+            states = ti.get_task_states(dag_id=self.dag_id, task_ids=[TRAIN_TASK], run_ids=[context["run_id"]])
+        except Exception as err:  # noqa: BLE001 - only saves a reschedule: fall back to one
+            self.log.warning("could not read the state of %s: %s", TRAIN_TASK, err)
+            return False
+        return states.get(context["run_id"], {}).get(TRAIN_TASK) in ("queued", "running")
+
     def poke(self, context: Context) -> bool:
-        from trainpipe.checkpoint_state import TrainingStalledError, assess, read_checkpoint_state
+        from trainpipe.checkpoint_state import (
+            TrainingStalledError,
+            assess,
+            read_checkpoint_state,
+            wait_for_training_status,
+        )
         from trainpipe.settings import Settings
         from trainpipe.storage import fsspec_uri
         from trainpipe.triggers.checkpoint import STATUS_POLL_INTERVAL, CheckpointTrigger, poll_interval_for
 
         run_dir = self._run_dir(context)
-        progress = assess(read_checkpoint_state(run_dir), now=datetime.now(timezone.utc),
-                          stall_timeout=self.stall_timeout)
+        state = read_checkpoint_state(run_dir)
+        if state.status is None and self._train_is_starting(context):
+            state = wait_for_training_status(run_dir, state, timeout=TRAIN_START_GRACE.total_seconds())
+        progress = assess(state, now=datetime.now(timezone.utc), stall_timeout=self.stall_timeout)
         self.log.info("%s", progress.message)
         if progress.kind == "finished":
             return True
