@@ -211,6 +211,20 @@ def test_services_are_the_native_stack_plus_init_steps(raw: dict) -> None:
     assert AIRFLOW_SERVICES <= expected
 
 
+def test_service_keys_are_compose_keys(services: dict) -> None:
+    # Keys of the Compose Specification's service object that a file like this one may use: a typo
+    # (`healtcheck`, `depends-on`) is otherwise ignored by a YAML load and only fails on a Docker host.
+    known = {"build", "command", "container_name", "depends_on", "deploy", "entrypoint", "environment", "env_file",
+             "expose", "healthcheck", "image", "labels", "logging", "networks", "ports", "profiles", "restart",
+             "shm_size", "stop_grace_period", "stop_signal", "user", "volumes", "working_dir"}
+    for name, service in services.items():
+        assert set(service) <= known, f"{name}: unknown keys {set(service) - known}"
+        assert set(service.get("healthcheck", {})) <= {"test", "interval", "timeout", "retries", "start_period",
+                                                       "start_interval", "disable"}, name
+        for target, spec in service.get("depends_on", {}).items():
+            assert set(spec) <= {"condition", "required", "restart"}, f"{name} -> {target}"
+
+
 def test_long_running_services_have_health_checks_and_restart(services: dict) -> None:
     for name, service in services.items():
         if name in INIT_SERVICES:
