@@ -128,6 +128,15 @@ def log_gate(outcome: dict[str, Any], logger: logging.Logger | None = None) -> N
                          outcome["note"])
 
 
+def _logged_model_id(model_uri: str) -> str | None:
+    """``m-...`` of a logged model's ``models:/<model_id>`` URI. A tracking server refuses such a source
+    unless the version names the model it comes from (a local store does not check)."""
+    reference = model_uri.removeprefix("models:/")
+    if reference == model_uri or "/" in reference or "@" in reference:
+        return None
+    return reference
+
+
 def register(spec: PipelineSpec, *, model_uri: str, mlflow_run_id: str, tags: dict[str, str],
              evaluation: dict[str, Any], hook: MlflowHook) -> dict[str, Any]:
     """A new model version with its lineage tags; the alias moves to it (the old one keeps its number)."""
@@ -139,7 +148,8 @@ def register(spec: PipelineSpec, *, model_uri: str, mlflow_run_id: str, tags: di
         client.get_registered_model(name)
     except MlflowException:
         client.create_registered_model(name, description=spec.description or None)
-    version = client.create_model_version(name, model_uri, run_id=mlflow_run_id, tags=tags)
+    version = client.create_model_version(name, model_uri, run_id=mlflow_run_id, tags=tags,
+                                          model_id=_logged_model_id(model_uri))
     for key, value in evaluation["candidate"].items():
         client.set_model_version_tag(name, version.version, f"holdout_{mlflow_metric_key(key)}", f"{value:.6f}")
     client.set_registered_model_alias(name, spec.registration.alias, version.version)
