@@ -22,8 +22,11 @@ Figures, per run:
 
 Only the scheduler settings a deployment would reasonably set are changed here, and the README
 lists them: ``[scheduler] use_job_schedule = False`` so unpausing starts no scheduled run of
-``@daily`` beside the triggered ones. The first run has no champion to compare against; later
-runs evaluate the champion too, as every nightly run after the first does.
+``@daily`` beside the triggered ones. Every run takes the whole path (gate passes, register runs):
+before each run after the first the benchmark removes the ``champion`` alias, as a model trained
+on the same demo data cannot beat the previous one by the spec's relative gate. The first run is
+reported apart (cold: first task processes, MLflow store created); the figure is the median of
+the others.
 """
 
 from __future__ import annotations
@@ -192,6 +195,14 @@ def _report(result: dict[str, Any], label: str) -> None:
           f"{TARGET_OVERHEAD_S:.0f} s target")
 
 
+def _forget_champion(env: dict[str, str], model_name: str) -> None:
+    """Every run takes the whole path: with no champion the relative gate passes and register runs
+    (on the same demo data a second model cannot beat the first by the spec's +0.1%)."""
+    code = ("import sys, mlflow; mlflow.MlflowClient().delete_registered_model_alias(sys.argv[1], 'champion')")
+    subprocess.run([sys.executable, "-c", code, model_name], env=env, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
 def _stop(server: subprocess.Popen) -> None:
     if server.poll() is None:
         os.killpg(server.pid, signal.SIGTERM)
@@ -212,6 +223,7 @@ def main() -> int:
                         help="DAG runs, one after the other; the first is the cold one (default 4)")
     parser.add_argument("--port", type=int, default=8082, help="api-server port on 127.0.0.1 (default 8082)")
     parser.add_argument("--dag", default="fraud_detector")
+    parser.add_argument("--model", default="fraud_detector", help="the spec's registration.model_name")
     parser.add_argument("--workdir", type=Path, help="state folder (default: a new temporary folder, removed after)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds allowed per run")
     args = parser.parse_args()
@@ -245,6 +257,8 @@ def main() -> int:
         print(f"airflow ready after {time.monotonic() - started:.0f} s", flush=True)
         api.call("PATCH", f"/api/v2/dags/{args.dag}", {"is_paused": False})
         for index in range(args.runs):
+            if index:
+                _forget_champion(env, args.model)
             load_before = os.getloadavg()[0]
             try:
                 result = _one_run(api, args.dag, server, timeout=args.timeout)
