@@ -8,8 +8,8 @@ ARG AIRFLOW_VERSION=3.3.2
 ARG PYTHON_VERSION=3.11
 FROM apache/airflow:${AIRFLOW_VERSION}-python${PYTHON_VERSION}
 
-# Re-declared: an ARG before FROM is not visible after it.
-ARG AIRFLOW_VERSION=3.3.2
+# Re-declared without a value: it keeps the one given before FROM.
+ARG AIRFLOW_VERSION
 # The torch CI tests with. CPU by default: the workers of this stack train small models on CPU and
 # the CUDA wheels add several GB to every service's image; docker-compose.gpu.yaml builds the
 # worker image with the CUDA index instead (the host then needs only the NVIDIA driver and toolkit).
