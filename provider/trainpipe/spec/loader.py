@@ -26,10 +26,11 @@ MAX_SPEC_BYTES = 1_048_576  # 1 MiB, checked before the file is read in full
 # a file of 10,000 mistakes takes about half a second to report (a did-you-mean per mistake).
 MAX_SPEC_NODES = 10_000
 MAX_SPEC_DEPTH = 32  # mappings and lists nested in one another
-# A file with fewer YAML indicators than this (each mapping or list needs at least one of
-# `[ { - ? : ,`) cannot hold more collections, so libyaml composes it with a short C recursion.
-# Above it, the events are counted first: a 200 KB run of `[` overflows the composer's C stack.
-_COMPOSE_WITHOUT_SCAN = 2_000
+# A file with at most this many YAML indicators (each mapping or list needs one of `[ { - ? : ,`
+# of its own) holds at most twice as many nodes, nested at most this deep, so libyaml composes it
+# with a short C recursion (about 1.3 MB of stack). A longer one has its events counted first: a
+# 200 KB run of `[` overflows the composer's C stack. Every example spec is shorter than this.
+_COMPOSE_WITHOUT_SCAN = 4_000
 
 
 _TAGS: dict[tuple[Any, ...], str] = {}
@@ -285,7 +286,7 @@ def load_yaml_text(text: str, file: str) -> LoadedYaml:
     if len(text) > MAX_SPEC_BYTES:  # characters <= bytes: a longer text is over the byte limit too
         raise _too_big(file)
     # Counting is cheap (C), scanning is not: only a file that could nest deep enough to matter is scanned.
-    if sum(map(text.count, "[{-?:,")) > _COMPOSE_WITHOUT_SCAN:
+    if len(text) > _COMPOSE_WITHOUT_SCAN and sum(map(text.count, "[{-?:,")) > _COMPOSE_WITHOUT_SCAN:
         _scan_events(text, file, check_depth=True)
     loaded = LoadedYaml(file=file, data=None)
     loader = _SpecLoader(text)
@@ -328,13 +329,28 @@ def read_spec_text(path: Path, display_name: str | None = None) -> str:
     at the first byte that is not UTF-8. ``OSError`` (missing, unreadable) is the caller's."""
     file = display_name or str(path)
     # Non-blocking, so that a named pipe dropped into the folder is refused instead of hanging the parse.
-    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise SpecError([SpecProblem(file, 1, 1, "", "not a regular file (a folder, pipe or device); a spec is a "
                                                          "plain text file: rename or move it")])
-        data = handle.read(MAX_SPEC_BYTES + 1)
-    if len(data) > MAX_SPEC_BYTES:
+        if info.st_size > MAX_SPEC_BYTES:
+            raise _too_big(file)
+        # Read what the size promises, plus whatever the file grew by, never past the limit.
+        chunks: list[bytes] = []
+        total, wanted = 0, info.st_size + 1
+        while total <= MAX_SPEC_BYTES:
+            chunk = os.read(fd, min(max(wanted - total, 65_536), MAX_SPEC_BYTES + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    if total > MAX_SPEC_BYTES:
         raise _too_big(file)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
