@@ -23,7 +23,7 @@ FieldPath = tuple[str | int, ...]
 # are checked before any value is built, so a hostile file costs milliseconds, not gigabytes.
 MAX_SPEC_BYTES = 1_048_576  # 1 MiB, checked before the file is read in full
 # Keys, values and items, each alias counting as the nodes it stands for. Also bounds validation:
-# a file of 10,000 mistakes takes about half a second to report (a did-you-mean per mistake).
+# a file of 10,000 mistakes takes about a second of CPU to report (a did-you-mean per mistake).
 MAX_SPEC_NODES = 10_000
 MAX_SPEC_DEPTH = 32  # mappings and lists nested in one another
 # A file with at most this many YAML indicators (each mapping or list needs one of `[ { - ? : ,`
