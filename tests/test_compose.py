@@ -64,7 +64,7 @@ SAME_VALUE = ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__CORE__AUTH_MANAGER", "AIRFLOW
               "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL", "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL",
               "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT",
               "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL",
-              "TRAINPIPE_STORAGE_CONN_ID", "TRAINPIPE_STORAGE_ROOT", "AWS_DEFAULT_REGION",
+              "TRAINPIPE_STORAGE_CONN_ID", "TRAINPIPE_STORAGE_ROOT", "TRAINPIPE_MLFLOW_ARTIFACT_ROOT", "AWS_DEFAULT_REGION",
               "MLFLOW_DISABLE_TELEMETRY", "GX_ANALYTICS_ENABLED")
 
 _VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}")
@@ -361,8 +361,7 @@ def test_airflow_environment_matches_the_native_stack(raw: dict, monkeypatch: py
         assert compose[key] == native[key], key
     assert compose["TRAINPIPE_STORAGE_CONN_ID"] == stack.S3_CONN_ID
     # Same URL shapes, different hosts.
-    for key in ("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "TRAINPIPE_MLFLOW_ARTIFACT_ROOT",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CELERY__BROKER_URL", "AIRFLOW__CELERY__RESULT_BACKEND"):
+    for key in ("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CELERY__BROKER_URL", "AIRFLOW__CELERY__RESULT_BACKEND"):
         ours, theirs = urlparse(compose[key]), urlparse(native[key])
         assert (ours.scheme, ours.username, ours.path) == (theirs.scheme, theirs.username, theirs.path), key
 
@@ -637,10 +636,12 @@ def test_airflow_init_migrates_writes_login_connection_and_demo_data(
 
 @pytest.mark.integration
 def test_mlflow_command_serves_artifacts_from_the_bucket_and_checks_hosts(
-    services: dict, moto_s3: str, tmp_path: Path
+    raw: dict, services: dict, moto_s3: str, tmp_path: Path
 ) -> None:
     import boto3
 
+    # Where trainpipe's MLflow hook puts each pipeline's experiment: <root>/<pipeline_id>.
+    artifact_root = raw["x-airflow-common"]["environment"]["TRAINPIPE_MLFLOW_ARTIFACT_ROOT"]
     service = services["mlflow"]
     argv = list(service["command"])
     port = _free_port()
@@ -679,7 +680,7 @@ def test_mlflow_command_serves_artifacts_from_the_bucket_and_checks_hosts(
         code = (
             "import mlflow\n"
             f"client = mlflow.MlflowClient(tracking_uri='{base}')\n"
-            "experiment = client.create_experiment('compose', artifact_location='mlflow-artifacts:/experiments/compose')\n"
+            f"experiment = client.create_experiment('compose', artifact_location='{artifact_root}/compose')\n"
             "run = client.create_run(experiment)\n"
             "client.log_text(run.info.run_id, 'served', 'probe.txt')\n"
             "print(run.info.run_id)\n"
@@ -691,7 +692,7 @@ def test_mlflow_command_serves_artifacts_from_the_bucket_and_checks_hosts(
         destination = urlparse(argv[argv.index("--artifacts-destination") + 1])
         s3 = boto3.client("s3", endpoint_url=moto_s3, region_name="us-east-1", aws_access_key_id="x",
                           aws_secret_access_key="x")
-        key = f"{destination.path.strip('/')}/experiments/compose/{run_id}/artifacts/probe.txt"
+        key = f"{destination.path.strip('/')}/{urlparse(artifact_root).path.strip('/')}/compose/{run_id}/artifacts/probe.txt"
         assert s3.get_object(Bucket=destination.netloc, Key=key)["Body"].read() == b"served"
     finally:
         os.killpg(server.pid, signal.SIGTERM)
