@@ -64,7 +64,8 @@ SAME_VALUE = ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__CORE__AUTH_MANAGER", "AIRFLOW
               "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL", "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL",
               "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT",
               "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL",
-              "TRAINPIPE_STORAGE_CONN_ID", "TRAINPIPE_STORAGE_ROOT", "TRAINPIPE_MLFLOW_ARTIFACT_ROOT", "AWS_DEFAULT_REGION",
+              "TRAINPIPE_STORAGE_CONN_ID", "TRAINPIPE_STORAGE_ROOT", "TRAINPIPE_MLFLOW_ARTIFACT_ROOT",
+              "AWS_DEFAULT_REGION",
               "MLFLOW_DISABLE_TELEMETRY", "GX_ANALYTICS_ENABLED")
 
 _VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}")
@@ -353,15 +354,16 @@ def test_airflow_environment_matches_the_native_stack(raw: dict, monkeypatch: py
     config = stack.StackConfig.from_env({})
     native = stack.airflow_env(config, AnyKey())
     # The image's own ENV (Dockerfile) plus the shared block, runtime settings only (not PIP_*).
-    compose = {key: value for key, value in {**dockerfile_env(DOCKERFILE.read_text()),
-                                             **interpolate(raw["x-airflow-common"]["environment"], filled_env())}.items()
-               if not key.startswith("PIP_")}
+    shared = interpolate(raw["x-airflow-common"]["environment"], filled_env())
+    image = {key: value for key, value in dockerfile_env(DOCKERFILE.read_text()).items() if not key.startswith("PIP_")}
+    compose = {**image, **shared}
     assert set(native) - NATIVE_ONLY == set(compose) - COMPOSE_ONLY
     for key in SAME_VALUE:
         assert compose[key] == native[key], key
     assert compose["TRAINPIPE_STORAGE_CONN_ID"] == stack.S3_CONN_ID
     # Same URL shapes, different hosts.
-    for key in ("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CELERY__BROKER_URL", "AIRFLOW__CELERY__RESULT_BACKEND"):
+    for key in ("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+                "AIRFLOW__CELERY__BROKER_URL", "AIRFLOW__CELERY__RESULT_BACKEND"):
         ours, theirs = urlparse(compose[key]), urlparse(native[key])
         assert (ours.scheme, ours.username, ours.path) == (theirs.scheme, theirs.username, theirs.path), key
 
@@ -487,7 +489,8 @@ def test_dockerfile_is_pinned_non_root_and_locked(raw: dict) -> None:
     assert resolved == f"apache/airflow:{locked_version('apache-airflow')}-python3.11"
     # The torch CI tests with (the Makefile's pin) and the trainer image's.
     assert f'"torch=={args["TORCH_VERSION"]}"' in (REPO / "Makefile").read_text()
-    assert args["TORCH_VERSION"] == dockerfile_args((REPO / "trainer_image" / "Dockerfile").read_text())["TORCH_VERSION"]
+    trainer_image_args = dockerfile_args((REPO / "trainer_image" / "Dockerfile").read_text())
+    assert args["TORCH_VERSION"] == trainer_image_args["TORCH_VERSION"]
     users = [rest.split(":")[0] for keyword, rest in instructions if keyword == "USER"]
     assert users[-1] not in ("root", "0"), "the image must end as a non-root user"
     assert re.search(r"pip install -c \S*requirements\.lock", text)
@@ -496,7 +499,8 @@ def test_dockerfile_is_pinned_non_root_and_locked(raw: dict) -> None:
     trainer = tomllib.loads((REPO / "trainer_image" / "pyproject.toml").read_text())["project"]
     extras = re.search(r'"/src/trainer_image\[([a-z0-9,]+)\]"', text)[1]
     assert set(extras.split(",")) <= set(trainer["optional-dependencies"])
-    assert dockerfile_env(text)["TRAINPIPE_DAG_CONFIGS"] == raw["x-airflow-common"]["environment"]["TRAINPIPE_DAG_CONFIGS"]
+    shared = raw["x-airflow-common"]["environment"]
+    assert dockerfile_env(text)["TRAINPIPE_DAG_CONFIGS"] == shared["TRAINPIPE_DAG_CONFIGS"]
     assert any(keyword == "COPY" and "dags/" in rest for keyword, rest in instructions)
     ignored = (REPO / ".dockerignore").read_text().split()
     assert {".venv", ".trainpipe", ".git", ".env"} <= set(ignored)
@@ -692,7 +696,8 @@ def test_mlflow_command_serves_artifacts_from_the_bucket_and_checks_hosts(
         destination = urlparse(argv[argv.index("--artifacts-destination") + 1])
         s3 = boto3.client("s3", endpoint_url=moto_s3, region_name="us-east-1", aws_access_key_id="x",
                           aws_secret_access_key="x")
-        key = f"{destination.path.strip('/')}/{urlparse(artifact_root).path.strip('/')}/compose/{run_id}/artifacts/probe.txt"
+        prefix = f"{destination.path.strip('/')}/{urlparse(artifact_root).path.strip('/')}"
+        key = f"{prefix}/compose/{run_id}/artifacts/probe.txt"
         assert s3.get_object(Bucket=destination.netloc, Key=key)["Body"].read() == b"served"
     finally:
         os.killpg(server.pid, signal.SIGTERM)
