@@ -104,6 +104,7 @@ class StackConfig:
     ports: Ports = field(default_factory=Ports)
     bucket: str = "trainpipe"
     worker_concurrency: int = 4
+    env_file: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> StackConfig:
@@ -116,8 +117,10 @@ class StackConfig:
         concurrency = env.get("TRAINPIPE_STACK_WORKER_CONCURRENCY") or "4"
         if not concurrency.isdigit() or int(concurrency) < 1:
             raise StackError(f"TRAINPIPE_STACK_WORKER_CONCURRENCY={concurrency!r}: expected a whole number >= 1")
+        env_file = Path(env["TRAINPIPE_STACK_ENV_FILE"]).resolve() if env.get("TRAINPIPE_STACK_ENV_FILE") else None
         return cls(repo=repo, home=home, dag_configs=dag_configs, ports=Ports.from_env(env),
-                   bucket=env.get("TRAINPIPE_STACK_BUCKET") or "trainpipe", worker_concurrency=int(concurrency))
+                   bucket=env.get("TRAINPIPE_STACK_BUCKET") or "trainpipe", worker_concurrency=int(concurrency),
+                   env_file=env_file)
 
     # URLs -------------------------------------------------------------------------------------
     @property
@@ -202,11 +205,30 @@ def s3_env(config: StackConfig, keys: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines (``#`` comments); ``KEY=`` with nothing after it removes the stack's value."""
+    if not path.is_file():
+        raise StackError(f"TRAINPIPE_STACK_ENV_FILE={path}: no such file")
+    values = {}
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key = key.removeprefix("export ").strip()
+        if not sep or not key.replace("_", "").isalnum():
+            raise StackError(f"{path}:{number}: expected KEY=VALUE, got {raw!r}")
+        values[key] = value.strip().strip("'\"")
+    return values
+
+
 def airflow_env(config: StackConfig, keys: Mapping[str, str]) -> dict[str, str]:
-    """The environment of every Airflow service; docker-compose.yaml sets the same variables."""
+    """The environment of every Airflow service; docker-compose.yaml sets the same variables.
+
+    ``TRAINPIPE_STACK_ENV_FILE`` adds to it or replaces any of it (a real bucket, a shared MLflow)."""
     ports = config.ports
     db = f"airflow:{keys['airflow_db_password']}@{HOST}:{ports.postgres}/airflow"
-    return {
+    env = {
         **_base_env(),
         **s3_env(config, keys),
         "AIRFLOW_HOME": str(config.airflow_home),
@@ -243,14 +265,21 @@ def airflow_env(config: StackConfig, keys: Mapping[str, str]) -> dict[str, str]:
         "TRAINPIPE_STORAGE_CONN_ID": S3_CONN_ID,
         "MLFLOW_TRACKING_URI": config.mlflow_url,
         # Experiments store artifacts through the MLflow server (workers need no bucket access for
-        # models); the hook requires a scheme://host form.
-        "TRAINPIPE_MLFLOW_ARTIFACT_ROOT": f"mlflow-artifacts://{HOST}:{ports.mlflow}/experiments",
+        # models). No host in the URI: clients resolve it against MLFLOW_TRACKING_URI, and the server
+        # refuses host-addressed artifact locations.
+        "TRAINPIPE_MLFLOW_ARTIFACT_ROOT": "mlflow-artifacts:///experiments",
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
         "GX_ANALYTICS_ENABLED": "false",
         "TORCH_EXTENSIONS_DIR": str(config.home / "torch_extensions"),
         "PYTHONUNBUFFERED": "1",
     }
+    for key, value in (read_env_file(config.env_file) if config.env_file else {}).items():
+        if value:
+            env[key] = value
+        else:
+            env.pop(key, None)
+    return env
 
 
 # ---------------------------------------------------------------------------------------------
@@ -616,7 +645,7 @@ class Stack:
 
     def _identity(self) -> dict[str, Any]:
         return {"dag_configs": str(self.config.dag_configs), "ports": {k: getattr(self.config.ports, k) for k in Ports.ENV},
-                "bucket": self.config.bucket}
+                "bucket": self.config.bucket, "env_file": str(self.config.env_file or "")}
 
     def _check_same_config(self) -> None:
         current = self.config.home / "running.json"

@@ -1,0 +1,117 @@
+"""The `stack` tier: one real stack for the session (``trainpipe.stack``, the code behind ``make stack``).
+
+It runs on free loopback ports with its state in a temporary folder, so it never touches a developer's
+``make stack`` state, and it watches a temporary configs folder: the repository's example specs plus the
+small specs of ``helpers.SPECS``. Tests talk to it as a client would: Airflow's public REST API v2 (token from
+``POST /auth/token``), the MLflow server, and the S3 endpoint with boto3.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from trainpipe.stack import Ports, Stack, StackConfig, s3_client
+
+from .helpers import DATA_KEY, REPO, SPECS, AirflowClient, RunningStack
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@pytest.fixture(scope="session")
+def running_stack(request: pytest.FixtureRequest) -> Iterator[RunningStack]:
+    # Not pytest's tmp_path: that folder is private to this user, and PostgreSQL runs as `postgres`
+    # when the tests run as root.
+    terminal = request.config.pluginmanager.get_plugin("terminalreporter")
+
+    def report(line: str) -> None:
+        if terminal is not None:
+            terminal.write_line("\n" + line)
+
+    root = Path(tempfile.mkdtemp(prefix="trainpipe-stack-tests-"))
+    root.chmod(0o755)
+    configs = root / "dag_configs"
+    configs.mkdir()
+    for example in sorted((REPO / "dag_configs").glob("*.yaml")):
+        shutil.copy(example, configs / example.name)
+    for name, text in SPECS.items():
+        (configs / f"{name}.yaml").write_text(text)
+    env = {"TRAINPIPE_STACK_HOME": str(root / "state"), "TRAINPIPE_DAG_CONFIGS": str(configs)}
+    env.update({variable: str(port) for variable, port in zip(Ports.ENV.values(), _free_ports(len(Ports.ENV)))})
+    stack = Stack(StackConfig.from_env(env))
+    started = time.monotonic()
+    try:
+        urls = stack.up(log=lambda line: None)
+        _upload_test_data(stack)
+        report(f"stack tier: stack up in {time.monotonic() - started:.0f} s")
+        yield RunningStack(stack=stack, urls=urls, dag_configs=configs)
+    finally:
+        stack.down(log=lambda line: None)
+        leftovers = stack.running()
+        if request.session.testsfailed:
+            # Service and task logs for the failure: logs/<service>.log, airflow/logs/dag_id=...
+            report(f"stack tier: state and logs kept in {root / 'state'}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+        assert leftovers == {}, f"stack processes still running after down: {leftovers}"
+
+
+def _upload_test_data(stack: Stack) -> None:
+    import io
+
+    from trainpipe.demo.synthetic import generate_transactions
+
+    # Ends a few minutes ago: every run of the tests (manual or scheduled) cuts its 30-day window
+    # at a later logical date, so all rows are in it and every snapshot has the same content.
+    end = datetime.now(timezone.utc) - timedelta(minutes=5)
+    buffer = io.BytesIO()
+    generate_transactions(rows=4000, days=20, end=end).to_parquet(buffer, index=False)
+    s3_client(stack.config, stack.keys).put_object(Bucket=stack.config.bucket, Key=f"storage/{DATA_KEY}",
+                                                   Body=buffer.getvalue())
+
+
+@pytest.fixture(scope="session")
+def airflow(running_stack: RunningStack) -> AirflowClient:
+    urls = running_stack.urls
+    return AirflowClient(urls["airflow"], urls["username"], urls["password"])
+
+
+@pytest.fixture(scope="session")
+def mlflow_client(running_stack: RunningStack):  # noqa: ANN201 - MlflowClient
+    import mlflow
+
+    return mlflow.MlflowClient(tracking_uri=running_stack.urls["mlflow"])
+
+
+@pytest.fixture
+def mlflow_server_uri(running_stack: RunningStack, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Fluent MLflow calls (``load_model("models:/...")``) in this test go to the stack's server."""
+    import mlflow
+    from mlflow.tracking._tracking_service import utils
+
+    uri = running_stack.urls["mlflow"]
+    # Undone at teardown: the process-wide URI would otherwise stay on the stack for later tests.
+    monkeypatch.setattr(utils, "_tracking_uri", utils._tracking_uri)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    return uri
+
+

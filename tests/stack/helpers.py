@@ -1,0 +1,186 @@
+"""Helpers of the `stack` tier: the test specs, a REST API v2 client, polling with a bound."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from trainpipe.stack import Stack, StackConfig, s3_client
+
+REPO = Path(__file__).resolve().parents[2]
+DATA_KEY = "stack_tests/transactions.parquet"  # under the storage root (s3://<bucket>/storage/)
+FEATURES = ["amount", "merchant_risk", "hour_of_day", "distance_from_home_km", "transactions_last_24h",
+            "account_age_days", "is_foreign"]
+
+T = TypeVar("T")
+
+
+def spec_yaml(pipeline_id: str, *, schedule: str = "none", epochs: int = 2, every_n_steps: int = 20,
+              stall_timeout: str = "10m") -> str:
+    """A small binary-classification pipeline on the test data; gates every model passes."""
+    features = ", ".join(FEATURES)
+    return f"""\
+pipeline_id: {pipeline_id}
+description: stack tier test pipeline
+schedule: "{schedule}"
+retries: 1
+retry_delay: 5s
+data:
+  uri: {DATA_KEY}
+  time_column: event_time
+  window: 30d
+validation:
+  expectations:
+    - expect_column_values_to_not_be_null: {{column: amount}}
+    - expect_table_row_count_to_be_between: {{min_value: 100}}
+  max_volume_change: 0.5
+training:
+  task: binary_classification
+  model: {{type: mlp, hidden_layers: [16]}}
+  features: [{features}]
+  label: is_fraud
+  epochs: {epochs}
+  batch_size: 64
+  learning_rate: 0.003
+  seed: 3
+  distributed: {{nproc_per_node: 1, nnodes: 1, strategy: ddp}}
+  checkpoint: {{every_n_steps: {every_n_steps}, keep_last: 2, stall_timeout: {stall_timeout}}}
+evaluation:
+  metrics: [auc]
+  gates: ["auc >= 0.5"]
+registration:
+  model_name: {pipeline_id}
+  alias: champion
+params:
+  epochs:
+    description: Passes over the training split for this run
+    minimum: 1
+    maximum: 100
+"""
+
+
+# The specs in the watched folder when the stack starts (the tests drop more).
+SPECS = {
+    "stack_manual": spec_yaml("stack_manual", epochs=2),
+    # Long enough to kill the worker after a committed checkpoint and well before the end.
+    "stack_retry": spec_yaml("stack_retry", epochs=30, every_n_steps=50),
+    "stack_scheduled": spec_yaml("stack_scheduled", schedule="* * * * *", epochs=1),
+}
+
+
+def wait_for(what: str, probe: Callable[[], T | None], *, timeout: float, interval: float = 1.0) -> T:
+    """Poll until ``probe`` returns something truthy; fail naming ``what`` (a bound, not a timing claim)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+class AirflowClient:
+    """Airflow's public REST API v2, as any HTTP client uses it."""
+
+    def __init__(self, base_url: str, username: str, password: str) -> None:
+        import requests
+
+        self.base_url = base_url
+        self.session = requests.Session()
+        response = self.session.post(f"{base_url}/auth/token", json={"username": username, "password": password},
+                                     timeout=30)
+        response.raise_for_status()
+        self.session.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
+
+    def request(self, method: str, path: str, *, expect: tuple[int, ...] = (200,), **kwargs: Any) -> Any:
+        response = self.session.request(method, f"{self.base_url}/api/v2{path}", timeout=60, **kwargs)
+        if response.status_code not in expect:
+            raise AssertionError(f"{method} {path}: HTTP {response.status_code}: {response.text[:500]}")
+        return response.json() if response.content else None
+
+    def dag_ids(self) -> set[str]:
+        return {dag["dag_id"] for dag in self.request("GET", "/dags", params={"limit": 100})["dags"]}
+
+    def dag(self, dag_id: str) -> dict[str, Any] | None:
+        """The DAG, or None while Airflow does not know it."""
+        response = self.session.get(f"{self.base_url}/api/v2/dags/{dag_id}", timeout=60)
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        return response.json()
+
+    def unpause(self, dag_id: str, paused: bool = False) -> None:
+        self.request("PATCH", f"/dags/{dag_id}", json={"is_paused": paused})
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        run = self.request("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        return run["dag_run_id"]
+
+    def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return self.request("GET", f"/dags/{dag_id}/dagRuns", params={"limit": 100, "order_by": "run_after"})["dag_runs"]
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        listing = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        return {ti["task_id"]: ti for ti in listing}
+
+    def import_errors(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/importErrors", params={"limit": 100})["import_errors"]
+
+    def task_log_tail(self, dag_id: str, run_id: str, task_id: str, try_number: int, lines: int = 25) -> str:
+        log = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                           params={"full_content": "true"}, headers={"Accept": "application/json"})
+        events = [str(item.get("event", "")) if isinstance(item, dict) else str(item) for item in log.get("content", [])]
+        return "\n".join(f"    | {event}" for event in events[-lines:])
+
+    def wait_for_run(self, dag_id: str, run_id: str, *, timeout: float,
+                     on_poll: Callable[[dict[str, dict[str, Any]]], None] | None = None) -> dict[str, Any]:
+        """Wait until the run ends; fail with every task's state and the failed tasks' log tails."""
+
+        def finished() -> dict[str, Any] | None:
+            if on_poll is not None:
+                on_poll(self.task_instances(dag_id, run_id))
+            run = self.dag_run(dag_id, run_id)
+            return run if run["state"] in ("success", "failed") else None
+
+        run = wait_for(f"{dag_id} run {run_id} to finish", finished, timeout=timeout, interval=1)
+        if run["state"] != "success":
+            tis = self.task_instances(dag_id, run_id)
+            report = [f"{dag_id} run {run_id} ended {run['state']}; tasks: "
+                      + ", ".join(f"{task}={ti['state']}/{ti['try_number']}" for task, ti in tis.items())]
+            for task, ti in tis.items():
+                if ti["state"] == "failed":
+                    report.append(f"  {task} try {ti['try_number']}:\n"
+                                  + self.task_log_tail(dag_id, run_id, task, ti["try_number"]))
+            pytest.fail("\n".join(report))
+        return run
+
+
+@dataclass(frozen=True)
+class RunningStack:
+    stack: Stack
+    urls: dict[str, str]
+    dag_configs: Path
+
+    @property
+    def config(self) -> StackConfig:
+        return self.stack.config
+
+    def s3(self):  # noqa: ANN201 - botocore client
+        return s3_client(self.config, self.stack.keys)
+
+    def keys_under(self, prefix: str) -> list[str]:
+        s3 = self.s3()
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=self.config.bucket, Prefix=prefix)
+        return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+    def worker_log(self) -> str:
+        return (self.config.logs / "airflow-worker.log").read_text(errors="replace")

@@ -1,0 +1,155 @@
+"""Pipelines run by the stack: a manual trigger with conf, a worker killed during train, a scheduled run.
+
+Every run goes through the scheduler and the Celery worker; snapshots and checkpoints land in the S3
+bucket, metrics and models on the MLflow server. The scheduled test runs last: its DAG keeps firing
+every minute until the stack stops.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import psutil
+import pytest
+
+from trainpipe.plan import run_key
+
+from .helpers import FEATURES, AirflowClient, RunningStack, wait_for
+
+pytestmark = pytest.mark.stack
+
+TASKS = ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate", "register")
+RUN_BOUND_SECONDS = 600  # "cannot hang" bound for one pipeline run on a loaded 2-core machine
+_STEP = re.compile(r"/checkpoints/step-(\d+)/manifest\.json$")
+
+
+def committed_steps(running_stack: RunningStack, pipeline_id: str, run_id: str) -> list[int]:
+    """Checkpoint steps with a manifest (the trainer's commit marker) in the bucket."""
+    keys = running_stack.keys_under(f"storage/runs/{pipeline_id}/{run_key(run_id)}/checkpoints/")
+    return sorted(int(match.group(1)) for key in keys if (match := _STEP.search(key)))
+
+
+def mlflow_run_of(mlflow_client, pipeline_id: str, run_id: str):  # noqa: ANN001, ANN201
+    experiment = mlflow_client.get_experiment_by_name(f"trainpipe/{pipeline_id}")
+    return mlflow_client.search_runs([experiment.experiment_id],
+                                     filter_string=f"tags.`trainpipe.airflow_run_id` = '{run_id}'")
+
+
+def test_manual_trigger_with_conf_runs_through_celery_with_s3_and_the_mlflow_server(
+        airflow: AirflowClient, running_stack: RunningStack, mlflow_client, mlflow_server_uri: str):
+    import mlflow
+
+    from trainpipe.demo.synthetic import generate_transactions
+
+    airflow.unpause("stack_manual")  # schedule none: unpausing starts nothing by itself
+    run_id = airflow.trigger("stack_manual", conf={"epochs": 3})
+
+    # Poll the task states while it runs: the checkpoint sensor must be seen deferred (on the
+    # triggerer, no worker slot) while train runs.
+    seen: set[tuple[str | None, str | None]] = set()
+    run = airflow.wait_for_run("stack_manual", run_id, timeout=RUN_BOUND_SECONDS,
+                               on_poll=lambda tis: seen.add((tis["train"]["state"], tis["watch_checkpoints"]["state"])))
+    tis = airflow.task_instances("stack_manual", run_id)
+    assert run["run_type"] == "manual" and run["conf"] == {"epochs": 3}
+    assert {task: tis[task]["state"] for task in TASKS} == dict.fromkeys(TASKS, "success")
+    assert tis["train"]["try_number"] == 1
+    assert ("running", "deferred") in seen, sorted(seen, key=str)
+    # The Celery worker ran the tasks (the scheduler only queued them).
+    assert f"run_id={run_id}/task_id=train/attempt=1.log" in running_stack.worker_log()
+
+    # Storage: the snapshot and the run's checkpoints are in the bucket.
+    snapshot = running_stack.keys_under("storage/snapshots/stack_manual/")
+    for name in ("train.parquet", "holdout.parquet", "manifest.json"):
+        assert any(key.endswith(f"/{name}") for key in snapshot), (name, snapshot)
+    assert committed_steps(running_stack, "stack_manual", run_id)
+
+    # MLflow: the override reached the trainer (three epochs), metrics are on the server.
+    (tracked,) = mlflow_run_of(mlflow_client, "stack_manual", run_id)
+    assert json.loads(tracked.data.tags["trainpipe.param_overrides"]) == {"epochs": 3}
+    assert tracked.data.params["epochs"] == "3"
+    assert len(mlflow_client.get_metric_history(tracked.info.run_id, "epoch_loss")) == 3
+    assert {"train_loss", "holdout_auc"} <= set(tracked.data.metrics)
+    version = mlflow_client.get_model_version_by_alias("stack_manual", "champion")
+    assert version.run_id == tracked.info.run_id
+    # The server stored the model in the bucket (served artifacts: no bucket access on this side) ...
+    assert any(key.endswith("/MLmodel") for key in running_stack.keys_under("mlflow/"))
+    # ... and serves it back: the registered model loads and predicts through the server.
+    model = mlflow.pyfunc.load_model("models:/stack_manual@champion")
+    rows = generate_transactions(rows=50, days=3, end=datetime.now(timezone.utc))[FEATURES]
+    predictions = np.asarray(model.predict(rows), dtype=float).ravel()
+    assert predictions.shape == (50,)
+    assert ((predictions >= 0) & (predictions <= 1)).all()
+
+
+def test_killing_the_worker_during_train_retries_and_resumes_from_the_last_checkpoint(
+        airflow: AirflowClient, running_stack: RunningStack, mlflow_client):
+    stack = running_stack.stack
+    airflow.unpause("stack_retry")
+    run_id = airflow.trigger("stack_retry")
+
+    def training_with_a_checkpoint() -> list[int] | None:
+        if airflow.task_instances("stack_retry", run_id)["train"]["state"] != "running":
+            return None
+        return committed_steps(running_stack, "stack_retry", run_id) or None
+
+    wait_for("train running with a committed checkpoint", training_with_a_checkpoint, timeout=RUN_BOUND_SECONDS,
+             interval=0.5)
+    assert stack.stop("airflow-worker", kill=True)  # SIGKILL: the worker, its task processes, torchrun
+    # torchrun runs in a session of its own (trainpipe.launchers.local): it went down with the worker.
+    assert not [proc.pid for proc in psutil.process_iter(["cmdline"])
+                if run_key(run_id) in " ".join(proc.info["cmdline"] or ())]
+    # Nothing writes any more: this is the checkpoint the retry must resume from.
+    time.sleep(2)
+    last_committed = committed_steps(running_stack, "stack_retry", run_id)[-1]
+
+    # While no worker exists the sensor keeps waiting on the triggerer.
+    assert airflow.task_instances("stack_retry", run_id)["watch_checkpoints"]["state"] == "deferred"
+    worker = stack.service("airflow-worker")
+    stack.start(worker)
+    stack.wait_healthy(worker)
+
+    # The scheduler finds train's heartbeat gone (60 s in the stack), fails the try, and retries it.
+    airflow.wait_for_run("stack_retry", run_id, timeout=RUN_BOUND_SECONDS)
+    tis = airflow.task_instances("stack_retry", run_id)
+    assert (tis["train"]["state"], tis["train"]["try_number"]) == ("success", 2)
+    assert tis["register"]["state"] == "success"
+    assert f"run_id={run_id}/task_id=train/attempt=2.log" in running_stack.worker_log()
+
+    (tracked,) = mlflow_run_of(mlflow_client, "stack_retry", run_id)  # one MLflow run for both tries
+    assert tracked.data.tags["resumed_from_step"] == str(last_committed)
+    assert tracked.data.tags["trainpipe.try_number"] == "2"
+    resumed = mlflow_client.get_metric_history(tracked.info.run_id, "resumed_from_step")
+    assert [(point.value, point.step) for point in resumed] == [(float(last_committed), last_committed)]
+    assert committed_steps(running_stack, "stack_retry", run_id)[-1] > last_committed
+    # One model version, from this run: the killed try registered nothing.
+    versions = mlflow_client.search_model_versions("name = 'stack_retry'")
+    assert [(v.version, v.run_id) for v in versions] == [("1", tracked.info.run_id)]
+
+
+def test_a_scheduled_run_fires_on_its_own(airflow: AirflowClient):
+    """``* * * * *`` with catchup off: unpausing starts the latest due run at once, then one comes due
+    during the test and the scheduler starts it without any trigger."""
+    assert airflow.dag_runs("stack_scheduled") == []
+    unpaused_at = datetime.now(timezone.utc)
+    airflow.unpause("stack_scheduled")
+
+    first = wait_for("the first scheduled run", lambda: airflow.dag_runs("stack_scheduled"), timeout=120)[0]
+    assert first["run_type"] == "scheduled"
+    assert datetime.fromisoformat(first["logical_date"]) <= unpaused_at
+    airflow.wait_for_run("stack_scheduled", first["dag_run_id"], timeout=RUN_BOUND_SECONDS)
+
+    def came_due_later() -> dict | None:
+        later = [run for run in airflow.dag_runs("stack_scheduled")
+                 if datetime.fromisoformat(run["logical_date"]) > unpaused_at]
+        return later[0] if later else None
+
+    later = wait_for("a scheduled run that came due after unpausing", came_due_later, timeout=180)
+    airflow.unpause("stack_scheduled", paused=True)  # no more runs for the rest of the session
+    assert later["run_type"] == "scheduled"
+    assert later["triggered_by"] != "rest_api"
+    due = datetime.fromisoformat(later["logical_date"])
+    assert due.second == 0 and due - unpaused_at < timedelta(minutes=5)
