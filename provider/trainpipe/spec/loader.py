@@ -372,12 +372,7 @@ def merge_defaults(defaults: LoadedYaml, spec: LoadedYaml) -> LoadedYaml:
     if not isinstance(defaults.data, dict) or not isinstance(spec.data, dict):
         return spec
     merged = LoadedYaml(file=spec.file, data=None, positions=dict(spec.positions), origins=dict(spec.origins))
-
-    def take_from_defaults(path: FieldPath) -> None:
-        for key, position in defaults.positions.items():
-            if key[: len(path)] == path and key not in merged.positions:
-                merged.positions[key] = position
-                merged.origins[key] = defaults.origins.get(key, defaults.file)
+    taken: set[FieldPath] = set()  # paths whose whole value comes from the defaults
 
     def merge(base: Any, top: Any, path: FieldPath) -> Any:
         if isinstance(base, dict) and isinstance(top, dict):
@@ -387,9 +382,16 @@ def merge_defaults(defaults: LoadedYaml, spec: LoadedYaml) -> LoadedYaml:
                     out[key] = merge(value, top[key], (*path, key))
                 else:
                     out[key] = value
-                    take_from_defaults((*path, key))
+                    taken.add((*path, key))
             return out
         return top
 
     merged.data = merge(defaults.data, spec.data, ())
+    # One pass over the defaults' positions (each checked against its at most MAX_SPEC_DEPTH
+    # prefixes), not one per taken key: that was quadratic in the size of a _defaults.yaml.
+    if taken:
+        for key, position in defaults.positions.items():
+            if key not in merged.positions and any(key[:end] in taken for end in range(1, len(key) + 1)):
+                merged.positions[key] = position
+                merged.origins[key] = defaults.origins.get(key, defaults.file)
     return merged
