@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import json
 import os
 import secrets
@@ -43,7 +44,7 @@ S3_CONN_ID = "trainpipe_s3"
 S3_REGION = "us-east-1"
 CELERY_APP = "airflow.providers.celery.executors.celery_executor.app"
 
-# Start order; ``down`` stops in reverse.
+# Start order (stores, MLflow, Airflow); ``down`` stops them the other way round.
 BACKING = ("postgres", "redis", "s3")
 AIRFLOW = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "airflow-worker")
 SERVICES = (*BACKING, "mlflow", *AIRFLOW)
@@ -426,7 +427,10 @@ def services(config: StackConfig, keys: Mapping[str, str]) -> dict[str, Service]
             argv=(_bin("mlflow"), "server", "--backend-store-uri", f"postgresql+psycopg2://{mlflow_db}",
                   "--artifacts-destination", f"s3://{config.bucket}/mlflow", "--serve-artifacts",
                   "--host", HOST, "--port", str(ports.mlflow), "--workers", "1"),
-            env={**_base_env(), **s3_env(config, keys), "MLFLOW_DISABLE_TELEMETRY": "true"},
+            # No job runner: its seven worker processes serve GenAI features (scorers, trace rollups)
+            # that training pipelines do not use.
+            env={**_base_env(), **s3_env(config, keys), "MLFLOW_DISABLE_TELEMETRY": "true",
+                 "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
             port=ports.mlflow,
             healthy=lambda: _http_ok(f"{config.mlflow_url}/health"),
         ),
@@ -563,11 +567,16 @@ class Stack:
                 _signal(member, signal.SIGKILL)
             psutil.wait_procs(tree, timeout=10)
         else:
-            _signal(proc, self.service(name).stop_signal)
-            _, alive = psutil.wait_procs([proc], timeout=timeout)
-            for member in [*alive, *tree[1:]]:
+            # The service's whole session (it was started with one of its own): server workers and
+            # helpers stop together instead of each waiting for its parent to pass the signal on.
+            try:
+                os.killpg(proc.pid, self.service(name).stop_signal)
+            except OSError:
+                _signal(proc, self.service(name).stop_signal)
+            _, alive = psutil.wait_procs(tree, timeout=timeout)
+            for member in alive:
                 _signal(member, signal.SIGTERM)
-            _, alive = psutil.wait_procs(tree, timeout=10)
+            _, alive = psutil.wait_procs(alive, timeout=10)
             for member in alive:
                 _signal(member, signal.SIGKILL)
             psutil.wait_procs(alive, timeout=10)
@@ -619,15 +628,24 @@ class Stack:
         return urls
 
     def down(self, *, log: Callable[[str], None] = print) -> list[str]:
-        """Stop every service this stack started, newest first; S3 objects are saved first."""
+        """Stop every service this stack started: Airflow's together, then MLflow, then the stores
+        (S3 objects saved first)."""
         stopped = []
-        for name in reversed(SERVICES):
-            if name == "s3" and self.process("s3") is not None:
-                count = _dump_buckets(self.config, self.keys)
-                log(f"s3: saved {count} objects to {self.config.s3_dump}")
+
+        def stop(name: str) -> None:
+            began = time.monotonic()
             if self.stop(name):
                 stopped.append(name)
-                log(f"stopped {name}")
+                log(f"stopped {name} ({time.monotonic() - began:.0f} s)")
+
+        with ThreadPoolExecutor(max_workers=len(AIRFLOW)) as pool:
+            list(pool.map(stop, AIRFLOW))
+        stop("mlflow")
+        if self.process("s3") is not None:
+            count = _dump_buckets(self.config, self.keys)
+            log(f"s3: saved {count} objects to {self.config.s3_dump}")
+        with ThreadPoolExecutor(max_workers=len(BACKING)) as pool:
+            list(pool.map(stop, BACKING))
         self.config.urls_file.unlink(missing_ok=True)
         (self.config.home / "running.json").unlink(missing_ok=True)
         return stopped
@@ -658,7 +676,13 @@ class Stack:
         config = self.config
         env = airflow_env(config, keys)
         config.airflow_home.mkdir(parents=True, exist_ok=True)
-        _run([_bin("airflow"), "db", "migrate"], env=env, log=config.logs / "airflow-init.log", cwd=config.home)
+        # `airflow db migrate` costs half a minute even with nothing to do: skip it while the database
+        # is at the revision this Airflow version migrated it to.
+        marker = config.airflow_home / "migrated.json"
+        current = {"airflow": importlib.metadata.version("apache-airflow-core"), "revision": _db_revision(config, keys)}
+        if not marker.exists() or json.loads(marker.read_text()) != current or current["revision"] is None:
+            _run([_bin("airflow"), "db", "migrate"], env=env, log=config.logs / "airflow-init.log", cwd=config.home)
+            marker.write_text(json.dumps({**current, "revision": _db_revision(config, keys)}))
         passwords = config.airflow_home / "passwords.json"
         _write_private(passwords, json.dumps({ADMIN_USER: keys["admin_password"]}) + "\n")
         connections = {
@@ -670,11 +694,17 @@ class Stack:
                 "extra": json.dumps({"endpoint_url": config.s3_url, "region_name": S3_REGION}),
             }
         }
+        # Imported again (another Airflow start-up) only when it changed or is gone from the database.
+        digest = hashlib.sha256(json.dumps(connections, sort_keys=True).encode()).hexdigest()
+        imported = config.airflow_home / "connections.sha256"
+        if imported.exists() and imported.read_text() == digest and _connection_exists(config, keys, S3_CONN_ID):
+            return
         with tempfile.TemporaryDirectory(dir=config.home) as scratch:
             path = Path(scratch) / "connections.json"
             _write_private(path, json.dumps(connections))
             _run([_bin("airflow"), "connections", "import", str(path), "--overwrite"], env=env,
                  log=config.logs / "airflow-init.log", cwd=config.home)
+        imported.write_text(digest)
 
 
 def _signal(proc, signum: int) -> None:  # noqa: ANN001 - psutil.Process
@@ -743,6 +773,37 @@ def _prepare_postgres(config: StackConfig, keys: Mapping[str, str], user: str | 
              user=user)
     finally:
         pwfile.unlink(missing_ok=True)
+
+
+def _db_revision(config: StackConfig, keys: Mapping[str, str]) -> str | None:
+    """The Airflow database's Alembic revision, None before the first migration."""
+    import psycopg2
+
+    connection = psycopg2.connect(host=HOST, port=config.ports.postgres, user="airflow",
+                                  password=keys["airflow_db_password"], dbname="airflow")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT to_regclass('alembic_version') IS NOT NULL")
+            if not cursor.fetchone()[0]:
+                return None
+            cursor.execute("SELECT version_num FROM alembic_version")
+            row = cursor.fetchone()
+            return row[0] if row else None
+    finally:
+        connection.close()
+
+
+def _connection_exists(config: StackConfig, keys: Mapping[str, str], conn_id: str) -> bool:
+    import psycopg2
+
+    connection = psycopg2.connect(host=HOST, port=config.ports.postgres, user="airflow",
+                                  password=keys["airflow_db_password"], dbname="airflow")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM connection WHERE conn_id = %s", (conn_id,))
+            return cursor.fetchone() is not None
+    finally:
+        connection.close()
 
 
 def _create_databases(config: StackConfig, keys: Mapping[str, str]) -> None:
