@@ -112,3 +112,28 @@ def test_every_bad_fixture_beside_the_examples_is_its_own_import_error(tmp_path,
         if last_line.startswith("# expect: "):
             assert f"{name}:{last_line.removeprefix('# expect: ')}" in message, message
     assert elapsed < 30, f"parsing took {elapsed:.1f} s, Airflow's default import timeout is 30 s"
+
+
+def test_a_dag_that_fails_to_build_is_its_spec_files_error(configs_with_one_broken, monkeypatch):
+    """No valid spec is known to fail in Airflow's DAG constructor, so one failure is injected; the
+    DAG file must still define every other DAG instead of raising."""
+    import trainpipe.dag_builder
+    from trainpipe.factory import register_dags
+
+    real_build_dag = trainpipe.dag_builder.build_dag
+
+    def build_dag(plan):
+        if plan.dag_id == "search_ranker_gpu":
+            raise ValueError("bad schedule for this Airflow")
+        return real_build_dag(plan)
+
+    monkeypatch.setattr(trainpipe.dag_builder, "build_dag", build_dag)
+    namespace: dict = {}
+    result = register_dags(namespace, configs_with_one_broken)
+
+    assert set(namespace) == {"fraud_detector", "fraud_detector_multinode", "search_ranker_nightly"}
+    assert set(result.errors) == {"dag_configs/broken_one.yaml", "dag_configs/search_ranker_gpu.yaml"}
+    assert str(result.errors["dag_configs/search_ranker_gpu.yaml"]) == (
+        "dag_configs/search_ranker_gpu.yaml:1:1: trainpipe could not compile this file (ValueError: bad schedule for "
+        "this Airflow); this is a trainpipe bug: please report it with the file (the traceback is in the log)")
+    assert "search_ranker_gpu" not in result.plans
