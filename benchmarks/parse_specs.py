@@ -89,7 +89,8 @@ def main() -> int:
     from trainpipe.plan import CHECKPOINT_SENSOR
 
     outlet_uris = {t.task_id: t.outlets for t in probe.tasks}
-    param_specs = {p.name: (p.default, p.type, p.description, dict(p.bounds)) for p in probe.params}
+    param_specs = {p.name: (p.default, p.type, p.description, {b.keyword: b.value for b in p.bounds})
+                   for p in probe.params}
 
     def hand_written(count: int) -> None:
         """What an engineer writes by hand for the same pipeline: same DAG arguments, Params, Assets,
@@ -103,7 +104,7 @@ def main() -> int:
             with DAG(dag_id=f"h{i:05d}", schedule=probe.schedule, start_date=probe.start_date, catchup=False,
                      tags=list(probe.tags), description=probe.description, max_active_runs=1, params=params,
                      default_args={"owner": probe.owner, "retries": probe.retries,
-                                   "retry_delay": probe.spec.retry_delay}) as dag:
+                                   "retry_delay": probe.retry_delay}) as dag:
                 tasks = []
                 for t in task_ids:
                     outlets = [Asset(uri.replace(probe.dag_id, dag.dag_id)) for uri in outlet_uris[t]]

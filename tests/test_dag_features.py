@@ -8,7 +8,7 @@ import pytest
 
 from trainpipe.dag_builder import build_dag
 from trainpipe.factory import compile_file
-from trainpipe.plan import apply_param_overrides, model_asset_uri, snapshot_asset_uri
+from trainpipe.plan import apply_run_params, model_asset_uri, snapshot_asset_uri
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,10 +51,10 @@ def test_spec_params_become_airflow_params_with_spec_defaults():
 
 def test_param_override_changes_only_that_run():
     plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml")
-    spec, changed = apply_param_overrides(plan, {"learning_rate": 0.01, "epochs": 8})
+    run, changed = apply_run_params(plan, {"learning_rate": 0.01, "epochs": 8})
     assert changed == {"learning_rate": 0.01}
-    assert spec.training.learning_rate == 0.01
-    assert plan.spec.training.learning_rate == 0.003
+    assert run.trainer.learning_rate == 0.01
+    assert plan.trainer.learning_rate == 0.003
 
 
 def test_params_survive_serialization_and_reach_every_task_at_run_time():

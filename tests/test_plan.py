@@ -1,28 +1,100 @@
+"""The plan: the contract every later stage reads (tasks and edges, launch, sensor timings, the
+trainer config template, run parameters applied without going back to the spec)."""
+
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
+from trainpipe.errors import SpecError
 from trainpipe.factory import compile_file
-from trainpipe.plan import CHECKPOINT_SENSOR, TASK_ORDER, run_key, trainer_command
+from trainpipe.launch import LaunchValues, resolve
+from trainpipe.plan import (
+    CHECKPOINT_SENSOR,
+    TASK_ORDER,
+    KubernetesPlan,
+    apply_run_params,
+    checkpoint_poll_seconds,
+    run_key,
+)
+from trainpipe.spec.kubernetes import KubernetesSpec
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_plan_of_fraud_example():
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml")
     assert [t.task_id for t in plan.tasks] == ["snapshot", "validate", "train", CHECKPOINT_SENSOR, "evaluate", "gate", "register"]
     assert [t.upstream for t in plan.tasks] == [(), ("snapshot",), ("validate",), ("validate",), ("train",), ("evaluate",), ("gate",)]
     assert TASK_ORDER == ("snapshot", "validate", "train", "evaluate", "gate", "register")
+    assert plan.spec_file == "dag_configs/fraud_detector.yaml"
     assert plan.launch.launcher == "local"
-    assert plan.launch.command[:4] == ("torchrun", "--nnodes=1", "--nproc_per_node=2", "--standalone")
-    assert plan.launch.command[4:7] == ("-m", "trainpipe_trainer", "--config")
-    assert plan.to_dict()["spec"]["training"]["seed"] == 42
+    assert plan.launch.argv == ("torchrun", "--nnodes=1", "--nproc_per_node=2", "--standalone",
+                                "-m", "trainpipe_trainer", "--config", "{config_uri}")
+    assert plan.trainer.seed == 42 and plan.trainer.features[:3] == ("amount", "merchant_risk", "hour_of_day")
+    assert plan.evaluation.metrics[:2] == ("auc", "f1") and str(plan.evaluation.gates[2]) == "auc >= +0.1% vs champion"
+    assert plan.sensor.checkpoint_poll_seconds == checkpoint_poll_seconds(plan.sensor.stall_timeout)
+    assert plan.to_dict()["trainer"]["seed"] == 42
+    assert "source_path" not in plan.to_dict()  # where this machine keeps the file is nobody's business
 
 
-def test_trainer_command_is_torchrun_module_with_config():
-    assert trainer_command(nproc_per_node=4, nnodes=1, config_uri="s3://b/c.json") == [
-        "torchrun", "--nnodes=1", "--nproc_per_node=4", "--standalone", "-m", "trainpipe_trainer", "--config", "s3://b/c.json"
-    ]
+def test_launch_resolves_every_placeholder_for_a_run():
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml")
+
+    launch = resolve(plan.launch, LaunchValues(config_uri="s3://b/c.json", mlflow_tracking_uri="http://mlflow:5000"))
+
+    assert launch.argv == ("torchrun", "--nnodes=1", "--nproc_per_node=2", "--standalone", "-m", "trainpipe_trainer",
+                           "--config", "s3://b/c.json")
+    assert launch.env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000" and launch.env["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_multinode_launch_needs_its_job_name():
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml")
+    values = LaunchValues(config_uri="s3://b/c.json", mlflow_tracking_uri="http://mlflow:5000")
+
+    with pytest.raises(ValueError, match="resolved with its Job's name"):
+        resolve(plan.launch, values)
+    argv = resolve(plan.launch, dataclasses.replace(values, job_name="job-x-t1")).argv
+    assert "--rdzv_endpoint=job-x-t1-0.job-x-t1:29500" in argv and "--node_rank=$(JOB_COMPLETION_INDEX)" in argv
+
+
+def test_run_params_replace_the_plans_values_and_leave_the_compiled_plan_alone():
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml")
+    assert {p.name: p.target for p in plan.params}["learning_rate"] == ("trainer", "learning_rate")
+
+    run, changed = apply_run_params(plan, {"learning_rate": 0.01, "epochs": 8, "seed": None})
+
+    assert changed == {"learning_rate": 0.01}  # epochs 8 is the spec's own value; None means "not given"
+    assert run.trainer.learning_rate == 0.01 and plan.trainer.learning_rate == 0.003
+    assert dataclasses.replace(run, trainer=plan.trainer) == plan  # nothing else moved
+
+
+def test_a_run_param_outside_its_bounds_is_a_located_error():
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml")
+    param = next(p for p in plan.params if p.name == "epochs")
+    file, line, column = param.declared_at
+
+    with pytest.raises(SpecError) as err:
+        apply_run_params(plan, {"epochs": 0})
+    assert str(err.value) == (f"{file}:{line}:{column}: params.epochs: this run's value 0 is not >= 1 "
+                              "(training.epochs); trigger the run with a value within the param's bounds")
+    assert file == "dag_configs/fraud_detector.yaml" and line is not None
+    with pytest.raises(SpecError, match="this run's value 2.5 is not a whole number"):
+        apply_run_params(plan, {"epochs": 2.5})
+    assert apply_run_params(plan, {"epochs": 3.0})[0].trainer.epochs == 3  # a whole float is an integer
+
+
+def test_sensor_timings_scale_with_the_stall_timeout():
+    assert checkpoint_poll_seconds(timedelta(minutes=30)) == 60.0
+    assert checkpoint_poll_seconds(timedelta(seconds=2)) == 0.5
+    assert checkpoint_poll_seconds(timedelta(minutes=2)) == 30.0
+
+
+def test_the_kubernetes_plan_carries_every_field_of_the_spec_section():
+    assert {f.name for f in dataclasses.fields(KubernetesPlan)} == set(KubernetesSpec.model_fields)
 
 
 def test_run_key_is_path_safe_and_stable():

@@ -3,11 +3,9 @@
 One reader for every caller: the checkpoint sensor's first check (on a worker) and its trigger
 (on the triggerer) both call ``read_checkpoint_state`` and ``assess``, so they cannot drift.
 
-Layout (the trainer writes checkpoints, the train task writes the status)::
-
-    <run_dir>/checkpoints/step-<N>/manifest.json   committed checkpoint (a step dir without it is not)
-    <run_dir>/output/result.json                   the trainer's TrainingResult
-    <run_dir>/output/status.json                   TrainingStatus, written by the Airflow train task
+The run folder's layout is the trainer contract's (``trainpipe_trainer.config``): the trainer
+writes ``checkpoints/step-<N>/manifest.json`` (committed) and ``output/result.json``, the train
+task writes ``output/status.json``.
 
 Reads go through Airflow's ``ObjectStoragePath`` (fsspec underneath), so ``file://`` and ``s3://``
 run folders behave the same. Airflow-free apart from that path type.
@@ -16,20 +14,23 @@ run folders behave the same. Airflow-free apart from that path type.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainpipe.errors import TrainpipeError
+from trainpipe_trainer.config import (
+    CHECKPOINT_MANIFEST,
+    CHECKPOINTS_DIR,
+    OUTPUT_DIR,
+    STATUS_FILE,
+    checkpoint_dir_name,
+    checkpoint_step,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
-
-MANIFEST = "manifest.json"
-STATUS_FILE = "status.json"
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 
 TrainingState = Literal["running", "succeeded", "failed"]
 
@@ -102,7 +103,7 @@ class Progress:
 
 
 def status_path(run_dir: ObjectStoragePath) -> ObjectStoragePath:
-    return run_dir / "output" / STATUS_FILE
+    return run_dir / OUTPUT_DIR / STATUS_FILE
 
 
 def _invalidate(path: ObjectStoragePath) -> None:
@@ -135,17 +136,13 @@ def _saved_at(manifest: Any) -> datetime | None:
 def read_checkpoint_state(run_dir: ObjectStoragePath) -> CheckpointState:
     """Committed checkpoints and the train task's status of one run folder (never raises for absence)."""
     _invalidate(run_dir)
-    root = run_dir / "checkpoints"
-    steps: list[int] = []
-    if root.exists():
-        for entry in root.iterdir():
-            match = _STEP_DIR.match(entry.name)
-            if match:
-                steps.append(int(match.group(1)))
+    root = run_dir / CHECKPOINTS_DIR
+    names = [entry.name for entry in root.iterdir()] if root.exists() else []
+    steps = [step for step in map(checkpoint_step, names) if step is not None]
     newest: list[CommittedCheckpoint] = []
     committed = 0
     for step in sorted(steps, reverse=True):
-        manifest = _read_json(root / f"step-{step}" / MANIFEST)
+        manifest = _read_json(root / checkpoint_dir_name(step) / CHECKPOINT_MANIFEST)
         if manifest is None:
             continue  # an interrupted or in-progress save: not committed
         committed += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from airflow.sdk import DAG, Asset, AssetAll, AssetAny, BaseOperator, Param, chain
+from airflow.sdk import DAG, Asset, AssetAll, AssetAny, BaseOperator, Param
 
 from trainpipe.operators.pipeline import (
     EvaluateOperator,
@@ -15,7 +15,7 @@ from trainpipe.operators.pipeline import (
     TrainOperator,
     ValidateDataOperator,
 )
-from trainpipe.plan import CHECKPOINT_SENSOR, TASK_ORDER, AssetSchedule, PipelinePlan
+from trainpipe.plan import CHECKPOINT_SENSOR, TRAIN_TASK, AssetSchedule, PipelinePlan
 from trainpipe.sensors.checkpoint import CheckpointSensor
 
 _OPERATORS = {
@@ -49,13 +49,13 @@ def _airflow_config_defaults() -> dict[str, Any]:
 def _operator(plan: PipelinePlan, task_id: str, **kwargs: Any) -> BaseOperator:
     if task_id == CHECKPOINT_SENSOR:
         kwargs = {**_airflow_config_defaults()["sensor"], **kwargs}
-    if task_id != "train":
+    if task_id != TRAIN_TASK:
         return _OPERATORS[task_id](task_id=task_id, plan=plan, **kwargs)
     from trainpipe.runtime.train import training_status_callbacks
 
     # status.json for the checkpoint sensor: start, success, retry, final failure.
-    kwargs.update(training_status_callbacks(plan.spec))
-    if plan.spec.training.launcher == "kubernetes":
+    kwargs.update(training_status_callbacks(plan.dag_id))
+    if plan.launch.launcher == "kubernetes":
         from trainpipe.operators.kubernetes import kubernetes_train_operator
 
         return kubernetes_train_operator(task_id=task_id, plan=plan, **kwargs)
@@ -79,12 +79,12 @@ def _params(plan: PipelinePlan) -> dict[str, Param]:
     params = {}
     for p in plan.params:
         json_type = [p.type, "null"] if p.default is None else p.type
-        params[p.name] = Param(p.default, type=json_type, description=p.description, **dict(p.bounds))
+        params[p.name] = Param(p.default, type=json_type, description=p.description,
+                               **{bound.keyword: bound.value for bound in p.bounds})
     return params
 
 
 def build_dag(plan: PipelinePlan) -> DAG:
-    spec = plan.spec
     # Params are attached after the tasks (ADR 0006). Passed to DAG(), Airflow 3.3 re-validates each
     # default with jsonschema and every operator deep-copies them: two thirds of a DAG's build time,
     # checking what the spec stage already proved (trainpipe.spec.validate._param_problems). Tasks
@@ -98,7 +98,7 @@ def build_dag(plan: PipelinePlan) -> DAG:
         tags=list(plan.tags),
         doc_md=_doc(plan),
         max_active_runs=1,  # two retrains of one pipeline at once would race for the alias
-        default_args={"owner": plan.owner, "retries": plan.retries, "retry_delay": spec.retry_delay},
+        default_args={"owner": plan.owner, "retries": plan.retries, "retry_delay": plan.retry_delay},
         **_airflow_config_defaults()["dag"],
     )
     with dag:
@@ -106,9 +106,9 @@ def build_dag(plan: PipelinePlan) -> DAG:
             t.task_id: _operator(plan, t.task_id, outlets=[Asset(uri) for uri in t.outlets])
             for t in plan.tasks
         }
-        chain(*(tasks[task_id] for task_id in TASK_ORDER))
-        for upstream in next(t.upstream for t in plan.tasks if t.task_id == CHECKPOINT_SENSOR):
-            tasks[upstream] >> tasks[CHECKPOINT_SENSOR]
+        # The edges are the plan's: a new stage is added to the plan, not wired here.
+        for t in plan.tasks:
+            tasks[t.task_id].set_upstream([tasks[upstream] for upstream in t.upstream])
     dag.params.update(_params(plan))
     return dag
 

@@ -126,7 +126,7 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
     for layer in reversed(defaults.chain_for(where)):
         loaded = merge_defaults(layer, loaded)
     spec = validate_loaded(loaded)
-    return loaded, build_plan(spec, spec_file=str(path), spec_text=text)
+    return loaded, build_plan(spec, spec_file=name, spec_text=text, source_path=str(path), loaded=loaded)
 
 
 def compile_directory(directory: Path, *, relative_to: Path | None = None, only_pipeline: str | None = None) -> CompileResult:
@@ -200,15 +200,13 @@ def register_dags(namespace: dict[str, Any], directory: Path) -> CompileResult:
 
     only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
     result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only)
-    names = {str(path): name for name, path in result.files.items()}
     for dag_id, plan in list(result.plans.items()):
         try:
             namespace[dag_id] = build_dag(plan)
         except Exception as err:  # the DAG file must not raise: that would drop every DAG
             del result.plans[dag_id]
-            name = names.get(plan.spec_file, plan.spec_file)
-            result.errors[name] = unexpected_failure(err, name, Path(plan.spec_file), directory.parent.resolve(),
-                                                     directory.resolve())
+            result.errors[plan.spec_file] = unexpected_failure(err, plan.spec_file, Path(plan.source_path),
+                                                               directory.parent.resolve(), directory.resolve())
     if result.errors:
         report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()})
     return result

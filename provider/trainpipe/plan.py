@@ -1,24 +1,45 @@
-"""Stage 3 of compilation: a validated spec -> an Airflow-free plan (tasks, edges, launcher, paths).
+"""Stage 3 of compilation: a validated spec -> an Airflow-free plan, the contract between stages.
 
-The plan is plain data: ``trainpipe render`` prints it and most tests assert on it. Only
-``trainpipe.dag_builder`` turns it into Airflow objects.
+Everything a later stage needs is resolved here into plain data: the tasks and their edges, each
+step's inputs (data window, checks, metrics and gates, registry names), the trainer config
+template, the exact launch (argv and environment, rendezvous included) and the checkpoint
+sensor's timings. ``trainpipe render`` prints it, most tests assert on it, and nothing after this
+stage reads the spec: ``trainpipe.dag_builder`` turns the plan into Airflow objects and the
+operators, runtime steps and launchers read only their part of it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
-from typing import Any
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
+from trainpipe.errors import SpecError, SpecProblem
+from trainpipe.launch import LaunchPlan, plan_launch
+from trainpipe.spec.loader import format_path
 from trainpipe.spec.models import (
     OVERRIDABLE_PARAMS,
     AssetScheduleSpec,
+    ParamBound,
     PipelineSpec,
     overridden_value,
     param_bounds,
 )
+from trainpipe_trainer.config import (
+    CheckpointConfig,
+    DeepSpeedConfig,
+    ModelConfig,
+    OptimizationConfig,
+    TrackingConfig,
+    TrainingConfig,
+)
+
+if TYPE_CHECKING:
+    from trainpipe.spec.kubernetes import KubernetesSpec
+    from trainpipe.spec.loader import LoadedYaml
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register")
 TRAIN_TASK = "train"
@@ -35,36 +56,45 @@ _TASK_SUMMARIES = {
     CHECKPOINT_SENSOR: "beside train: logs checkpoint progress, fails when none is committed for stall_timeout",
 }
 
+# The trainer config template's per-run values, filled by trainpipe.runtime.train for each try.
+SNAPSHOT_TRAIN_URI = "<snapshot>/train.parquet"
+SNAPSHOT_DIGEST = "<snapshot digest>"
+RUN_CHECKPOINTS_URI = "<run_dir>/checkpoints"
+RUN_OUTPUT_URI = "<run_dir>/output"
+TRACKING_URI = "<MLFLOW_TRACKING_URI>"
+
+# The checkpoint sensor's timings (trainpipe.sensors.checkpoint, trainpipe.triggers.checkpoint):
+# How often the train task's status.json (one small file) is read: the sensor ends within about
+# this long after training does. Listing the checkpoints (a stall check) keeps its own, slower pace.
+STATUS_POLL_SECONDS = 2.0
+# While training has not started (or a failed try waits for its retry) the sensor looks again this
+# often, holding no slot in between (reschedule mode). Not much shorter: Airflow 3.3 may fail a
+# reschedule-mode sensor whose previous poke's executor event is processed after the next poke
+# started (apache/airflow#71172), and a loaded scheduler can take seconds to process it.
+WAITING_POKE = timedelta(seconds=15)
+# Airflow queued train with the sensor (same upstream) but train has not written its status yet:
+# it does so right after its own DAG parse, so the sensor looks every half second for up to this
+# long instead of rescheduling, and defers as soon as training runs.
+TRAIN_START_GRACE = timedelta(seconds=30)
+
 
 def run_key(airflow_run_id: str) -> str:
     """A DAG run id made safe for paths; stable across task tries, distinct across runs."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", airflow_run_id).strip("_")
 
 
-def trainer_command(*, nproc_per_node: int, nnodes: int, config_uri: str, torchrun: str = "torchrun",
-                    rendezvous: list[str] | None = None) -> list[str]:
-    """The one command every launcher runs (local subprocess, Kubernetes pod)."""
-    return [
-        torchrun,
-        f"--nnodes={nnodes}",
-        f"--nproc_per_node={nproc_per_node}",
-        *(rendezvous or ["--standalone"]),
-        "-m",
-        "trainpipe_trainer",
-        "--config",
-        config_uri,
-    ]
+def checkpoint_poll_seconds(stall_timeout: timedelta) -> float:
+    """How often the checkpoint sensor lists the checkpoints: often enough to notice a stall within a
+    quarter of its timeout, never more than once a minute."""
+    return max(0.5, min(60.0, stall_timeout.total_seconds() / 4))
 
 
-def multinode_rendezvous(*, endpoint: str, rdzv_id: str, node_rank: str, max_restarts: int = 0) -> list[str]:
-    """torchrun flags of one node of a multi-node run: c10d rendezvous hosted by node 0 at ``endpoint``."""
-    return [
-        f"--node_rank={node_rank}",
-        "--rdzv_backend=c10d",
-        f"--rdzv_endpoint={endpoint}",
-        f"--rdzv_id={rdzv_id}",
-        f"--max_restarts={max_restarts}",
-    ]
+def snapshot_asset_uri(pipeline_id: str) -> str:
+    return f"trainpipe://{pipeline_id}/snapshot"
+
+
+def model_asset_uri(pipeline_id: str) -> str:
+    return f"trainpipe://{pipeline_id}/model"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,15 +108,18 @@ class PlannedTask:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlannedParam:
-    """A run parameter (Airflow Param) that overrides the spec value at ``path`` for one run."""
+    """A run parameter (Airflow Param) that overrides the plan's value at ``target`` for one run."""
 
     name: str
-    path: tuple[str, ...]
+    # Path in the plan: ("trainer", "epochs"), ("evaluation", "decision_threshold"), ...
+    target: tuple[str, ...]
     type: str
     default: float | int | None
     description: str
-    # JSON Schema bounds (keyword, value): the declared minimum/maximum within the field's own.
-    bounds: tuple[tuple[str, float], ...] = ()
+    # The declared minimum/maximum within the field's own (JSON Schema keywords).
+    bounds: tuple[ParamBound, ...] = ()
+    # Where the spec declares it (file, line, column), for the message about a refused value.
+    declared_at: tuple[str, int | None, int | None] = ("", None, None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,27 +128,121 @@ class AssetSchedule:
     mode: str  # "all" or "any"
 
 
-def snapshot_asset_uri(pipeline_id: str) -> str:
-    return f"trainpipe://{pipeline_id}/snapshot"
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataPlan:
+    """The ``snapshot`` step: which rows, and how they split into train and holdout."""
 
-
-def model_asset_uri(pipeline_id: str) -> str:
-    return f"trainpipe://{pipeline_id}/model"
+    uri: str
+    conn_id: str | None
+    format: str
+    time_column: str | None
+    window: timedelta | None
+    holdout_fraction: float
+    # The holdout is chosen by a hash of this column (the query id for ranking), else of each row.
+    holdout_key: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LaunchPlan:
-    launcher: str
-    nproc_per_node: int
-    nnodes: int
-    strategy: str
-    # The command with the config URI left as a placeholder; filled per DAG run.
-    command: tuple[str, ...]
+class ValidationPlan:
+    """The ``validate`` step: the Great Expectations suite and the volume check."""
+
+    expectations: tuple[tuple[str, dict[str, Any]], ...]
+    required_columns: tuple[str, ...]
+    max_volume_change: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gate:
+    metric: str
+    op: str
+    threshold: float
+    relative: bool
+    # As the spec states it ("auc >= 0.8", "auc >= +0.5% vs champion"), for logs and reports.
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvaluationPlan:
+    """The ``evaluate`` and ``gate`` steps."""
+
+    task: str
+    features: tuple[str, ...]
+    label: str
+    group_column: str | None
+    metrics: tuple[str, ...]
+    decision_threshold: float
+    gates: tuple[Gate, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegistrationPlan:
+    model_name: str
+    alias: str
+    description: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SensorPlan:
+    """The checkpoint sensor's timings."""
+
+    stall_timeout: timedelta
+    checkpoint_poll_seconds: float
+    status_poll_seconds: float
+    waiting_poke: timedelta
+    train_start_grace: timedelta
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaultPlan:
+    """``training.testing``: faults trainpipe's own tests inject into the trainer."""
+
+    inject_nan_at_step: int | None = None
+    crash_first_try_after_step: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubernetesPlan:
+    """``training.kubernetes`` as plain data; ``trainpipe.kubernetes.builders`` makes the API objects.
+
+    Nested sections are plain dicts with the spec's keys (``resources``: gpus, gpu_resource, cpu,
+    memory, limits; ``tolerations``; ``affinity``: required, preferred; ``secret_env``: secret, key).
+    """
+
+    image: str
+    namespace: str
+    kubernetes_conn_id: str
+    service_account: str | None
+    image_pull_policy: str
+    image_pull_secrets: tuple[str, ...]
+    resources: dict[str, Any]
+    node_selector: dict[str, str]
+    tolerations: tuple[dict[str, Any], ...]
+    affinity: dict[str, Any]
+    priority_class: str | None
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    env: dict[str, str]
+    secret_env: dict[str, dict[str, str]]
+    env_from_secrets: tuple[str, ...]
+    shm_size: str
+    run_as_user: int
+    on_finish_action: str
+    schedule_timeout: timedelta
+    startup_timeout: timedelta
+    log_interval: timedelta
+    termination_grace_period: timedelta
+    max_pod_restarts: int
+    ttl_after_finished: timedelta
+    rendezvous_port: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PipelinePlan:
     dag_id: str
+    # The spec file as users name it (relative to the configs folder's parent), and its sha256.
     spec_file: str
     spec_sha256: str
     description: str
@@ -124,52 +251,47 @@ class PipelinePlan:
     schedule: str | AssetSchedule | None
     start_date: datetime
     retries: int
+    retry_delay: timedelta
     tasks: tuple[PlannedTask, ...]
-    launch: LaunchPlan
     params: tuple[PlannedParam, ...] = ()
-    spec: PipelineSpec = field(repr=False)
+    data: DataPlan
+    validation: ValidationPlan
+    # The trainer config of every run, with the per-run values as the placeholders above.
+    trainer: TrainingConfig
+    launch: LaunchPlan
+    sensor: SensorPlan
+    evaluation: EvaluationPlan
+    registration: RegistrationPlan
+    testing: FaultPlan
+    kubernetes: KubernetesPlan | None = None
+    # Where the spec file is on the machine that compiled it: for git lineage only, never shown.
+    source_path: str = dataclasses.field(default="", repr=False, compare=False)
+
+    def task(self, task_id: str) -> PlannedTask:
+        return next(t for t in self.tasks if t.task_id == task_id)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["spec"] = self.spec.model_dump(mode="json")
+        del out["source_path"]
         out["start_date"] = self.start_date.isoformat()
         return out
 
 
-CONFIG_URI_PLACEHOLDER = "<storage_root>/runs/<pipeline_id>/<run>/trainer_config.json"
-
-
-def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str) -> PipelinePlan:
-    outlets = {"snapshot": (snapshot_asset_uri(spec.pipeline_id),), "register": (model_asset_uri(spec.pipeline_id),)}
-    tasks = tuple(
-        PlannedTask(task_id=task_id, upstream=(TASK_ORDER[i - 1],) if i else (), summary=_TASK_SUMMARIES[task_id],
-                    outlets=outlets.get(task_id, ()))
-        for i, task_id in enumerate(TASK_ORDER)
-    )
-    train = TASK_ORDER.index(TRAIN_TASK)
-    sensor = PlannedTask(task_id=CHECKPOINT_SENSOR, upstream=(TASK_ORDER[train - 1],),
-                         summary=_TASK_SUMMARIES[CHECKPOINT_SENSOR])
-    tasks = (*tasks[: train + 1], sensor, *tasks[train + 1 :])
-    distributed = spec.training.distributed
-    rendezvous = None
-    if spec.training.launcher == "kubernetes" and distributed.nnodes > 1 and spec.training.kubernetes is not None:
-        # Filled per run by trainpipe.kubernetes.builders (the Job's name is per run and try).
-        port = spec.training.kubernetes.rendezvous_port
-        rendezvous = multinode_rendezvous(endpoint=f"<job>-0.<job>:{port}", rdzv_id="<job>",
-                                          node_rank="$(JOB_COMPLETION_INDEX)",
-                                          max_restarts=spec.training.kubernetes.max_pod_restarts)
-    launch = LaunchPlan(
-        launcher=spec.training.launcher,
-        nproc_per_node=distributed.nproc_per_node,
-        nnodes=distributed.nnodes,
+def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_path: str = "",
+               loaded: LoadedYaml | None = None) -> PipelinePlan:
+    """``loaded`` (the spec's YAML with positions) locates run parameters for later messages."""
+    training = spec.training
+    kubernetes = _kubernetes(training.kubernetes) if training.kubernetes is not None else None
+    distributed = training.distributed
+    multinode = training.launcher == "kubernetes" and distributed.nnodes > 1 and kubernetes is not None
+    launch = plan_launch(
+        launcher=training.launcher, nproc_per_node=distributed.nproc_per_node, nnodes=distributed.nnodes,
         strategy=distributed.strategy,
-        command=tuple(
-            trainer_command(
-                nproc_per_node=distributed.nproc_per_node, nnodes=distributed.nnodes, config_uri=CONFIG_URI_PLACEHOLDER,
-                rendezvous=rendezvous,
-            )
-        ),
+        rendezvous_port=kubernetes.rendezvous_port if multinode else None,
+        max_restarts=kubernetes.max_pod_restarts if multinode else 0,
+        extra_env=tuple(kubernetes.env.items()) if kubernetes is not None and training.launcher == "kubernetes" else (),
     )
+    stall_timeout = training.checkpoint.stall_timeout
     return PipelinePlan(
         dag_id=spec.pipeline_id,
         spec_file=spec_file,
@@ -180,11 +302,98 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str) -> Pipelin
         schedule=_schedule(spec),
         start_date=spec.start_date,
         retries=spec.retries,
-        tasks=tasks,
+        retry_delay=spec.retry_delay,
+        tasks=_tasks(spec.pipeline_id),
+        params=_params(spec, loaded),
+        data=DataPlan(
+            uri=spec.data.uri, conn_id=spec.data.conn_id, format=spec.data.resolved_format,
+            time_column=spec.data.time_column, window=spec.data.window,
+            holdout_fraction=spec.evaluation.holdout_fraction,
+            holdout_key=training.group_column if training.task == "ranking" else None,
+        ),
+        validation=ValidationPlan(
+            expectations=tuple((e.name, dict(e.kwargs)) for e in spec.validation.expectations),
+            required_columns=(*training.features, training.label,
+                              *([training.group_column] if training.group_column else [])),
+            max_volume_change=spec.validation.max_volume_change,
+        ),
+        trainer=_trainer_template(spec),
         launch=launch,
-        params=_params(spec),
-        spec=spec,
+        sensor=SensorPlan(stall_timeout=stall_timeout, checkpoint_poll_seconds=checkpoint_poll_seconds(stall_timeout),
+                          status_poll_seconds=STATUS_POLL_SECONDS, waiting_poke=WAITING_POKE,
+                          train_start_grace=TRAIN_START_GRACE),
+        evaluation=EvaluationPlan(
+            task=training.task, features=tuple(training.features), label=training.label,
+            group_column=training.group_column, metrics=tuple(spec.evaluation.metrics),
+            decision_threshold=spec.evaluation.decision_threshold,
+            gates=tuple(Gate(metric=g.metric, op=g.op, threshold=g.threshold, relative=g.relative, text=str(g))
+                        for g in spec.evaluation.gates),
+        ),
+        registration=RegistrationPlan(model_name=spec.registration.model_name, alias=spec.registration.alias,
+                                      description=spec.description),
+        testing=FaultPlan(inject_nan_at_step=training.testing.inject_nan_at_step,
+                          crash_first_try_after_step=training.testing.crash_first_try_after_step),
+        kubernetes=kubernetes,
+        source_path=source_path,
     )
+
+
+def _tasks(pipeline_id: str) -> tuple[PlannedTask, ...]:
+    """The chain snapshot -> ... -> register, with the sensor beside train (same upstream)."""
+    outlets = {"snapshot": (snapshot_asset_uri(pipeline_id),), "register": (model_asset_uri(pipeline_id),)}
+    tasks = [
+        PlannedTask(task_id=task_id, upstream=(TASK_ORDER[i - 1],) if i else (), summary=_TASK_SUMMARIES[task_id],
+                    outlets=outlets.get(task_id, ()))
+        for i, task_id in enumerate(TASK_ORDER)
+    ]
+    train = TASK_ORDER.index(TRAIN_TASK)
+    sensor = PlannedTask(task_id=CHECKPOINT_SENSOR, upstream=tasks[train].upstream,
+                         summary=_TASK_SUMMARIES[CHECKPOINT_SENSOR])
+    return (*tasks[: train + 1], sensor, *tasks[train + 1 :])
+
+
+def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
+    training = spec.training
+    distributed = training.distributed
+    optimization = training.optimization
+    checkpoint = training.checkpoint
+    return TrainingConfig(
+        pipeline_id=spec.pipeline_id,
+        task=training.task,
+        train_data_uri=SNAPSHOT_TRAIN_URI,
+        dataset_digest=SNAPSHOT_DIGEST,
+        features=tuple(training.features),
+        label=training.label,
+        group_column=training.group_column,
+        model=ModelConfig(type=training.model.type, hidden_layers=tuple(training.model.hidden_layers),
+                          dropout=training.model.dropout, ranking_loss=training.model.ranking_loss),
+        epochs=training.epochs,
+        batch_size=training.batch_size,
+        learning_rate=training.learning_rate,
+        seed=training.seed,
+        strategy=distributed.strategy,
+        optimization=OptimizationConfig(**optimization.model_dump()),
+        deepspeed=DeepSpeedConfig(zero_stage=distributed.zero_stage, offload_optimizer=distributed.offload_optimizer,
+                                  offload_param=distributed.offload_param)
+        if distributed.strategy == "deepspeed" else None,
+        checkpoint=CheckpointConfig(
+            root_uri=RUN_CHECKPOINTS_URI,
+            every_n_steps=checkpoint.every_n_steps,
+            every_seconds=checkpoint.every.total_seconds() if checkpoint.every else None,
+            keep_last=checkpoint.keep_last,
+            keep_best=checkpoint.keep_best,
+            validation_fraction=checkpoint.validation_fraction,
+        ),
+        tracking=TrackingConfig(tracking_uri=TRACKING_URI, experiment_name=f"trainpipe/{spec.pipeline_id}"),
+        output_uri=RUN_OUTPUT_URI,
+    )
+
+
+def _kubernetes(section: KubernetesSpec) -> KubernetesPlan:
+    raw = section.model_dump()
+    for name in ("image_pull_secrets", "tolerations", "env_from_secrets"):
+        raw[name] = tuple(raw[name])
+    return KubernetesPlan(**raw)
 
 
 def _schedule(spec: PipelineSpec) -> str | AssetSchedule | None:
@@ -193,35 +402,67 @@ def _schedule(spec: PipelineSpec) -> str | AssetSchedule | None:
     return spec.schedule
 
 
-def _params(spec: PipelineSpec) -> tuple[PlannedParam, ...]:
+def _param_target(spec_path: tuple[str, ...]) -> tuple[str, ...]:
+    # The trainer config keeps the spec's training field names (epochs, model.dropout, ...).
+    return ("trainer", *spec_path[1:]) if spec_path[0] == "training" else spec_path
+
+
+def _params(spec: PipelineSpec, loaded: LoadedYaml | None) -> tuple[PlannedParam, ...]:
     planned = []
     for name, param in spec.params.items():
         path, json_type = OVERRIDABLE_PARAMS[name]
         planned.append(PlannedParam(
-            name=name, path=path, type=json_type,
+            name=name, target=_param_target(path), type=json_type,
             default=param.default if param.default is not None else overridden_value(spec, name),
             description=param.description or f"overrides {'.'.join(path)} for this run",
-            bounds=tuple((bound.keyword, bound.value) for bound in param_bounds(name, param)),
+            bounds=param_bounds(name, param),
+            declared_at=loaded.location_of(("params", name)) if loaded is not None else ("", None, None),
         ))
     return tuple(planned)
 
 
-def apply_param_overrides(plan: PipelinePlan, values: dict[str, Any]) -> tuple[PipelineSpec, dict[str, Any]]:
-    """The spec of one run: declared params present in ``values`` replace their spec values.
+def _get(obj: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        obj = getattr(obj, part)
+    return obj
 
-    Returns the run's spec and the overrides that changed something (recorded in MLflow).
+
+def _replace(obj: Any, path: tuple[str, ...], value: Any) -> Any:
+    """``obj`` with the field at ``path`` replaced (each frozen section re-checks its own values)."""
+    head, *rest = path
+    return dataclasses.replace(obj, **{head: _replace(getattr(obj, head), tuple(rest), value) if rest else value})
+
+
+def apply_run_params(plan: PipelinePlan, values: dict[str, Any]) -> tuple[PipelinePlan, dict[str, Any]]:
+    """The plan of one run: declared params present in ``values`` replace their planned values.
+
+    Each value is checked against the param's type and bounds (the same ones the trigger form
+    enforces); a refused value is a ``SpecError`` located at the param's declaration. Returns the
+    run's plan and the overrides that changed something (recorded in MLflow).
     """
-    raw = plan.spec.model_dump()
     changed: dict[str, Any] = {}
     for param in plan.params:
-        if param.name not in values or values[param.name] is None:
+        if values.get(param.name) is None:
             continue
-        node = raw
-        for part in param.path[:-1]:
-            node = node[part]
-        if node[param.path[-1]] != values[param.name]:
-            changed[param.name] = values[param.name]
-            node[param.path[-1]] = values[param.name]
-    if not changed:
-        return plan.spec, {}
-    return PipelineSpec.model_validate(raw), changed
+        value = _checked_param_value(param, values[param.name])
+        if _get(plan, param.target) != value:
+            changed[param.name] = value
+            plan = _replace(plan, param.target, value)
+    return plan, changed
+
+
+def _checked_param_value(param: PlannedParam, value: Any) -> float | int:
+    problem = None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        problem = f"is not a {param.type}"
+    elif param.type == "integer" and value != int(value):
+        problem = "is not a whole number"
+    else:
+        value = int(value) if param.type == "integer" else value
+        problem = next((f"is not {b.describe()} ({b.source})" for b in param.bounds if not b.admits(value)), None)
+    if problem is not None:
+        file, line, column = param.declared_at
+        raise SpecError([SpecProblem(file, line, column, format_path(("params", param.name)),
+                                     f"this run's value {value!r} {problem}; trigger the run with a value within "
+                                     "the param's bounds")])
+    return value

@@ -73,7 +73,7 @@ def test_retried_train_task_resumes_from_the_previous_try_checkpoint(configs, mo
     assert run.data.tags["resumed_from_step"] == str(CRASH_AFTER)
     assert run.data.tags["trainpipe.try_number"] == "2"
 
-    run_dir = run_dir_for(dag.get_task("train").plan.spec, Settings.from_env(), dag_run.run_id)
+    run_dir = run_dir_for(dag.dag_id, Settings.from_env(), dag_run.run_id)
     result = json.loads((run_dir / "output" / "result.json").read_text())
     assert result["resumed_from_step"] == CRASH_AFTER
     assert result["global_step"] > CRASH_AFTER

@@ -40,17 +40,16 @@ _VAR = re.compile(r"\$\((\w+)\)")
 def _example(name: str, data_uri: str, epochs: int) -> PipelinePlan:
     """The example spec with this test's data and fewer epochs (neither appears in the manifests)."""
     path = REPO / "dag_configs" / name
-    spec = compile_file(path).spec
-    text = path.read_text().replace(spec.data.uri, data_uri).replace(f"  epochs: {spec.training.epochs}\n", f"  epochs: {epochs}\n")
-    return build_plan(validate_loaded(load_yaml_text(text, name)), spec_file=str(path), spec_text=text)
+    plan = compile_file(path)
+    text = path.read_text().replace(plan.data.uri, data_uri).replace(f"  epochs: {plan.trainer.epochs}\n", f"  epochs: {epochs}\n")
+    return build_plan(validate_loaded(load_yaml_text(text, name)), spec_file=name, spec_text=text)
 
 
 def _launch(plan: PipelinePlan, settings: Settings, run_id: str) -> TrainerLaunch:
-    spec = plan.spec
-    snapshot = take_snapshot(spec, settings=settings, logical_date=END)
+    snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=END)
     run = RunContext(dag_id=plan.dag_id, airflow_run_id=run_id, try_number=1, spec_sha256=plan.spec_sha256,
                      git_commit="test")
-    prepared = prepare_training_run(spec, snapshot, settings=settings, run=run)
+    prepared = prepare_training_run(plan, snapshot, settings=settings, run=run)
     return TrainerLaunch(config_uri=prepared.config_uri, mlflow_tracking_uri=settings.mlflow_tracking_uri,
                          dag_id=plan.dag_id, airflow_run_id=run_id, try_number=1)
 
@@ -96,7 +95,7 @@ def test_single_node_pod_command_and_env_train_locally(state_dir):
     out = _finish(_process(_container(pod["spec"]), extra_env={}, replace={}), "pod")
 
     result = read_training_result(_run_dir(plan, settings, "k8s_local_pod"))
-    assert result.world_size == plan.spec.training.distributed.nproc_per_node == 2
+    assert result.world_size == plan.launch.nproc_per_node == 2
     assert f"weights sha256: {result.weights_sha256}" in out
 
 
@@ -130,4 +129,4 @@ def test_multi_node_job_rank_0_and_rank_1_train_locally_through_the_rendezvous(s
 def _run_dir(plan: PipelinePlan, settings: Settings, run_id: str):  # noqa: ANN201 - ObjectStoragePath
     from trainpipe.runtime.train import run_dir_for
 
-    return run_dir_for(plan.spec, settings, run_id)
+    return run_dir_for(plan.dag_id, settings, run_id)

@@ -15,13 +15,13 @@ from trainpipe.errors import SpecError
 from trainpipe.factory import compile_file
 from trainpipe.kubernetes.builders import TrainerLaunch
 from trainpipe.kubernetes.render import render_manifests
-from trainpipe.plan import trainer_command
+from trainpipe.launch import LaunchValues, resolve
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
 
 REPO = Path(__file__).resolve().parents[2]
 KUBERNETES_SPECS = sorted(
-    p for p in (REPO / "dag_configs").glob("*.yaml") if compile_file(p).spec.training.launcher == "kubernetes"
+    p for p in (REPO / "dag_configs").glob("*.yaml") if compile_file(p).launch.launcher == "kubernetes"
 )
 # The oldest Kubernetes we support and the newest schema kubernetes-validate ships.
 K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
@@ -35,7 +35,7 @@ def _plan(name: str):
 
 
 def test_there_is_a_single_node_and_a_multi_node_kubernetes_example():
-    nnodes = sorted(compile_file(p).spec.training.distributed.nnodes for p in KUBERNETES_SPECS)
+    nnodes = sorted(compile_file(p).launch.nnodes for p in KUBERNETES_SPECS)
     assert nnodes[0] == 1 and nnodes[-1] > 1, KUBERNETES_SPECS
 
 
@@ -51,15 +51,19 @@ def test_rendered_manifests_validate_against_the_kubernetes_schema(spec_file, ve
 
 def test_single_node_pod_runs_the_trainer_command_with_gpus_shm_and_no_root():
     plan = _plan("search_ranker_gpu.yaml")
-    k = plan.spec.training.kubernetes
+    k = plan.kubernetes
 
     (pod,) = render_manifests(plan, launch=LAUNCH)
 
     assert pod["kind"] == "Pod"
     assert pod["metadata"]["namespace"] == "ml-training"
     (container,) = pod["spec"]["containers"]
-    assert container["command"] + container["args"] == trainer_command(
-        nproc_per_node=k.resources.gpus, nnodes=1, config_uri=LAUNCH.config_uri)
+    # The plan's launch, resolved for the run: what the local launcher would run, byte for byte.
+    assert container["command"] + container["args"] == [
+        "torchrun", "--nnodes=1", f"--nproc_per_node={k.resources['gpus']}", "--standalone", "-m", "trainpipe_trainer",
+        "--config", LAUNCH.config_uri]
+    assert container["command"] == list(resolve(plan.launch, LaunchValues(
+        config_uri=LAUNCH.config_uri, mlflow_tracking_uri=LAUNCH.mlflow_tracking_uri)).argv)
     assert container["image"] == k.image and container["imagePullPolicy"] == "IfNotPresent"
     assert container["resources"] == {"requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "2"},
                                       "limits": {"memory": "72Gi", "nvidia.com/gpu": "2"}}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -35,16 +36,16 @@ def test_nearest_defaults_win_and_the_spec_wins_over_all(configs: Path):
     plan = compile_directory(configs).plans["fraud_detector"]
     assert plan.owner == "team-a"  # team/_defaults.yaml over the root's
     assert plan.retries == 3  # only the root sets it
-    assert plan.spec.training.epochs == 5  # nearest defaults
-    assert plan.spec.training.seed == 1
-    assert plan.spec.training.learning_rate == 0.003  # the spec's own value
+    assert plan.trainer.epochs == 5  # nearest defaults
+    assert plan.trainer.seed == 1
+    assert plan.trainer.learning_rate == 0.003  # the spec's own value
 
 
 def test_render_shows_the_merged_spec(configs: Path, capsys):
     assert main(["render", str(configs / "team" / "fraud.yaml")]) == 0
     rendered = json.loads(capsys.readouterr().out)
     assert rendered["owner"] == "team-a"
-    assert rendered["spec"]["training"]["epochs"] == 5
+    assert rendered["trainer"]["epochs"] == 5
 
 
 def test_a_file_compiled_on_its_own_gets_the_same_defaults_as_its_dag(configs: Path, capsys):
@@ -52,8 +53,9 @@ def test_a_file_compiled_on_its_own_gets_the_same_defaults_as_its_dag(configs: P
     assert main(["render", str(configs / "team" / "fraud.yaml")]) == 0
     rendered = json.loads(capsys.readouterr().out)
     assert rendered["retries"] == 3  # set only by dag_configs/_defaults.yaml, two folders up
-    assert rendered["spec"]["training"]["seed"] == 1
-    assert compile_file(configs / "team" / "fraud.yaml").spec == compile_directory(configs).plans["fraud_detector"].spec
+    assert rendered["trainer"]["seed"] == 1
+    alone, in_folder = compile_file(configs / "team" / "fraud.yaml"), compile_directory(configs).plans["fraud_detector"]
+    assert dataclasses.replace(alone, spec_file=in_folder.spec_file) == in_folder
 
 
 def test_trainpipe_dag_configs_names_the_root_for_a_lone_file(tmp_path: Path, monkeypatch):
@@ -82,6 +84,6 @@ def test_init_writes_a_valid_commented_starter(task: str, tmp_path: Path, capsys
     written = tmp_path / "dag_configs" / "churn.yaml"
     assert written.read_text().startswith("# yaml-language-server: $schema=")
     assert "# " in written.read_text().split("pipeline_id:")[1]  # comments explain the keys
-    assert compile_file(written).spec.training.task == task
+    assert compile_file(written).trainer.task == task
     assert main(["init", "churn", "--task", task, "--dir", "dag_configs"]) == 1  # never overwrites
     assert "already exists" in capsys.readouterr().err

@@ -189,10 +189,10 @@ def test_unexpected_exception_in_one_spec_is_that_files_error(tmp_path, monkeypa
         (configs / spec.name).write_text(spec.read_text())
     real_build_plan = factory.build_plan
 
-    def build_plan(spec, *, spec_file, spec_text):
+    def build_plan(spec, **kwargs):
         if spec.pipeline_id == "search_ranker_nightly":
-            raise RuntimeError(f"cannot plan {spec_file} under {configs}")
-        return real_build_plan(spec, spec_file=spec_file, spec_text=spec_text)
+            raise RuntimeError(f"cannot plan {kwargs['spec_file']} under {configs}")
+        return real_build_plan(spec, **kwargs)
 
     monkeypatch.setattr(factory, "build_plan", build_plan)
     result = compile_directory(configs, relative_to=tmp_path)
@@ -209,7 +209,7 @@ def test_unexpected_exception_in_one_spec_is_that_files_error(tmp_path, monkeypa
 
 def test_unexpected_exception_in_a_lone_spec_is_a_located_error(monkeypatch, capsys):
     """`trainpipe validate/render/train FILE` print it like any other problem, not a traceback."""
-    def build_plan(spec, *, spec_file, spec_text):
+    def build_plan(spec, **kwargs):
         raise KeyError("checkpoint")
 
     monkeypatch.setattr(factory, "build_plan", build_plan)

@@ -20,9 +20,10 @@ from trainpipe.checkpoint_state import (
 from trainpipe.errors import TrainpipeError
 from trainpipe.factory import compile_file
 from trainpipe.runtime.train import run_dir_for
-from trainpipe.sensors.checkpoint import WAITING_POKE_INTERVAL, CheckpointSensor
+from trainpipe.sensors.checkpoint import CheckpointSensor
 from trainpipe.settings import Settings
-from trainpipe.triggers.checkpoint import STATUS_POLL_INTERVAL, CheckpointTrigger
+from trainpipe.plan import STATUS_POLL_SECONDS, WAITING_POKE
+from trainpipe.triggers.checkpoint import CheckpointTrigger
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +33,7 @@ def sensor_and_run(request):  # noqa: ANN001, ANN201
     plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml")
     run_id = f"sensor__{request.node.name}"
     return CheckpointSensor(task_id="watch_checkpoints", plan=plan), {"run_id": run_id}, \
-        run_dir_for(plan.spec, Settings.from_env(), run_id)
+        run_dir_for(plan.dag_id, Settings.from_env(), run_id)
 
 
 def _status(run_dir, state: str, *, started_at: datetime, final: bool = False) -> None:  # noqa: ANN001
@@ -44,7 +45,7 @@ def test_sensor_reschedules_until_training_starts_and_holds_no_retries(sensor_an
     sensor, context, _ = sensor_and_run
 
     assert sensor.mode == "reschedule" and sensor.retries == 0
-    assert sensor.poke_interval == WAITING_POKE_INTERVAL.total_seconds()
+    assert sensor.poke_interval == WAITING_POKE.total_seconds()
     # No sign from Airflow that train is starting (here: no task instance at all, as for a sensor
     # that dag.test() runs before train): no waiting on the worker, reschedule at once.
     assert sensor.poke(context) is False
@@ -81,7 +82,7 @@ def test_sensor_defers_to_the_trigger_while_training_runs(sensor_and_run):
     assert trigger.run_dir_uri == run_dir.as_uri()
     assert trigger.stall_timeout_seconds == 1800.0  # the spec's stall_timeout: 30m
     # Checkpoints listed once a minute for the stall check; the end of training noticed in seconds.
-    assert (trigger.poll_interval, trigger.status_poll_interval) == (60.0, STATUS_POLL_INTERVAL)
+    assert (trigger.poll_interval, trigger.status_poll_interval) == (60.0, STATUS_POLL_SECONDS)
     assert deferred.value.method_name == "execute_complete"
 
 

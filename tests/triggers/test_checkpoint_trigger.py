@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from trainpipe.checkpoint_state import TrainingStatus, assess, read_checkpoint_state, write_training_status
-from trainpipe.triggers.checkpoint import STATUS_POLL_INTERVAL, CheckpointTrigger, poll_interval_for
+from trainpipe.plan import STATUS_POLL_SECONDS, checkpoint_poll_seconds
+from trainpipe.triggers.checkpoint import CheckpointTrigger
 
 CONN_ID = "trainpipe_test_s3"
 BUCKET = "trainpipe-trigger-tests"
@@ -103,14 +104,13 @@ def test_serialize_round_trips_exactly():
 
     assert classpath == "trainpipe.triggers.checkpoint.CheckpointTrigger"
     assert kwargs == {"run_dir_uri": "s3://bucket/runs/p/r", "conn_id": "aws_default", "stall_timeout_seconds": 1800.0,
-                      "poll_interval": 60.0, "status_poll_interval": STATUS_POLL_INTERVAL}
+                      "poll_interval": 60.0, "status_poll_interval": STATUS_POLL_SECONDS}
     from airflow.sdk._shared.module_loading import import_string
 
     assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
-    assert poll_interval_for(timedelta(minutes=30)) == 60.0 and poll_interval_for(timedelta(seconds=2)) == 0.5
     # A trigger stored by the previous release (no status_poll_interval) still loads.
     old = {k: v for k, v in kwargs.items() if k != "status_poll_interval"}
-    assert CheckpointTrigger(**old).status_poll_interval == STATUS_POLL_INTERVAL
+    assert CheckpointTrigger(**old).status_poll_interval == STATUS_POLL_SECONDS
     # The status is never read less often than the checkpoints are listed.
     assert CheckpointTrigger(**{**old, "poll_interval": 0.5}).status_poll_interval == 0.5
 
@@ -133,7 +133,7 @@ def test_run_ends_within_seconds_of_training_end_while_listing_once_a_minute(run
     path, uri, conn_id = run_dir
     # stall_timeout 30m: the checkpoints are listed once a minute, the status is read every 0.1 s.
     trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=1800,
-                                poll_interval=poll_interval_for(timedelta(minutes=30)), status_poll_interval=0.1)
+                                poll_interval=checkpoint_poll_seconds(timedelta(minutes=30)), status_poll_interval=0.1)
     listings = _counting_listings(trigger)
 
     async def scenario():  # noqa: ANN202

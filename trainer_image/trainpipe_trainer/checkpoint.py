@@ -27,7 +27,6 @@ import copy
 import json
 import os
 import pickle
-import re
 import sys
 import threading
 import time
@@ -48,15 +47,20 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainpipe_trainer import storage
-from trainpipe_trainer.config import CheckpointConfig, ResumeIdentity, resume_refusal
+from trainpipe_trainer.config import (
+    BEST_CHECKPOINT_POINTER,
+    CHECKPOINT_MANIFEST,
+    CheckpointConfig,
+    ResumeIdentity,
+    checkpoint_dir_name,
+    checkpoint_step,
+    resume_refusal,
+)
 from trainpipe_trainer.distributed import DistEnv, broadcast_object
 from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError, ResumeMismatchError
 from trainpipe_trainer.rng import capture_rng_state, restore_rng_state
 from trainpipe_trainer.state import TrainState
 
-MANIFEST = "manifest.json"
-BEST_POINTER = "best.json"
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 def rank_key(rank: int) -> str:
@@ -85,7 +89,7 @@ class CheckpointStore:
         return storage.is_local(self.fs)
 
     def step_path(self, step: int) -> str:
-        return f"{self.root}/step-{step}"
+        return f"{self.root}/{checkpoint_dir_name(step)}"
 
     def uri(self, path: str) -> str:
         return self.fs.unstrip_protocol(path)
@@ -95,22 +99,18 @@ class CheckpointStore:
         self.fs.invalidate_cache(self.root)
         if not self.fs.exists(self.root):
             return []
-        steps = []
-        for entry in self.fs.ls(self.root, detail=False):
-            match = _STEP_DIR.match(entry.rstrip("/").rsplit("/", 1)[-1])
-            if match:
-                steps.append(int(match.group(1)))
-        return sorted(steps)
+        names = (entry.rstrip("/").rsplit("/", 1)[-1] for entry in self.fs.ls(self.root, detail=False))
+        return sorted(step for step in map(checkpoint_step, names) if step is not None)
 
     def is_committed(self, step: int) -> bool:
-        return self.fs.exists(f"{self.step_path(step)}/{MANIFEST}")
+        return self.fs.exists(f"{self.step_path(step)}/{CHECKPOINT_MANIFEST}")
 
     def committed_steps(self) -> list[int]:
         """Steps with a manifest, oldest first."""
         return [step for step in self.step_dirs() if self.is_committed(step)]
 
     def read_manifest(self, step: int) -> dict[str, Any]:
-        with self.fs.open(f"{self.step_path(step)}/{MANIFEST}", "r", encoding="utf-8") as handle:
+        with self.fs.open(f"{self.step_path(step)}/{CHECKPOINT_MANIFEST}", "r", encoding="utf-8") as handle:
             return json.load(handle)
 
     def remove_uncommitted(self) -> list[int]:
@@ -122,7 +122,7 @@ class CheckpointStore:
 
     def commit(self, step: int, manifest: dict[str, Any]) -> None:
         storage.write_text(
-            self.uri(f"{self.step_path(step)}/{MANIFEST}"), json.dumps(manifest, indent=2), self.storage_options
+            self.uri(f"{self.step_path(step)}/{CHECKPOINT_MANIFEST}"), json.dumps(manifest, indent=2), self.storage_options
         )
 
     def best(self, steps: list[int]) -> tuple[int, float] | None:
@@ -141,13 +141,13 @@ class CheckpointStore:
         best = self.best(steps) if keep_best else None
         if best is not None:
             keep.add(best[0])
-            pointer = {"step": best[0], "validation_loss": best[1], "path": f"step-{best[0]}"}
-            pointer_uri = self.uri(f"{self.root}/{BEST_POINTER}")
+            pointer = {"step": best[0], "validation_loss": best[1], "path": checkpoint_dir_name(best[0])}
+            pointer_uri = self.uri(f"{self.root}/{BEST_CHECKPOINT_POINTER}")
             storage.write_text(pointer_uri, json.dumps(pointer, indent=2), self.storage_options)
         for step in steps:
             if step not in keep:
                 # Manifest first: a crash mid-delete leaves an uncommitted (ignored) directory.
-                self.fs.rm(f"{self.step_path(step)}/{MANIFEST}")
+                self.fs.rm(f"{self.step_path(step)}/{CHECKPOINT_MANIFEST}")
                 self.fs.rm(self.step_path(step), recursive=True)
         return best
 
@@ -323,7 +323,7 @@ class CheckpointManager:
         if self.env.is_main:
             torn = self.store.remove_uncommitted()
             if torn:
-                print(f"checkpoint: removed interrupted saves (no manifest): {', '.join(f'step-{s}' for s in torn)}")
+                print(f"checkpoint: removed interrupted saves (no manifest): {', '.join(checkpoint_dir_name(s) for s in torn)}")
         if manifest is None:
             return None
         step = int(manifest["step"])
@@ -337,7 +337,7 @@ class CheckpointManager:
 
     def check_resumable(self, manifest: dict[str, Any]) -> None:
         """Raise if this run must not resume the checkpoint ``manifest`` commits (the resume guard)."""
-        where = f"{self.config.root_uri}/step-{manifest['step']}"
+        where = f"{self.config.root_uri}/{checkpoint_dir_name(manifest['step'])}"
         recorded = ResumeIdentity.from_manifest(manifest)
         if recorded is not None:
             changes = recorded.differences(self.identity)
@@ -447,7 +447,7 @@ class CheckpointManager:
         in_flight.done.wait()
         if in_flight.error is not None:
             raise CheckpointSaveError(
-                f"saving checkpoint {self.config.root_uri}/step-{in_flight.step} failed: "
+                f"saving checkpoint {self.config.root_uri}/{checkpoint_dir_name(in_flight.step)} failed: "
                 f"{type(in_flight.error).__name__}: {in_flight.error}"
             ) from in_flight.error
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -17,12 +18,41 @@ from typing import Any, Literal
 # 2: dataset_digest (the resume guard records it in every checkpoint).
 CONFIG_VERSION = 2
 
+# The names both sides use: the spec's choices, the provider's metrics and the trainer's code paths.
 TaskType = Literal["binary_classification", "regression", "ranking"]
-TASK_TYPES: tuple[str, ...] = ("binary_classification", "regression", "ranking")
+TASK_TYPES: tuple[str, ...] = typing.get_args(TaskType)
 RANKING_LOSSES: tuple[str, ...] = ("pointwise", "listwise")
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 LR_SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
-STRATEGIES: tuple[str, ...] = ("ddp", "deepspeed")
+StrategyName = Literal["ddp", "deepspeed"]
+STRATEGIES: tuple[str, ...] = typing.get_args(StrategyName)
+
+# -- the run folder ------------------------------------------------------------------------------
+# One DAG run's folder, as the provider writes it and the trainer fills it:
+#   <run_dir>/trainer_config.json                  this file's TrainingConfig (provider)
+#   <run_dir>/checkpoints/step-<N>/manifest.json   a committed checkpoint (trainer; no manifest: torn)
+#   <run_dir>/checkpoints/best.json                the best checkpoint by validation loss (trainer)
+#   <run_dir>/output/result.json                   TrainingResult (trainer, rank 0)
+#   <run_dir>/output/status.json                   the train task's state for the checkpoint sensor (provider)
+TRAINER_CONFIG_FILE = "trainer_config.json"
+CHECKPOINTS_DIR = "checkpoints"
+OUTPUT_DIR = "output"
+RESULT_FILE = "result.json"
+STATUS_FILE = "status.json"
+CHECKPOINT_MANIFEST = "manifest.json"
+BEST_CHECKPOINT_POINTER = "best.json"
+_CHECKPOINT_DIR = re.compile(r"^step-(\d+)$")
+
+
+def checkpoint_dir_name(step: int) -> str:
+    """``step-<N>``: the folder of the checkpoint of optimizer step N (also DeepSpeed's tag)."""
+    return f"step-{step}"
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint folder name, None for anything else in the checkpoints folder."""
+    match = _CHECKPOINT_DIR.match(name)
+    return int(match.group(1)) if match else None
 
 
 class TrainerConfigError(ValueError):
@@ -159,7 +189,7 @@ class TrainingConfig:
     batch_size: int = 256
     learning_rate: float = 1e-3
     seed: int = 0
-    strategy: Literal["ddp", "deepspeed"] = "ddp"
+    strategy: StrategyName = "ddp"
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     # Required when strategy == "deepspeed"; the DeepSpeed JSON config is generated from it and the rest.
     deepspeed: DeepSpeedConfig | None = None

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 
 from trainpipe_trainer import rng, storage
 from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore
-from trainpipe_trainer.config import TrainingConfig, TrainingResult
+from trainpipe_trainer.config import RESULT_FILE, TrainingConfig, TrainingResult
 from trainpipe_trainer.data import EpochLoader, TrainingData, load_training_data
 from trainpipe_trainer.distributed import (
     DistEnv,
@@ -384,7 +384,7 @@ class Trainer:
                 resumed_from_step=resumed,
             )
             storage.write_text(
-                storage.join(self.config.output_uri, "result.json"), result.to_json(), self.config.storage_options
+                storage.join(self.config.output_uri, RESULT_FILE), result.to_json(), self.config.storage_options
             )
         # Other ranks wait, so the job ends only once the model and result.json exist.
         barrier(self.env)
@@ -401,6 +401,6 @@ def run_training(config: TrainingConfig) -> TrainingResult | None:
     finally:
         destroy_distributed()
     if result is not None:
-        print(f"result: {storage.join(config.output_uri, 'result.json')}", flush=True)
+        print(f"result: {storage.join(config.output_uri, RESULT_FILE)}", flush=True)
         print(f"weights sha256: {result.weights_sha256}", flush=True)
     return result

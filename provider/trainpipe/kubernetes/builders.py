@@ -1,12 +1,12 @@
-"""The spec's ``training.kubernetes`` section -> arguments of the cncf.kubernetes operators.
+"""The plan's Kubernetes part (``PipelinePlan.kubernetes``) -> arguments of the cncf.kubernetes operators.
 
 The operators in ``trainpipe.operators.kubernetes`` are built from these functions at DAG parse
-time (everything that depends only on the spec) and bound to a run at execute time (command,
+time (everything that depends only on the plan) and bound to a run at execute time (command,
 environment, names). ``trainpipe render --k8s`` builds the same operators the same way and asks
 them for their manifests: there is no second manifest builder.
 
-The container runs exactly ``trainpipe.plan.trainer_command`` with
-``trainpipe.launchers.local.trainer_environment``, like the local launcher (ADR 0002).
+The container runs the plan's launch (``trainpipe.launch.resolve``: argv and environment), the
+same as the local launcher (ADR 0002).
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import TrainpipeError
-from trainpipe.launchers.local import trainer_environment
-from trainpipe.plan import multinode_rendezvous, trainer_command
+from trainpipe.launch import LaunchValues, resolve
 
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
 
-    from trainpipe.spec.kubernetes import KubernetesSpec
-    from trainpipe.spec.models import PipelineSpec
+    from trainpipe.plan import KubernetesPlan, PipelinePlan
 
 INSTALL_HINT = "pip install airflow-provider-trainpipe[kubernetes]"
 SHM_VOLUME = "dshm"
@@ -57,10 +55,10 @@ class TrainerLaunch:
     try_number: int
 
 
-def _kubernetes(spec: PipelineSpec) -> KubernetesSpec:
-    if spec.training.kubernetes is None:
-        raise TrainpipeError(f"{spec.pipeline_id}: launcher 'kubernetes' needs a training.kubernetes section (image, resources)")
-    return spec.training.kubernetes
+def _kubernetes(plan: PipelinePlan) -> KubernetesPlan:
+    if plan.kubernetes is None:
+        raise TrainpipeError(f"{plan.dag_id}: launcher 'kubernetes' needs a training.kubernetes section (image, resources)")
+    return plan.kubernetes
 
 
 def _slug(text: str, length: int) -> str:
@@ -80,50 +78,47 @@ def run_label(dag_id: str, airflow_run_id: str) -> str:
     return hashlib.sha256(f"{dag_id}\0{airflow_run_id}".encode()).hexdigest()[:16]
 
 
-def pod_base_name(spec: PipelineSpec) -> str:
-    return f"{_slug(spec.pipeline_id, 40)}-train"
+def pod_base_name(plan: PipelinePlan) -> str:
+    return f"{_slug(plan.dag_id, 40)}-train"
 
 
-def job_name(spec: PipelineSpec, launch: TrainerLaunch) -> str:
+def job_name(plan: PipelinePlan, launch: TrainerLaunch) -> str:
     """The multi-node Job's full name (``job-...``), per DAG run and try; also its Service's name."""
     suffix = f"-{run_label(launch.dag_id, launch.airflow_run_id)[:8]}-t{launch.try_number}"
-    base = _slug(spec.pipeline_id, _MAX_JOB_NAME - len(JOB_NAME_PREFIX) - len(suffix))
+    base = _slug(plan.dag_id, _MAX_JOB_NAME - len(JOB_NAME_PREFIX) - len(suffix))
     return f"{JOB_NAME_PREFIX}{base}{suffix}"
 
 
-def rendezvous_endpoint(name: str, port: int) -> str:
-    """Node 0 of an Indexed Job: hostname ``<job>-0`` in the headless Service (= subdomain) ``<job>``."""
-    return f"{name}-0.{name}:{port}"
-
-
-def _resources(k: KubernetesSpec) -> k8s.V1ResourceRequirements:
+def _resources(k: KubernetesPlan) -> k8s.V1ResourceRequirements:
     models = k8s_models()
     r = k.resources
-    requests: dict[str, str] = {"cpu": r.cpu, "memory": r.memory}
-    limits: dict[str, str] = {"memory": r.limits.memory or r.memory}
-    if r.limits.cpu:
-        limits["cpu"] = r.limits.cpu
-    if r.gpus:
-        requests[r.gpu_resource] = limits[r.gpu_resource] = str(r.gpus)
+    requests: dict[str, str] = {"cpu": r["cpu"], "memory": r["memory"]}
+    limits: dict[str, str] = {"memory": r["limits"]["memory"] or r["memory"]}
+    if r["limits"]["cpu"]:
+        limits["cpu"] = r["limits"]["cpu"]
+    if r["gpus"]:
+        requests[r["gpu_resource"]] = limits[r["gpu_resource"]] = str(r["gpus"])
     return models.V1ResourceRequirements(requests=requests, limits=limits)
 
 
-def _affinity(k: KubernetesSpec) -> k8s.V1Affinity | None:
+def _affinity(k: KubernetesPlan) -> k8s.V1Affinity | None:
     models = k8s_models()
 
-    def requirement(item: Any) -> k8s.V1NodeSelectorRequirement:
-        return models.V1NodeSelectorRequirement(key=item.key, operator=item.operator, values=list(item.values) or None)
+    def requirement(item: dict[str, Any]) -> k8s.V1NodeSelectorRequirement:
+        return models.V1NodeSelectorRequirement(key=item["key"], operator=item["operator"],
+                                                values=list(item["values"]) or None)
 
-    if not k.affinity.required and not k.affinity.preferred:
+    if not k.affinity["required"] and not k.affinity["preferred"]:
         return None
     required = None
-    if k.affinity.required:
+    if k.affinity["required"]:
         required = models.V1NodeSelector(node_selector_terms=[
-            models.V1NodeSelectorTerm(match_expressions=[requirement(i) for i in k.affinity.required])
+            models.V1NodeSelectorTerm(match_expressions=[requirement(i) for i in k.affinity["required"]])
         ])
     preferred = [
-        models.V1PreferredSchedulingTerm(weight=i.weight, preference=models.V1NodeSelectorTerm(match_expressions=[requirement(i)]))
-        for i in k.affinity.preferred
+        models.V1PreferredSchedulingTerm(weight=i["weight"],
+                                         preference=models.V1NodeSelectorTerm(match_expressions=[requirement(i)]))
+        for i in k.affinity["preferred"]
     ] or None
     return models.V1Affinity(node_affinity=models.V1NodeAffinity(
         required_during_scheduling_ignored_during_execution=required,
@@ -131,11 +126,11 @@ def _affinity(k: KubernetesSpec) -> k8s.V1Affinity | None:
     ))
 
 
-def static_operator_kwargs(spec: PipelineSpec) -> dict[str, Any]:
+def static_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
     """Arguments of KubernetesPodOperator (and, by inheritance, KubernetesJobOperator) that depend on
-    the spec only: image, resources, scheduling, identity, volumes, security, lifecycle."""
+    the plan only: image, resources, scheduling, identity, volumes, security, lifecycle."""
     models = k8s_models()
-    k = _kubernetes(spec)
+    k = _kubernetes(plan)
     return {
         "namespace": k.namespace,
         "image": k.image,
@@ -146,13 +141,13 @@ def static_operator_kwargs(spec: PipelineSpec) -> dict[str, Any]:
         "container_resources": _resources(k),
         "node_selector": dict(k.node_selector),
         "tolerations": [
-            models.V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect,
-                                toleration_seconds=t.toleration_seconds)
+            models.V1Toleration(key=t["key"], operator=t["operator"], value=t["value"], effect=t["effect"],
+                                toleration_seconds=t["toleration_seconds"])
             for t in k.tolerations
         ],
         "affinity": _affinity(k),
         "priority_class_name": k.priority_class,
-        "labels": {**k.labels, LABEL_PIPELINE: _label_value(spec.pipeline_id)},
+        "labels": {**k.labels, LABEL_PIPELINE: _label_value(plan.dag_id)},
         # A training pod evicted by the cluster autoscaler loses the work since its last checkpoint.
         "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", **k.annotations},
         "env_from": [models.V1EnvFromSource(secret_ref=models.V1SecretEnvSource(name=s)) for s in k.env_from_secrets],
@@ -177,40 +172,36 @@ def static_operator_kwargs(spec: PipelineSpec) -> dict[str, Any]:
     }
 
 
-def container_command(spec: PipelineSpec, launch: TrainerLaunch) -> list[str]:
-    """The pod's command: ``trainer_command`` (+ c10d rendezvous at node 0 for a multi-node Job)."""
-    distributed = spec.training.distributed
-    rendezvous = None
-    if distributed.nnodes > 1:
-        k = _kubernetes(spec)
-        name = job_name(spec, launch)
-        rendezvous = multinode_rendezvous(
-            endpoint=rendezvous_endpoint(name, k.rendezvous_port), rdzv_id=name,
-            # Expanded by the kubelet from the variable the Job controller sets in each pod.
-            node_rank="$(JOB_COMPLETION_INDEX)", max_restarts=k.max_pod_restarts,
-        )
-    return trainer_command(nproc_per_node=distributed.nproc_per_node, nnodes=distributed.nnodes,
-                           config_uri=launch.config_uri, rendezvous=rendezvous)
+def container_command(plan: PipelinePlan, launch: TrainerLaunch) -> list[str]:
+    """The pod's command: the plan's launch argv, resolved for this run (and, for a multi-node Job,
+    its name: c10d rendezvous at the index-0 pod)."""
+    return list(_resolved(plan, launch).argv)
 
 
-def container_env(spec: PipelineSpec, launch: TrainerLaunch) -> list[k8s.V1EnvVar]:
-    """``trainer_environment`` (as for the local launcher), then the spec's plain and Secret variables."""
+def container_env(plan: PipelinePlan, launch: TrainerLaunch) -> list[k8s.V1EnvVar]:
+    """The plan's launch environment (as for the local launcher, plus the spec's plain variables),
+    then the spec's Secret variables."""
     models = k8s_models()
-    k = _kubernetes(spec)
-    plain = {**trainer_environment(mlflow_tracking_uri=launch.mlflow_tracking_uri), **k.env}
-    env = [models.V1EnvVar(name=name, value=value) for name, value in plain.items()]
+    k = _kubernetes(plan)
+    env = [models.V1EnvVar(name=name, value=value) for name, value in _resolved(plan, launch).env.items()]
     env += [
         models.V1EnvVar(name=name, value_from=models.V1EnvVarSource(
-            secret_key_ref=models.V1SecretKeySelector(name=ref.secret, key=ref.key)))
+            secret_key_ref=models.V1SecretKeySelector(name=ref["secret"], key=ref["key"])))
         for name, ref in k.secret_env.items()
     ]
     return env
 
 
-def job_operator_kwargs(spec: PipelineSpec) -> dict[str, Any]:
+def _resolved(plan: PipelinePlan, launch: TrainerLaunch):  # noqa: ANN202 - trainpipe.launch.ResolvedLaunch
+    return resolve(plan.launch, LaunchValues(
+        config_uri=launch.config_uri, mlflow_tracking_uri=launch.mlflow_tracking_uri,
+        job_name=job_name(plan, launch) if plan.launch.nnodes > 1 else ""))
+
+
+def job_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
     """KubernetesJobOperator arguments of a multi-node run: one pod per node, all or nothing."""
-    k = _kubernetes(spec)
-    nnodes = spec.training.distributed.nnodes
+    k = _kubernetes(plan)
+    nnodes = plan.launch.nnodes
     return {
         "completion_mode": "Indexed",
         "completions": nnodes,

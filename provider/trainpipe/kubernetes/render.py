@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import SpecError
 from trainpipe.kubernetes.builders import TrainerLaunch, to_manifest
+from trainpipe_trainer.config import TRAINER_CONFIG_FILE
 
 if TYPE_CHECKING:
     from trainpipe.plan import PipelinePlan
@@ -26,16 +27,16 @@ def render_launch(plan: PipelinePlan, *, airflow_run_id: str = RENDER_RUN_ID, tr
     from trainpipe.settings import Settings
 
     settings = Settings.from_env()
-    config = run_dir_for(plan.spec, settings, airflow_run_id) / "trainer_config.json"
+    config = run_dir_for(plan.dag_id, settings, airflow_run_id) / TRAINER_CONFIG_FILE
     return TrainerLaunch(config_uri=storage.fsspec_uri(config), mlflow_tracking_uri=settings.mlflow_tracking_uri,
                          dag_id=plan.dag_id, airflow_run_id=airflow_run_id, try_number=try_number)
 
 
 def render_manifests(plan: PipelinePlan, *, launch: TrainerLaunch | None = None) -> list[dict[str, Any]]:
     """Pod (one node), or Service + Job (several), as the dicts the API server would receive."""
-    if plan.spec.training.launcher != "kubernetes":
+    if plan.launch.launcher != "kubernetes":
         raise SpecError(
-            f"{plan.spec_file}: training.launcher: is {plan.spec.training.launcher!r}; only 'kubernetes' submits "
+            f"{plan.spec_file}: training.launcher: is {plan.launch.launcher!r}; only 'kubernetes' submits "
             "manifests: set training.launcher: kubernetes and a training.kubernetes section (docs/KUBERNETES.md)"
         )
     from trainpipe.operators.kubernetes import KubernetesTrainJobOperator, kubernetes_train_operator

@@ -1,7 +1,7 @@
 """The local launcher (the embedded default): torchrun as a subprocess of the Airflow worker.
 
-It runs exactly ``trainpipe.plan.trainer_command`` with ``trainer_environment`` on top of the
-worker's environment: the Kubernetes launcher puts the same command and variables in the pod.
+It runs the plan's launch (``trainpipe.launch``: argv and environment, resolved for the run) on top
+of the worker's environment: the Kubernetes launcher puts the same command and variables in the pod.
 """
 
 from __future__ import annotations
@@ -20,19 +20,6 @@ from trainpipe.errors import TrainingFailedError
 log = logging.getLogger(__name__)
 
 
-def trainer_environment(*, mlflow_tracking_uri: str) -> dict[str, str]:
-    """Variables the trainer needs wherever it runs (never secrets: those come from Secrets in pods)."""
-    return {
-        "MLFLOW_TRACKING_URI": mlflow_tracking_uri,
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-        # Progress bars are noise in a task log.
-        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-        "PYTHONUNBUFFERED": "1",
-        # One BLAS thread per rank: torchrun starts one process per core/GPU already.
-        "OMP_NUM_THREADS": "1",
-    }
-
-
 def local_torchrun() -> str:
     """The torchrun of this interpreter's environment (the worker's venv), not whatever is on PATH."""
     candidate = Path(sys.executable).with_name("torchrun")
@@ -48,13 +35,16 @@ def local_torchrun() -> str:
 
 
 def run_local(command: Sequence[str], *, env: Mapping[str, str], on_line: Callable[[str], None] | None = None,
-              cwd: str | None = None) -> None:
-    """Run the trainer command, streaming every output line; raise ``TrainingFailedError`` on failure."""
+              cwd: str | None = None, executable: str | None = None) -> None:
+    """Run the trainer command, streaming every output line; raise ``TrainingFailedError`` on failure.
+
+    ``executable`` runs ``command[0]`` from a known place (this venv's torchrun) while the argv
+    stays exactly the planned one."""
     emit = on_line or (lambda line: log.info("%s", line))
     full_env = {**os.environ, **env}
     emit("launching: " + " ".join(command))
     process = subprocess.Popen(
-        list(command), env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        list(command), executable=executable, env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, bufsize=1, start_new_session=True,
     )
     try:

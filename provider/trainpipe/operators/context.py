@@ -9,15 +9,14 @@ if TYPE_CHECKING:
     from trainpipe.plan import PipelinePlan
     from trainpipe.runtime.snapshot import SnapshotInfo
     from trainpipe.runtime.train import RunContext
-    from trainpipe.spec.models import PipelineSpec
     from trainpipe_trainer.config import TrainingResult
 
 
-def run_spec(plan: PipelinePlan, context: Any) -> tuple[PipelineSpec, dict[str, Any]]:
-    """The spec with this run's params applied (``Trigger DAG w/ config``), and what they changed."""
-    from trainpipe.plan import apply_param_overrides
+def run_plan(plan: PipelinePlan, context: Any) -> tuple[PipelinePlan, dict[str, Any]]:
+    """The plan with this run's params applied (``Trigger DAG w/ config``), and what they changed."""
+    from trainpipe.plan import apply_run_params
 
-    return apply_param_overrides(plan, dict(context.get("params") or {}))
+    return apply_run_params(plan, dict(context.get("params") or {}))
 
 
 def snapshot_info(context: Any) -> SnapshotInfo:
@@ -28,7 +27,7 @@ def snapshot_info(context: Any) -> SnapshotInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainInputs:
-    spec: PipelineSpec
+    plan: PipelinePlan
     param_overrides: dict[str, Any]
     run: RunContext
     snapshot: SnapshotInfo
@@ -39,11 +38,11 @@ def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
     from trainpipe.lineage import git_commit
     from trainpipe.runtime.train import RunContext
 
-    spec, overrides = run_spec(plan, context)
+    plan, overrides = run_plan(plan, context)
     ti = context["ti"]
     run = RunContext(dag_id=ti.dag_id, airflow_run_id=context["run_id"], try_number=ti.try_number,
-                     spec_sha256=plan.spec_sha256, git_commit=git_commit(plan.spec_file))
-    return TrainInputs(spec=spec, param_overrides=overrides, run=run, snapshot=snapshot_info(context))
+                     spec_sha256=plan.spec_sha256, git_commit=git_commit(plan.source_path))
+    return TrainInputs(plan=plan, param_overrides=overrides, run=run, snapshot=snapshot_info(context))
 
 
 def log_trained(log: Any, result: TrainingResult) -> None:

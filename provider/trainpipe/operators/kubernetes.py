@@ -64,7 +64,7 @@ def prepare_launch(operator: Any, context: Context) -> builders.TrainerLaunch:
     settings = Settings.from_env()
     check_reachable_from_pods(settings.storage_root, settings.mlflow_tracking_uri)
     inputs = train_inputs(plan, context)
-    prepared = prepare_training_run(inputs.spec, inputs.snapshot, settings=settings, run=inputs.run,
+    prepared = prepare_training_run(inputs.plan, inputs.snapshot, settings=settings, run=inputs.run,
                                     hook=MlflowHook(settings), param_overrides=inputs.param_overrides)
     operator.log.info("trainer config: %s (MLflow run %s)", prepared.config_uri, prepared.mlflow_run_id)
     return builders.TrainerLaunch(config_uri=prepared.config_uri, mlflow_tracking_uri=settings.mlflow_tracking_uri,
@@ -78,7 +78,7 @@ def finish(operator: Any, context: Context) -> dict[str, Any]:
     from trainpipe.runtime.train import read_training_result, run_dir_for
     from trainpipe.settings import Settings
 
-    result = read_training_result(run_dir_for(operator.plan.spec, Settings.from_env(), context["run_id"]))
+    result = read_training_result(run_dir_for(operator.plan.dag_id, Settings.from_env(), context["run_id"]))
     log_trained(operator.log, result)
     value = asdict(result)
     # do_xcom_push stays False (it would add the provider's XCom sidecar): push the result ourselves.
@@ -92,13 +92,12 @@ class KubernetesTrainPodOperator(KubernetesPodOperator):
     ui_color = "#fde9c9"
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
-        spec = plan.spec
         options = {
-            **builders.static_operator_kwargs(spec),
-            "name": builders.pod_base_name(spec),
+            **builders.static_operator_kwargs(plan),
+            "name": builders.pod_base_name(plan),
             # Reattach to the running pod after an Airflow worker restart instead of starting another.
             "durable": True,
-            "logging_interval": int(spec.training.kubernetes.log_interval.total_seconds()),
+            "logging_interval": int(plan.kubernetes.log_interval.total_seconds()),
             **kwargs,
         }
         super().__init__(**options)
@@ -106,10 +105,9 @@ class KubernetesTrainPodOperator(KubernetesPodOperator):
 
     def bind_launch(self, launch: builders.TrainerLaunch) -> None:
         """Set the per-run part of the pod: the trainer command and environment."""
-        spec = self.plan.spec
-        self.cmds = builders.container_command(spec, launch)
+        self.cmds = builders.container_command(self.plan, launch)
         self.arguments = []
-        self.env_vars = builders.container_env(spec, launch)
+        self.env_vars = builders.container_env(self.plan, launch)
 
     def execute(self, context: Context) -> Any:
         self.bind_launch(prepare_launch(self, context))
@@ -145,26 +143,24 @@ class KubernetesTrainJobOperator(KubernetesJobOperator, _PodTemplateDryRun):
     ui_color = "#fde9c9"
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
-        spec = plan.spec
-        options = {**builders.static_operator_kwargs(spec), **builders.job_operator_kwargs(spec), **kwargs}
+        options = {**builders.static_operator_kwargs(plan), **builders.job_operator_kwargs(plan), **kwargs}
         super().__init__(**options)
         self.plan = plan
 
     @property
     def rendezvous_port(self) -> int:
-        return self.plan.spec.training.kubernetes.rendezvous_port
+        return self.plan.kubernetes.rendezvous_port
 
     def bind_launch(self, launch: builders.TrainerLaunch) -> None:
         """Set the per-run part: Job name (= Service name = pods' subdomain), command, environment."""
-        spec = self.plan.spec
-        full_name = builders.job_name(spec, launch)
+        full_name = builders.job_name(self.plan, launch)
         self.name = full_name.removeprefix(builders.JOB_NAME_PREFIX)  # the operator adds the prefix back
         self.subdomain = full_name
         self.labels = {**self.labels, builders.LABEL_JOB: full_name,
                        builders.LABEL_RUN: builders.run_label(launch.dag_id, launch.airflow_run_id)}
-        self.cmds = builders.container_command(spec, launch)
+        self.cmds = builders.container_command(self.plan, launch)
         self.arguments = []
-        self.env_vars = builders.container_env(spec, launch)
+        self.env_vars = builders.container_env(self.plan, launch)
 
     def build_job_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Job:
         """The Job to submit; ``dry_run`` builds it without a cluster (``trainpipe render --k8s``)."""
@@ -296,6 +292,6 @@ class KubernetesTrainJobOperator(KubernetesJobOperator, _PodTemplateDryRun):
 
 def kubernetes_train_operator(*, plan: PipelinePlan, **kwargs: Any) -> KubernetesPodOperator:
     """The train task of a ``launcher: kubernetes`` spec: a pod for one node, a Job for several."""
-    if plan.spec.training.distributed.nnodes > 1:
+    if plan.launch.nnodes > 1:
         return KubernetesTrainJobOperator(plan=plan, **kwargs)
     return KubernetesTrainPodOperator(plan=plan, **kwargs)

@@ -12,7 +12,7 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator
 
 from trainpipe.lineage import git_commit
-from trainpipe.operators.context import log_trained, run_spec, snapshot_info, train_inputs
+from trainpipe.operators.context import log_trained, run_plan, snapshot_info, train_inputs
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
@@ -28,16 +28,12 @@ class _PipelineStepOperator(BaseOperator):
         super().__init__(**kwargs)
         self.plan = plan
 
-    @property
-    def spec(self):  # noqa: ANN201 - PipelineSpec; imported lazily
-        return self.plan.spec
-
-    def run_spec(self, context: Context):  # noqa: ANN201 - PipelineSpec
-        """The spec with this run's params applied (``Trigger DAG w/ config``)."""
-        spec, overrides = run_spec(self.plan, context)
+    def run_plan(self, context: Context) -> PipelinePlan:
+        """The plan with this run's params applied (``Trigger DAG w/ config``)."""
+        plan, overrides = run_plan(self.plan, context)
         if overrides:
             self.log.info("this run overrides %s", overrides)
-        return spec
+        return plan
 
     @functools.cached_property
     def settings(self) -> Settings:
@@ -60,8 +56,8 @@ class _PipelineStepOperator(BaseOperator):
             "dataset_digest": snapshot.digest,
             "spec_file_sha256": self.plan.spec_sha256,
             "spec_file": self.plan.spec_file,
-            "seed": str(self.run_spec(context).training.seed),  # the run's, with a trigger's override
-            "git_commit": git_commit(self.plan.spec_file),
+            "seed": str(self.run_plan(context).trainer.seed),  # the run's, with a trigger's override
+            "git_commit": git_commit(self.plan.source_path),
         }
 
 
@@ -72,7 +68,8 @@ class SnapshotOperator(_PipelineStepOperator):
         from trainpipe.runtime.snapshot import take_snapshot
 
         logical_date = context.get("logical_date") or context["dag_run"].run_after
-        return take_snapshot(self.spec, settings=self.settings, logical_date=logical_date).to_dict()
+        return take_snapshot(self.plan.dag_id, self.plan.data, settings=self.settings,
+                             logical_date=logical_date).to_dict()
 
 
 class ValidateDataOperator(_PipelineStepOperator):
@@ -85,7 +82,8 @@ class ValidateDataOperator(_PipelineStepOperator):
         from trainpipe.runtime.snapshot import validate_snapshot
 
         try:
-            return validate_snapshot(self.spec, self.snapshot_info(context), settings=self.settings)
+            return validate_snapshot(self.plan.dag_id, self.plan.validation, self.snapshot_info(context),
+                                     settings=self.settings)
         except ValidationFailedError as err:
             # The snapshot is immutable: a retry would fail the same way, so fail now.
             raise AirflowFailException(str(err)) from err
@@ -102,7 +100,7 @@ class TrainOperator(_PipelineStepOperator):
         from trainpipe.runtime.train import run_training
 
         inputs = train_inputs(self.plan, context)
-        result = run_training(inputs.spec, inputs.snapshot, settings=self.settings, run=inputs.run, hook=self.hook,
+        result = run_training(inputs.plan, inputs.snapshot, settings=self.settings, run=inputs.run, hook=self.hook,
                               on_line=lambda line: self.log.info("%s", line), param_overrides=inputs.param_overrides)
         log_trained(self.log, result)
         return asdict(result)
@@ -115,7 +113,8 @@ class EvaluateOperator(_PipelineStepOperator):
         from trainpipe.runtime.evaluate import evaluate
 
         trained = context["ti"].xcom_pull(task_ids="train")
-        return evaluate(self.run_spec(context), holdout_uri=self.snapshot_info(context).holdout_uri, model_uri=trained["model_uri"],
+        plan = self.run_plan(context)
+        return evaluate(plan.evaluation, plan.registration, holdout_uri=self.snapshot_info(context).holdout_uri, model_uri=trained["model_uri"],
                         mlflow_run_id=trained["mlflow_run_id"], hook=self.hook)
 
 
@@ -148,5 +147,5 @@ class RegisterModelOperator(_PipelineStepOperator):
 
         trained = context["ti"].xcom_pull(task_ids="train")
         evaluation = context["ti"].xcom_pull(task_ids="evaluate")
-        return register(self.spec, model_uri=trained["model_uri"], mlflow_run_id=trained["mlflow_run_id"],
+        return register(self.plan.registration, model_uri=trained["model_uri"], mlflow_run_id=trained["mlflow_run_id"],
                         tags=self.lineage_tags(context), evaluation=evaluation, hook=self.hook)

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainpipe import metrics, storage
 from trainpipe.hooks.mlflow import MlflowHook
-from trainpipe.spec.models import GateSpec, PipelineSpec
+from trainpipe.plan import EvaluationPlan, Gate, RegistrationPlan
 
 log = logging.getLogger(__name__)
 
@@ -26,39 +26,38 @@ def mlflow_metric_key(name: str) -> str:
     return re.sub(r"[^\w./ -]", "_", name.replace("@", "_at_"))
 
 
-def score_model(model_uri: str, spec: PipelineSpec, holdout_uri: str) -> dict[str, float]:
+def score_model(model_uri: str, evaluation: EvaluationPlan, holdout_uri: str) -> dict[str, float]:
     import mlflow.pyfunc
     import pandas as pd
 
     holdout = storage.read_parquet_uri(holdout_uri)
-    training = spec.training
     # No check of the model's pip requirements against this worker: it reads the metadata of every
     # installed distribution (seconds per task), and the serving environment is decided elsewhere.
     model = mlflow.pyfunc.load_model(model_uri, suppress_warnings=True)
-    scores = model.predict(holdout[list(training.features)])
+    scores = model.predict(holdout[list(evaluation.features)])
     return metrics.compute_metrics(
-        training.task,
-        spec.evaluation.metrics,
-        y_true=holdout[training.label].to_numpy(),
+        evaluation.task,
+        list(evaluation.metrics),
+        y_true=holdout[evaluation.label].to_numpy(),
         y_score=pd.Series(scores).to_numpy(dtype=float).ravel(),
-        groups=holdout[training.group_column].to_numpy() if training.group_column else None,
-        threshold=spec.evaluation.decision_threshold,
+        groups=holdout[evaluation.group_column].to_numpy() if evaluation.group_column else None,
+        threshold=evaluation.decision_threshold,
     )
 
 
-def evaluate(spec: PipelineSpec, *, holdout_uri: str, model_uri: str, mlflow_run_id: str,
-             hook: MlflowHook) -> dict[str, Any]:
-    candidate = score_model(model_uri, spec, holdout_uri)
+def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, holdout_uri: str, model_uri: str,
+             mlflow_run_id: str, hook: MlflowHook) -> dict[str, Any]:
+    candidate = score_model(model_uri, evaluation, holdout_uri)
     log.info("candidate on holdout: %s", _fmt(candidate))
-    champion_version = hook.version_by_alias(spec.registration.model_name, spec.registration.alias)
+    champion_version = hook.version_by_alias(registration.model_name, registration.alias)
     champion = None
     if champion_version is not None:
-        champion_uri = f"models:/{spec.registration.model_name}@{spec.registration.alias}"
-        champion = score_model(champion_uri, spec, holdout_uri)
+        champion_uri = f"models:/{registration.model_name}@{registration.alias}"
+        champion = score_model(champion_uri, evaluation, holdout_uri)
         log.info("champion (version %s) on the same holdout: %s", champion_version.version, _fmt(champion))
     else:
-        log.info("no %s of %s yet: relative gates will pass", spec.registration.alias, spec.registration.model_name)
-    outcomes = check_gates(spec, {"candidate": candidate, "champion": champion})
+        log.info("no %s of %s yet: relative gates will pass", registration.alias, registration.model_name)
+    outcomes = check_gates(evaluation.gates, {"candidate": candidate, "champion": champion})
     passed = all(o.passed for o in outcomes)
     from mlflow.entities import RunTag
 
@@ -94,7 +93,7 @@ class GateOutcome:
 _OPS = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
 
 
-def check_gate(gate: GateSpec, candidate: dict[str, float], champion: dict[str, float] | None) -> GateOutcome:
+def check_gate(gate: Gate, candidate: dict[str, float], champion: dict[str, float] | None) -> GateOutcome:
     value = candidate[gate.metric]
     if not gate.relative:
         passed = _OPS[gate.op](value, gate.threshold)
@@ -113,8 +112,8 @@ def check_gate(gate: GateSpec, candidate: dict[str, float], champion: dict[str, 
                        threshold=gate.threshold, passed=passed, note=f"{change * 100:+.3f}% vs champion")
 
 
-def check_gates(spec: PipelineSpec, evaluation: dict[str, Any]) -> list[GateOutcome]:
-    outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"]) for g in spec.evaluation.gates]
+def check_gates(gates: tuple[Gate, ...], evaluation: dict[str, Any]) -> list[GateOutcome]:
+    outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"]) for g in gates]
     for outcome in outcomes:
         log_gate(asdict(outcome))
     return outcomes
@@ -137,26 +136,26 @@ def _logged_model_id(model_uri: str) -> str | None:
     return reference
 
 
-def register(spec: PipelineSpec, *, model_uri: str, mlflow_run_id: str, tags: dict[str, str],
+def register(registration: RegistrationPlan, *, model_uri: str, mlflow_run_id: str, tags: dict[str, str],
              evaluation: dict[str, Any], hook: MlflowHook) -> dict[str, Any]:
     """A new model version with its lineage tags; the alias moves to it (the old one keeps its number)."""
     client = hook.client
-    name = spec.registration.model_name
+    name = registration.model_name
     from mlflow.exceptions import MlflowException
 
     try:
         client.get_registered_model(name)
     except MlflowException:
-        client.create_registered_model(name, description=spec.description or None)
+        client.create_registered_model(name, description=registration.description or None)
     version = client.create_model_version(name, model_uri, run_id=mlflow_run_id, tags=tags,
                                           model_id=_logged_model_id(model_uri))
     for key, value in evaluation["candidate"].items():
         client.set_model_version_tag(name, version.version, f"holdout_{mlflow_metric_key(key)}", f"{value:.6f}")
-    client.set_registered_model_alias(name, spec.registration.alias, version.version)
-    log.info("registered %s version %s with alias %s (was: %s)", name, version.version, spec.registration.alias,
+    client.set_registered_model_alias(name, registration.alias, version.version)
+    log.info("registered %s version %s with alias %s (was: %s)", name, version.version, registration.alias,
              evaluation.get("champion_version") or "none")
-    return {"model_name": name, "version": int(version.version), "alias": spec.registration.alias,
-            "model_uri": f"models:/{name}@{spec.registration.alias}", "metrics": evaluation["candidate"]}
+    return {"model_name": name, "version": int(version.version), "alias": registration.alias,
+            "model_uri": f"models:/{name}@{registration.alias}", "metrics": evaluation["candidate"]}
 
 
 def _metric_entities(values: dict[str, float]) -> list[Any]:

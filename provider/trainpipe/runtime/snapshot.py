@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from trainpipe import storage
 from trainpipe.errors import SpecError, ValidationFailedError
 from trainpipe.settings import Settings
-from trainpipe.spec.models import PipelineSpec
+from trainpipe.plan import DataPlan, ValidationPlan
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,21 +53,19 @@ def content_digest(frame: pd.DataFrame) -> str:
     return digest.hexdigest()
 
 
-def holdout_mask(frame: pd.DataFrame, spec: PipelineSpec) -> Any:
+def holdout_mask(frame: pd.DataFrame, data: DataPlan) -> Any:
     import pandas as pd
 
-    key_column = spec.training.group_column if spec.training.task == "ranking" else None
-    if key_column:
-        hashes = pd.util.hash_pandas_object(frame[key_column], index=False).to_numpy()
+    if data.holdout_key:
+        hashes = pd.util.hash_pandas_object(frame[data.holdout_key], index=False).to_numpy()
     else:
         hashes = pd.util.hash_pandas_object(frame, index=False).to_numpy()
-    return (hashes % _HOLDOUT_BUCKETS) < int(spec.evaluation.holdout_fraction * _HOLDOUT_BUCKETS)
+    return (hashes % _HOLDOUT_BUCKETS) < int(data.holdout_fraction * _HOLDOUT_BUCKETS)
 
 
-def _cut_window(frame: pd.DataFrame, spec: PipelineSpec, logical_date: datetime) -> tuple[pd.DataFrame, str | None, str | None]:
+def _cut_window(frame: pd.DataFrame, data: DataPlan, logical_date: datetime) -> tuple[pd.DataFrame, str | None, str | None]:
     import pandas as pd
 
-    data = spec.data
     if data.window is None or data.time_column is None:
         return frame, None, None
     if data.time_column not in frame.columns:
@@ -79,15 +77,15 @@ def _cut_window(frame: pd.DataFrame, spec: PipelineSpec, logical_date: datetime)
     return window, start.isoformat(), end.isoformat()
 
 
-def take_snapshot(spec: PipelineSpec, *, settings: Settings, logical_date: datetime) -> SnapshotInfo:
-    source = storage.resolve_uri(spec.data.uri, settings, spec.data.conn_id)
-    frame = storage.read_table(source, spec.data.resolved_format)
-    window, window_start, window_end = _cut_window(frame, spec, logical_date)
+def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logical_date: datetime) -> SnapshotInfo:
+    source = storage.resolve_uri(data.uri, settings, data.conn_id)
+    frame = storage.read_table(source, data.format)
+    window, window_start, window_end = _cut_window(frame, data, logical_date)
     # Stable row order, so the same rows always give the same digest and files.
     window = window.sort_values(list(window.columns), kind="stable").reset_index(drop=True)
     digest = content_digest(window)
-    folder = storage.storage_root(settings) / "snapshots" / spec.pipeline_id / digest[:16]
-    mask = holdout_mask(window, spec)
+    folder = storage.storage_root(settings) / "snapshots" / pipeline_id / digest[:16]
+    mask = holdout_mask(window, data)
     train, holdout = window[~mask].reset_index(drop=True), window[mask].reset_index(drop=True)
     manifest = folder / "manifest.json"
     info = SnapshotInfo(
@@ -114,7 +112,8 @@ def take_snapshot(spec: PipelineSpec, *, settings: Settings, logical_date: datet
     return info
 
 
-def validate_snapshot(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings) -> dict[str, Any]:
+def validate_snapshot(pipeline_id: str, validation: ValidationPlan, snapshot: SnapshotInfo, *,
+                      settings: Settings) -> dict[str, Any]:
     """Run the spec's Great Expectations suite and the volume check; raise when anything fails."""
     import pandas as pd
 
@@ -125,20 +124,15 @@ def validate_snapshot(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: S
     frame = pd.concat(
         [storage.read_table(folder / "train.parquet"), storage.read_table(folder / "holdout.parquet")], ignore_index=True
     )
-    training = spec.training
-    required = [*training.features, training.label, *([training.group_column] if training.group_column else [])]
     report = quality.validate_dataframe(
-        frame,
-        expectations=[(e.name, dict(e.kwargs)) for e in spec.validation.expectations],
-        required_columns=required,
-    )
+        frame, expectations=list(validation.expectations), required_columns=list(validation.required_columns))
     log.info("data quality of snapshot %s:\n%s", snapshot.digest[:16], report.summary())
     failures = [] if report.success else ["Great Expectations suite failed (see the lines above)"]
 
-    latest_path = storage.storage_root(settings) / "snapshots" / spec.pipeline_id / "LATEST.json"
+    latest_path = storage.storage_root(settings) / "snapshots" / pipeline_id / "LATEST.json"
     previous = storage.read_json(latest_path) if latest_path.exists() else None
     change = quality.volume_change(snapshot.rows, previous["rows"] if previous else None)
-    limit = spec.validation.max_volume_change
+    limit = validation.max_volume_change
     if change is None:
         log.info("volume check: no previous validated snapshot; %d rows", snapshot.rows)
     else:
@@ -148,7 +142,7 @@ def validate_snapshot(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: S
         if verdict == "FAIL":
             failures.append(f"row count changed by {change:.1%} vs the previous snapshot (limit {limit:.0%})")
     if failures:
-        raise ValidationFailedError(f"snapshot {snapshot.digest[:16]} of {spec.pipeline_id} failed validation: " + "; ".join(failures))
+        raise ValidationFailedError(f"snapshot {snapshot.digest[:16]} of {pipeline_id} failed validation: " + "; ".join(failures))
     storage.write_json(latest_path, {"digest": snapshot.digest, "rows": snapshot.rows, "uri": snapshot.uri})
     return {"success": True, "rows": snapshot.rows, "volume_change": change,
             "expectations": [{"name": o.name, "success": o.success, "observed": o.observed} for o in report.outcomes]}

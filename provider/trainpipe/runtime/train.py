@@ -20,21 +20,22 @@ from typing import Any
 from trainpipe import storage
 from trainpipe.errors import TrainingFailedError
 from trainpipe.hooks.mlflow import MlflowHook
-from trainpipe.launchers.local import local_torchrun, run_local, trainer_environment
-from trainpipe.plan import run_key, trainer_command
+from trainpipe.launch import LaunchValues, resolve
+from trainpipe.launchers.local import local_torchrun, run_local
+from trainpipe.plan import FaultPlan, PipelinePlan, run_key
 from trainpipe.runtime.snapshot import SnapshotInfo
 from trainpipe.settings import Settings
-from trainpipe.spec.models import PipelineSpec
 from trainpipe_trainer.config import (
-    CheckpointConfig,
-    DeepSpeedConfig,
+    CHECKPOINT_MANIFEST,
+    CHECKPOINTS_DIR,
+    OUTPUT_DIR,
+    RESULT_FILE,
+    TRAINER_CONFIG_FILE,
     FaultInjection,
-    ModelConfig,
-    OptimizationConfig,
     ResumeIdentity,
-    TrackingConfig,
     TrainingConfig,
     TrainingResult,
+    checkpoint_dir_name,
     resume_refusal,
 )
 
@@ -52,72 +53,30 @@ class RunContext:
     git_commit: str
 
 
-def _fault_injection(spec: PipelineSpec, run: RunContext) -> FaultInjection | None:
-    testing = spec.training.testing
+def _fault_injection(testing: FaultPlan, run: RunContext) -> FaultInjection | None:
     crash = testing.crash_first_try_after_step if run.try_number == 1 else None
     if testing.inject_nan_at_step is None and crash is None:
         return None
     return FaultInjection(nan_loss_at_step=testing.inject_nan_at_step, crash_after_step=crash)
 
 
-def run_dir_for(spec: PipelineSpec, settings: Settings, airflow_run_id: str):  # noqa: ANN201 - ObjectStoragePath
+def run_dir_for(pipeline_id: str, settings: Settings, airflow_run_id: str):  # noqa: ANN201 - ObjectStoragePath
     """Per DAG run, identical for every try: retries find the previous try's checkpoints here."""
-    return storage.storage_root(settings) / "runs" / spec.pipeline_id / run_key(airflow_run_id)
+    return storage.storage_root(settings) / "runs" / pipeline_id / run_key(airflow_run_id)
 
 
-def build_training_config(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
-                          mlflow_run_id: str | None, run_dir=None) -> TrainingConfig:  # noqa: ANN001
-    training = spec.training
-    distributed = training.distributed
-    optimization = training.optimization
-    run_dir = run_dir if run_dir is not None else run_dir_for(spec, settings, run.airflow_run_id)
-    return TrainingConfig(
-        pipeline_id=spec.pipeline_id,
-        task=training.task,
+def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
+                           mlflow_run_id: str | None, run_dir) -> TrainingConfig:  # noqa: ANN001 - ObjectStoragePath
+    """The plan's trainer config template with this run's values: data, folders, tracking, tags."""
+    template = plan.trainer
+    return dataclasses.replace(
+        template,
         train_data_uri=snapshot.train_uri,
         dataset_digest=snapshot.digest,
-        features=tuple(training.features),
-        label=training.label,
-        group_column=training.group_column,
-        model=ModelConfig(
-            type=training.model.type,
-            hidden_layers=tuple(training.model.hidden_layers),
-            dropout=training.model.dropout,
-            ranking_loss=training.model.ranking_loss,
-        ),
-        epochs=training.epochs,
-        batch_size=training.batch_size,
-        learning_rate=training.learning_rate,
-        seed=training.seed,
-        strategy=distributed.strategy,
-        optimization=OptimizationConfig(
-            gradient_clip_norm=optimization.gradient_clip_norm,
-            gradient_accumulation_steps=optimization.gradient_accumulation_steps,
-            precision=optimization.precision,
-            lr_schedule=optimization.lr_schedule,
-            warmup_steps=optimization.warmup_steps,
-            weight_decay=optimization.weight_decay,
-        ),
-        deepspeed=DeepSpeedConfig(
-            zero_stage=distributed.zero_stage,
-            offload_optimizer=distributed.offload_optimizer,
-            offload_param=distributed.offload_param,
-        ) if distributed.strategy == "deepspeed" else None,
-        checkpoint=CheckpointConfig(
-            root_uri=storage.fsspec_uri(run_dir / "checkpoints"),
-            every_n_steps=training.checkpoint.every_n_steps,
-            every_seconds=training.checkpoint.every.total_seconds() if training.checkpoint.every else None,
-            keep_last=training.checkpoint.keep_last,
-            keep_best=training.checkpoint.keep_best,
-            validation_fraction=training.checkpoint.validation_fraction,
-        ),
-        fault_injection=_fault_injection(spec, run),
-        tracking=TrackingConfig(
-            tracking_uri=settings.mlflow_tracking_uri,
-            experiment_name=f"trainpipe/{spec.pipeline_id}",
-            run_id=mlflow_run_id,
-        ),
-        output_uri=storage.fsspec_uri(run_dir / "output"),
+        checkpoint=dataclasses.replace(template.checkpoint, root_uri=storage.fsspec_uri(run_dir / CHECKPOINTS_DIR)),
+        tracking=dataclasses.replace(template.tracking, tracking_uri=settings.mlflow_tracking_uri, run_id=mlflow_run_id),
+        output_uri=storage.fsspec_uri(run_dir / OUTPUT_DIR),
+        fault_injection=_fault_injection(plan.testing, run),
         tags={
             "trainpipe.dag_id": run.dag_id,
             "trainpipe.airflow_run_id": run.airflow_run_id,
@@ -142,23 +101,22 @@ class PreparedRun:
         return result_path_in(self.run_dir)
 
 
-def prepare_training_run(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
+def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
                          hook: MlflowHook | None = None, run_dir=None,  # noqa: ANN001 - ObjectStoragePath
                          param_overrides: dict | None = None) -> PreparedRun:
     """Everything before torchrun, for every launcher: resume check, MLflow run, trainer config, no stale result."""
-    run_dir = run_dir if run_dir is not None else run_dir_for(spec, settings, run.airflow_run_id)
-    config = build_training_config(spec, snapshot, settings=settings, run=run, mlflow_run_id=None, run_dir=run_dir)
-    distributed = spec.training.distributed
+    run_dir = run_dir if run_dir is not None else run_dir_for(plan.dag_id, settings, run.airflow_run_id)
+    config = trainer_config_for_run(plan, snapshot, settings=settings, run=run, mlflow_run_id=None, run_dir=run_dir)
     # First: a refused run must not retag the MLflow run nor overwrite the config that wrote the checkpoints.
-    check_resumable(run_dir, config, world_size=distributed.nnodes * distributed.nproc_per_node)
+    check_resumable(run_dir, config, world_size=plan.launch.nnodes * plan.launch.nproc_per_node)
     hook = hook or MlflowHook(settings)
     mlflow_run_id = hook.run_for_dag_run(
-        pipeline_id=spec.pipeline_id, dag_id=run.dag_id, airflow_run_id=run.airflow_run_id,
+        pipeline_id=plan.dag_id, dag_id=run.dag_id, airflow_run_id=run.airflow_run_id,
         tags={"trainpipe.dataset_digest": snapshot.digest,
               "trainpipe.param_overrides": json.dumps(param_overrides or {}, sort_keys=True)},
     )
     config = dataclasses.replace(config, tracking=dataclasses.replace(config.tracking, run_id=mlflow_run_id))
-    config_path = run_dir / "trainer_config.json"
+    config_path = run_dir / TRAINER_CONFIG_FILE
     config_path.parent.mkdir(parents=True, exist_ok=True)
     config_path.write_text(config.to_json())
     prepared = PreparedRun(run_dir=run_dir, config_uri=storage.fsspec_uri(config_path), mlflow_run_id=mlflow_run_id)
@@ -175,13 +133,13 @@ def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None
     launching so that nothing is changed. A checkpoint without a record (written before checkpoints
     had one) passes here; the trainer resumes it with a warning.
     """
-    from trainpipe.checkpoint_state import MANIFEST, read_checkpoint_state
+    from trainpipe.checkpoint_state import read_checkpoint_state
 
     latest = read_checkpoint_state(run_dir).latest
     if latest is None:
         return
     try:
-        manifest = json.loads((run_dir / "checkpoints" / f"step-{latest.step}" / MANIFEST).read_text())
+        manifest = json.loads((run_dir / CHECKPOINTS_DIR / checkpoint_dir_name(latest.step) / CHECKPOINT_MANIFEST).read_text())
     except (OSError, ValueError):
         return  # deleted or rewritten meanwhile: the trainer decides on what it finds
     recorded = ResumeIdentity.from_manifest(manifest) if isinstance(manifest, dict) else None
@@ -189,12 +147,12 @@ def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None
         return
     changes = recorded.differences(config.resume_identity(world_size=world_size))
     if changes:
-        raise TrainingFailedError(resume_refusal(f"{config.checkpoint.root_uri}/step-{latest.step}", changes))
+        raise TrainingFailedError(resume_refusal(f"{config.checkpoint.root_uri}/{checkpoint_dir_name(latest.step)}", changes))
 
 
 def result_path_in(run_dir):  # noqa: ANN001, ANN201 - ObjectStoragePath
-    """Where the trainer's rank 0 writes its ``TrainingResult`` (``output_uri``/result.json)."""
-    return run_dir / "output" / "result.json"
+    """Where the trainer's rank 0 writes its ``TrainingResult``."""
+    return run_dir / OUTPUT_DIR / RESULT_FILE
 
 
 def read_training_result(run_dir) -> TrainingResult:  # noqa: ANN001 - ObjectStoragePath
@@ -204,22 +162,17 @@ def read_training_result(run_dir) -> TrainingResult:  # noqa: ANN001 - ObjectSto
     return TrainingResult.from_json(result_path.read_text())
 
 
-def run_training(spec: PipelineSpec, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
+def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
                  hook: MlflowHook | None = None, on_line: Callable[[str], None] | None = None,
                  run_dir=None, param_overrides: dict | None = None) -> TrainingResult:  # noqa: ANN001
-    prepared = prepare_training_run(spec, snapshot, settings=settings, run=run, hook=hook, run_dir=run_dir,
+    prepared = prepare_training_run(plan, snapshot, settings=settings, run=run, hook=hook, run_dir=run_dir,
                                     param_overrides=param_overrides)
-    distributed = spec.training.distributed
-    command = trainer_command(
-        nproc_per_node=distributed.nproc_per_node,
-        nnodes=distributed.nnodes,
-        config_uri=prepared.config_uri,
-        torchrun=local_torchrun(),
-    )
+    launch = resolve(plan.launch, LaunchValues(config_uri=prepared.config_uri,
+                                               mlflow_tracking_uri=settings.mlflow_tracking_uri))
     reasons = TrainerReasons(on_line)
     try:
-        run_local(command, env=trainer_environment(mlflow_tracking_uri=settings.mlflow_tracking_uri),
-                  on_line=reasons.line)
+        # The plan's argv as it stands ("torchrun ..."), run by this environment's torchrun.
+        run_local(launch.argv, env=launch.env, on_line=reasons.line, executable=local_torchrun())
     except TrainingFailedError as err:
         if not reasons.messages:
             raise
@@ -254,13 +207,13 @@ class TrainerReasons:
 # train task's callbacks, whatever its launcher: only Airflow knows whether a failure is retried.
 
 
-def record_training_status(spec: PipelineSpec, *, settings: Settings, airflow_run_id: str, state: str,
+def record_training_status(pipeline_id: str, *, settings: Settings, airflow_run_id: str, state: str,
                            try_number: int, final: bool = False) -> None:
     from datetime import datetime, timezone
 
     from trainpipe.checkpoint_state import TrainingStatus, read_training_status, write_training_status
 
-    run_dir = run_dir_for(spec, settings, airflow_run_id)
+    run_dir = run_dir_for(pipeline_id, settings, airflow_run_id)
     now = datetime.now(timezone.utc)
     previous = read_training_status(run_dir)
     # A try keeps its start time (a deferred task runs its execute callback again on each resume).
@@ -269,19 +222,20 @@ def record_training_status(spec: PipelineSpec, *, settings: Settings, airflow_ru
                                                   started_at=started_at, updated_at=now))
 
 
-def _status_callback(context: Any, *, spec: PipelineSpec, state: str, final: bool = False) -> None:
+def _status_callback(context: Any, *, pipeline_id: str, state: str, final: bool = False) -> None:
     try:
-        record_training_status(spec, settings=Settings.from_env(), airflow_run_id=context["run_id"], state=state,
+        record_training_status(pipeline_id, settings=Settings.from_env(), airflow_run_id=context["run_id"], state=state,
                                try_number=context["ti"].try_number, final=final)
     except Exception:  # noqa: BLE001 - a callback must not hide the task's own outcome
         log.exception("could not record the training status for the checkpoint sensor")
 
 
-def training_status_callbacks(spec: PipelineSpec) -> dict[str, Callable[[Any], None]]:
+def training_status_callbacks(pipeline_id: str) -> dict[str, Callable[[Any], None]]:
     """Task callbacks that keep ``status.json`` current: start, success, retry, final failure."""
     return {
-        "on_execute_callback": functools.partial(_status_callback, spec=spec, state="running"),
-        "on_success_callback": functools.partial(_status_callback, spec=spec, state="succeeded"),
-        "on_retry_callback": functools.partial(_status_callback, spec=spec, state="failed"),
-        "on_failure_callback": functools.partial(_status_callback, spec=spec, state="failed", final=True),
+        "on_execute_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state="running"),
+        "on_success_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state="succeeded"),
+        "on_retry_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state="failed"),
+        "on_failure_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state="failed",
+                                                 final=True),
     }

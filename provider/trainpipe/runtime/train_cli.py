@@ -44,13 +44,12 @@ def train_spec(plan: PipelinePlan, *, run_dir: str | None, logical_date: str | N
                         "YYYY-MM-DDTHH:MM:SS+00:00") from err
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    spec = plan.spec
     folder = _run_dir(run_dir, settings) if run_dir else None
     # One MLflow run per run dir: re-running the same dir (a resume) logs into the same run. Without
     # a run dir, the wall-clock name gives a fresh run dir and MLflow run; it does not reach the weights.
     run_name = f"cli__{folder.name}" if folder is not None else f"cli__{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
-    snapshot = take_snapshot(spec, settings=settings, logical_date=when)
-    run = RunContext(dag_id=spec.pipeline_id, airflow_run_id=run_name, try_number=1, spec_sha256=plan.spec_sha256,
-                     git_commit=git_commit(plan.spec_file))
-    return run_training(spec, snapshot, settings=settings, run=run, run_dir=folder,
+    snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=when)
+    run = RunContext(dag_id=plan.dag_id, airflow_run_id=run_name, try_number=1, spec_sha256=plan.spec_sha256,
+                     git_commit=git_commit(plan.source_path))
+    return run_training(plan, snapshot, settings=settings, run=run, run_dir=folder,
                         on_line=lambda line: print(line, flush=True, file=sys.stdout))

@@ -12,22 +12,11 @@ if TYPE_CHECKING:
 
     from trainpipe.plan import PipelinePlan
 
-# While training has not started (or a failed try waits for its retry) the sensor looks again this
-# often, holding no slot in between (reschedule mode). Not much shorter: Airflow 3.3 may fail a
-# reschedule-mode sensor whose previous poke's executor event is processed after the next poke
-# started (apache/airflow#71172), and a loaded scheduler can take seconds to process it.
-WAITING_POKE_INTERVAL = timedelta(seconds=15)
-# Airflow queued train with this sensor (same upstream) but train has not written its status yet:
-# it does so right after its own DAG parse, so the sensor looks every half second for up to this
-# long instead of rescheduling, and defers as soon as training runs.
-TRAIN_START_GRACE = timedelta(seconds=30)
-
-
 class CheckpointSensor(BaseSensorOperator):
     """Logs training progress and fails when no checkpoint is committed for ``stall_timeout``.
 
     - train queued or started by Airflow but no status written yet: look again every half second
-      for up to ``TRAIN_START_GRACE`` (train and this sensor start in the same scheduler loop);
+      for up to the plan's ``train_start_grace`` (train and this sensor start in the same scheduler loop);
     - training not started, or a failed try waiting for its retry: check again later (reschedule
       mode, no worker slot held). Not deferred: ``dag.test()`` runs a trigger in line, one task at
       a time, and would wait on it for a train task that cannot start;
@@ -44,7 +33,7 @@ class CheckpointSensor(BaseSensorOperator):
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
         kwargs.setdefault("mode", "reschedule")
-        kwargs.setdefault("poke_interval", WAITING_POKE_INTERVAL)
+        kwargs.setdefault("poke_interval", plan.sensor.waiting_poke)
         # A stall is not transient: retrying the sensor would only report it again.
         kwargs["retries"] = 0
         super().__init__(**kwargs)
@@ -52,13 +41,13 @@ class CheckpointSensor(BaseSensorOperator):
 
     @property
     def stall_timeout(self) -> timedelta:
-        return self.plan.spec.training.checkpoint.stall_timeout
+        return self.plan.sensor.stall_timeout
 
     def _run_dir(self, context: Context):  # noqa: ANN202 - ObjectStoragePath
         from trainpipe.runtime.train import run_dir_for
         from trainpipe.settings import Settings
 
-        return run_dir_for(self.plan.spec, Settings.from_env(), context["run_id"])
+        return run_dir_for(self.plan.dag_id, Settings.from_env(), context["run_id"])
 
     def _train_is_starting(self, context: Context) -> bool:
         """Whether Airflow has queued or started this run's train task. Under ``dag.test()`` it is
@@ -84,12 +73,12 @@ class CheckpointSensor(BaseSensorOperator):
         )
         from trainpipe.settings import Settings
         from trainpipe.storage import fsspec_uri
-        from trainpipe.triggers.checkpoint import STATUS_POLL_INTERVAL, CheckpointTrigger, poll_interval_for
+        from trainpipe.triggers.checkpoint import CheckpointTrigger
 
         run_dir = self._run_dir(context)
         state = read_checkpoint_state(run_dir)
         if state.status is None and self._train_is_starting(context):
-            state = wait_for_training_status(run_dir, state, timeout=TRAIN_START_GRACE.total_seconds())
+            state = wait_for_training_status(run_dir, state, timeout=self.plan.sensor.train_start_grace.total_seconds())
         progress = assess(state, now=datetime.now(timezone.utc), stall_timeout=self.stall_timeout)
         self.log.info("%s", progress.message)
         if progress.kind == "finished":
@@ -102,8 +91,8 @@ class CheckpointSensor(BaseSensorOperator):
                     run_dir_uri=fsspec_uri(run_dir),
                     conn_id=Settings.from_env().storage_conn_id,
                     stall_timeout_seconds=self.stall_timeout.total_seconds(),
-                    poll_interval=poll_interval_for(self.stall_timeout),
-                    status_poll_interval=STATUS_POLL_INTERVAL,
+                    poll_interval=self.plan.sensor.checkpoint_poll_seconds,
+                    status_poll_interval=self.plan.sensor.status_poll_seconds,
                 ),
                 method_name="execute_complete",
             )

@@ -10,20 +10,10 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from trainpipe.checkpoint_state import CheckpointState, Progress, assess, read_checkpoint_state, refresh_status
+from trainpipe.plan import STATUS_POLL_SECONDS
 
 # Consecutive failed reads of the run folder before the trigger gives up (a storage outage).
 MAX_READ_ERRORS = 5
-# How often the train task's status.json (one small file) is read: the sensor ends within about
-# this long after training does. Listing the checkpoints (a stall check) keeps its own, slower pace.
-STATUS_POLL_INTERVAL = 2.0
-
-
-def poll_interval_for(stall_timeout: timedelta) -> float:
-    """How often checkpoints are listed: often enough to notice a stall within a quarter of its
-    timeout, never more than once a minute."""
-    return max(0.5, min(60.0, stall_timeout.total_seconds() / 4))
-
-
 class CheckpointTrigger(BaseTrigger):
     """Poll ``<run_dir>`` until training ends (``success``) or stops committing checkpoints (``stalled``).
 
@@ -35,7 +25,7 @@ class CheckpointTrigger(BaseTrigger):
     """
 
     def __init__(self, *, run_dir_uri: str, conn_id: str | None, stall_timeout_seconds: float,
-                 poll_interval: float, status_poll_interval: float = STATUS_POLL_INTERVAL) -> None:
+                 poll_interval: float, status_poll_interval: float = STATUS_POLL_SECONDS) -> None:
         super().__init__()
         self.run_dir_uri = run_dir_uri
         self.conn_id = conn_id

@@ -27,7 +27,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from trainpipe_trainer.checkpoint import CheckpointBackend, CheckpointStore, rank_key
-from trainpipe_trainer.config import TrainerConfigError, TrainingConfig
+from trainpipe_trainer.config import TrainerConfigError, TrainingConfig, checkpoint_dir_name
 from trainpipe_trainer.distributed import DistEnv, barrier
 from trainpipe_trainer.errors import CheckpointMismatchError
 from trainpipe_trainer.optim import build_optimizer, schedule
@@ -193,7 +193,7 @@ class DeepSpeedBackend:
         return f"{self.store.step_path(step)}/{rank_key(self.env.rank)}.pkl"
 
     def write(self, step: int, rank_blob: bytes) -> None:
-        self.engine.save_checkpoint(self.store.root, tag=f"step-{step}", client_state={}, save_latest=False)
+        self.engine.save_checkpoint(self.store.root, tag=checkpoint_dir_name(step), client_state={}, save_latest=False)
         self.store.fs.pipe_file(self._blob_path(step), rank_blob)
         # Every rank's files exist before rank 0 writes the manifest.
         barrier(self.env)
@@ -201,11 +201,11 @@ class DeepSpeedBackend:
 
     def read(self, step: int) -> bytes:
         path, _ = self.engine.load_checkpoint(
-            self.store.root, tag=f"step-{step}", load_optimizer_states=True, load_lr_scheduler_states=True
+            self.store.root, tag=checkpoint_dir_name(step), load_optimizer_states=True, load_lr_scheduler_states=True
         )
         if path is None:
             raise CheckpointMismatchError(
-                f"checkpoint {self.store.root_uri}/step-{step} has a manifest but DeepSpeed could not load it"
+                f"checkpoint {self.store.step_path(step)} has a manifest but DeepSpeed could not load it"
             )
         return self.store.fs.cat_file(self._blob_path(step))
 

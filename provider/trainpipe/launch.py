@@ -1,0 +1,100 @@
+"""The trainer launch: the one command and environment that every launcher runs (ADR 0002).
+
+The plan resolves a ``LaunchPlan`` when a spec is compiled, with placeholders for what only a run
+knows: the URI of its trainer config, the tracking server, a multi-node Job's name. ``resolve``
+fills them the same way for the local launcher, the Pod and every rank of a Job, and
+``trainpipe render`` prints the plan's launch, so the rendered command is the command that runs.
+Airflow-free and torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+CONFIG_URI = "{config_uri}"
+TRACKING_URI = "{mlflow_tracking_uri}"
+# A multi-node Job's name: also its headless Service's, so node 0 is "<job>-0.<job>" in DNS.
+JOB_NAME = "{job_name}"
+# Expanded by the kubelet from the variable the Job controller sets in each pod of an Indexed Job.
+JOB_COMPLETION_INDEX = "$(JOB_COMPLETION_INDEX)"
+
+Launcher = Literal["local", "kubernetes"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchPlan:
+    launcher: Launcher
+    nproc_per_node: int
+    nnodes: int
+    strategy: str
+    # torchrun's argv and the trainer's environment, with the placeholders above.
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchValues:
+    """What one run (and try) fills in."""
+
+    config_uri: str
+    mlflow_tracking_uri: str
+    job_name: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolvedLaunch:
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+def trainer_environment() -> tuple[tuple[str, str], ...]:
+    """Variables the trainer needs wherever it runs (never secrets: pods get those from Secrets)."""
+    return (
+        ("MLFLOW_TRACKING_URI", TRACKING_URI),
+        ("MLFLOW_DISABLE_TELEMETRY", "true"),
+        # Progress bars are noise in a task log.
+        ("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"),
+        ("PYTHONUNBUFFERED", "1"),
+        # One BLAS thread per rank: torchrun starts one process per core/GPU already.
+        ("OMP_NUM_THREADS", "1"),
+    )
+
+
+def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strategy: str,
+                rendezvous_port: int | None = None, max_restarts: int = 0,
+                extra_env: tuple[tuple[str, str], ...] = ()) -> LaunchPlan:
+    """``torchrun -m trainpipe_trainer --config <uri>``; several Kubernetes nodes rendezvous (c10d)
+    at the Job's index-0 pod, one node runs ``--standalone``."""
+    if launcher == "kubernetes" and nnodes > 1:
+        if rendezvous_port is None:
+            raise ValueError("a multi-node Kubernetes launch needs the rendezvous port")
+        rendezvous: tuple[str, ...] = (
+            f"--node_rank={JOB_COMPLETION_INDEX}",
+            "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={JOB_NAME}-0.{JOB_NAME}:{rendezvous_port}",
+            f"--rdzv_id={JOB_NAME}",
+            f"--max_restarts={max_restarts}",
+        )
+    else:
+        rendezvous = ("--standalone",)
+    argv = ("torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", *rendezvous,
+            "-m", "trainpipe_trainer", "--config", CONFIG_URI)
+    return LaunchPlan(launcher=launcher, nproc_per_node=nproc_per_node, nnodes=nnodes, strategy=strategy,
+                      argv=argv, env=(*trainer_environment(), *extra_env))
+
+
+def resolve(launch: LaunchPlan, values: LaunchValues) -> ResolvedLaunch:
+    """The launch of one run: every placeholder replaced by that run's value."""
+    if not values.job_name and any(JOB_NAME in arg for arg in launch.argv):
+        raise ValueError("a multi-node Kubernetes launch is resolved with its Job's name")
+    replacements = {CONFIG_URI: values.config_uri, TRACKING_URI: values.mlflow_tracking_uri,
+                    JOB_NAME: values.job_name}
+
+    def fill(text: str) -> str:
+        for placeholder, value in replacements.items():
+            text = text.replace(placeholder, value)
+        return text
+
+    return ResolvedLaunch(argv=tuple(fill(arg) for arg in launch.argv),
+                          env={name: fill(value) for name, value in launch.env})
