@@ -14,7 +14,6 @@ from trainpipe.factory import compile_file
 from trainpipe.launch import LaunchValues, resolve
 from trainpipe.plan import (
     CHECKPOINT_SENSOR,
-    TASK_ORDER,
     KubernetesPlan,
     apply_run_params,
     checkpoint_poll_seconds,
@@ -29,7 +28,6 @@ def test_plan_of_fraud_example():
     plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml")
     assert [t.task_id for t in plan.tasks] == ["snapshot", "validate", "train", CHECKPOINT_SENSOR, "evaluate", "gate", "register"]
     assert [t.upstream for t in plan.tasks] == [(), ("snapshot",), ("validate",), ("validate",), ("train",), ("evaluate",), ("gate",)]
-    assert TASK_ORDER == ("snapshot", "validate", "train", "evaluate", "gate", "register")
     assert plan.spec_file == "dag_configs/fraud_detector.yaml"
     assert plan.launch.launcher == "local"
     assert plan.launch.argv == ("torchrun", "--nnodes=1", "--nproc_per_node=2", "--standalone",

@@ -1,5 +1,6 @@
 """``trainpipe train SPEC [--run-dir DIR] [--logical-date DATE]``: the training step alone.
 
+* The command that runs is the rendered plan's launch, byte for byte.
 * A run dir with committed checkpoints is resumed: the example spec, shortened to 2 epochs, trained
   twice in one run dir, the second time after its newest checkpoints were un-committed (as a crash
   mid-save leaves them). Same weights either way.
@@ -10,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -62,7 +64,13 @@ def test_train_cli_resumes_a_run_dir_from_its_newest_committed_checkpoint(tmp_pa
     run_dir = tmp_path / "run"
     args = ("train", str(spec_path), "--run-dir", str(run_dir), "--logical-date", LOGICAL_DATE)
 
-    first = _sha(_trainpipe(*args, home=home))
+    first_run = _trainpipe(*args, home=home)
+    first = _sha(first_run)
+    # What ran is what `trainpipe render` shows: the plan's argv with this run's config URI.
+    rendered = json.loads(_trainpipe("render", str(spec_path), home=home).stdout)
+    config_uri = (run_dir / "trainer_config.json").resolve().as_uri()
+    argv = [arg.replace("{config_uri}", config_uri) for arg in rendered["launch"]["argv"]]
+    assert f"launching: {' '.join(argv)}" in first_run.stdout.splitlines()
     root = run_dir / "checkpoints"
     steps = _committed(root)
     assert len(steps) >= 3

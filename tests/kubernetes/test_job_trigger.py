@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-
-from airflow.providers.cncf.kubernetes.triggers.job import KubernetesJobTrigger
 from airflow.sdk._shared.module_loading import import_string
 
 from trainpipe.triggers.kubernetes import TrainJobTrigger
@@ -32,9 +29,3 @@ def test_serialize_round_trips_exactly_with_the_service_name():
     assert classpath == "trainpipe.triggers.kubernetes.TrainJobTrigger"
     assert kwargs == KWARGS
     assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
-
-
-def test_it_is_the_providers_job_trigger_with_its_own_kill_cleanup():
-    assert issubclass(TrainJobTrigger, KubernetesJobTrigger)
-    assert TrainJobTrigger.run is KubernetesJobTrigger.run  # waiting is the provider's, unchanged
-    assert inspect.iscoroutinefunction(TrainJobTrigger.on_kill)

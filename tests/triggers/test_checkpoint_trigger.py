@@ -18,6 +18,8 @@ from trainpipe.checkpoint_state import TrainingStatus, assess, read_checkpoint_s
 from trainpipe.plan import STATUS_POLL_SECONDS, checkpoint_poll_seconds
 from trainpipe.triggers.checkpoint import CheckpointTrigger
 
+from tests.triggers.virtual_clock import VirtualClock
+
 CONN_ID = "trainpipe_test_s3"
 BUCKET = "trainpipe-trigger-tests"
 
@@ -90,8 +92,9 @@ def _uncommitted(run_dir, step: int) -> None:  # noqa: ANN001
     (step_dir / "__0_0.distcp").write_bytes(b"half a save")
 
 
-def _status(run_dir, state: str, *, try_number: int = 1, final: bool = False, started_at: datetime | None = None) -> None:  # noqa: ANN001
-    now = _now()
+def _status(run_dir, state: str, *, try_number: int = 1, final: bool = False, started_at: datetime | None = None,  # noqa: ANN001
+            now: datetime | None = None) -> None:
+    now = now or _now()
     write_training_status(run_dir, TrainingStatus(state=state, try_number=try_number, final=final,
                                                   started_at=started_at or now, updated_at=now))
 
@@ -128,28 +131,37 @@ def _counting_listings(trigger: CheckpointTrigger) -> list[int]:
     return listings
 
 
+def _watch(trigger: CheckpointTrigger) -> VirtualClock:
+    trigger.clock = clock = VirtualClock()
+    return clock
+
+
 @pytest.mark.integration
 def test_run_ends_within_seconds_of_training_end_while_listing_once_a_minute(run_dir):
     path, uri, conn_id = run_dir
-    # stall_timeout 30m: the checkpoints are listed once a minute, the status is read every 0.1 s.
+    # stall_timeout 30m: the checkpoints are listed once a minute, the status is read every 2 s.
     trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=1800,
-                                poll_interval=checkpoint_poll_seconds(timedelta(minutes=30)), status_poll_interval=0.1)
+                                poll_interval=checkpoint_poll_seconds(timedelta(minutes=30)),
+                                status_poll_interval=STATUS_POLL_SECONDS)
+    clock = _watch(trigger)
     listings = _counting_listings(trigger)
 
     async def scenario():  # noqa: ANN202
-        _status(path, "running")
+        _status(path, "running", now=clock.now())
         event = asyncio.ensure_future(trigger.run().__anext__())
-        await asyncio.sleep(0.5)
+        await clock.advance(10, task=event)
         assert not event.done()
-        _commit(path, 10, _now() - timedelta(seconds=60))
-        _commit(path, 20, _now())
-        _status(path, "succeeded")
-        # Generous "cannot hang" bound, far below the minute until the next listing.
-        return await asyncio.wait_for(event, timeout=15)
+        _commit(path, 10, clock.now() - timedelta(seconds=60))
+        _commit(path, 20, clock.now())
+        _status(path, "succeeded", now=clock.now())
+        ended_at = clock.elapsed
+        await clock.advance(60, task=event)
+        return event.result(), clock.elapsed - ended_at
 
-    event = asyncio.run(scenario())
+    event, seconds_after_training = asyncio.run(scenario())
 
     assert event.payload["status"] == "success" and event.payload["succeeded"] is True
+    assert seconds_after_training <= STATUS_POLL_SECONDS  # noticed at the next status read, not the next listing
     # The verdict is taken on a fresh listing: it reports the steps committed since the first one.
     assert event.payload["latest_step"] == 20
     assert len(listings) == 2  # the first look and the verdict's
@@ -158,45 +170,48 @@ def test_run_ends_within_seconds_of_training_end_while_listing_once_a_minute(run
 @pytest.mark.integration
 def test_a_stale_listing_never_reports_a_stall_that_a_fresh_one_would_not(run_dir):
     path, uri, conn_id = run_dir
-    # Listed once a minute, but stall_timeout is 2.5 s: the cached listing goes stale quickly.
-    trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=2.5, poll_interval=60,
-                                status_poll_interval=0.1)
+    # Listed once a minute, but stall_timeout is 25 s: the cached listing goes stale quickly.
+    trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=25, poll_interval=60,
+                                status_poll_interval=1)
+    clock = _watch(trigger)
 
     async def scenario():  # noqa: ANN202
-        _status(path, "running")
-        _commit(path, 1, _now())
+        _status(path, "running", now=clock.now())
+        _commit(path, 1, clock.now())
         event = asyncio.ensure_future(trigger.run().__anext__())
-        for step in range(2, 10):  # 4 s of steady progress, never listed by the minute's pace
-            await asyncio.sleep(0.5)
-            _commit(path, step, _now())
+        for step in range(2, 10):  # 40 s of steady progress, never listed by the minute's pace
+            await clock.advance(5, task=event)
+            _commit(path, step, clock.now())
             assert not event.done()
-        return await asyncio.wait_for(event, timeout=30)  # then silence: a real stall
+        await clock.advance(120, task=event)  # then silence: a real stall
+        return event.result()
 
     event = asyncio.run(scenario())
 
     assert event.payload["status"] == "stalled"
     assert event.payload["latest_step"] == 9
-    assert event.payload["idle_seconds"] > 2.5
+    assert 25 < event.payload["idle_seconds"] <= 27  # noticed within a status read of the timeout
 
 
 @pytest.mark.integration
 def test_run_logs_progress_then_succeeds_when_training_ends(run_dir, capsys):
     path, uri, conn_id = run_dir
+    trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=600, poll_interval=2)
+    clock = _watch(trigger)
 
     async def scenario():  # noqa: ANN202
-        trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=60, poll_interval=0.2)
-        _status(path, "running")
+        _status(path, "running", now=clock.now())
         event = asyncio.ensure_future(trigger.run().__anext__())
-        await asyncio.sleep(1.0)
+        await clock.advance(10, task=event)
         assert not event.done()  # running, no checkpoint yet: keep watching
-        now = _now()
-        _commit(path, 10, now - timedelta(seconds=60))
-        _commit(path, 20, now)
+        _commit(path, 10, clock.now() - timedelta(seconds=60))
+        _commit(path, 20, clock.now())
         _uncommitted(path, 30)  # a save in progress is not a checkpoint
-        await asyncio.sleep(1.0)
+        await clock.advance(10, task=event)
         assert not event.done()
-        _status(path, "succeeded")
-        return await asyncio.wait_for(event, timeout=20)
+        _status(path, "succeeded", now=clock.now())
+        await clock.advance(10, task=event)
+        return event.result()
 
     event = asyncio.run(scenario())
 
@@ -213,24 +228,27 @@ def test_run_logs_progress_then_succeeds_when_training_ends(run_dir, capsys):
 @pytest.mark.integration
 def test_run_fails_after_stall_timeout_without_a_new_checkpoint(run_dir):
     path, uri, conn_id = run_dir
+    trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=300, poll_interval=30)
+    clock = _watch(trigger)
 
     async def scenario():  # noqa: ANN202
-        trigger = CheckpointTrigger(run_dir_uri=uri, conn_id=conn_id, stall_timeout_seconds=2.5, poll_interval=0.2)
-        _status(path, "running")
-        _commit(path, 10, _now())
-        started = time.monotonic()
+        _status(path, "running", now=clock.now())
+        _commit(path, 10, clock.now())
         event = asyncio.ensure_future(trigger.run().__anext__())
-        await asyncio.sleep(1.0)
-        _commit(path, 20, _now())  # progress: the stall clock restarts here
-        return await asyncio.wait_for(event, timeout=30), time.monotonic() - started
+        await clock.advance(200, task=event)
+        _commit(path, 20, clock.now())  # progress: the stall clock restarts here
+        await clock.advance(280, task=event)
+        assert not event.done()  # 480 s after step 10, but only 280 s after step 20
+        await clock.advance(600, task=event)
+        return event.result(), clock.elapsed
 
     event, elapsed = asyncio.run(scenario())
 
     assert event.payload["status"] == "stalled"
     assert event.payload["latest_step"] == 20
-    assert event.payload["idle_seconds"] > 2.5
+    assert 300 < event.payload["idle_seconds"] <= 300 + 30  # within a listing of the timeout
     assert "training stalled: no checkpoint committed for" in event.payload["message"]
-    assert elapsed >= 3.4  # 1 s until step 20, then 2.5 s of silence: step 20 restarted the clock
+    assert 500 < elapsed <= 530  # step 20 (at 200 s) restarted the clock
 
 
 @pytest.mark.integration

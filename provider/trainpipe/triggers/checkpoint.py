@@ -14,6 +14,20 @@ from trainpipe.plan import STATUS_POLL_SECONDS
 
 # Consecutive failed reads of the run folder before the trigger gives up (a storage outage).
 MAX_READ_ERRORS = 5
+class Clock:
+    """Wall time and waiting, as the trigger sees them. Tests replace it with a virtual clock and
+    drive minutes of a trigger's life in milliseconds, with no wall-clock sleeps."""
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
 class CheckpointTrigger(BaseTrigger):
     """Poll ``<run_dir>`` until training ends (``success``) or stops committing checkpoints (``stalled``).
 
@@ -23,6 +37,9 @@ class CheckpointTrigger(BaseTrigger):
     A verdict is always taken on a fresh listing. It comes from
     ``trainpipe.checkpoint_state.assess``, the same function the sensor uses before it defers.
     """
+
+    # Not serialized: a trigger always runs on the triggerer's real clock.
+    clock: Clock = Clock()
 
     def __init__(self, *, run_dir_uri: str, conn_id: str | None, stall_timeout_seconds: float,
                  poll_interval: float, status_poll_interval: float = STATUS_POLL_SECONDS) -> None:
@@ -58,7 +75,7 @@ class CheckpointTrigger(BaseTrigger):
         return refresh_status(state, self._run_dir())
 
     def _assess(self, state: CheckpointState) -> Progress:
-        return assess(state, now=datetime.now(timezone.utc),
+        return assess(state, now=self.clock.now(),
                       stall_timeout=timedelta(seconds=self.stall_timeout_seconds))
 
     async def _observe(self, state: CheckpointState | None, *, list_checkpoints: bool,
@@ -77,25 +94,24 @@ class CheckpointTrigger(BaseTrigger):
         return state, self._assess(state), True
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        loop = asyncio.get_running_loop()
         errors = 0
         state: CheckpointState | None = None
         listed_at = 0.0
         while True:
             try:
                 observed, progress, listed = await self._observe(
-                    state, list_checkpoints=loop.time() - listed_at >= self.poll_interval)
+                    state, list_checkpoints=self.clock.monotonic() - listed_at >= self.poll_interval)
             except Exception as err:  # noqa: BLE001 - storage outages are retried, then reported
                 errors += 1
                 self.log.warning("reading %s failed (%d/%d): %s", self.run_dir_uri, errors, MAX_READ_ERRORS, err)
                 if errors >= MAX_READ_ERRORS:
                     yield TriggerEvent({"status": "error", "message": f"cannot read {self.run_dir_uri}: {err}"})
                     return
-                await asyncio.sleep(self.status_poll_interval)
+                await self.clock.sleep(self.status_poll_interval)
                 continue
             errors = 0
             if listed:
-                listed_at = loop.time()
+                listed_at = self.clock.monotonic()
             # One progress line per listing, and whenever the train task's status changes.
             if listed or state is None or observed.status != state.status:
                 self.log.info("%s", progress.message)
@@ -106,4 +122,4 @@ class CheckpointTrigger(BaseTrigger):
             if progress.kind == "stalled":
                 yield TriggerEvent({"status": "stalled", **progress.to_event()})
                 return
-            await asyncio.sleep(self.status_poll_interval)
+            await self.clock.sleep(self.status_poll_interval)
