@@ -47,6 +47,11 @@ class TrainingFailedError(TrainpipeError):
     """The trainer process (local torchrun or pod) exited non-zero."""
 
 
+class ResumeRefusedError(TrainingFailedError):
+    """The run folder holds checkpoints of another training (other snapshot or settings): a retry
+    would be refused the same way, so the task fails without retrying."""
+
+
 class ValidationFailedError(TrainpipeError):
     """The dataset snapshot failed its data-quality checks; training is not started."""
 

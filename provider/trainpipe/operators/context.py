@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,19 @@ def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
     run = RunContext(dag_id=ti.dag_id, airflow_run_id=context["run_id"], try_number=ti.try_number,
                      spec_sha256=plan.spec_sha256, git_commit=git_commit(plan.source_path))
     return TrainInputs(plan=plan, param_overrides=overrides, run=run, snapshot=snapshot_info(context))
+
+
+@contextlib.contextmanager
+def failed_for_good_on_refused_resume() -> Iterator[None]:
+    """A refused resume fails the task without retries: a retry would find the same checkpoints."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from trainpipe.errors import ResumeRefusedError
+
+    try:
+        yield
+    except ResumeRefusedError as err:
+        raise AirflowFailException(str(err)) from err
 
 
 def log_trained(log: Any, result: TrainingResult) -> None:

@@ -56,7 +56,7 @@ def check_reachable_from_pods(storage_root: str, mlflow_tracking_uri: str) -> No
 def prepare_launch(operator: Any, context: Context) -> builders.TrainerLaunch:
     """Write this try's trainer config into the run folder (same code as the local launcher)."""
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.operators.context import train_inputs
+    from trainpipe.operators.context import failed_for_good_on_refused_resume, train_inputs
     from trainpipe.runtime.train import prepare_training_run
     from trainpipe.settings import Settings
 
@@ -64,8 +64,9 @@ def prepare_launch(operator: Any, context: Context) -> builders.TrainerLaunch:
     settings = Settings.from_env()
     check_reachable_from_pods(settings.storage_root, settings.mlflow_tracking_uri)
     inputs = train_inputs(plan, context)
-    prepared = prepare_training_run(inputs.plan, inputs.snapshot, settings=settings, run=inputs.run,
-                                    hook=MlflowHook(settings), param_overrides=inputs.param_overrides)
+    with failed_for_good_on_refused_resume():
+        prepared = prepare_training_run(inputs.plan, inputs.snapshot, settings=settings, run=inputs.run,
+                                        hook=MlflowHook(settings), param_overrides=inputs.param_overrides)
     operator.log.info("trainer config: %s (MLflow run %s)", prepared.config_uri, prepared.mlflow_run_id)
     return builders.TrainerLaunch(config_uri=prepared.config_uri, mlflow_tracking_uri=settings.mlflow_tracking_uri,
                                   dag_id=inputs.run.dag_id, airflow_run_id=inputs.run.airflow_run_id,

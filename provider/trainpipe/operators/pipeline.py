@@ -12,7 +12,13 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator
 
 from trainpipe.lineage import git_commit
-from trainpipe.operators.context import log_trained, run_plan, snapshot_info, train_inputs
+from trainpipe.operators.context import (
+    failed_for_good_on_refused_resume,
+    log_trained,
+    run_plan,
+    snapshot_info,
+    train_inputs,
+)
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
@@ -100,8 +106,10 @@ class TrainOperator(_PipelineStepOperator):
         from trainpipe.runtime.train import run_training
 
         inputs = train_inputs(self.plan, context)
-        result = run_training(inputs.plan, inputs.snapshot, settings=self.settings, run=inputs.run, hook=self.hook,
-                              on_line=lambda line: self.log.info("%s", line), param_overrides=inputs.param_overrides)
+        with failed_for_good_on_refused_resume():
+            result = run_training(inputs.plan, inputs.snapshot, settings=self.settings, run=inputs.run,
+                                  hook=self.hook, on_line=lambda line: self.log.info("%s", line),
+                                  param_overrides=inputs.param_overrides)
         log_trained(self.log, result)
         return asdict(result)
 

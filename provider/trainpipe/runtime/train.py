@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainpipe import storage
-from trainpipe.errors import TrainingFailedError
+from trainpipe.errors import ResumeRefusedError, TrainingFailedError
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.launch import LaunchValues, resolve
 from trainpipe.launchers.local import local_torchrun, run_local
@@ -139,7 +139,8 @@ def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None
     if latest is None:
         return
     try:
-        manifest = json.loads((run_dir / CHECKPOINTS_DIR / checkpoint_dir_name(latest.step) / CHECKPOINT_MANIFEST).read_text())
+        manifest_path = run_dir / CHECKPOINTS_DIR / checkpoint_dir_name(latest.step) / CHECKPOINT_MANIFEST
+        manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
         return  # deleted or rewritten meanwhile: the trainer decides on what it finds
     recorded = ResumeIdentity.from_manifest(manifest) if isinstance(manifest, dict) else None
@@ -147,7 +148,8 @@ def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None
         return
     changes = recorded.differences(config.resume_identity(world_size=world_size))
     if changes:
-        raise TrainingFailedError(resume_refusal(f"{config.checkpoint.root_uri}/{checkpoint_dir_name(latest.step)}", changes))
+        where = f"{config.checkpoint.root_uri}/{checkpoint_dir_name(latest.step)}"
+        raise ResumeRefusedError(resume_refusal(where, changes))
 
 
 def result_path_in(run_dir):  # noqa: ANN001, ANN201 - ObjectStoragePath
