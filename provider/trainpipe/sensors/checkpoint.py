@@ -78,7 +78,9 @@ class CheckpointSensor(BaseSensorOperator):
         run_dir = self._run_dir(context)
         state = read_checkpoint_state(run_dir)
         if state.status is None and self._train_is_starting(context):
-            state = wait_for_training_status(run_dir, state, timeout=self.plan.sensor.train_start_grace.total_seconds())
+            grace = self.plan.sensor.train_start_grace
+            self.log.info("train is starting: waiting up to %s for its status", grace)
+            state = wait_for_training_status(run_dir, state, timeout=grace.total_seconds())
         progress = assess(state, now=datetime.now(timezone.utc), stall_timeout=self.stall_timeout)
         self.log.info("%s", progress.message)
         if progress.kind == "finished":
