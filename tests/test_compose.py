@@ -34,6 +34,8 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
+from tests.moto_s3 import moto_s3_server
+
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "docker-compose.yaml"
 GPU_OVERRIDE = REPO / "docker-compose.gpu.yaml"
@@ -553,25 +555,10 @@ def moto_s3() -> Iterator[str]:
     """An S3 endpoint on 127.0.0.1 standing in for MinIO, with the bucket minio-init creates."""
     import boto3
 
-    port = _free_port()
-    server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                raise RuntimeError("moto_server did not start") from None
-            time.sleep(0.1)
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x",
-                 aws_secret_access_key="x").create_bucket(Bucket="trainpipe")
-    yield endpoint
-    server.terminate()
-    server.wait(timeout=10)
+    with moto_s3_server() as endpoint:
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x",
+                     aws_secret_access_key="x").create_bucket(Bucket="trainpipe")
+        yield endpoint
 
 
 def _on_loopback(env: Mapping[str, str], moto: str) -> dict[str, str]:

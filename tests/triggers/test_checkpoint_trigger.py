@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
@@ -18,6 +13,7 @@ from trainpipe.checkpoint_state import TrainingStatus, assess, read_checkpoint_s
 from trainpipe.plan import STATUS_POLL_SECONDS, checkpoint_poll_seconds
 from trainpipe.triggers.checkpoint import CheckpointTrigger
 
+from tests.moto_s3 import moto_s3_server
 from tests.triggers.virtual_clock import VirtualClock
 
 CONN_ID = "trainpipe_test_s3"
@@ -28,30 +24,10 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def moto_endpoint() -> Iterator[str]:
-    port = _free_port()
-    server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                raise RuntimeError("moto_server did not start") from None
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}"
-    server.terminate()
-    server.wait(timeout=10)
+    with moto_s3_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(params=["file", "s3"])
