@@ -1,4 +1,5 @@
-"""The `stack` tier: one real stack for the session (``trainpipe.stack``, the code behind ``make stack``).
+"""The `stack` tier: one real stack for this package's tests (``trainpipe.stack``, the code behind
+``make stack``), stopped after its last test so that it does not load the machine for the rest of the suite.
 
 It runs on free loopback ports with its state in a temporary folder, so it never touches a developer's
 ``make stack`` state, and it watches a temporary configs folder: the repository's example specs plus the
@@ -36,7 +37,7 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def running_stack(request: pytest.FixtureRequest) -> Iterator[RunningStack]:
     # Not pytest's tmp_path: that folder is private to this user, and PostgreSQL runs as `postgres`
     # when the tests run as root.
@@ -88,13 +89,13 @@ def _upload_test_data(stack: Stack) -> None:
                                                    Body=buffer.getvalue())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def airflow(running_stack: RunningStack) -> AirflowClient:
     urls = running_stack.urls
     return AirflowClient(urls["airflow"], urls["username"], urls["password"])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def mlflow_client(running_stack: RunningStack):  # noqa: ANN201 - MlflowClient
     import mlflow
 
