@@ -280,9 +280,12 @@ def main() -> int:
         _wait("generated admin password", password_file.exists, timeout=60, server=server)
         api.login(work / "airflow")
         _wait(f"DAG {args.dag}", lambda: api.call("GET", f"/api/v2/dags/{args.dag}"), timeout=300, server=server)
-        # The api-server loads the serialized DAG on first use; a first task try whose start call
-        # waits on that under load can time out (and waits for its retry): load it now.
-        api.call("GET", f"/api/v2/dags/{args.dag}/tasks", timeout=120)
+        # The api-server's first execution-API request has been seen to take 40 s on this loaded
+        # machine; the first task's start call then times out and the task waits for its retry.
+        warmup = time.monotonic()
+        api.call("GET", "/execution/health", timeout=300)
+        api.call("GET", f"/api/v2/dags/{args.dag}/tasks", timeout=300)
+        print(f"execution API and DAG loaded by the api-server in {time.monotonic() - warmup:.1f} s", flush=True)
         print(f"airflow ready after {time.monotonic() - started:.0f} s", flush=True)
         api.call("PATCH", f"/api/v2/dags/{args.dag}", {"is_paused": False})
         for index in range(args.runs):
