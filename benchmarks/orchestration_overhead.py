@@ -1,6 +1,6 @@
 """Orchestration overhead: a fraud_detector run under a real scheduler, minus the trainer's own time.
 
-    python benchmarks/orchestration_overhead.py [--runs 3] [--port 8082]   # about 4 minutes for 3 runs
+    python benchmarks/orchestration_overhead.py [--runs 4] [--port 8082] [--no-preload]   # about 8 minutes
 
 Starts ``airflow standalone`` (scheduler, dag-processor, triggerer, api-server; LocalExecutor,
 SQLite) in a temporary ``AIRFLOW_HOME`` on a loopback port, with ``TRAINPIPE_HOME`` (storage,
@@ -28,7 +28,8 @@ them (see that module). Every run takes the whole path (gate passes, register ru
 before each run after the first the benchmark removes the ``champion`` alias, as a model trained
 on the same demo data cannot beat the previous one by the spec's relative gate. The first run is
 reported apart (cold: first task processes, MLflow store created); the figure is the median of
-the others.
+the others. Each run prints the load average before and after it: on a shared machine the
+overhead grows with the load of other jobs far more than the trainer's time does.
 """
 
 from __future__ import annotations
