@@ -11,6 +11,9 @@ from pydantic import BeforeValidator, WithJsonSchema
 _DURATION_PART = re.compile(r"(\d+)\s*([smhdw])")
 _DURATION_FULL = re.compile(r"^\s*(\d+\s*[smhdw]\s*)+$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# Longer than any sensible window, timeout or delay, and far below what timedelta and Airflow's date
+# arithmetic can hold (a retry_delay of 10**20 s would overflow when the retry is scheduled).
+MAX_DURATION_SECONDS = 3650 * 86400
 
 
 def parse_duration(value: Any) -> Any:
@@ -20,13 +23,19 @@ def parse_duration(value: Any) -> Any:
     if isinstance(value, int):
         if value <= 0:
             raise ValueError(f"a duration must be positive, got {value}")
-        return timedelta(seconds=value)
+        return _bounded(value, value)
     if isinstance(value, str) and _DURATION_FULL.match(value):
         seconds = sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(value))
         if seconds <= 0:
             raise ValueError(f"a duration must be positive, got {value!r}")
-        return timedelta(seconds=seconds)
+        return _bounded(seconds, value)
     raise ValueError(f"expected a duration such as '30d', '20m', '1h30m' or whole seconds, got {value!r}")
+
+
+def _bounded(seconds: int, value: Any) -> timedelta:
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"a duration must be at most 3650d (10 years), got {value!r}")
+    return timedelta(seconds=seconds)
 
 
 Duration = Annotated[
