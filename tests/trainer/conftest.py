@@ -21,6 +21,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: starts real processes (torchrun, MLflow); slower")
 
 
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A one-process gloo group (a DistEnv) with no launcher variables inherited from the shell."""
+    from trainpipe_trainer.distributed import destroy_distributed, init_distributed
+
+    for name in ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    yield init_distributed()
+    destroy_distributed()
+
+
 @pytest.fixture(scope="session")
 def datasets(tmp_path_factory: pytest.TempPathFactory) -> Datasets:
     root = tmp_path_factory.mktemp("data")

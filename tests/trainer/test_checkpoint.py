@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore, DcpBackend, ReusableCpuStager
 from trainpipe_trainer.config import CheckpointConfig, ModelConfig, OptimizationConfig, ResumeIdentity
-from trainpipe_trainer.distributed import DistEnv, destroy_distributed, init_distributed
+from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError, ResumeMismatchError
 from trainpipe_trainer.export import weights_sha256
 from trainpipe_trainer.model import build_mlp
@@ -22,14 +21,6 @@ from trainpipe_trainer.optim import build_optimizer, build_scheduler
 from trainpipe_trainer.state import TrainState
 
 from .helpers import S3
-
-
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[DistEnv]:
-    for name in ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        monkeypatch.delenv(name, raising=False)
-    yield init_distributed()
-    destroy_distributed()
 
 
 class Run:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from trainpipe_trainer.config import (
     TrackingConfig,
     TrainingConfig,
 )
-from trainpipe_trainer.distributed import DistEnv, destroy_distributed, init_distributed
+from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import CheckpointMismatchError, ResumeMismatchError
 from trainpipe_trainer.model import build_mlp
 from trainpipe_trainer.optim import build_optimizer
@@ -164,14 +164,6 @@ def test_fields_recorded_by_only_one_trainer_version_are_named() -> None:
 
 
 # -- the guard in the checkpoint manager (one real process group) -------------------------------
-
-
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[DistEnv]:
-    for name in ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        monkeypatch.delenv(name, raising=False)
-    yield init_distributed()
-    destroy_distributed()
 
 
 def _manager(root: Path, env: DistEnv, config: TrainingConfig) -> tuple[CheckpointManager, torch.nn.Module]:
