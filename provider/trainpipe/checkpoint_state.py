@@ -49,6 +49,9 @@ class TrainingStatus:
     final: bool
     started_at: datetime
     updated_at: datetime
+    # The DAG run's clear_number when written: a status from before the run (or task) was cleared
+    # describes an earlier training and must not end the watch of the new one.
+    clear_number: int = 0
 
     def to_json(self) -> str:
         raw = asdict(self)
@@ -61,6 +64,7 @@ class TrainingStatus:
         return cls(
             state=raw["state"], try_number=int(raw["try_number"]), final=bool(raw.get("final", False)),
             started_at=datetime.fromisoformat(raw["started_at"]), updated_at=datetime.fromisoformat(raw["updated_at"]),
+            clear_number=int(raw.get("clear_number", 0)),
         )
 
 
@@ -133,8 +137,9 @@ def _saved_at(manifest: Any) -> datetime | None:
         return None
 
 
-def read_checkpoint_state(run_dir: ObjectStoragePath) -> CheckpointState:
-    """Committed checkpoints and the train task's status of one run folder (never raises for absence)."""
+def read_checkpoint_state(run_dir: ObjectStoragePath, *, clear_number: int = 0) -> CheckpointState:
+    """Committed checkpoints and the train task's status of one run folder (never raises for absence);
+    a status written before the DAG run's ``clear_number`` reads as none."""
     _invalidate(run_dir)
     root = run_dir / CHECKPOINTS_DIR
     names = [entry.name for entry in root.iterdir()] if root.exists() else []
@@ -149,29 +154,30 @@ def read_checkpoint_state(run_dir: ObjectStoragePath) -> CheckpointState:
         if len(newest) < 2:
             newest.append(CommittedCheckpoint(step=step, saved_at=_saved_at(manifest)))
     return CheckpointState(checkpoints=tuple(reversed(newest)), committed_count=committed,
-                           status=read_training_status(run_dir))
+                           status=read_training_status(run_dir, clear_number=clear_number))
 
 
-def read_training_status(run_dir: ObjectStoragePath) -> TrainingStatus | None:
+def read_training_status(run_dir: ObjectStoragePath, *, clear_number: int = 0) -> TrainingStatus | None:
     raw = _read_json(status_path(run_dir))
-    return TrainingStatus.from_dict(raw) if isinstance(raw, dict) else None
+    status = TrainingStatus.from_dict(raw) if isinstance(raw, dict) else None
+    return status if status is not None and status.clear_number >= clear_number else None
 
 
-def refresh_status(state: CheckpointState, run_dir: ObjectStoragePath) -> CheckpointState:
+def refresh_status(state: CheckpointState, run_dir: ObjectStoragePath, *, clear_number: int = 0) -> CheckpointState:
     """``state`` with the train task's status read again and its checkpoints as they were: one small
     read instead of a listing, so a watcher can notice the end of training within seconds."""
     _invalidate(run_dir)
-    return replace(state, status=read_training_status(run_dir))
+    return replace(state, status=read_training_status(run_dir, clear_number=clear_number))
 
 
 def wait_for_training_status(run_dir: ObjectStoragePath, state: CheckpointState, *, timeout: float,
-                             interval: float = 0.5) -> CheckpointState:
+                             interval: float = 0.5, clear_number: int = 0) -> CheckpointState:
     """Read the train task's status again every ``interval`` seconds until it has written one or
     ``timeout`` seconds have passed; ``state`` with the last status read."""
     deadline = time.monotonic() + timeout
     while state.status is None and time.monotonic() < deadline:
         time.sleep(interval)
-        state = refresh_status(state, run_dir)
+        state = refresh_status(state, run_dir, clear_number=clear_number)
     return state
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -36,9 +37,16 @@ def sensor_and_run(request):  # noqa: ANN001, ANN201
         run_dir_for(plan.dag_id, Settings.from_env(), run_id)
 
 
-def _status(run_dir, state: str, *, started_at: datetime, final: bool = False) -> None:  # noqa: ANN001
+def _status(run_dir, state: str, *, started_at: datetime, final: bool = False, clear_number: int = 0) -> None:  # noqa: ANN001
     write_training_status(run_dir, TrainingStatus(state=state, try_number=1, final=final, started_at=started_at,
-                                                  updated_at=datetime.now(timezone.utc)))
+                                                  updated_at=datetime.now(timezone.utc), clear_number=clear_number))
+
+
+@dataclass
+class _DagRun:
+    """The one field of the task SDK's DagRun the sensor reads."""
+
+    clear_number: int
 
 
 def test_sensor_reschedules_until_training_starts_and_holds_no_retries(sensor_and_run):
@@ -100,3 +108,22 @@ def test_sensor_succeeds_when_training_ended_and_fails_on_a_stall(sensor_and_run
         sensor.execute_complete(context, {"status": "stalled", "message": "training stalled: no checkpoint committed"})
     with pytest.raises(TrainpipeError, match="the checkpoint watch stopped: cannot read"):
         sensor.execute_complete(context, {"status": "error", "message": "cannot read s3://b/r"})
+
+
+def test_a_status_from_before_the_run_was_cleared_does_not_end_the_watch(sensor_and_run):
+    """Clearing a failed train re-runs it and the sensor; the old try's final status must not end the
+    new watch at once (it would let evaluate run before the new training)."""
+    sensor, context, run_dir = sensor_and_run
+    _status(run_dir, "failed", started_at=datetime.now(timezone.utc), final=True, clear_number=0)
+    assert sensor.poke({**context, "dag_run": _DagRun(clear_number=0)}) is True
+
+    cleared = {**context, "dag_run": _DagRun(clear_number=1)}
+    assert sensor.poke(cleared) is False  # waiting for the new try's status
+    assert read_checkpoint_state(run_dir, clear_number=1).status is None
+
+    _status(run_dir, "running", started_at=datetime.now(timezone.utc), clear_number=1)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.poke(cleared)
+    assert deferred.value.trigger.clear_number == 1
+    _status(run_dir, "succeeded", started_at=datetime.now(timezone.utc), clear_number=1)
+    assert sensor.poke(cleared) is True

@@ -83,12 +83,12 @@ def test_serialize_round_trips_exactly():
 
     assert classpath == "trainpipe.triggers.checkpoint.CheckpointTrigger"
     assert kwargs == {"run_dir_uri": "s3://bucket/runs/p/r", "conn_id": "aws_default", "stall_timeout_seconds": 1800.0,
-                      "poll_interval": 60.0, "status_poll_interval": STATUS_POLL_SECONDS}
+                      "poll_interval": 60.0, "status_poll_interval": STATUS_POLL_SECONDS, "clear_number": 0}
     from airflow.sdk._shared.module_loading import import_string
 
     assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
     # A trigger stored by the previous release (no status_poll_interval) still loads.
-    old = {k: v for k, v in kwargs.items() if k != "status_poll_interval"}
+    old = {k: v for k, v in kwargs.items() if k not in ("status_poll_interval", "clear_number")}
     assert CheckpointTrigger(**old).status_poll_interval == STATUS_POLL_SECONDS
     # The status is never read less often than the checkpoints are listed.
     assert CheckpointTrigger(**{**old, "poll_interval": 0.5}).status_poll_interval == 0.5

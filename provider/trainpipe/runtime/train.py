@@ -210,7 +210,7 @@ class TrainerReasons:
 
 
 def record_training_status(pipeline_id: str, *, settings: Settings, airflow_run_id: str, state: str,
-                           try_number: int, final: bool = False) -> None:
+                           try_number: int, final: bool = False, clear_number: int = 0) -> None:
     from datetime import datetime, timezone
 
     from trainpipe.checkpoint_state import TrainingStatus, read_training_status, write_training_status
@@ -221,15 +221,21 @@ def record_training_status(pipeline_id: str, *, settings: Settings, airflow_run_
     # A try keeps its start time (a deferred task runs its execute callback again on each resume).
     started_at = previous.started_at if previous is not None and previous.try_number == try_number else now
     write_training_status(run_dir, TrainingStatus(state=state, try_number=try_number, final=final,
-                                                  started_at=started_at, updated_at=now))
+                                                  started_at=started_at, updated_at=now, clear_number=clear_number))
 
 
 def _status_callback(context: Any, *, pipeline_id: str, state: str, final: bool = False) -> None:
     try:
         record_training_status(pipeline_id, settings=Settings.from_env(), airflow_run_id=context["run_id"], state=state,
-                               try_number=context["ti"].try_number, final=final)
+                               try_number=context["ti"].try_number, final=final,
+                               clear_number=dag_run_clear_number(context))
     except Exception:  # noqa: BLE001 - a callback must not hide the task's own outcome
         log.exception("could not record the training status for the checkpoint sensor")
+
+
+def dag_run_clear_number(context: Any) -> int:
+    """How many times the DAG run (or some of its tasks) was cleared: 0 for a run never cleared."""
+    return int(getattr(context.get("dag_run"), "clear_number", 0) or 0)
 
 
 def training_status_callbacks(pipeline_id: str) -> dict[str, Callable[[Any], None]]:

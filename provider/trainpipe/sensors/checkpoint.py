@@ -71,16 +71,19 @@ class CheckpointSensor(BaseSensorOperator):
             read_checkpoint_state,
             wait_for_training_status,
         )
+        from trainpipe.runtime.train import dag_run_clear_number
         from trainpipe.settings import Settings
         from trainpipe.storage import fsspec_uri
         from trainpipe.triggers.checkpoint import CheckpointTrigger
 
         run_dir = self._run_dir(context)
-        state = read_checkpoint_state(run_dir)
+        # After a clear, train's status from before it is ignored until the new try writes one.
+        clear_number = dag_run_clear_number(context)
+        state = read_checkpoint_state(run_dir, clear_number=clear_number)
         if state.status is None and self._train_is_starting(context):
             grace = self.plan.sensor.train_start_grace
             self.log.info("train is starting: waiting up to %s for its status", grace)
-            state = wait_for_training_status(run_dir, state, timeout=grace.total_seconds())
+            state = wait_for_training_status(run_dir, state, timeout=grace.total_seconds(), clear_number=clear_number)
         progress = assess(state, now=datetime.now(timezone.utc), stall_timeout=self.stall_timeout)
         self.log.info("%s", progress.message)
         if progress.kind == "finished":
@@ -95,6 +98,7 @@ class CheckpointSensor(BaseSensorOperator):
                     stall_timeout_seconds=self.stall_timeout.total_seconds(),
                     poll_interval=self.plan.sensor.checkpoint_poll_seconds,
                     status_poll_interval=self.plan.sensor.status_poll_seconds,
+                    clear_number=clear_number,
                 ),
                 method_name="execute_complete",
             )

@@ -42,7 +42,8 @@ class CheckpointTrigger(BaseTrigger):
     clock: Clock = Clock()
 
     def __init__(self, *, run_dir_uri: str, conn_id: str | None, stall_timeout_seconds: float,
-                 poll_interval: float, status_poll_interval: float = STATUS_POLL_SECONDS) -> None:
+                 poll_interval: float, status_poll_interval: float = STATUS_POLL_SECONDS,
+                 clear_number: int = 0) -> None:
         super().__init__()
         self.run_dir_uri = run_dir_uri
         self.conn_id = conn_id
@@ -50,6 +51,8 @@ class CheckpointTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         # Never slower than the listing (a short stall_timeout lists often).
         self.status_poll_interval = min(float(status_poll_interval), self.poll_interval)
+        # The DAG run's clear_number: older statuses describe a training from before a clear.
+        self.clear_number = int(clear_number)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -60,6 +63,7 @@ class CheckpointTrigger(BaseTrigger):
                 "stall_timeout_seconds": self.stall_timeout_seconds,
                 "poll_interval": self.poll_interval,
                 "status_poll_interval": self.status_poll_interval,
+                "clear_number": self.clear_number,
             },
         )
 
@@ -69,10 +73,10 @@ class CheckpointTrigger(BaseTrigger):
         return ObjectStoragePath(self.run_dir_uri, conn_id=self.conn_id)
 
     def _read(self) -> CheckpointState:
-        return read_checkpoint_state(self._run_dir())
+        return read_checkpoint_state(self._run_dir(), clear_number=self.clear_number)
 
     def _refresh(self, state: CheckpointState) -> CheckpointState:
-        return refresh_status(state, self._run_dir())
+        return refresh_status(state, self._run_dir(), clear_number=self.clear_number)
 
     def _assess(self, state: CheckpointState) -> Progress:
         return assess(state, now=self.clock.now(),
