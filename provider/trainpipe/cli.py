@@ -85,8 +85,56 @@ def _cmd_demo_data(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(settings.storage_root.removeprefix("file://")) / "demo"
     end = datetime.strptime(args.end, "%Y-%m-%d").replace(tzinfo=timezone.utc) if args.end else \
         datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
-    for name, path in write_demo_data(out, end=end, force=args.force).items():
+    from trainpipe.errors import SpecError, StorageConflictError
+
+    try:
+        written = write_demo_data(out, end=end, force=args.force, drift=args.drift)
+    except (SpecError, StorageConflictError) as err:
+        print(f"trainpipe demo-data: {err}", file=sys.stderr)
+        return 1
+    for name, path in written.items():
         print(f"{name}: {path}")
+    if args.drift:
+        print(f"transactions: {args.drift} drifted (numeric: +1 standard deviation; categorical: half the rows "
+              "moved to its rarest category)")
+    return 0
+
+
+def _cmd_datasets(args: argparse.Namespace) -> int:
+    from trainpipe.runtime.snapshot import baseline_version, list_versions
+    from trainpipe.settings import Settings
+
+    settings = Settings.from_env()
+    versions = list_versions(settings, args.pipeline)
+    if not versions:
+        print(f"{args.pipeline}: no dataset versions stored yet (the snapshot task writes them)")
+        return 1
+    baseline = baseline_version(settings, args.pipeline)
+    baseline_digest = baseline["digest"] if baseline else None
+    if args.json:
+        print(json.dumps([{**info.to_dict(), "version": info.digest, "accepted": accepted,
+                           "baseline": info.digest == baseline_digest} for info, accepted in versions],
+                         indent=2, default=str))
+        return 0
+    for info, accepted in versions:
+        marks = ["baseline" if info.digest == baseline_digest else "", "accepted" if accepted else "not accepted"]
+        print(f"{info.name or args.pipeline} version {info.digest[:16]}  ({', '.join(m for m in marks if m)})")
+        split = info.split or {}
+        rows = [
+            ("version", info.digest),
+            ("storage", info.uri),
+            ("rows", f"{info.rows} ({info.train_rows} train, {info.holdout_rows} holdout)"),
+            ("size", f"{info.size_bytes} bytes" if info.size_bytes is not None else "-"),
+            ("schema_hash", info.schema_hash or "-"),
+            ("columns", ", ".join(f"{name}:{kind}" for name, kind in info.schema or []) or "-"),
+            ("split", f"holdout {split['holdout_fraction']:g} by {split['method']}" if split else "-"),
+            ("source", info.source_uri),
+            ("window", f"{info.window_start} .. {info.window_end}" if info.window_end else "whole source"),
+            ("created", f"{info.created_at or '-'} by {info.created_by_dag_id or '-'} run {info.created_by_run_id or '-'}"),
+            ("accepted", f"{accepted['accepted_at']} by run {accepted['run_id']}" if accepted else "-"),
+        ]
+        for key, value in rows:
+            print(f"  {key + ':':<13}{value}")
     return 0
 
 
@@ -154,7 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", help="folder (default: <storage root>/demo)")
     demo.add_argument("--end", help="last day of the data, YYYY-MM-DD (default: today, UTC)")
     demo.add_argument("--force", action="store_true", help="overwrite files that differ")
+    demo.add_argument("--drift", metavar="FEATURE", help="make this transactions column drift (numeric: +1 standard "
+                      "deviation; categorical: half the rows take its rarest category), to see validate stop a run")
     demo.set_defaults(func=_cmd_demo_data)
+
+    datasets = commands.add_parser("datasets", help="list a pipeline's dataset versions (snapshots): digest, rows, "
+                                   "size, schema hash, split, source, window, creating run, accepted or not")
+    datasets.add_argument("pipeline")
+    datasets.add_argument("--json", action="store_true", help="the full records as JSON")
+    datasets.set_defaults(func=_cmd_datasets)
 
     schema = commands.add_parser("schema", help="print the JSON Schema (draft 2020-12) of a spec")
     schema.set_defaults(func=_cmd_schema)

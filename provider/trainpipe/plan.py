@@ -39,6 +39,7 @@ from trainpipe_trainer.config import (
 
 if TYPE_CHECKING:
     from trainpipe.spec.kubernetes import KubernetesSpec
+    from trainpipe.spec.models import DriftSpec
     from trainpipe.spec.loader import LoadedYaml
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register")
@@ -48,7 +49,8 @@ CHECKPOINT_SENSOR = "watch_checkpoints"
 
 _TASK_SUMMARIES = {
     "snapshot": "immutable, content-addressed copy of the input window",
-    "validate": "Great Expectations suite and volume check; stops the run before training on failure",
+    "validate": "Great Expectations suite, volume, schema and drift checks vs the baseline version; stops the run "
+                "before training on failure",
     "train": "torchrun the trainer; resumes from this run's latest checkpoint",
     "evaluate": "holdout metrics of the new model and of the current champion",
     "gate": "every gate must pass, else registration is skipped",
@@ -143,12 +145,58 @@ class DataPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SchemaPolicy:
+    """``validation.schema``: what each kind of change vs the baseline does ("allow", "warn", "fail")."""
+
+    added_columns: str = "allow"
+    removed_columns: str = "fail"
+    retyped_columns: str = "fail"
+    # Removing or retyping one of these always fails: features, label, query and time columns.
+    used_columns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriftLevels:
+    warn: float | None = None
+    fail: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FeatureDriftLevels:
+    psi: DriftLevels | None
+    ks: DriftLevels | None
+    ignore: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriftPlan:
+    """``validation.drift``: the reference version and the levels, for all features and per feature."""
+
+    reference: str  # "baseline" or a digest prefix
+    bins: int
+    psi: DriftLevels
+    ks: DriftLevels
+    features: tuple[tuple[str, FeatureDriftLevels], ...] = ()
+
+    def levels_for(self, feature: str) -> FeatureDriftLevels:
+        """A feature's own levels replace the common ones statistic by statistic."""
+        own = dict(self.features).get(feature)
+        if own is None:
+            return FeatureDriftLevels(psi=self.psi, ks=self.ks)
+        return FeatureDriftLevels(psi=own.psi or self.psi, ks=own.ks or self.ks, ignore=own.ignore)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ValidationPlan:
-    """The ``validate`` step: the Great Expectations suite and the volume check."""
+    """The ``validate`` step: the Great Expectations suite, the volume, schema and drift checks."""
 
     expectations: tuple[tuple[str, dict[str, Any]], ...]
     required_columns: tuple[str, ...]
     max_volume_change: float | None
+    schema: SchemaPolicy = SchemaPolicy()
+    drift: DriftPlan | None = None
+    # The columns compared for drift: the features.
+    features: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -316,6 +364,17 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
             required_columns=(*training.features, training.label,
                               *([training.group_column] if training.group_column else [])),
             max_volume_change=spec.validation.max_volume_change,
+            schema=SchemaPolicy(
+                added_columns=spec.validation.schema_.added_columns,
+                removed_columns=spec.validation.schema_.removed_columns,
+                retyped_columns=spec.validation.schema_.retyped_columns,
+                used_columns=tuple(dict.fromkeys(
+                    (*training.features, training.label,
+                     *([training.group_column] if training.group_column else []),
+                     *([spec.data.time_column] if spec.data.time_column else [])))),
+            ),
+            drift=_drift(spec.validation.drift) if spec.validation.drift is not None else None,
+            features=tuple(training.features),
         ),
         trainer=_trainer_template(spec),
         launch=launch,
@@ -386,6 +445,18 @@ def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
         ),
         tracking=TrackingConfig(tracking_uri=TRACKING_URI, experiment_name=f"trainpipe/{spec.pipeline_id}"),
         output_uri=RUN_OUTPUT_URI,
+    )
+
+
+def _levels(section: Any) -> DriftLevels | None:
+    return DriftLevels(warn=section.warn, fail=section.fail) if section is not None else None
+
+
+def _drift(section: DriftSpec) -> DriftPlan:
+    return DriftPlan(
+        reference=section.reference, bins=section.bins, psi=_levels(section.psi), ks=_levels(section.ks),
+        features=tuple((name, FeatureDriftLevels(psi=_levels(f.psi), ks=_levels(f.ks), ignore=f.ignore))
+                       for name, f in section.features.items()),
     )
 
 

@@ -2,8 +2,9 @@
 
 Layout under the storage root::
 
-    snapshots/<pipeline_id>/<digest16>/{train,holdout}.parquet, manifest.json   (immutable)
-    snapshots/<pipeline_id>/LATEST.json                                          (last validated)
+    snapshots/<pipeline_id>/<digest16>/{train,holdout}.parquet, manifest.json   (immutable dataset version)
+    snapshots/<pipeline_id>/<digest16>/accepted.json                             (last passed validation)
+    snapshots/<pipeline_id>/LATEST.json                                          (baseline: last accepted)
     runs/<pipeline_id>/<run_key>/trainer_config.json, checkpoints/, output/      (per DAG run)
 """
 

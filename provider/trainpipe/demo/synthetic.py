@@ -210,6 +210,28 @@ def generate_clicks(
     ).astype({"event_time": "datetime64[us, UTC]"})
 
 
+def drift_feature(frame: pd.DataFrame, feature: str, *, seed: int = 0) -> pd.DataFrame:
+    """A copy of ``frame`` whose ``feature`` drifted, as an upstream change would make it: a numeric
+    feature's values move up by one standard deviation; a categorical one's missing and most common
+    values give way, in half of the rows, to its least common category."""
+    import numpy as np
+    import pandas as pd
+
+    if feature not in frame.columns:
+        raise SpecError(f"--drift: {feature!r} is not a column; columns are {', '.join(map(str, frame.columns))}")
+    out = frame.copy()
+    column = out[feature]
+    if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+        out[feature] = column + float(column.std())
+        return out
+    counts = column.value_counts()
+    if counts.empty:
+        raise SpecError(f"--drift: {feature!r} has no values to drift")
+    rng = np.random.default_rng([seed, 0xD21F])
+    out.loc[rng.random(len(out)) < 0.5, feature] = counts.index[-1]
+    return out
+
+
 WriteStatus = Literal["written", "unchanged", "overwritten"]
 
 
@@ -263,13 +285,16 @@ def _write_file(path: Path, data: bytes, *, force: bool) -> WriteStatus:
 
 
 def _write_demo_data(
-    root: str | os.PathLike[str], *, end: datetime, force: bool
+    root: str | os.PathLike[str], *, end: datetime, force: bool, drift: str | None = None
 ) -> dict[str, tuple[str, WriteStatus, int]]:
     root_path = Path(root)
     frames = {
         "transactions": generate_transactions(end=end),
         "clicks": generate_clicks(end=end),
     }
+    if drift is not None:
+        # The transactions only: the README's drift walkthrough runs the fraud pipeline.
+        frames["transactions"] = drift_feature(frames["transactions"], drift)
     encoded = {name: _parquet_bytes(df) for name, df in frames.items()}
     results: dict[str, tuple[str, WriteStatus, int]] = {}
     # Check every target before writing any, so a conflict leaves the directory as it was.
@@ -284,15 +309,17 @@ def _write_demo_data(
     return results
 
 
-def write_demo_data(root: str | os.PathLike[str], *, end: datetime, force: bool = False) -> dict[str, str]:
+def write_demo_data(root: str | os.PathLike[str], *, end: datetime, force: bool = False,
+                    drift: str | None = None) -> dict[str, str]:
     """Write ``transactions/transactions.parquet`` and ``clicks/clicks.parquet`` under ``root``.
 
-    Both are generated with their default sizes and seeds and the given ``end``. A file that
+    Both are generated with their default sizes and seeds and the given ``end``; with ``drift``,
+    that transactions column drifted (:func:`drift_feature`). A file that
     already holds the same data is left alone; one with different data raises
     :class:`~trainpipe.errors.StorageConflictError` (nothing is written) unless ``force`` is true.
     Files are replaced atomically. Returns dataset name -> path of its file.
     """
-    return {name: path for name, (path, _, _) in _write_demo_data(root, end=end, force=force).items()}
+    return {name: path for name, (path, _, _) in _write_demo_data(root, end=end, force=force, drift=drift).items()}
 
 
 def _parse_end(text: str) -> datetime:

@@ -44,13 +44,19 @@ class MlflowHook:
         return self.client.create_experiment(name, artifact_location=location)
 
     def run_for_dag_run(self, *, pipeline_id: str, dag_id: str, airflow_run_id: str, tags: dict[str, str]) -> str:
-        """The MLflow run of one DAG run: created on the first try, reused by retries."""
+        """The MLflow run of one DAG run: created by its first step that logs (validate's drift check,
+        else train), reused by later steps and retries, which add their ``tags``."""
+        from mlflow.entities import RunTag
+
         experiment_id = self.experiment_id(pipeline_id)
         found = self.client.search_runs(
             [experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{airflow_run_id}'", max_results=1
         )
         if found:
-            return found[0].info.run_id
+            run_id = found[0].info.run_id
+            if tags:
+                self.client.log_batch(run_id, tags=[RunTag(key, value) for key, value in tags.items()])
+            return run_id
         run = self.client.create_run(
             experiment_id,
             run_name=f"{pipeline_id} {airflow_run_id}",

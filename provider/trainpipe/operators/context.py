@@ -24,7 +24,7 @@ def run_plan(plan: PipelinePlan, context: Any) -> tuple[PipelinePlan, dict[str, 
 def snapshot_info(context: Any) -> SnapshotInfo:
     from trainpipe.runtime.snapshot import SnapshotInfo
 
-    return SnapshotInfo(**context["ti"].xcom_pull(task_ids="snapshot"))
+    return SnapshotInfo.from_dict(context["ti"].xcom_pull(task_ids="snapshot"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -74,12 +74,13 @@ class SnapshotOperator(_PipelineStepOperator):
         from trainpipe.runtime.snapshot import take_snapshot
 
         logical_date = context.get("logical_date") or context["dag_run"].run_after
-        return take_snapshot(self.plan.dag_id, self.plan.data, settings=self.settings,
-                             logical_date=logical_date).to_dict()
+        return take_snapshot(self.plan.dag_id, self.plan.data, settings=self.settings, logical_date=logical_date,
+                             dag_id=self.dag_id, run_id=context["run_id"]).to_dict()
 
 
 class ValidateDataOperator(_PipelineStepOperator):
-    """Great Expectations suite from the spec plus the volume check; fails the run before training."""
+    """Great Expectations suite from the spec, the volume, schema and drift checks vs the baseline
+    version; fails the run before training, else accepts the version as the next baseline."""
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
@@ -89,7 +90,8 @@ class ValidateDataOperator(_PipelineStepOperator):
 
         try:
             return validate_snapshot(self.plan.dag_id, self.plan.validation, self.snapshot_info(context),
-                                     settings=self.settings)
+                                     settings=self.settings, dag_id=self.dag_id, run_id=context["run_id"],
+                                     hook=self.hook)
         except ValidationFailedError as err:
             # The snapshot is immutable: a retry would fail the same way, so fail now.
             raise AirflowFailException(str(err)) from err

@@ -28,13 +28,18 @@ from trainpipe.spec.models import (
 )
 
 
+def _fields_by_key(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's fields by the key a spec writes (the alias where there is one: ``schema``)."""
+    return {field.alias or name: field for name, field in model.model_fields.items()}
+
+
 def _model_at(path: FieldPath) -> type[BaseModel] | None:
     """The pydantic model that owns the mapping at ``path`` (for "did you mean" on unknown keys)."""
     model: type[BaseModel] | None = PipelineSpec
     for part in path:
         if model is None or isinstance(part, int):
             continue
-        field = model.model_fields.get(part)
+        field = _fields_by_key(model).get(part)
         if field is None:
             return None
         annotation = field.annotation
@@ -48,7 +53,7 @@ def _pydantic_problem(loaded: LoadedYaml, error: dict[str, Any]) -> SpecProblem:
     kind = error["type"]
     if kind == "extra_forbidden":
         model = _model_at(path[:-1])
-        valid = list(model.model_fields) if model else []
+        valid = list(_fields_by_key(model)) if model else []
         close = difflib.get_close_matches(str(path[-1]), valid, n=1, cutoff=0.5)
         hint = f"did you mean `{close[0]}`?" if close else f"valid keys: {', '.join(valid)}"
         return loaded.problem(path, f"unknown key; {hint}")
@@ -130,6 +135,8 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     for index, item in enumerate(expectations if isinstance(expectations, list) else []):
         problems.extend(_expectation_problems(loaded, index, item))
 
+    problems.extend(_drift_problems(loaded, features if isinstance(features, list) else None))
+
     metric_names = _get(data, "evaluation", "metrics")
     known_task = task in ("binary_classification", "regression", "ranking")
     if isinstance(metric_names, list) and known_task:
@@ -155,6 +162,37 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
             fix = f"did you mean `{close[0]}`?" if close else f"use one of {', '.join(sorted(OVERRIDABLE_PARAMS))}"
             add(("params", name), f"{name!r} is not a hyperparameter a run can override; {fix}")
     problems.extend(_launcher_problems(loaded))
+    return problems
+
+
+def _drift_problems(loaded: LoadedYaml, features: list[Any] | None) -> list[SpecProblem]:
+    """validation.drift: per-feature entries name features, and a warn level is not above its fail level."""
+    problems: list[SpecProblem] = []
+    drift = _get(loaded.data, "validation", "drift")
+    if not isinstance(drift, dict):
+        return problems
+    here: FieldPath = ("validation", "drift")
+
+    def check_levels(path: FieldPath, levels: Any) -> None:
+        if not isinstance(levels, dict):
+            return
+        warn, fail = levels.get("warn"), levels.get("fail")
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (warn, fail))
+        if numbers and warn > fail:
+            problems.append(loaded.problem((*path, "warn"),
+                f"warn level {warn:g} is above the fail level {fail:g}; a warning must come first: lower warn or raise fail"))
+
+    for statistic in ("psi", "ks"):
+        check_levels((*here, statistic), drift.get(statistic))
+    per_feature = drift.get("features")
+    for name, entry in per_feature.items() if isinstance(per_feature, dict) else ():
+        if features is not None and name not in features:
+            close = difflib.get_close_matches(str(name), [str(f) for f in features], n=1, cutoff=0.5)
+            fix = f"did you mean `{close[0]}`?" if close else f"training.features are {', '.join(map(str, features))}"
+            problems.append(loaded.problem((*here, "features", name), f"{name!r} is not a feature; {fix}"))
+        if isinstance(entry, dict):
+            for statistic in ("psi", "ks"):
+                check_levels((*here, "features", name, statistic), entry.get(statistic))
     return problems
 
 
