@@ -24,6 +24,7 @@ import hashlib
 import html
 import json
 import math
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -220,7 +221,10 @@ def _ks(reference: pd.Series, current: pd.Series) -> tuple[float | None, float |
     ref, cur = reference.dropna().to_numpy(dtype=float), current.dropna().to_numpy(dtype=float)
     if len(ref) == 0 or len(cur) == 0:
         return None, None
-    result = ks_2samp(ref, cur)
+    with warnings.catch_warnings():
+        # With many ties (a flag) the exact p-value falls back to the asymptotic one; the statistic is the same.
+        warnings.filterwarnings("ignore", message="ks_2samp: Exact calculation unsuccessful", category=RuntimeWarning)
+        result = ks_2samp(ref, cur)
     return float(result.statistic), float(result.pvalue)
 
 

@@ -162,6 +162,14 @@ class DriftSpec(_Model):
         default_factory=dict, description="Per-feature levels, or ignore: true.", examples=[{"is_foreign": {"psi": {"fail": 0.5}}}]
     )
 
+    @field_validator("reference", mode="before")
+    @classmethod
+    def _quoted_digest(cls, value: Any) -> Any:
+        # YAML reads an all-digit digest prefix as a number and drops its leading zeros.
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise ValueError(f"YAML read {value!r} as a number; write the version digest in quotes")
+        return value
+
     @field_validator("reference")
     @classmethod
     def _known_reference(cls, value: str) -> str:
