@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -105,7 +106,10 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
     from trainpipe.settings import Settings
 
     settings = Settings.from_env()
-    versions = list_versions(settings, args.pipeline)
+    with warnings.catch_warnings():
+        # Reading storage loads Airflow's providers; their deprecation notices would land in stdout (and --json).
+        warnings.simplefilter("ignore")
+        versions = list_versions(settings, args.pipeline)
     if not versions:
         print(f"{args.pipeline}: no dataset versions stored yet (the snapshot task writes them)")
         return 1
