@@ -202,3 +202,11 @@ def test_compare_applies_per_feature_levels_ignores_and_skips():
     page = report.html(title="t <1>")
     assert "<title>t &lt;1&gt;</title>" in page and "id='a'" in page
     assert json.loads(json.dumps(report.to_dict()))["features"][0]["feature"] == "a"
+
+
+def test_metric_keys_are_valid_mlflow_keys():
+    frame = pd.DataFrame({"ctr@10": np.arange(100.0), "name (raw)": np.arange(100.0)})
+    report = drift.compare(frame, frame, _plan(), features=["ctr@10", "name (raw)"],
+                           reference_digest="r" * 64, current_digest="n" * 64)
+    assert set(report.metrics()) == {"drift_psi.ctr_10", "drift_ks.ctr_10", "drift_psi.name _raw_",
+                                     "drift_ks.name _raw_", "drift_psi_max", "drift_ks_max"}

@@ -24,6 +24,7 @@ import hashlib
 import html
 import json
 import math
+import re
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -297,13 +298,16 @@ class DriftReport:
         return "\n".join(lines)
 
     def metrics(self) -> dict[str, float]:
-        """MLflow metrics: ``drift_psi.<feature>``, ``drift_ks.<feature>``, and the maxima."""
+        """MLflow metrics: ``drift_psi.<feature>``, ``drift_ks.<feature>`` (other characters of a feature's
+        name as ``_``), and the maxima."""
         out: dict[str, float] = {}
         for f in self.features:
+            # MLflow keys allow letters, digits and _ - . / and spaces only.
+            key = re.sub(r"[^\w./ -]", "_", f.feature)
             if f.psi is not None:
-                out[f"drift_psi.{f.feature}"] = f.psi
+                out[f"drift_psi.{key}"] = f.psi
             if f.ks is not None:
-                out[f"drift_ks.{f.feature}"] = f.ks
+                out[f"drift_ks.{key}"] = f.ks
         psis = [f.psi for f in self.features if f.psi is not None]
         kss = [f.ks for f in self.features if f.ks is not None]
         if psis:
