@@ -36,7 +36,9 @@ def test_pipeline_emits_snapshot_and_model_assets():
     dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml"))
 
     assert dag.get_task("snapshot").outlets == [Asset(snapshot_asset_uri("fraud_detector"))]
-    assert dag.get_task("register").outlets == [Asset(model_asset_uri("fraud_detector"))]
+    # The model asset follows the champion: it is updated where the production alias moves.
+    assert dag.get_task("promote").outlets == [Asset(model_asset_uri("fraud_detector"))]
+    assert dag.get_task("register").outlets == []
 
 
 def test_spec_params_become_airflow_params_with_spec_defaults():

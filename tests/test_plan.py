@@ -4,6 +4,7 @@ trainer config template, run parameters applied without going back to the spec).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,9 +27,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_plan_of_fraud_example():
     plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml")
-    assert [t.task_id for t in plan.tasks] == ["snapshot", "validate", "train", CHECKPOINT_SENSOR, "evaluate", "gate", "register"]
-    assert [t.upstream for t in plan.tasks] == [(), ("snapshot",), ("validate",), ("validate",), ("train",), ("evaluate",), ("gate",)]
+    assert [t.task_id for t in plan.tasks] == ["snapshot", "validate", "train", CHECKPOINT_SENSOR, "evaluate", "gate",
+                                               "register", "promote"]
+    assert [t.upstream for t in plan.tasks] == [(), ("snapshot",), ("validate",), ("validate",), ("train",), ("evaluate",),
+                                                ("gate",), ("register",)]
     assert plan.spec_file == "dag_configs/fraud_detector.yaml"
+    assert plan.spec_relative_path == "fraud_detector.yaml"  # relative to the configs root: the registry's spec_file
+    assert (plan.registration.alias, plan.registration.challenger_alias, plan.registration.previous_alias) == (
+        "champion", "challenger", "previous_champion")
     assert plan.launch.launcher == "local"
     assert plan.launch.argv == ("torchrun", "--nnodes=1", "--nproc_per_node=2", "--standalone",
                                 "-m", "trainpipe_trainer", "--config", "{config_uri}")
@@ -37,6 +43,7 @@ def test_plan_of_fraud_example():
     assert plan.sensor.checkpoint_poll_seconds == checkpoint_poll_seconds(plan.sensor.stall_timeout)
     assert plan.to_dict()["trainer"]["seed"] == 42
     assert "source_path" not in plan.to_dict()  # where this machine keeps the file is nobody's business
+    assert "spec_text" not in plan.to_dict() and hashlib.sha256(plan.spec_text.encode()).hexdigest() == plan.spec_sha256
 
 
 def test_launch_resolves_every_placeholder_for_a_run():

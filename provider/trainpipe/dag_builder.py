@@ -10,6 +10,7 @@ from airflow.sdk import DAG, Asset, AssetAll, AssetAny, BaseOperator, Param
 from trainpipe.operators.pipeline import (
     EvaluateOperator,
     GateOperator,
+    PromoteOperator,
     RegisterModelOperator,
     SnapshotOperator,
     TrainOperator,
@@ -25,6 +26,7 @@ _OPERATORS = {
     "evaluate": EvaluateOperator,
     "gate": GateOperator,
     "register": RegisterModelOperator,
+    "promote": PromoteOperator,
     CHECKPOINT_SENSOR: CheckpointSensor,
 }
 

@@ -126,7 +126,10 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
     for layer in reversed(defaults.chain_for(where)):
         loaded = merge_defaults(layer, loaded)
     spec = validate_loaded(loaded)
-    return loaded, build_plan(spec, spec_file=name, spec_text=text, source_path=str(path), loaded=loaded)
+    # Relative to the configs root, so lineage reads the same on every machine that deploys the folder.
+    relative = where.relative_to(defaults.root).as_posix() if where.is_relative_to(defaults.root) else where.name
+    return loaded, build_plan(spec, spec_file=name, spec_text=text, source_path=str(path),
+                              spec_relative_path=relative, loaded=loaded)
 
 
 def compile_directory(directory: Path, *, relative_to: Path | None = None, only_pipeline: str | None = None) -> CompileResult:

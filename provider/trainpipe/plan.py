@@ -15,6 +15,7 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import SpecError, SpecProblem
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from trainpipe.spec.models import DriftSpec
     from trainpipe.spec.loader import LoadedYaml
 
-TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register")
+TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register", "promote")
 TRAIN_TASK = "train"
 # Runs beside `train` (same upstream), outside the chain: watches its checkpoints for stalls.
 CHECKPOINT_SENSOR = "watch_checkpoints"
@@ -54,7 +55,8 @@ _TASK_SUMMARIES = {
     "train": "torchrun the trainer; resumes from this run's latest checkpoint",
     "evaluate": "holdout metrics of the new model and of the current champion",
     "gate": "every gate must pass, else registration is skipped",
-    "register": "new MLflow model version, tags, alias",
+    "register": "new MLflow model version (once per DAG run) with lineage tags and the challenger alias",
+    "promote": "moves the production alias to the new version, the old one to the previous alias; tags who, when, why",
     CHECKPOINT_SENSOR: "beside train: logs checkpoint progress, fails when none is committed for stall_timeout",
 }
 
@@ -228,7 +230,12 @@ class EvaluationPlan:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RegistrationPlan:
     model_name: str
+    # The production alias (champion); `promote` moves it.
     alias: str
+    # Given by `register` to every new version.
+    challenger_alias: str
+    # Held by the version the production alias left, for `trainpipe rollback`.
+    previous_alias: str
     description: str
 
 
@@ -293,6 +300,8 @@ class PipelinePlan:
     # The spec file as users name it (relative to the configs folder's parent), and its sha256.
     spec_file: str
     spec_sha256: str
+    # The spec file relative to the configs root (the registry's `spec_file` tag: the same on every machine).
+    spec_relative_path: str
     description: str
     owner: str
     tags: tuple[str, ...]
@@ -314,20 +323,23 @@ class PipelinePlan:
     kubernetes: KubernetesPlan | None = None
     # Where the spec file is on the machine that compiled it: for git lineage only, never shown.
     source_path: str = dataclasses.field(default="", repr=False, compare=False)
+    # The spec file's text (what spec_sha256 hashes), logged on the training run as an artifact.
+    spec_text: str = dataclasses.field(default="", repr=False, compare=False)
 
     def task(self, task_id: str) -> PlannedTask:
         return next(t for t in self.tasks if t.task_id == task_id)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        del out["source_path"]
+        del out["source_path"], out["spec_text"]
         out["start_date"] = self.start_date.isoformat()
         return out
 
 
 def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_path: str = "",
-               loaded: LoadedYaml | None = None) -> PipelinePlan:
-    """``loaded`` (the spec's YAML with positions) locates run parameters for later messages."""
+               spec_relative_path: str | None = None, loaded: LoadedYaml | None = None) -> PipelinePlan:
+    """``loaded`` (the spec's YAML with positions) locates run parameters for later messages;
+    ``spec_relative_path`` is the file relative to its configs root (default: its base name)."""
     training = spec.training
     kubernetes = _kubernetes(training.kubernetes) if training.kubernetes is not None else None
     distributed = training.distributed
@@ -344,6 +356,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         dag_id=spec.pipeline_id,
         spec_file=spec_file,
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(),
+        spec_relative_path=spec_relative_path or PurePath(spec_file).name,
         description=spec.description,
         owner=spec.owner,
         tags=("trainpipe", *spec.tags),
@@ -389,17 +402,21 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
                         for g in spec.evaluation.gates),
         ),
         registration=RegistrationPlan(model_name=spec.registration.model_name, alias=spec.registration.alias,
+                                      challenger_alias=spec.registration.challenger_alias,
+                                      previous_alias=spec.registration.previous_alias,
                                       description=spec.description),
         testing=FaultPlan(inject_nan_at_step=training.testing.inject_nan_at_step,
                           crash_first_try_after_step=training.testing.crash_first_try_after_step),
         kubernetes=kubernetes,
         source_path=source_path,
+        spec_text=spec_text,
     )
 
 
 def _tasks(pipeline_id: str) -> tuple[PlannedTask, ...]:
-    """The chain snapshot -> ... -> register, with the sensor beside train (same upstream)."""
-    outlets = {"snapshot": (snapshot_asset_uri(pipeline_id),), "register": (model_asset_uri(pipeline_id),)}
+    """The chain snapshot -> ... -> promote, with the sensor beside train (same upstream)."""
+    # The model asset is updated where the production alias moves: downstream pipelines follow the champion.
+    outlets = {"snapshot": (snapshot_asset_uri(pipeline_id),), "promote": (model_asset_uri(pipeline_id),)}
     tasks = [
         PlannedTask(task_id=task_id, upstream=(TASK_ORDER[i - 1],) if i else (), summary=_TASK_SUMMARIES[task_id],
                     outlets=outlets.get(task_id, ()))

@@ -6,6 +6,7 @@ process, the Airflow tasks and the MLflow UI all look at the same store.
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,11 @@ if TYPE_CHECKING:
 
 RUN_ID_TAG = "trainpipe.airflow_run_id"
 DAG_ID_TAG = "trainpipe.dag_id"
+
+
+def mlflow_metric_key(name: str) -> str:
+    """MLflow keys allow no '@': ``ndcg@10`` is logged as ``ndcg_at_10``."""
+    return re.sub(r"[^\w./ -]", "_", name.replace("@", "_at_"))
 
 
 class MlflowHook:

@@ -54,17 +54,22 @@ class _PipelineStepOperator(BaseOperator):
     def snapshot_info(self, context: Context):  # noqa: ANN201 - SnapshotInfo
         return snapshot_info(context)
 
-    def lineage_tags(self, context: Context) -> dict[str, str]:
+    def lineage_tags(self, context: Context, trained: dict[str, Any]) -> dict[str, str]:
         snapshot = self.snapshot_info(context)
-        return {
+        tags = {
             "dag_id": self.dag_id,
             "airflow_run_id": context["run_id"],
             "dataset_digest": snapshot.digest,
             "spec_file_sha256": self.plan.spec_sha256,
-            "spec_file": self.plan.spec_file,
+            # Relative to the configs root: the same wherever the folder is deployed.
+            "spec_file": self.plan.spec_relative_path,
             "seed": str(self.run_plan(context).trainer.seed),  # the run's, with a trigger's override
-            "git_commit": git_commit(self.plan.source_path),
+            "weights_sha256": trained["weights_sha256"],
         }
+        commit = git_commit(self.plan.source_path)
+        if commit is not None:  # left out, never made up, when the specs are not a git checkout
+            tags["git_commit"] = commit
+        return tags
 
 
 class SnapshotOperator(_PipelineStepOperator):
@@ -148,14 +153,56 @@ class GateOperator(ShortCircuitOperator):
 
 
 class RegisterModelOperator(_PipelineStepOperator):
-    """A new MLflow model version with lineage tags; the spec's alias (champion) moves to it."""
+    """The DAG run's MLflow model version (one, however often the task runs) with lineage tags and
+    the challenger alias."""
 
     ui_color = "#dff5e1"
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trainpipe.runtime.evaluate import register
+        from trainpipe.registry import register_candidate
 
         trained = context["ti"].xcom_pull(task_ids="train")
         evaluation = context["ti"].xcom_pull(task_ids="evaluate")
-        return register(self.plan.registration, model_uri=trained["model_uri"], mlflow_run_id=trained["mlflow_run_id"],
-                        tags=self.lineage_tags(context), evaluation=evaluation, hook=self.hook)
+        return register_candidate(self.plan.registration, model_uri=trained["model_uri"],
+                                  mlflow_run_id=trained["mlflow_run_id"], tags=self.lineage_tags(context, trained),
+                                  evaluation=evaluation, hook=self.hook)
+
+
+class PromoteOperator(_PipelineStepOperator):
+    """Moves the production alias (champion) to the registered version and the replaced version to the
+    previous alias, tagging who, when and why (the gate results). Once per version: a re-run moves nothing."""
+
+    ui_color = "#c8ecd0"
+
+    def promotion_reason(self, context: Context) -> tuple[str, str, dict[str, Any]]:
+        """Who promotes, a one-line why, and the details (JSON on the version)."""
+        from trainpipe.registry import dag_actor, gate_summary
+
+        evaluation = context["ti"].xcom_pull(task_ids="evaluate")
+        details = {"dag_id": self.dag_id, "airflow_run_id": context["run_id"], "gates": evaluation["gates"],
+                   "gates_passed": evaluation["gates_passed"]}
+        return dag_actor(self.dag_id, context["run_id"]), gate_summary(evaluation["gates"]), details
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from trainpipe.registry import promote_once
+
+        registered = context["ti"].xcom_pull(task_ids="register")
+        if not context["ti"].xcom_pull(task_ids="evaluate")["gates_passed"]:
+            # The gate task skips this one; run on its own (`airflow tasks test`), it must not promote either.
+            raise AirflowSkipException("a gate failed: nothing is promoted")
+        actor, reason, details = self.promotion_reason(context)
+        registration = self.plan.registration
+        promotion = promote_once(self.hook.client, registration.model_name, registered["version"], actor=actor,
+                                 reason=reason, details=details, champion_alias=registration.alias,
+                                 previous_alias=registration.previous_alias)
+        if promotion.moved:
+            self.log.info("%s version %s is now %s (%s: %s)", promotion.model_name, promotion.version, promotion.alias,
+                          promotion.previous_alias, promotion.replaced_version or "none")
+        elif promotion.at:
+            self.log.info("%s version %s was promoted before (%s by %s): nothing moved", promotion.model_name,
+                          promotion.version, promotion.at, promotion.actor)
+        else:
+            self.log.info("%s version %s was rejected: nothing moved", promotion.model_name, promotion.version)
+        return promotion.to_dict()

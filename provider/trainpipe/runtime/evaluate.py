@@ -1,4 +1,4 @@
-"""The ``evaluate``, ``gate`` and ``register`` steps.
+"""The ``evaluate`` and ``gate`` steps (``register`` and ``promote``: ``trainpipe.registry``).
 
 The new model and the current champion are scored on the same holdout of this run's snapshot, so
 relative gates compare like with like.
@@ -7,23 +7,17 @@ relative gates compare like with like.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainpipe import metrics, storage
-from trainpipe.hooks.mlflow import MlflowHook
+from trainpipe.hooks.mlflow import MlflowHook, mlflow_metric_key
 from trainpipe.plan import EvaluationPlan, Gate, RegistrationPlan
 
 log = logging.getLogger(__name__)
 
 # Tag of the MLflow run: "true" when every gate passed (the gate task then lets register run).
 GATES_PASSED_TAG = "trainpipe.gates_passed"
-
-
-def mlflow_metric_key(name: str) -> str:
-    """MLflow keys allow no '@': ``ndcg@10`` is logged as ``ndcg_at_10``."""
-    return re.sub(r"[^\w./ -]", "_", name.replace("@", "_at_"))
 
 
 def score_model(model_uri: str, evaluation: EvaluationPlan, holdout_uri: str) -> dict[str, float]:
@@ -125,37 +119,6 @@ def log_gate(outcome: dict[str, Any], logger: logging.Logger | None = None) -> N
     (logger or log).info("gate %-4s %s: value %.6f%s (%s)", "PASS" if outcome["passed"] else "FAIL", outcome["gate"],
                          outcome["value"], f", champion {baseline:.6f}" if baseline is not None else "",
                          outcome["note"])
-
-
-def _logged_model_id(model_uri: str) -> str | None:
-    """``m-...`` of a logged model's ``models:/<model_id>`` URI. A tracking server refuses such a source
-    unless the version names the model it comes from (a local store does not check)."""
-    reference = model_uri.removeprefix("models:/")
-    if reference == model_uri or "/" in reference or "@" in reference:
-        return None
-    return reference
-
-
-def register(registration: RegistrationPlan, *, model_uri: str, mlflow_run_id: str, tags: dict[str, str],
-             evaluation: dict[str, Any], hook: MlflowHook) -> dict[str, Any]:
-    """A new model version with its lineage tags; the alias moves to it (the old one keeps its number)."""
-    client = hook.client
-    name = registration.model_name
-    from mlflow.exceptions import MlflowException
-
-    try:
-        client.get_registered_model(name)
-    except MlflowException:
-        client.create_registered_model(name, description=registration.description or None)
-    version = client.create_model_version(name, model_uri, run_id=mlflow_run_id, tags=tags,
-                                          model_id=_logged_model_id(model_uri))
-    for key, value in evaluation["candidate"].items():
-        client.set_model_version_tag(name, version.version, f"holdout_{mlflow_metric_key(key)}", f"{value:.6f}")
-    client.set_registered_model_alias(name, registration.alias, version.version)
-    log.info("registered %s version %s with alias %s (was: %s)", name, version.version, registration.alias,
-             evaluation.get("champion_version") or "none")
-    return {"model_name": name, "version": int(version.version), "alias": registration.alias,
-            "model_uri": f"models:/{name}@{registration.alias}", "metrics": evaluation["candidate"]}
 
 
 def _metric_entities(values: dict[str, float]) -> list[Any]:

@@ -22,6 +22,7 @@ from trainpipe.errors import ResumeRefusedError, TrainingFailedError
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.launch import LaunchValues, resolve
 from trainpipe.launchers.local import local_torchrun, run_local
+from trainpipe.lineage import log_spec_text
 from trainpipe.plan import FaultPlan, PipelinePlan, run_key
 from trainpipe.runtime.snapshot import SnapshotInfo
 from trainpipe.settings import Settings
@@ -50,7 +51,8 @@ class RunContext:
     airflow_run_id: str
     try_number: int
     spec_sha256: str
-    git_commit: str
+    # None when the spec's folder is not a git checkout: the tag is then left out.
+    git_commit: str | None
 
 
 def _fault_injection(testing: FaultPlan, run: RunContext) -> FaultInjection | None:
@@ -83,7 +85,7 @@ def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settin
             "trainpipe.try_number": str(run.try_number),
             "trainpipe.dataset_digest": snapshot.digest,
             "trainpipe.spec_sha256": run.spec_sha256,
-            "trainpipe.git_commit": run.git_commit,
+            **({"trainpipe.git_commit": run.git_commit} if run.git_commit else {}),
         },
     )
 
@@ -115,6 +117,8 @@ def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings
         tags={"trainpipe.dataset_digest": snapshot.digest,
               "trainpipe.param_overrides": json.dumps(param_overrides or {}, sort_keys=True)},
     )
+    if plan.spec_text:
+        log_spec_text(hook.client, mlflow_run_id, spec_relative_path=plan.spec_relative_path, spec_text=plan.spec_text)
     config = dataclasses.replace(config, tracking=dataclasses.replace(config.tracking, run_id=mlflow_run_id))
     config_path = run_dir / TRAINER_CONFIG_FILE
     config_path.parent.mkdir(parents=True, exist_ok=True)

@@ -384,8 +384,22 @@ class RegistrationSpec(_Model):
     alias: str = Field(
         default="champion",
         pattern=r"^[A-Za-z][\w-]*$",
-        description="Alias moved to the new version when every gate passes.",
+        description="The production alias: `promote` moves it to the new version when every gate passes "
+        "(and the approval, if any, is given).",
         examples=["champion"],
+    )
+    challenger_alias: str = Field(
+        default="challenger",
+        pattern=r"^[A-Za-z][\w-]*$",
+        description="Alias `register` gives each new version, before it is promoted.",
+        examples=["challenger"],
+    )
+    previous_alias: str = Field(
+        default="previous_champion",
+        pattern=r"^[A-Za-z][\w-]*$",
+        description="Alias the replaced production version keeps on promotion; `trainpipe rollback` moves "
+        "the production alias back to it.",
+        examples=["previous_champion"],
     )
 
 

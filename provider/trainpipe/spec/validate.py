@@ -155,6 +155,8 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
             add(("evaluation", "gates", index),
                 f"gate '{gate}' uses {gate.metric!r}, which evaluation does not compute; add it to evaluation.metrics")
 
+    problems.extend(_alias_problems(loaded))
+
     params = _get(data, "params")
     for name in params if isinstance(params, dict) else {}:
         if name not in OVERRIDABLE_PARAMS:
@@ -193,6 +195,29 @@ def _drift_problems(loaded: LoadedYaml, features: list[Any] | None) -> list[Spec
         if isinstance(entry, dict):
             for statistic in ("psi", "ks"):
                 check_levels((*here, "features", name, statistic), entry.get(statistic))
+    return problems
+
+
+_ALIAS_DEFAULTS = {"alias": "champion", "challenger_alias": "challenger", "previous_alias": "previous_champion"}
+
+
+def _alias_problems(loaded: LoadedYaml) -> list[SpecProblem]:
+    """The production, challenger and previous aliases name three different roles."""
+    registration = _get(loaded.data, "registration")
+    if not isinstance(registration, dict):
+        return []
+    values = {key: registration.get(key, default) for key, default in _ALIAS_DEFAULTS.items()}
+    problems = []
+    keys = list(values)
+    for i, key in enumerate(keys):
+        for other in keys[i + 1:]:
+            if isinstance(values[key], str) and values[key] == values[other]:
+                # Located on the key the file sets (a default has no line of its own).
+                where = other if other in registration else key
+                clash = key if where == other else other
+                problems.append(loaded.problem(("registration", where), (
+                    f"{values[key]!r} is also registration.{clash}; the production, challenger and previous "
+                    "aliases must differ")))
     return problems
 
 
