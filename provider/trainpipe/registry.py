@@ -49,6 +49,10 @@ REJECTION_REASON_TAG = "trainpipe.rejection_reason"
 ROLLED_BACK_BY_TAG = "trainpipe.rolled_back_by"
 ROLLED_BACK_AT_TAG = "trainpipe.rolled_back_at"
 ROLLBACK_REASON_TAG = "trainpipe.rollback_reason"
+# On the registered model: the last promotions and rollbacks as a JSON list, newest last (a version's
+# own tags keep only its latest promotion).
+PROMOTION_LOG_TAG = "trainpipe.promotion_log"
+PROMOTION_LOG_LENGTH = 50
 
 DEFAULT_CHAMPION_ALIAS = "champion"
 DEFAULT_PREVIOUS_ALIAS = "previous_champion"
@@ -79,7 +83,7 @@ class Promotion:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PromotionRecord:
-    """A promotion as the promoted version's tags tell it (the last one of that version)."""
+    """One entry of the model's promotion log (a rollback is one too, its reason says so)."""
 
     version: int
     at: str
@@ -250,6 +254,20 @@ def _promotion_tags(*, actor: str, at: str, reason: str, details: dict[str, Any]
             PROMOTION_DETAILS_TAG: json.dumps(details or {}, sort_keys=True, default=str)}
 
 
+def _log_promotion(client: MlflowClient, promotion: Promotion) -> None:
+    """Append to the model's promotion log (read, append, write: moves are rare and one at a time)."""
+    model = client.get_registered_model(promotion.model_name)
+    try:
+        entries = json.loads((model.tags or {}).get(PROMOTION_LOG_TAG, "[]"))
+    except json.JSONDecodeError:
+        entries = []
+    entries.append({"version": promotion.version, "replaced_version": promotion.replaced_version,
+                    "alias": promotion.alias, "at": promotion.at, "by": promotion.actor,
+                    "reason": promotion.reason[:500]})
+    client.set_registered_model_tag(promotion.model_name, PROMOTION_LOG_TAG,
+                                    json.dumps(entries[-PROMOTION_LOG_LENGTH:], sort_keys=True))
+
+
 def _recorded_promotion(model_name: str, version: ModelVersion, *, alias: str, previous_alias: str) -> Promotion:
     tags = version.tags
     replaced = tags.get(REPLACED_VERSION_TAG, "none")
@@ -277,8 +295,11 @@ def promote(client: MlflowClient, model_name: str, version: int | str, *, actor:
         at = now_utc()
         _set_tags(client, model_name, number, _promotion_tags(actor=actor, at=at, reason=reason, details=details,
                                                               replaced_version=replaced))
-        return Promotion(model_name=model_name, version=number, alias=champion_alias, previous_alias=previous_alias,
-                         replaced_version=replaced, moved=False, actor=actor, at=at, reason=reason)
+        completed = Promotion(model_name=model_name, version=number, alias=champion_alias,
+                              previous_alias=previous_alias, replaced_version=replaced, moved=False, actor=actor,
+                              at=at, reason=reason)
+        _log_promotion(client, completed)
+        return completed
     # The previous alias first: if the second call never happens, the champion has not changed yet
     # and a retry finishes the move; the other order could lose the replaced version.
     if current is not None:
@@ -289,8 +310,10 @@ def promote(client: MlflowClient, model_name: str, version: int | str, *, actor:
                                                           replaced_version=current))
     log.info("promoted %s version %s to %s (%s now: %s) by %s: %s", model_name, number, champion_alias,
              previous_alias, current if current is not None else "none", actor, reason)
-    return Promotion(model_name=model_name, version=number, alias=champion_alias, previous_alias=previous_alias,
-                     replaced_version=current, moved=True, actor=actor, at=at, reason=reason)
+    promotion = Promotion(model_name=model_name, version=number, alias=champion_alias, previous_alias=previous_alias,
+                          replaced_version=current, moved=True, actor=actor, at=at, reason=reason)
+    _log_promotion(client, promotion)
+    return promotion
 
 
 def promote_once(client: MlflowClient, model_name: str, version: int | str, *, actor: str, reason: str,
@@ -344,8 +367,10 @@ def rollback(client: MlflowClient, model_name: str, *, actor: str, reason: str,
     _set_tags(client, model_name, current, {ROLLED_BACK_BY_TAG: actor, ROLLED_BACK_AT_TAG: at, ROLLBACK_REASON_TAG: reason})
     log.info("rolled %s back: %s is version %s again (%s: version %s) by %s: %s", model_name, champion_alias,
              previous, previous_alias, current, actor, reason)
-    return Promotion(model_name=model_name, version=previous, alias=champion_alias, previous_alias=previous_alias,
-                     replaced_version=current, moved=True, actor=actor, at=at, reason=f"rollback: {reason}")
+    promotion = Promotion(model_name=model_name, version=previous, alias=champion_alias, previous_alias=previous_alias,
+                          replaced_version=current, moved=True, actor=actor, at=at, reason=f"rollback: {reason}")
+    _log_promotion(client, promotion)
+    return promotion
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,7 +386,6 @@ def describe(client: MlflowClient, model_name: str, *, last_promotions: int = 5)
     for alias, number in aliases.items():
         by_version.setdefault(number, []).append(alias)
     aliased = []
-    promotions = []
     for v in sorted(versions, key=lambda v: int(v.version), reverse=True):
         number = int(v.version)
         if number in by_version:
@@ -371,13 +395,12 @@ def describe(client: MlflowClient, model_name: str, *, last_promotions: int = 5)
                 dag_id=v.tags.get(DAG_ID_TAG), airflow_run_id=v.tags.get(AIRFLOW_RUN_ID_TAG),
                 metrics={k: val for k, val in sorted(v.tags.items()) if k.startswith("holdout_")},
                 rejected=v.tags.get(REJECTED_TAG) == "true"))
-        if PROMOTED_AT_TAG in v.tags:
-            replaced = v.tags.get(REPLACED_VERSION_TAG, "none")
-            promotions.append(PromotionRecord(version=number, at=v.tags[PROMOTED_AT_TAG],
-                                              by=v.tags.get(PROMOTED_BY_TAG, ""),
-                                              reason=v.tags.get(PROMOTION_REASON_TAG, ""),
-                                              replaced_version=int(replaced) if replaced.isdigit() else None))
-    promotions.sort(key=lambda p: (p.at, p.version), reverse=True)
+    try:
+        entries = json.loads((model.tags or {}).get(PROMOTION_LOG_TAG, "[]"))
+    except json.JSONDecodeError:
+        entries = []
+    promotions = [PromotionRecord(version=e["version"], at=e["at"], by=e["by"], reason=e["reason"],
+                                  replaced_version=e["replaced_version"]) for e in reversed(entries)]
     return ModelSummary(name=model_name, version_count=len(versions), aliases=aliases, aliased_versions=tuple(aliased),
                         promotions=tuple(promotions[:last_promotions]),
                         rejected_versions=tuple(sorted(int(v.version) for v in versions
