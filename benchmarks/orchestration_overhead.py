@@ -24,7 +24,7 @@ Settings changed from Airflow's defaults (the README lists them): ``[scheduler] 
 False``, so unpausing starts no scheduled run of ``@daily`` beside the triggered ones; and, unless
 ``--no-preload``, ``[scheduler] mp_start_method = forkserver`` with ``[core] mp_forkserver_preload``
 naming ``trainpipe.preload``, so task processes inherit the heavy libraries instead of importing
-them (see that module). Every run takes the whole path (gate passes, register runs):
+them (see that module). Every run takes the whole path (gate passes, register and promote run):
 before each run after the first the benchmark removes the ``champion`` alias, as a model trained
 on the same demo data cannot beat the previous one by the spec's relative gate. The first run is
 reported apart (cold: first task processes, MLflow store created); the figure is the median of
@@ -55,7 +55,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 TARGET_OVERHEAD_S = 25.0
-CHAIN = ("snapshot", "validate", "train", "evaluate", "gate", "register")
+CHAIN = ("snapshot", "validate", "train", "evaluate", "gate", "register", "promote")
 SENSOR = "watch_checkpoints"
 
 
@@ -220,7 +220,7 @@ def _report(result: dict[str, Any], label: str) -> None:
 
 
 def _forget_champion(env: dict[str, str], model_name: str) -> None:
-    """Every run takes the whole path: with no champion the relative gate passes and register runs
+    """Every run takes the whole path: with no champion the relative gate passes and register and promote run
     (on the same demo data a second model cannot beat the first by the spec's +0.1%)."""
     code = ("import sys, mlflow; mlflow.MlflowClient().delete_registered_model_alias(sys.argv[1], 'champion')")
     subprocess.run([sys.executable, "-c", code, model_name], env=env, check=True, stdout=subprocess.DEVNULL,

@@ -62,16 +62,22 @@ def _client():
 def test_fraud_pipeline_registers_version_1_as_champion(pipelines, monkeypatch):
     dag_run, states = _run(pipelines, monkeypatch, "fraud_detector", END)
 
-    assert states == {t: "success" for t in ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate", "register")}
+    assert states == {t: "success" for t in ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate",
+                                             "register", "promote")}
     client = _client()
     champion = client.get_model_version_by_alias("fraud_detector", "champion")
     assert champion.version == 1
+    # register staged it as the challenger, promote made it the champion (no champion before: no previous).
+    assert {a: int(v) for a, v in client.get_registered_model("fraud_detector").aliases.items()} == {
+        "challenger": 1, "champion": 1}
     assert champion.tags["dag_id"] == "fraud_detector"
     assert champion.tags["airflow_run_id"] == dag_run.run_id
     assert len(champion.tags["dataset_digest"]) == 64
     assert len(champion.tags["spec_file_sha256"]) == 64
     assert champion.tags["seed"] == "42"
-    assert champion.tags["git_commit"]  # a sha inside a checkout, "unknown" outside one
+    assert "git_commit" not in champion.tags  # the configs were copied out of the checkout: no commit to name
+    assert champion.tags["spec_file"] == "fraud_detector.yaml"
+    assert len(champion.tags["weights_sha256"]) == 64
     assert float(champion.tags["holdout_auc"]) > 0.8
 
     run = client.get_run(champion.run_id)
@@ -106,7 +112,7 @@ def test_second_run_on_same_data_fails_relative_gate_and_keeps_champion(pipeline
 
     assert states["train"] == "success" and states["evaluate"] == "success"
     assert states["gate"] == "success"  # the gate ran and short-circuited
-    assert states["register"] == "skipped"
+    assert states["register"] == "skipped" and states["promote"] == "skipped"
     [run] = client.search_runs(client.get_experiment_by_name("trainpipe/fraud_detector").experiment_id,
                                filter_string=f"tags.`trainpipe.airflow_run_id` = '{dag_run.run_id}'")
     assert run.data.tags["trainpipe.gates_passed"] == "false"
@@ -123,7 +129,7 @@ def test_missing_required_column_fails_validate_and_trains_nothing(pipelines, mo
     assert dag_run.state == "failed"
     assert states["snapshot"] == "success"
     assert states["validate"] == "failed"
-    assert {states[t] for t in ("train", "watch_checkpoints", "evaluate", "gate", "register")} == {"upstream_failed"}
+    assert {states[t] for t in ("train", "watch_checkpoints", "evaluate", "gate", "register", "promote")} == {"upstream_failed"}
     with pytest.raises(MlflowException, match="fraud_missing_column"):
         _client().get_registered_model("fraud_missing_column")
 
@@ -131,7 +137,8 @@ def test_missing_required_column_fails_validate_and_trains_nothing(pipelines, mo
 def test_ranking_pipeline_end_to_end(pipelines, monkeypatch):
     _, states = _run(pipelines, monkeypatch, "search_ranker_nightly", END)
 
-    assert states == {t: "success" for t in ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate", "register")}
+    assert states == {t: "success" for t in ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate",
+                                             "register", "promote")}
     champion = _client().get_model_version_by_alias("search_ranker", "champion")
     assert champion.version == 1
     assert float(champion.tags["holdout_ndcg_at_10"]) > 0.5

@@ -46,7 +46,7 @@ def test_a_dropped_spec_becomes_a_dag_within_the_bound(airflow: AirflowClient, r
     assert dag["dag_id"] == "stack_dropped"
     assert dag["description"] == "stack tier test pipeline"
     tasks = {task["task_id"] for task in airflow.request("GET", "/dags/stack_dropped/tasks")["tasks"]}
-    assert tasks == {"snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate", "register"}
+    assert tasks == {"snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate", "register", "promote"}
 
 
 def test_a_broken_spec_is_a_located_import_error_and_the_other_dags_stay(airflow: AirflowClient,

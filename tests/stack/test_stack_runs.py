@@ -22,7 +22,7 @@ from .helpers import FEATURES, AirflowClient, RunningStack, wait_for
 
 pytestmark = pytest.mark.stack
 
-TASKS = ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate", "register")
+TASKS = ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate", "register", "promote")
 RUN_BOUND_SECONDS = 600  # "cannot hang" bound for one pipeline run on a loaded 2-core machine
 _STEP = re.compile(r"/checkpoints/step-(\d+)/manifest\.json$")
 
@@ -116,7 +116,7 @@ def test_killing_the_worker_during_train_retries_and_resumes_from_the_last_check
     airflow.wait_for_run("stack_retry", run_id, timeout=RUN_BOUND_SECONDS)
     tis = airflow.task_instances("stack_retry", run_id)
     assert (tis["train"]["state"], tis["train"]["try_number"]) == ("success", 2)
-    assert tis["register"]["state"] == "success"
+    assert tis["register"]["state"] == "success" and tis["promote"]["state"] == "success"
     assert f"run_id={run_id}/task_id=train/attempt=2.log" in running_stack.worker_log()
 
     (tracked,) = mlflow_run_of(mlflow_client, "stack_retry", run_id)  # one MLflow run for both tries
