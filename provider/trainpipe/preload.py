@@ -1,7 +1,7 @@
 """The third-party libraries trainpipe's tasks import, for Airflow to load once per scheduler.
 
 Every Airflow task is a new process, and trainpipe's tasks import heavy libraries when they run:
-Great Expectations (validate), MLflow and its SQL store (train, evaluate, register), MLflow's pyfunc
+Great Expectations (validate), MLflow and its SQL store (train, evaluate, register, promote), MLflow's pyfunc
 loader and scikit-learn's metrics (evaluate). On a 2-core machine that is about 15 s of CPU per
 fraud_detector run, most of it on the run's critical path. With the LocalExecutor, a deployment
 can have them imported once instead (Airflow >= 3.3)::

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -116,7 +116,7 @@ class ModelSummary:
     aliased_versions: tuple[VersionSummary, ...]
     # Newest first.
     promotions: tuple[PromotionRecord, ...]
-    rejected_versions: tuple[int, ...] = field(default=())
+    rejected_versions: tuple[int, ...] = ()
 
 
 def now_utc() -> str:
@@ -364,7 +364,8 @@ def rollback(client: MlflowClient, model_name: str, *, actor: str, reason: str,
     at = now_utc()
     _set_tags(client, model_name, previous, _promotion_tags(actor=actor, at=at, reason=f"rollback: {reason}",
                                                             details={"rollback_of": current}, replaced_version=current))
-    _set_tags(client, model_name, current, {ROLLED_BACK_BY_TAG: actor, ROLLED_BACK_AT_TAG: at, ROLLBACK_REASON_TAG: reason})
+    _set_tags(client, model_name, current,
+              {ROLLED_BACK_BY_TAG: actor, ROLLED_BACK_AT_TAG: at, ROLLBACK_REASON_TAG: reason})
     log.info("rolled %s back: %s is version %s again (%s: version %s) by %s: %s", model_name, champion_alias,
              previous, previous_alias, current, actor, reason)
     promotion = Promotion(model_name=model_name, version=previous, alias=champion_alias, previous_alias=previous_alias,
@@ -391,7 +392,8 @@ def describe(client: MlflowClient, model_name: str, *, last_promotions: int = 5)
         if number in by_version:
             aliased.append(VersionSummary(
                 version=number, aliases=tuple(by_version[number]), run_id=v.run_id,
-                created_at=datetime.fromtimestamp(v.creation_timestamp / 1000, timezone.utc).isoformat(timespec="seconds"),
+                created_at=datetime.fromtimestamp(v.creation_timestamp / 1000, timezone.utc).isoformat(
+                    timespec="seconds"),
                 dag_id=v.tags.get(DAG_ID_TAG), airflow_run_id=v.tags.get(AIRFLOW_RUN_ID_TAG),
                 metrics={k: val for k, val in sorted(v.tags.items()) if k.startswith("holdout_")},
                 rejected=v.tags.get(REJECTED_TAG) == "true"))

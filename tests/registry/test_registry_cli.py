@@ -10,7 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from trainpipe import registry
+
+pytestmark = pytest.mark.integration  # each command is a process of its own
 
 
 def _trainpipe(*args: str) -> subprocess.CompletedProcess:
