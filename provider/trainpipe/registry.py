@@ -426,6 +426,7 @@ def gate_summary(gates: list[dict[str, Any]]) -> str:
     verdict = "gates passed" if passed == len(gates) else "gates failed"
     parts = []
     for g in gates:
-        value = f"{g['value']:.4f}" if g.get("baseline") is None else f"{g['value']:.4f} ({g['note']})"
+        # A relative gate says what it compared with: "+0.556% vs champion", or "no champion yet".
+        value = f"{g['value']:.4f}" if g.get("note") == "absolute" else f"{g['value']:.4f} ({g['note']})"
         parts.append(f"{g['gate']}: {value}{'' if g['passed'] else ' FAIL'}")
     return f"{verdict} ({passed}/{len(gates)}): " + "; ".join(parts)

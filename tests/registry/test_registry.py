@@ -208,6 +208,8 @@ def test_describe_lists_every_alias_and_the_last_promotions(hook, model_name, tr
 def test_gate_summary_is_one_line_with_every_gate():
     assert registry.gate_summary(GATES) == ("gates passed (2/2): auc >= 0.8: 0.9100; "
                                             "auc >= +0.1% vs champion: 0.9100 (+1.111% vs champion)")
+    first_model = [{**GATES[1], "baseline": None, "compared": 0.0, "note": "no champion yet"}]
+    assert registry.gate_summary(first_model) == "gates passed (1/1): auc >= +0.1% vs champion: 0.9100 (no champion yet)"
     failed = [{**GATES[0], "passed": False, "value": 0.7}]
     assert registry.gate_summary(failed) == "gates failed (0/1): auc >= 0.8: 0.7000 FAIL"
     assert registry.gate_summary([]) == "no gates configured"
