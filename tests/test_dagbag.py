@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trainpipe.factory import compile_directory, spec_files
-from trainpipe.plan import CHECKPOINT_SENSOR, TASK_ORDER
+from trainpipe.plan import APPROVE_TASK, CHECKPOINT_SENSOR, task_order
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -22,10 +22,14 @@ def test_dags_folder_loads_one_dag_per_spec_in_task_order(airflow_db):
     expected = {plan.dag_id for plan in compile_directory(REPO / "dag_configs").plans.values()}
     assert len(expected) == len(spec_files(REPO / "dag_configs")) >= 2
     assert set(bag.dag_ids) == expected
+    approving = {dag_id for dag_id in expected if APPROVE_TASK in bag.get_dag(dag_id).task_ids}
+    # The examples promote directly (`make demo`), but for the one that shows human approval.
+    assert approving == {"fraud_detector_approval"}
     for dag_id in expected:
         dag = bag.get_dag(dag_id)
-        assert set(dag.task_ids) == {*TASK_ORDER, CHECKPOINT_SENSOR}
-        for upstream, downstream in zip(TASK_ORDER, TASK_ORDER[1:]):
+        order = task_order(approval_required=dag_id in approving)
+        assert set(dag.task_ids) == {*order, CHECKPOINT_SENSOR}
+        for upstream, downstream in zip(order, order[1:]):
             assert dag.get_task(downstream).upstream_task_ids == {upstream}
         # The checkpoint sensor runs beside train (same upstream) and nothing waits for it.
         assert dag.get_task(CHECKPOINT_SENSOR).upstream_task_ids == dag.get_task("train").upstream_task_ids

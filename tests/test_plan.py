@@ -15,7 +15,10 @@ from trainpipe.factory import compile_file
 from trainpipe.launch import LaunchValues, resolve
 from trainpipe.plan import (
     CHECKPOINT_SENSOR,
+    ApprovalPlan,
     KubernetesPlan,
+    NotifyChannel,
+    NotifyPlan,
     apply_run_params,
     checkpoint_poll_seconds,
     run_key,
@@ -106,3 +109,50 @@ def test_run_key_is_path_safe_and_stable():
     key = run_key("scheduled__2026-11-22T00:00:00+00:00")
     assert key == run_key("scheduled__2026-11-22T00:00:00+00:00")
     assert "/" not in key and ":" not in key and "+" not in key
+
+
+def test_plan_of_the_approval_example_puts_approve_between_register_and_promote():
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector_approval.yaml", "dag_configs/fraud_detector_approval.yaml")
+
+    order = [t.task_id for t in plan.tasks if t.task_id != CHECKPOINT_SENSOR]
+    assert order[-3:] == ["register", "approve", "promote"]
+    assert plan.task("approve").upstream == ("register",) and plan.task("promote").upstream == ("approve",)
+    assert plan.registration.approval == ApprovalPlan(required=True, timeout=timedelta(hours=24), on_timeout="reject")
+    assert plan.evaluation.on_gate_failure == "fail"
+    assert plan.task("gate").summary == "every gate must pass, else the run fails (nothing is registered)"
+    assert plan.notify == NotifyPlan(channels=(NotifyChannel(
+        kind="email", conn_id="smtp_default", to=("risk-ml-oncall@example.com",),
+        events=("gate_failure", "task_failure", "approval", "promotion")),))
+
+
+@pytest.mark.parametrize(("approval", "expected"), [
+    ("none", ApprovalPlan(required=False)),
+    ("required", ApprovalPlan(required=True, timeout=timedelta(hours=24), on_timeout="reject")),
+    ("{mode: required, timeout: 90m, on_timeout: approve}",
+     ApprovalPlan(required=True, timeout=timedelta(minutes=90), on_timeout="approve")),
+])
+def test_approval_forms(tmp_path, approval, expected):
+    text = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
+    text = text.replace("  alias: champion\n", f"  alias: champion\n  approval: {approval}\n")
+    spec = tmp_path / "x.yaml"
+    spec.write_text(text)
+
+    plan = compile_file(spec, "x.yaml")
+
+    assert plan.registration.approval == expected
+    assert ("approve" in [t.task_id for t in plan.tasks]) == expected.required
+
+
+def test_notify_plan_keeps_each_channels_events_and_the_default_is_every_event(tmp_path):
+    text = (REPO / "dag_configs" / "fraud_detector.yaml").read_text() + (
+        "notify:\n  email:\n    to: a@example.com\n    events: [promotion, promotion, gate_failure]\n")
+    spec = tmp_path / "x.yaml"
+    spec.write_text(text)
+
+    plan = compile_file(spec, "x.yaml")
+
+    [email] = plan.notify.channels
+    assert (email.to, email.events, email.conn_id, email.from_email) == (
+        ("a@example.com",), ("promotion", "gate_failure"), "smtp_default", None)
+    assert plan.notify.for_event("task_failure") == ()
+    assert compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "f.yaml").notify == NotifyPlan()

@@ -16,7 +16,15 @@ from trainpipe.operators.pipeline import (
     TrainOperator,
     ValidateDataOperator,
 )
-from trainpipe.plan import CHECKPOINT_SENSOR, TRAIN_TASK, AssetSchedule, PipelinePlan
+from trainpipe.plan import (
+    APPROVE_TASK,
+    CHECKPOINT_SENSOR,
+    PROMOTION,
+    TASK_FAILURE,
+    TRAIN_TASK,
+    AssetSchedule,
+    PipelinePlan,
+)
 from trainpipe.sensors.checkpoint import CheckpointSensor
 
 _OPERATORS = {
@@ -51,12 +59,25 @@ def _airflow_config_defaults() -> dict[str, Any]:
 def _operator(plan: PipelinePlan, task_id: str, **kwargs: Any) -> BaseOperator:
     if task_id == CHECKPOINT_SENSOR:
         kwargs = {**_airflow_config_defaults()["sensor"], **kwargs}
+    if task_id == APPROVE_TASK:
+        # The standard provider's human-in-the-loop operator, imported only by specs that ask for it.
+        from trainpipe.operators.approval import ApproveOperator
+
+        # No retries: a retry would ask the person again and could answer for them with the timeout default.
+        return ApproveOperator(task_id=task_id, plan=plan, retries=0, **kwargs)
+    if task_id == "promote" and plan.notify.for_event(PROMOTION):
+        from trainpipe.notifications import PromotionNotification
+
+        kwargs["on_success_callback"] = PromotionNotification(plan.notify)
     if task_id != TRAIN_TASK:
         return _OPERATORS[task_id](task_id=task_id, plan=plan, **kwargs)
     from trainpipe.runtime.train import training_status_callbacks
 
     # status.json for the checkpoint sensor: start, success, retry, final failure.
     kwargs.update(training_status_callbacks(plan.dag_id))
+    # A task's own callback replaces the DAG's default one: keep notify's.
+    kwargs["on_failure_callback"] = [kwargs["on_failure_callback"],
+                                     *_failure_callbacks(plan).values()]
     if plan.launch.launcher == "kubernetes":
         from trainpipe.operators.kubernetes import kubernetes_train_operator
 
@@ -86,6 +107,15 @@ def _params(plan: PipelinePlan) -> dict[str, Param]:
     return params
 
 
+def _failure_callbacks(plan: PipelinePlan) -> dict[str, Any]:
+    """``notify: ... events: [task_failure]``: every task sends a message when it fails for good."""
+    if not plan.notify.for_event(TASK_FAILURE):
+        return {}
+    from trainpipe.notifications import TaskFailureNotification
+
+    return {"on_failure_callback": TaskFailureNotification(plan.notify)}
+
+
 def build_dag(plan: PipelinePlan) -> DAG:
     # Params are attached after the tasks (ADR 0006). Passed to DAG(), Airflow 3.3 re-validates each
     # default with jsonschema and every operator deep-copies them: two thirds of a DAG's build time,
@@ -100,7 +130,8 @@ def build_dag(plan: PipelinePlan) -> DAG:
         tags=list(plan.tags),
         doc_md=_doc(plan),
         max_active_runs=1,  # two retrains of one pipeline at once would race for the alias
-        default_args={"owner": plan.owner, "retries": plan.retries, "retry_delay": plan.retry_delay},
+        default_args={"owner": plan.owner, "retries": plan.retries, "retry_delay": plan.retry_delay,
+                      **_failure_callbacks(plan)},
         **_airflow_config_defaults()["dag"],
     )
     with dag:

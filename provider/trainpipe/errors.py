@@ -56,6 +56,10 @@ class ValidationFailedError(TrainpipeError):
     """The dataset snapshot failed its data-quality checks; training is not started."""
 
 
+class GatesFailedError(TrainpipeError):
+    """A candidate failed a gate and the spec says ``evaluation.on_gate_failure: fail``; the message is the table."""
+
+
 class StorageConflictError(TrainpipeError):
     """Writing would overwrite something already stored with different content."""
 

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register", "promote")
 TRAIN_TASK = "train"
+# With registration.approval required: between register and promote, waits for a person's answer.
+APPROVE_TASK = "approve"
 # Runs beside `train` (same upstream), outside the chain: watches its checkpoints for stalls.
 CHECKPOINT_SENSOR = "watch_checkpoints"
 
@@ -57,7 +59,14 @@ _TASK_SUMMARIES = {
     "gate": "every gate must pass, else registration is skipped",
     "register": "new MLflow model version (once per DAG run) with lineage tags and the challenger alias",
     "promote": "moves the production alias to the new version, the old one to the previous alias; tags who, when, why",
+    APPROVE_TASK: "waits for a person to approve the version (Required Actions); reject or timeout-reject keeps "
+    "it challenger, tagged rejected",
     CHECKPOINT_SENSOR: "beside train: logs checkpoint progress, fails when none is committed for stall_timeout",
+}
+
+_GATE_SUMMARIES = {
+    "skip": _TASK_SUMMARIES["gate"],
+    "fail": "every gate must pass, else the run fails (nothing is registered)",
 }
 
 # The trainer config template's per-run values, filled by trainpipe.runtime.train for each try.
@@ -225,6 +234,19 @@ class EvaluationPlan:
     metrics: tuple[str, ...]
     decision_threshold: float
     gates: tuple[Gate, ...]
+    # "skip": a failed gate short-circuits registration and the run succeeds; "fail": the run fails.
+    on_gate_failure: str = "skip"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalPlan:
+    """``registration.approval``: with ``required``, the ``approve`` task waits for a person's answer."""
+
+    required: bool
+    # None: waits until answered.
+    timeout: timedelta | None = None
+    # The answer taken when nobody answered within timeout: "reject" or "approve".
+    on_timeout: str = "reject"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,6 +259,34 @@ class RegistrationPlan:
     # Held by the version the production alias left, for `trainpipe rollback`.
     previous_alias: str
     description: str
+    approval: ApprovalPlan = dataclasses.field(default_factory=lambda: ApprovalPlan(required=False))
+
+
+# The events ``notify:`` can send a message on (trainpipe.notifications sends them).
+GATE_FAILURE = "gate_failure"
+TASK_FAILURE = "task_failure"
+APPROVAL = "approval"
+PROMOTION = "promotion"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotifyChannel:
+    """One ``notify:`` channel: where to send, through which Airflow connection, on which events."""
+
+    kind: str  # "email" or "slack"
+    conn_id: str
+    events: tuple[str, ...]
+    to: tuple[str, ...] = ()  # email
+    from_email: str | None = None  # email; the connection's when None
+    channel: str | None = None  # slack
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotifyPlan:
+    channels: tuple[NotifyChannel, ...] = ()
+
+    def for_event(self, event: str) -> tuple[NotifyChannel, ...]:
+        return tuple(c for c in self.channels if event in c.events)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -321,6 +371,7 @@ class PipelinePlan:
     registration: RegistrationPlan
     testing: FaultPlan
     kubernetes: KubernetesPlan | None = None
+    notify: NotifyPlan = NotifyPlan()
     # Where the spec file is on the machine that compiled it: for git lineage only, never shown.
     source_path: str = dataclasses.field(default="", repr=False, compare=False)
     # The spec file's text (what spec_sha256 hashes), logged on the training run as an artifact.
@@ -364,7 +415,8 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         start_date=spec.start_date,
         retries=spec.retries,
         retry_delay=spec.retry_delay,
-        tasks=_tasks(spec.pipeline_id),
+        tasks=_tasks(spec.pipeline_id, on_gate_failure=spec.evaluation.on_gate_failure,
+                     approval_required=spec.registration.approval.mode == "required"),
         params=_params(spec, loaded),
         data=DataPlan(
             uri=spec.data.uri, conn_id=spec.data.conn_id, format=spec.data.resolved_format,
@@ -400,29 +452,61 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
             decision_threshold=spec.evaluation.decision_threshold,
             gates=tuple(Gate(metric=g.metric, op=g.op, threshold=g.threshold, relative=g.relative, text=str(g))
                         for g in spec.evaluation.gates),
+            on_gate_failure=spec.evaluation.on_gate_failure,
         ),
         registration=RegistrationPlan(model_name=spec.registration.model_name, alias=spec.registration.alias,
                                       challenger_alias=spec.registration.challenger_alias,
                                       previous_alias=spec.registration.previous_alias,
-                                      description=spec.description),
+                                      description=spec.description, approval=_approval(spec)),
         testing=FaultPlan(inject_nan_at_step=training.testing.inject_nan_at_step,
                           crash_first_try_after_step=training.testing.crash_first_try_after_step),
         kubernetes=kubernetes,
+        notify=_notify(spec),
         source_path=source_path,
         spec_text=spec_text,
     )
 
 
-def _tasks(pipeline_id: str) -> tuple[PlannedTask, ...]:
+def _notify(spec: PipelineSpec) -> NotifyPlan:
+    if spec.notify is None:
+        return NotifyPlan()
+    channels = []
+    if (email := spec.notify.email) is not None:
+        channels.append(NotifyChannel(kind="email", conn_id=email.conn_id, events=tuple(dict.fromkeys(email.events)),
+                                      to=tuple(email.to), from_email=email.from_email))
+    if (slack := spec.notify.slack) is not None:
+        channels.append(NotifyChannel(kind="slack", conn_id=slack.conn_id, events=tuple(dict.fromkeys(slack.events)),
+                                      channel=slack.channel))
+    return NotifyPlan(channels=tuple(channels))
+
+
+def _approval(spec: PipelineSpec) -> ApprovalPlan:
+    approval = spec.registration.approval
+    if approval.mode != "required":
+        return ApprovalPlan(required=False)
+    return ApprovalPlan(required=True, timeout=approval.timeout, on_timeout=approval.on_timeout)
+
+
+def task_order(*, approval_required: bool = False) -> tuple[str, ...]:
+    """The chain's task ids; with approval required, ``approve`` sits between register and promote."""
+    if not approval_required:
+        return TASK_ORDER
+    at = TASK_ORDER.index("promote")
+    return (*TASK_ORDER[:at], APPROVE_TASK, *TASK_ORDER[at:])
+
+
+def _tasks(pipeline_id: str, *, on_gate_failure: str = "skip", approval_required: bool = False) -> tuple[PlannedTask, ...]:
     """The chain snapshot -> ... -> promote, with the sensor beside train (same upstream)."""
     # The model asset is updated where the production alias moves: downstream pipelines follow the champion.
     outlets = {"snapshot": (snapshot_asset_uri(pipeline_id),), "promote": (model_asset_uri(pipeline_id),)}
+    summaries = {**_TASK_SUMMARIES, "gate": _GATE_SUMMARIES[on_gate_failure]}
+    order = task_order(approval_required=approval_required)
     tasks = [
-        PlannedTask(task_id=task_id, upstream=(TASK_ORDER[i - 1],) if i else (), summary=_TASK_SUMMARIES[task_id],
+        PlannedTask(task_id=task_id, upstream=(order[i - 1],) if i else (), summary=summaries[task_id],
                     outlets=outlets.get(task_id, ()))
-        for i, task_id in enumerate(TASK_ORDER)
+        for i, task_id in enumerate(order)
     ]
-    train = TASK_ORDER.index(TRAIN_TASK)
+    train = order.index(TRAIN_TASK)
     sensor = PlannedTask(task_id=CHECKPOINT_SENSOR, upstream=tasks[train].upstream,
                          summary=_TASK_SUMMARIES[CHECKPOINT_SENSOR])
     return (*tasks[: train + 1], sensor, *tasks[train + 1 :])

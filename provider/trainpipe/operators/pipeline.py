@@ -133,23 +133,61 @@ class EvaluateOperator(_PipelineStepOperator):
                         mlflow_run_id=trained["mlflow_run_id"], hook=self.hook)
 
 
-def _all_gates_pass(ti: Any) -> bool:
-    from trainpipe.runtime.evaluate import log_gate
-
-    # evaluate checked the gates and tagged the MLflow run; this task acts on its verdict.
-    evaluation = ti.xcom_pull(task_ids="evaluate")
-    for outcome in evaluation["gates"]:
-        log_gate(outcome)
-    return bool(evaluation["gates_passed"])
-
-
 class GateOperator(ShortCircuitOperator):
-    """Every gate is logged with its value and threshold; if any fails, registration is skipped.
-    The gates are checked by evaluate, which records the verdict on the MLflow run (no MLflow here)."""
+    """Acts on evaluate's verdict (no MLflow here: evaluate recorded it on the MLflow run). Every gate is
+    logged; when one fails, the gate table (candidate vs champion per metric) is logged at WARNING, the run's
+    note says which gates failed, ``notify`` sends the table, and ``evaluation.on_gate_failure`` decides:
+    ``skip`` short-circuits registration (the run succeeds), ``fail`` fails the task and so the run."""
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
-        super().__init__(python_callable=_all_gates_pass, **kwargs)
+        super().__init__(python_callable=self._all_gates_pass, **kwargs)
         self.plan = plan
+
+    def _all_gates_pass(self, **context: Any) -> bool:
+        from trainpipe.runtime.evaluate import log_gate
+
+        evaluation = context["ti"].xcom_pull(task_ids="evaluate")
+        for outcome in evaluation["gates"]:
+            log_gate(outcome, self.log)
+        if evaluation["gates_passed"]:
+            return True
+        on_failure_of_gates(self.plan, evaluation, context, self.log)
+        return False
+
+
+def on_failure_of_gates(plan: PipelinePlan, evaluation: dict[str, Any], context: Any, log: Any) -> None:
+    """Make a failed gate impossible to miss: WARNING with the table, the run's note, ``notify``; then raise
+    when the spec says ``on_gate_failure: fail`` (without retries: the same model would fail the same way)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from trainpipe.errors import GatesFailedError
+    from trainpipe.notifications import Message, send
+    from trainpipe.plan import GATE_FAILURE
+    from trainpipe.run_notes import leave_note
+    from trainpipe.runtime.gate_table import as_html, as_text, gate_table, summary
+
+    fail = plan.evaluation.on_gate_failure == "fail"
+    table = gate_table(evaluation)
+    text = as_text(table)
+    model = plan.registration.model_name
+    consequence = "nothing registered, run failed" if fail else "nothing registered"
+    log.warning("gates failed: the candidate for %s is not registered%s\n%s", model,
+                " and the run fails (evaluation.on_gate_failure: fail)" if fail else "", text)
+    line = summary(table, consequence=consequence)
+    ti = context["ti"]
+    leave_note(ti, line)
+    intro = (f"Run {ti.run_id} of {ti.dag_id}: the candidate for {model} failed {len(table.failed)} of "
+             f"{table.gate_count} gates; {consequence}.")
+    report = (evaluation.get("report") or {}).get("artifact_uri")
+    if report:
+        intro += f"\n\nEvaluation report: {report}"
+    send(plan.notify, GATE_FAILURE,
+         Message(subject=f"[trainpipe] {ti.dag_id}: gates failed, {consequence}", text=intro, table_text=text,
+                 table_html=as_html(table)),
+         context)
+    if fail:
+        error = GatesFailedError(f"{line}\n{text}")
+        raise AirflowFailException(str(error)) from error
 
 
 class RegisterModelOperator(_PipelineStepOperator):
@@ -181,7 +219,16 @@ class PromoteOperator(_PipelineStepOperator):
         evaluation = context["ti"].xcom_pull(task_ids="evaluate")
         details = {"dag_id": self.dag_id, "airflow_run_id": context["run_id"], "gates": evaluation["gates"],
                    "gates_passed": evaluation["gates_passed"]}
-        return dag_actor(self.dag_id, context["run_id"]), gate_summary(evaluation["gates"]), details
+        actor, reason = dag_actor(self.dag_id, context["run_id"]), gate_summary(evaluation["gates"])
+        if self.plan.registration.approval.required:
+            from trainpipe.plan import APPROVE_TASK
+
+            # Approved by a person (or by the timeout, with on_timeout: approve): they promote.
+            approval = context["ti"].xcom_pull(task_ids=APPROVE_TASK) or {}
+            details["approval"] = approval
+            actor = f"{approval.get('by', '?')} (approved in {actor})"
+            reason = f"{reason}; approved by {approval.get('by', '?')}"
+        return actor, reason, details
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException

@@ -114,11 +114,12 @@ def check_gates(gates: tuple[Gate, ...], evaluation: dict[str, Any]) -> list[Gat
 
 
 def log_gate(outcome: dict[str, Any], logger: logging.Logger | None = None) -> None:
-    """One line per gate: verdict, value, the champion's value when compared (a ``GateOutcome`` as a dict)."""
+    """One line per gate: verdict, value, the champion's value when compared (a ``GateOutcome`` as a dict).
+    A failed gate is a WARNING."""
     baseline = outcome["baseline"]
-    (logger or log).info("gate %-4s %s: value %.6f%s (%s)", "PASS" if outcome["passed"] else "FAIL", outcome["gate"],
-                         outcome["value"], f", champion {baseline:.6f}" if baseline is not None else "",
-                         outcome["note"])
+    (logger or log).log(logging.INFO if outcome["passed"] else logging.WARNING, "gate %-4s %s: value %.6f%s (%s)",
+                        "PASS" if outcome["passed"] else "FAIL", outcome["gate"], outcome["value"],
+                        f", champion {baseline:.6f}" if baseline is not None else "", outcome["note"])
 
 
 def _metric_entities(values: dict[str, float]) -> list[Any]:

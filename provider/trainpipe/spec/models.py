@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from trainpipe import uris
 
@@ -377,6 +377,42 @@ class EvaluationSpec(_Model):
     decision_threshold: float = Field(
         default=0.5, gt=0, lt=1, description="Binary classification: probability above which a row is positive.", examples=[0.5]
     )
+    on_gate_failure: Literal["skip", "fail"] = Field(
+        default="skip",
+        description="When a gate fails: 'skip' ends the run successfully without registering (the gate task "
+        "short-circuits); 'fail' fails the gate task and so the run, with the gate table as the error. Either way "
+        "the table is logged at WARNING, the run's note says which gates failed, and notify.*.events: gate_failure "
+        "sends it.",
+        examples=["fail"],
+    )
+
+
+class ApprovalSpec(_Model):
+    mode: Literal["none", "required"] = Field(
+        default="required",
+        description="'required': an `approve` task between register and promote waits for a person (Airflow's "
+        "Required Actions, or the REST API); 'none': promote right after register.",
+        examples=["required"],
+    )
+    timeout: Duration | None = Field(
+        default=timedelta(hours=24),
+        description="How long the approval waits for an answer; then on_timeout decides. While it waits, the next "
+        "run of the pipeline waits too (one run at a time).",
+        examples=["24h"],
+    )
+    on_timeout: Literal["reject", "approve"] = Field(
+        default="reject",
+        description="The answer when nobody answered within timeout: 'reject' (the version stays challenger, "
+        "tagged rejected) or 'approve'.",
+        examples=["reject"],
+    )
+
+
+def _normalise_approval(value: Any) -> Any:
+    # YAML friendly forms: "none" / "required" -> {mode: ...}.
+    if isinstance(value, str):
+        return {"mode": value.strip()}
+    return value
 
 
 class RegistrationSpec(_Model):
@@ -401,6 +437,91 @@ class RegistrationSpec(_Model):
         "the production alias back to it.",
         examples=["previous_champion"],
     )
+    approval: Annotated[
+        ApprovalSpec,
+        BeforeValidator(_normalise_approval),
+        WithJsonSchema({
+            "anyOf": [{"type": "string", "enum": ["none", "required"]}, ApprovalSpec.model_json_schema()],
+            "description": "'none', 'required', or {mode: required, timeout: 24h, on_timeout: reject | approve}.",
+        }),
+    ] = Field(
+        default_factory=lambda: ApprovalSpec(mode="none"),
+        description="Human approval before promotion: 'none' (promote when the gates pass), 'required' (a person "
+        "approves in Airflow's Required Actions or through the REST API; unanswered after 24h: rejected), or "
+        "{mode: required, timeout: 2h, on_timeout: reject | approve}.",
+        examples=["required", {"mode": "required", "timeout": "8h", "on_timeout": "reject"}],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# notifications
+
+NotifyEvent = Literal["gate_failure", "task_failure", "approval", "promotion"]
+NOTIFY_EVENTS: tuple[str, ...] = ("gate_failure", "task_failure", "approval", "promotion")
+
+
+def _one_or_many(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+class EmailNotifySpec(_Model):
+    to: Annotated[list[Annotated[str, Field(min_length=3)]], BeforeValidator(_one_or_many)] = Field(
+        min_length=1,
+        description="Recipient address, or a list of them.",
+        examples=[["ml-oncall@example.com"]],
+    )
+    conn_id: str = Field(
+        default="smtp_default",
+        description="Airflow SMTP connection (host, port, login, password, TLS): credentials stay in Airflow, never in YAML.",
+        examples=["smtp_default"],
+    )
+    from_email: str | None = Field(
+        default=None,
+        description="Sender address; the connection's `from_email` extra when omitted.",
+        examples=["trainpipe@example.com"],
+    )
+    # Not `on`: YAML 1.1 reads that key as the boolean true.
+    events: list[NotifyEvent] = Field(
+        default_factory=lambda: list(NOTIFY_EVENTS),
+        min_length=1,
+        description="Which events send a message: gate_failure (with the gate table), task_failure (a task failed "
+        "for good, after its retries), approval (a version waits for a person's approval), promotion (a version "
+        "became the production alias). All four by default.",
+        examples=[["gate_failure", "task_failure"]],
+    )
+
+
+class SlackNotifySpec(_Model):
+    channel: str = Field(min_length=1, description="Slack channel to post to.", examples=["#ml-alerts"])
+    conn_id: str = Field(
+        default="slack_api_default",
+        description="Airflow Slack API connection (the bot token lives there, never in YAML). Needs the Slack "
+        "provider: pip install apache-airflow-providers-slack.",
+        examples=["slack_api_default"],
+    )
+    events: list[NotifyEvent] = Field(
+        default_factory=lambda: list(NOTIFY_EVENTS),
+        min_length=1,
+        description="Which events post a message; see notify.email.events.",
+        examples=[["gate_failure", "promotion"]],
+    )
+
+
+class NotifySpec(_Model):
+    email: EmailNotifySpec | None = Field(
+        default=None, description="E-mail through Airflow's SMTP provider (SmtpNotifier).",
+        examples=[{"to": "ml-oncall@example.com", "conn_id": "smtp_default"}],
+    )
+    slack: SlackNotifySpec | None = Field(
+        default=None, description="Slack through Airflow's Slack provider (SlackNotifier).",
+        examples=[{"channel": "#ml-alerts"}],
+    )
+
+    @model_validator(mode="after")
+    def _some_channel(self) -> NotifySpec:
+        if self.email is None and self.slack is None:
+            raise ValueError("name at least one channel: email (to, conn_id) or slack (channel, conn_id)")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -490,6 +611,12 @@ class PipelineSpec(_Model):
     training: TrainingSpec = Field(description="What and how to train.", examples=[{"task": "binary_classification"}])
     evaluation: EvaluationSpec = Field(description="Holdout metrics and gates.", examples=[{"metrics": ["auc"]}])
     registration: RegistrationSpec = Field(description="Where the model is registered.", examples=[{"model_name": "fraud_detector"}])
+    notify: NotifySpec | None = Field(
+        default=None,
+        description="Messages on gate failure, task failure, pending approval and promotion, sent through "
+        "Airflow's notifiers with the connections named here.",
+        examples=[{"email": {"to": "ml-oncall@example.com", "conn_id": "smtp_default", "events": ["gate_failure"]}}],
+    )
     params: dict[str, ParamSpec] = Field(
         default_factory=dict,
         description="Run parameters shown in 'Trigger DAG w/ config'; each overrides the hyperparameter of the same name "

@@ -164,6 +164,15 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
             fix = f"did you mean `{close[0]}`?" if close else f"use one of {', '.join(sorted(OVERRIDABLE_PARAMS))}"
             add(("params", name), f"{name!r} is not a hyperparameter a run can override; {fix}")
     problems.extend(_launcher_problems(loaded))
+    approval = _get(data, "registration", "approval")
+    if isinstance(approval, dict) and approval.get("mode") == "none":
+        for key in ("timeout", "on_timeout"):
+            if key in approval:
+                add(("registration", "approval", key), f"{key} applies only with mode: required; remove it or set "
+                    "mode: required")
+    if isinstance(_get(data, "notify", "slack"), dict) and not _installed(SLACK_PROVIDER):
+        add(("notify", "slack"), f"needs Airflow's Slack provider, which is not installed here: pip install "
+            f"{SLACK_PROVIDER} (on the scheduler and workers), or remove notify.slack")
     return problems
 
 
@@ -196,6 +205,20 @@ def _drift_problems(loaded: LoadedYaml, features: list[Any] | None) -> list[Spec
             for statistic in ("psi", "ks"):
                 check_levels((*here, "features", name, statistic), entry.get(statistic))
     return problems
+
+
+SLACK_PROVIDER = "apache-airflow-providers-slack"
+
+
+def _installed(distribution: str) -> bool:
+    """By the package metadata: importing the provider would import Airflow, which the spec stage never does."""
+    from importlib import metadata
+
+    try:
+        metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 _ALIAS_DEFAULTS = {"alias": "champion", "challenger_alias": "challenger", "previous_alias": "previous_champion"}

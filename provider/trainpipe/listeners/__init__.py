@@ -1,0 +1,1 @@
+"""Airflow listeners of the trainpipe provider (registered by ``trainpipe.plugin``)."""

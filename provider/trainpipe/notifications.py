@@ -1,0 +1,137 @@
+"""``notify:``: messages on gate failure, task failure, pending approval and promotion, sent through
+Airflow's own notifiers (``SmtpNotifier`` of the SMTP provider, ``SlackNotifier`` of the Slack provider),
+with the connections the spec names. Credentials stay in those connections.
+
+A message that cannot be sent is logged and never changes the task's outcome: a mail server that is down
+must not fail a training run, nor hide the failure the message was about.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trainpipe.plan import PROMOTION, TASK_FAILURE
+
+if TYPE_CHECKING:
+    from airflow.sdk.bases.notifier import BaseNotifier
+
+    from trainpipe.plan import NotifyChannel, NotifyPlan
+
+log = logging.getLogger(__name__)
+
+SLACK_INSTALL_HINT = "pip install apache-airflow-providers-slack"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    subject: str
+    # Paragraphs separated by blank lines.
+    text: str
+    # The gate table, if any: fixed-width text for Slack, HTML for e-mail.
+    table_text: str = ""
+    table_html: str = ""
+
+    def as_html(self) -> str:
+        paragraphs = "".join(f"<p>{html.escape(p).replace(chr(10), '<br>')}</p>" for p in self.text.split("\n\n"))
+        return paragraphs + self.table_html
+
+    def as_slack(self) -> str:
+        table = f"\n```\n{self.table_text}\n```" if self.table_text else ""
+        return f"*{self.subject}*\n{self.text}{table}"
+
+
+def _literal(text: str) -> str:
+    """Notifiers render their fields with Jinja: our text is sent as it is, braces included."""
+    return "{% raw %}" + text.replace("{% endraw %}", "{ % endraw % }") + "{% endraw %}"
+
+
+def notifier(channel: NotifyChannel, message: Message) -> BaseNotifier:
+    if channel.kind == "email":
+        from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+
+        return SmtpNotifier(to=list(channel.to), from_email=channel.from_email, smtp_conn_id=channel.conn_id,
+                            subject=_literal(message.subject), html_content=_literal(message.as_html()))
+    if channel.kind == "slack":
+        try:
+            from airflow.providers.slack.notifications.slack import SlackNotifier
+        except ImportError as err:  # the spec stage refuses notify.slack without it; a worker may still lack it
+            raise ImportError(f"notify.slack needs Airflow's Slack provider on this worker: {SLACK_INSTALL_HINT}") from err
+        return SlackNotifier(slack_conn_id=channel.conn_id, channel=channel.channel, text=_literal(message.as_slack()))
+    raise ValueError(f"unknown notify channel {channel.kind!r}")
+
+
+def notifiers(notify: NotifyPlan, event: str, message: Message) -> list[BaseNotifier]:
+    return [notifier(channel, message) for channel in notify.for_event(event)]
+
+
+def send(notify: NotifyPlan, event: str, message: Message, context: Any) -> list[str]:
+    """Send ``message`` on every channel that subscribes to ``event``; returns the channels that sent it."""
+    sent = []
+    for channel in notify.for_event(event):
+        try:
+            # A copy: a notifier merges its fields into the context it is given.
+            notifier(channel, message)(dict(context))
+        except Exception:
+            log.exception("notify.%s (%s): could not send the %s message %r", channel.kind, channel.conn_id, event,
+                          message.subject)
+        else:
+            sent.append(channel.kind)
+            log.info("notify.%s: sent the %s message %r", channel.kind, event, message.subject)
+    return sent
+
+
+def _is_gate_failure(error: BaseException | None) -> bool:
+    from trainpipe.errors import GatesFailedError
+
+    while error is not None:
+        if isinstance(error, GatesFailedError):
+            return True
+        error = error.__cause__
+    return False
+
+
+class TaskFailureNotification:
+    """``on_failure_callback`` of every task: a task failed for good (after its retries).
+
+    A gate failure with ``on_gate_failure: fail`` already sent its own message, with the table.
+    """
+
+    def __init__(self, notify: NotifyPlan) -> None:
+        self.notify = notify
+
+    def __call__(self, context: Any) -> None:
+        error = context.get("exception")
+        if _is_gate_failure(error if isinstance(error, BaseException) else None):
+            return
+        ti = context["ti"]
+        subject = f"[trainpipe] {ti.dag_id}: task {ti.task_id} failed"
+        lines = [f"Task {ti.task_id} of DAG {ti.dag_id} failed for good (try {ti.try_number}) in run {ti.run_id}."]
+        if error:
+            lines.append(f"Error: {error}")
+        lines.append(f"Log: {ti.log_url}")
+        send(self.notify, TASK_FAILURE, Message(subject=subject, text="\n\n".join(lines)), context)
+
+
+class PromotionNotification:
+    """``on_success_callback`` of ``promote``: a message when the production alias moved (not on a re-run
+    that found it already there)."""
+
+    def __init__(self, notify: NotifyPlan) -> None:
+        self.notify = notify
+
+    def __call__(self, context: Any) -> None:
+        ti = context["ti"]
+        promoted = ti.xcom_pull(task_ids=ti.task_id) or {}
+        if not promoted.get("moved"):
+            return
+        subject = (f"[trainpipe] {ti.dag_id}: {promoted.get('model_name')} version {promoted.get('version')} "
+                   f"is now {promoted.get('alias', 'champion')}")
+        previous = promoted.get("replaced_version")
+        text = (f"{subject.removeprefix('[trainpipe] ')} (was: {f'version {previous}' if previous else 'none'}), "
+                f"promoted by run {ti.run_id}.")
+        if promoted.get("reason"):
+            text += f"\n\nReason: {promoted['reason']}"
+        send(self.notify, PROMOTION, Message(subject=subject, text=text), context)

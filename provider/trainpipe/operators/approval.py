@@ -1,0 +1,164 @@
+"""The ``approve`` task (``registration.approval: required``): Airflow's own human-in-the-loop ``ApprovalOperator``.
+
+The task waits in ``awaiting_input`` without holding a worker; a person answers in the UI (Browse -> Required
+Actions) or through the REST API (``PATCH .../taskInstances/approve/-1/hitlDetails``). Its body shows the gate
+table (candidate vs champion per metric) and where the evaluation report is. Approve lets ``promote`` run;
+Reject (or no answer within the timeout, with ``on_timeout: reject``) tags the version rejected, keeps it
+``challenger`` and skips ``promote``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+from trainpipe.settings import Settings
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from trainpipe.plan import PipelinePlan
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
+
+
+class ApproveOperator(ApprovalOperator):
+    ui_color = "#fff3c4"
+
+    def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
+        approval = plan.registration.approval
+        registration = plan.registration
+        super().__init__(
+            subject=f"Promote the new {registration.model_name} version to {registration.alias}?",
+            # The answer applied when the timeout passes (the scheduler's awaiting-input sweep).
+            defaults=[self.REJECT if approval.on_timeout == "reject" else self.APPROVE],
+            response_timeout=approval.timeout,
+            **kwargs,
+        )
+        self.plan = plan
+
+    @functools.cached_property
+    def hook(self):  # noqa: ANN201 - MlflowHook
+        from trainpipe.hooks.mlflow import MlflowHook
+
+        return MlflowHook(Settings.from_env())
+
+    def execute(self, context: Context) -> Any:
+        from trainpipe.notifications import Message, notifiers
+        from trainpipe.plan import APPROVAL
+
+        ti = context["ti"]
+        registered = ti.xcom_pull(task_ids="register")
+        evaluation = ti.xcom_pull(task_ids="evaluate")
+        registration = self.plan.registration
+        self.subject = (f"Promote {registration.model_name} version {registered['version']} "
+                        f"to {registration.alias}?")
+        self.body = approval_body(self.plan, registered, evaluation, mlflow_run_page=self._mlflow_run_page(evaluation))
+        link = self._required_actions_link(context)
+        text = (f"{registration.model_name} version {registered['version']} passed its gates and waits for "
+                f"approval to become {registration.alias} (run {ti.run_id} of {ti.dag_id})."
+                + (f"\n\nAnswer in Airflow: {link}" if link else "\n\nAnswer in Airflow: Browse -> Required Actions."))
+        self.notifiers = notifiers(self.plan.notify, APPROVAL, Message(subject=f"[trainpipe] {self.subject}", text=text))
+        return super().execute(context)
+
+    def _required_actions_link(self, context: Context) -> str | None:
+        try:
+            return self.generate_link_to_ui_from_context(context=context)
+        except ValueError:  # no [api] base_url configured
+            return None
+
+    def _mlflow_run_page(self, evaluation: dict[str, Any]) -> str | None:
+        """The MLflow UI page of the run that holds the report, when the tracking store is a server."""
+        report = evaluation.get("report") or {}
+        tracking = self.hook.settings.mlflow_tracking_uri
+        if not report.get("run_id") or not tracking or not tracking.startswith(("http://", "https://")):
+            return None
+        try:
+            experiment = self.hook.client.get_run(report["run_id"]).info.experiment_id
+        except Exception:  # the body is still useful without the link
+            self.log.warning("could not look up the MLflow run %s for the report link", report["run_id"], exc_info=True)
+            return None
+        return f"{tracking.rstrip('/')}/#/experiments/{experiment}/runs/{report['run_id']}"
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+        try:
+            answer = super().execute_complete(context=context, event=event)
+        except DownstreamTasksSkipped:
+            # Reject: the operator skips promote by raising; record the rejection first.
+            self._record(context, event, approved=False)
+            raise
+        return self._record(context, event, approved=answer["chosen_options"] == [self.APPROVE])
+
+    def _record(self, context: Context, event: dict[str, Any], *, approved: bool) -> dict[str, Any]:
+        from trainpipe.registry import reject
+        from trainpipe.run_notes import leave_note
+
+        timed_out = bool(event.get("timedout"))
+        user = event.get("responded_by_user") or {}
+        approval = self.plan.registration.approval
+        if timed_out or not user:
+            waited = _duration(approval.timeout.total_seconds()) if approval.timeout else "none"
+            actor = f"timeout ({waited}, on_timeout: {approval.on_timeout})"
+        else:
+            actor = str(user.get("name") or user.get("id"))
+        ti = context["ti"]
+        registration = self.plan.registration
+        name, version = registration.model_name, ti.xcom_pull(task_ids="register")["version"]
+        if approved:
+            self.log.info("%s version %s approved by %s", name, version, actor)
+            leave_note(ti, f"{name} version {version} approved by {actor}")
+        else:
+            reject(self.hook.client, name, version, actor=actor,
+                   reason=f"approval rejected in Airflow (DAG {ti.dag_id}, run {ti.run_id})")
+            self.log.warning("%s version %s rejected by %s: it stays %s, nothing is promoted", name, version, actor,
+                             registration.challenger_alias)
+            leave_note(ti, f"{name} version {version} rejected by {actor}; it stays {registration.challenger_alias}")
+        responded_at = event.get("responded_at")
+        return {"approved": approved, "by": actor, "timed_out": timed_out, "version": version,
+                "responded_at": responded_at.isoformat() if hasattr(responded_at, "isoformat") else responded_at}
+
+
+def approval_body(plan: PipelinePlan, registered: dict[str, Any], evaluation: dict[str, Any], *,
+                  mlflow_run_page: str | None = None) -> str:
+    """The Markdown the person reads before answering: what is asked, the gate table, the report."""
+    from trainpipe.registry import report_uri
+    from trainpipe.runtime.gate_table import as_markdown, gate_table
+
+    registration = plan.registration
+    approval = registration.approval
+    table = gate_table(evaluation)
+    champion = (f"version {table.champion_version}" if table.champion_version is not None else "no version yet")
+    version = registered["version"]
+    lines = [
+        f"**{registration.model_name}** version **{version}** passed its gates and waits for your approval to "
+        f"become `{registration.alias}` (now: {champion}).",
+        "",
+        as_markdown(table),
+        "",
+    ]
+    report = report_uri(evaluation)
+    if report:
+        lines.append(f"Evaluation report: `{report}`"
+                     + (f" ([MLflow run]({mlflow_run_page}), artifacts: evaluation/)" if mlflow_run_page else ""))
+    else:
+        lines.append("Evaluation report: none for this run.")
+    lines += [
+        "",
+        f"- **Approve**: version {version} becomes `{registration.alias}`"
+        + (f", version {table.champion_version} becomes `{registration.previous_alias}`."
+           if table.champion_version is not None else "."),
+        f"- **Reject**: version {version} stays `{registration.challenger_alias}`, tagged `trainpipe.rejected`; "
+        "nothing is promoted.",
+    ]
+    if approval.timeout is not None:
+        lines.append(f"- No answer within {_duration(approval.timeout.total_seconds())}: "
+                     f"{'rejected' if approval.on_timeout == 'reject' else 'approved'} (on_timeout: {approval.on_timeout}).")
+    return "\n".join(lines)

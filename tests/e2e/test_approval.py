@@ -1,0 +1,287 @@
+"""Human approval end to end: `airflow standalone` (scheduler, DAG processor, api-server, LocalExecutor on SQLite)
+runs pipelines whose `approve` task waits in `awaiting_input`; the tests answer through the public REST API as a
+person's client would, and read the registry with MLflow's client.
+
+`dag.test()` cannot stand in: nothing there answers a parked task or sweeps its timeout. One server serves the
+whole module (starting it is the expensive part); its state lives in a temporary folder and it is stopped after
+the module's last test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from stack.helpers import FEATURES, AirflowClient, wait_for
+from trainpipe.demo.synthetic import generate_transactions
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+# Ports of this test module (api-server, the log servers of the scheduler's executor and of the triggerer).
+API_PORT = int(os.environ.get("TRAINPIPE_TEST_APPROVAL_PORT", "15200"))
+RUN_BOUND_SECONDS = 900  # "cannot hang" bound for one small pipeline run on a loaded 2-core machine
+USER, PASSWORD = "admin", "approval-tests"
+
+
+def _spec(pipeline_id: str, approval: str) -> str:
+    return f"""\
+pipeline_id: {pipeline_id}
+schedule: none
+retries: 0
+data:
+  uri: approval/transactions.parquet
+  time_column: event_time
+  window: 30d
+training:
+  task: binary_classification
+  model: {{type: mlp, hidden_layers: [8]}}
+  features: [{", ".join(FEATURES)}]
+  label: is_fraud
+  epochs: 1
+  batch_size: 128
+  learning_rate: 0.003
+  distributed: {{nproc_per_node: 1}}
+  checkpoint: {{every_n_steps: 50}}
+evaluation:
+  metrics: [auc, f1]
+  gates: ["auc >= 0.5"]
+registration:
+  model_name: {pipeline_id}
+  approval: {approval}
+"""
+
+
+SPECS = {
+    "approval_flow": _spec("approval_flow", "required"),
+    "approval_reject": _spec("approval_reject", "{mode: required, timeout: 1h}"),
+    "approval_timeout": _spec("approval_timeout", "{mode: required, timeout: 5s, on_timeout: reject}"),
+}
+
+
+@dataclass(frozen=True)
+class Standalone:
+    airflow: AirflowClient
+    env: dict[str, str]
+    mlflow_uri: str
+    runs: dict[str, str]  # dag_id -> the run the fixture started
+
+    def mlflow(self):  # noqa: ANN201 - MlflowClient
+        import mlflow
+
+        return mlflow.MlflowClient(tracking_uri=self.mlflow_uri)
+
+
+def _env(root: Path, configs: Path) -> dict[str, str]:
+    base = f"http://127.0.0.1:{API_PORT}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("AIRFLOW", "TRAINPIPE", "MLFLOW"))}
+    env.update({
+        # standalone starts its components as `airflow ...` from PATH.
+        "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        "AIRFLOW_HOME": str(root / "airflow"),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "6",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(root / "airflow" / "passwords.json"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{root / 'airflow' / 'airflow.db'}",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(API_PORT),
+        "AIRFLOW__API__BASE_URL": base,
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(API_PORT + 1),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(API_PORT + 2),
+        # Task processes reach the api-server's execution API; on a loaded machine it answers slowly.
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
+        # The awaiting-input timeout sweep runs at this pace (default 15 s).
+        "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "2",
+        "TRAINPIPE_HOME": str(root / "trainpipe"),
+        "TRAINPIPE_DAG_CONFIGS": str(configs),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
+        "TRAINPIPE_MLFLOW_ARTIFACT_ROOT": str(root / "mlartifacts"),
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+        "GX_ANALYTICS_ENABLED": "false",
+        "TORCH_EXTENSIONS_DIR": str(REPO / ".trainpipe" / "torch_extensions"),
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+def _api_up() -> bool:
+    import requests
+
+    try:
+        return requests.get(f"http://127.0.0.1:{API_PORT}/api/v2/version", timeout=5).ok
+    except requests.RequestException:
+        return False
+
+
+@pytest.fixture(scope="module")
+def standalone(request: pytest.FixtureRequest) -> Iterator[Standalone]:
+    if _api_up():
+        pytest.fail(f"port {API_PORT} is taken; set TRAINPIPE_TEST_APPROVAL_PORT to a free one")
+    root = Path(tempfile.mkdtemp(prefix="approval-"))
+    configs = root / "dag_configs"
+    configs.mkdir()
+    for name, text in SPECS.items():
+        (configs / f"{name}.yaml").write_text(text)
+    (root / "airflow").mkdir()
+    (root / "airflow" / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
+    data = root / "trainpipe" / "storage" / "approval"
+    data.mkdir(parents=True)
+    # Ends before the first trigger: every run's 30-day window holds all rows, so every snapshot is the same.
+    end = datetime.now(timezone.utc) - timedelta(minutes=5)
+    generate_transactions(rows=3000, days=20, end=end).to_parquet(data / "transactions.parquet", index=False)
+    env = _env(root, configs)
+    log = (root / "standalone.log").open("wb")
+    process = subprocess.Popen([str(BIN / "airflow"), "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                               cwd=root, start_new_session=True)
+    failed_before = request.session.testsfailed
+    try:
+        wait_for("the api-server of airflow standalone", _api_up, timeout=300, interval=2)
+        airflow = AirflowClient(f"http://127.0.0.1:{API_PORT}", USER, PASSWORD)
+        wait_for("the approval DAGs", lambda: airflow.dag_ids() >= set(SPECS), timeout=300, interval=2)
+        assert airflow.import_errors() == []
+        runs = {}
+        for dag_id in SPECS:
+            airflow.unpause(dag_id)
+            runs[dag_id] = airflow.trigger(dag_id)
+        yield Standalone(airflow=airflow, env=env, mlflow_uri=env["MLFLOW_TRACKING_URI"], runs=runs)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+        if request.session.testsfailed > failed_before:
+            print(f"\napproval tests: airflow standalone state and logs kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _awaiting_input(airflow: AirflowClient, dag_id: str, run_id: str) -> dict:
+    """The approve task's request once it waits for an answer; fails early if the run ended before."""
+
+    def probe() -> dict | None:
+        tis = airflow.task_instances(dag_id, run_id)
+        state = tis.get("approve", {}).get("state")
+        if state == "awaiting_input":
+            return airflow.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails")
+        if airflow.dag_run(dag_id, run_id)["state"] in ("success", "failed"):
+            pytest.fail(f"{dag_id} run {run_id} ended before asking for approval: "
+                        + ", ".join(f"{t}={ti['state']}" for t, ti in tis.items()))
+        return None
+
+    return wait_for(f"{dag_id} {run_id} to await approval", probe, timeout=RUN_BOUND_SECONDS, interval=2)
+
+
+def _answer(airflow: AirflowClient, dag_id: str, run_id: str, option: str) -> dict:
+    return airflow.request("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails",
+                           json={"chosen_options": [option], "params_input": {}})
+
+
+def _states(airflow: AirflowClient, dag_id: str, run_id: str) -> dict[str, str]:
+    return {task: ti["state"] for task, ti in airflow.task_instances(dag_id, run_id).items()}
+
+
+def _aliases(client, model_name: str) -> dict[str, int]:  # noqa: ANN001 - MlflowClient
+    return {alias: int(version) for alias, version in client.get_registered_model(model_name).aliases.items()}
+
+
+def _approve_run(standalone: Standalone, run_id: str) -> dict:
+    airflow = standalone.airflow
+    request = _awaiting_input(airflow, "approval_flow", run_id)
+    answer = _answer(airflow, "approval_flow", run_id, "Approve")
+    assert answer["chosen_options"] == ["Approve"] and answer["responded_by"]["name"] == USER
+    airflow.wait_for_run("approval_flow", run_id, timeout=RUN_BOUND_SECONDS)
+    return request
+
+
+def test_approved_versions_become_champion_in_turn_and_rollback_restores_the_first(standalone: Standalone):
+    airflow, client = standalone.airflow, standalone.mlflow()
+    first_run = standalone.runs["approval_flow"]
+
+    request = _approve_run(standalone, first_run)
+
+    # What the person read: the version, the gate table, the report line and what each answer does.
+    assert request["subject"] == "Promote approval_flow version 1 to champion?"
+    assert request["options"] == ["Approve", "Reject"] and request["defaults"] == ["Reject"]
+    body = request["body"]
+    assert "| metric | candidate | champion (none) | change | gates |" in body
+    assert "| auc | 0." in body and "PASS auc >= 0.5" in body
+    assert "Evaluation report:" in body and "**Reject**: version 1 stays `challenger`" in body
+    assert _states(airflow, "approval_flow", first_run)["promote"] == "success"
+    assert int(client.get_model_version_by_alias("approval_flow", "champion").version) == 1
+    promoted = client.get_model_version("approval_flow", "1")
+    assert promoted.tags["trainpipe.promoted_by"].startswith(f"{USER} (approved in airflow DAG approval_flow")
+    assert json.loads(promoted.tags["trainpipe.promotion_details"])["approval"]["by"] == USER
+    assert airflow.dag_run("approval_flow", first_run)["note"] == f"approval_flow version 1 approved by {USER}"
+
+    second_run = airflow.trigger("approval_flow")
+    request = _approve_run(standalone, second_run)
+
+    assert "champion v1" in request["body"]
+    assert "version 1 becomes `previous_champion`" in request["body"]
+    assert _aliases(client, "approval_flow") == {"champion": 2, "previous_champion": 1, "challenger": 2}
+
+    rollback = subprocess.run([str(BIN / "trainpipe"), "rollback", "approval_flow"], env=standalone.env,
+                              capture_output=True, text=True, timeout=300)
+
+    assert rollback.returncode == 0, rollback.stdout + rollback.stderr
+    assert _aliases(client, "approval_flow") == {"champion": 1, "previous_champion": 2, "challenger": 2}
+    assert len(client.search_model_versions("name='approval_flow'")) == 2
+
+
+def test_a_rejected_approval_promotes_nothing(standalone: Standalone):
+    airflow, client = standalone.airflow, standalone.mlflow()
+    run_id = standalone.runs["approval_reject"]
+    _awaiting_input(airflow, "approval_reject", run_id)
+
+    answer = _answer(airflow, "approval_reject", run_id, "Reject")
+
+    assert answer["chosen_options"] == ["Reject"]
+    run = airflow.wait_for_run("approval_reject", run_id, timeout=RUN_BOUND_SECONDS)
+    states = _states(airflow, "approval_reject", run_id)
+    assert states["approve"] == "success" and states["promote"] == "skipped"
+    assert _aliases(client, "approval_reject") == {"challenger": 1}  # no champion: nothing was promoted
+    version = client.get_model_version("approval_reject", "1")
+    assert version.tags["trainpipe.rejected"] == "true"
+    assert version.tags["trainpipe.rejected_by"] == USER
+    assert "trainpipe.promoted_at" not in version.tags
+    assert run["note"] == f"approval_reject version 1 rejected by {USER}; it stays challenger"
+
+
+def test_an_unanswered_approval_times_out_to_reject_and_promotes_nothing(standalone: Standalone):
+    airflow, client = standalone.airflow, standalone.mlflow()
+    run_id = standalone.runs["approval_timeout"]
+
+    # Nobody answers: the scheduler applies the default (Reject) 5 s after the task began to wait.
+    run = airflow.wait_for_run("approval_timeout", run_id, timeout=RUN_BOUND_SECONDS)
+
+    states = _states(airflow, "approval_timeout", run_id)
+    assert states["approve"] == "success" and states["promote"] == "skipped"
+    details = airflow.request("GET", f"/dags/approval_timeout/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails")
+    assert details["chosen_options"] == ["Reject"] and details["responded_by_user"] is None
+    assert _aliases(client, "approval_timeout") == {"challenger": 1}
+    version = client.get_model_version("approval_timeout", "1")
+    assert version.tags["trainpipe.rejected"] == "true"
+    assert version.tags["trainpipe.rejected_by"] == "timeout (5s, on_timeout: reject)"
+    assert run["note"] == "approval_timeout version 1 rejected by timeout (5s, on_timeout: reject); it stays challenger"
