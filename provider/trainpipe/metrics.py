@@ -317,3 +317,73 @@ def _reciprocal_rank_at_k(relevance: np.ndarray, score: np.ndarray, k: int) -> f
 
     hits = np.flatnonzero(_pessimistic_order(relevance, score)[:k] > 0)
     return 1.0 / (hits[0] + 1) if hits.size else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# slices
+
+MISSING_SLICE = "(missing)"
+"""The slice of the rows whose slice column is empty (None or NaN)."""
+
+
+def slice_labels(values: ArrayLike) -> np.ndarray:
+    """The slice of each row as text: ``str(value)``, or :data:`MISSING_SLICE` for a missing value."""
+    import pandas as pd
+
+    series = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values.astype(object)
+    return series.astype(str).where(series.notna(), MISSING_SLICE).to_numpy()
+
+
+def slice_metrics(
+    task: str,
+    names: Sequence[str],
+    *,
+    y_true: ArrayLike,
+    y_score: ArrayLike,
+    slice_values: ArrayLike,
+    groups: ArrayLike | None = None,
+    threshold: float = 0.5,
+) -> list[dict[str, Any]]:
+    """Every metric in ``names`` on the rows of each slice value, sorted by the value's text.
+
+    Returns ``[{"value": str, "rows": int, "metrics": {name: float | None}, "undefined": {name: reason}}]``.
+    A metric that a slice cannot give (``auc`` on a slice holding one class, ``r2`` on one row, a
+    ranking slice without a relevant document) is None there, with the reason in ``undefined``.
+    Ranking slices keep the rows of the value and average over the queries among them, so a slice
+    column should be constant within a query.
+    """
+    import numpy as np
+
+    labels = slice_labels(slice_values)
+    true, score = np.asarray(y_true), np.asarray(y_score)
+    group_ids = np.asarray(groups) if groups is not None else None
+    if labels.shape != true.shape:
+        raise MetricInputError(f"slice_values has {labels.size} values but y_true has {true.size}")
+    results = []
+    for value in sorted(set(labels.tolist())):
+        rows = labels == value
+        values: dict[str, float | None] = {}
+        undefined: dict[str, str] = {}
+        for name in names:
+            try:
+                values[name] = compute_metrics(task, [name], y_true=true[rows], y_score=score[rows],
+                                               groups=group_ids[rows] if group_ids is not None else None,
+                                               threshold=threshold)[name]
+            except MetricInputError as error:
+                values[name] = None
+                undefined[name] = str(error)
+        results.append({"value": value, "rows": int(rows.sum()), "metrics": values, "undefined": undefined})
+    return results
+
+
+def worst_slice(name: str, slices: dict[str, list[dict[str, Any]]], model: str = "metrics") -> tuple[str, dict[str, Any]] | None:
+    """``(column, slice)`` with the worst value of metric ``name`` over every slice of every column:
+    the lowest, or the highest where lower is better (:func:`higher_is_better`). Slices where the
+    metric is undefined are left out; None when it is undefined everywhere. ``model`` is the key of a
+    slice's metrics (``"metrics"`` as :func:`slice_metrics` returns them, or e.g. ``"candidate"``)."""
+    defined = [(column, entry) for column, entries in slices.items() for entry in entries
+               if (entry.get(model) or {}).get(name) is not None]
+    if not defined:
+        return None
+    pick = min if higher_is_better(name) else max
+    return pick(defined, key=lambda item: item[1][model][name])
