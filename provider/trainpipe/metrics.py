@@ -364,14 +364,18 @@ def slice_metrics(
         rows = labels == value
         values: dict[str, float | None] = {}
         undefined: dict[str, str] = {}
-        for name in names:
-            try:
-                values[name] = compute_metrics(task, [name], y_true=true[rows], y_score=score[rows],
-                                               groups=group_ids[rows] if group_ids is not None else None,
-                                               threshold=threshold)[name]
-            except MetricInputError as error:
-                values[name] = None
-                undefined[name] = str(error)
+        inputs = dict(y_true=true[rows], y_score=score[rows],
+                      groups=group_ids[rows] if group_ids is not None else None, threshold=threshold)
+        try:
+            values = dict(compute_metrics(task, names, **inputs))
+        except MetricInputError:
+            # One metric the slice cannot give: the others still can, one by one.
+            for name in names:
+                try:
+                    values[name] = compute_metrics(task, [name], **inputs)[name]
+                except MetricInputError as error:
+                    values[name] = None
+                    undefined[name] = str(error)
         results.append({"value": value, "rows": int(rows.sum()), "metrics": values, "undefined": undefined})
     return results
 
@@ -387,3 +391,39 @@ def worst_slice(name: str, slices: dict[str, list[dict[str, Any]]], model: str =
         return None
     pick = min if higher_is_better(name) else max
     return pick(defined, key=lambda item: item[1][model][name])
+
+
+def ndcg_curve(y_true: ArrayLike, y_score: ArrayLike, groups: ArrayLike, ks: Sequence[int]) -> list[float]:
+    """``ndcg@k`` for every k of ``ks`` at once, equal to :func:`compute_metrics`' values (same query
+    rules, sklearn's tie averaging) at a fraction of the cost: one sort per query for all k."""
+    import numpy as np
+
+    true = _as_1d("y_true", y_true, np.float64)
+    score = _as_1d("y_score", y_score, np.float64)
+    group_ids = np.asarray(groups)
+    positions = np.asarray(ks, dtype=np.int64) - 1
+    order = np.argsort(group_ids, kind="stable")
+    sorted_groups = group_ids[order]
+    starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
+    totals = np.zeros(positions.size)
+    queries = 0
+    for idx in np.split(order, starts[1:]):
+        relevance, scores = true[idx], score[idx]
+        if not np.any(relevance > 0):
+            continue  # as in compute_metrics: no relevant document, no nDCG
+        queries += 1
+        if relevance.size == 1:
+            totals += 1.0
+            continue
+        ranked = np.argsort(-scores, kind="stable")
+        # Tied scores share the mean gain of their group (sklearn's ignore_ties=False).
+        _, tie_group, tie_sizes = np.unique(-scores[ranked], return_inverse=True, return_counts=True)
+        gains = (np.bincount(tie_group, weights=relevance[ranked]) / tie_sizes)[tie_group]
+        discounts = 1.0 / np.log2(np.arange(2, relevance.size + 2))
+        dcg = np.cumsum(gains * discounts)
+        ideal = np.cumsum(np.sort(relevance)[::-1] * discounts)
+        at = np.minimum(positions, relevance.size - 1)
+        totals += dcg[at] / ideal[at]
+    if not queries:
+        raise MetricInputError("ranking metrics: no query has a document with relevance > 0")
+    return (totals / queries).tolist()

@@ -178,6 +178,20 @@ def test_ranking_report_draws_ndcg_over_k(tmp_path):
     assert ndcg_ks(("ndcg@5",)) == list(range(1, 11)) and ndcg_ks(("ndcg@100",))[-1] == 50
 
 
+@pytest.mark.parametrize("ties", [False, True])
+def test_ndcg_curve_equals_the_metric_at_every_k(ties):
+    rng = np.random.default_rng(6)
+    groups = np.repeat(np.arange(60), rng.integers(1, 15, 60))  # queries of 1 to 14 documents
+    relevance = rng.integers(0, 4, groups.size)
+    score = np.round(rng.normal(0, 1, groups.size), 0 if ties else 6)  # rounding makes many ties
+
+    curve = metrics.ndcg_curve(relevance, score, groups, range(1, 21))
+
+    expected = metrics.compute_metrics("ranking", [f"ndcg@{k}" for k in range(1, 21)], y_true=relevance,
+                                       y_score=score, groups=groups)
+    assert curve == pytest.approx(list(expected.values()), abs=1e-12)
+
+
 def test_report_text_is_escaped(tmp_path):
     inputs = _inputs("regression", ("rmse",), np.arange(5.0), np.arange(5.0) + 0.5, None)
     from dataclasses import replace

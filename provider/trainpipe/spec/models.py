@@ -393,11 +393,16 @@ class EvaluationSpec(_Model):
         "of evaluation.slices: the lowest value, the highest for log_loss, rmse and mae).",
         examples=[["auc >= 0.80", "auc >= +0.1%", "worst_slice(auc) >= 0.75"]],
     )
-    slices: list[str] = Field(
+    slices: Annotated[
+        list[str],
+        BeforeValidator(lambda value: [value] if isinstance(value, str) else value),
+        WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
+    ] = Field(
         default_factory=list,
         description="Columns of the data to slice the holdout by: every metric is computed for each value of each "
         "column (missing values form their own slice), shown in the evaluation report, and gated by "
-        "'worst_slice(METRIC)' gates. The columns need not be features; validation requires them.",
+        "'worst_slice(METRIC)' gates. One column or a list; the columns need not be features, and validation "
+        "requires them in the data.",
         examples=[["region"]],
     )
     holdout_fraction: float = Field(
