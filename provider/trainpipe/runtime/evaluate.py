@@ -67,11 +67,6 @@ def holdout_metrics(evaluation: EvaluationPlan, holdout: pd.DataFrame, scores: n
     )
 
 
-def score_model(model_uri: str, evaluation: EvaluationPlan, holdout_uri: str) -> dict[str, float]:
-    holdout = storage.read_parquet_uri(holdout_uri)
-    return holdout_metrics(evaluation, holdout, predict(model_uri, holdout, evaluation))
-
-
 def holdout_slices(evaluation: EvaluationPlan, holdout: pd.DataFrame, candidate: np.ndarray,
                    champion: np.ndarray | None) -> dict[str, list[dict[str, Any]]]:
     """Column -> ``[{"value", "rows", "candidate": {metric: value}, "champion": {...} | None, "undefined": {...}}]``;
