@@ -43,6 +43,7 @@ demo: install
 	@echo
 	@echo "Airflow UI: AIRFLOW_HOME=$(AIRFLOW_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags $(BIN)/airflow standalone   (then http://localhost:8080)"
 	@echo "MLflow UI:  $(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --port 5000   (then http://localhost:5000)"
+	@echo "Evaluation report (per region too): MLflow UI -> experiment trainpipe/fraud_detector -> the run -> Artifacts -> evaluation/report.html"
 
 # The `stack` tier (tests/stack) starts its own stack (temporary state, free ports) and stops it at the end.
 test: install stack-deps

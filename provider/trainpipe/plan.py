@@ -55,7 +55,7 @@ _TASK_SUMMARIES = {
     "validate": "Great Expectations suite, volume, schema and drift checks vs the baseline version; stops the run "
                 "before training on failure",
     "train": "torchrun the trainer; resumes from this run's latest checkpoint",
-    "evaluate": "holdout metrics of the new model and of the current champion",
+    "evaluate": "holdout metrics (per slice too) of the new model and of the current champion, the evaluation report",
     "gate": "every gate must pass, else registration is skipped",
     "register": "new MLflow model version (once per DAG run) with lineage tags and the challenger alias",
     "promote": "moves the production alias to the new version, the old one to the previous alias; tags who, when, why",
@@ -218,6 +218,8 @@ class Gate:
     relative: bool
     # As the spec states it ("auc >= 0.8", "auc >= +0.5% vs champion"), for logs and reports.
     text: str
+    # On the worst slice of EvaluationPlan.slices (lowest value; highest where lower is better).
+    worst_slice: bool = False
 
     def __str__(self) -> str:
         return self.text
@@ -234,6 +236,8 @@ class EvaluationPlan:
     metrics: tuple[str, ...]
     decision_threshold: float
     gates: tuple[Gate, ...]
+    # Columns the holdout is sliced by: every metric per value of each (the report, worst_slice gates).
+    slices: tuple[str, ...] = ()
     # "skip": a failed gate short-circuits registration and the run succeeds; "fail": the run fails.
     on_gate_failure: str = "skip"
 
@@ -426,8 +430,9 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         ),
         validation=ValidationPlan(
             expectations=tuple((e.name, dict(e.kwargs)) for e in spec.validation.expectations),
-            required_columns=(*training.features, training.label,
-                              *([training.group_column] if training.group_column else [])),
+            required_columns=tuple(dict.fromkeys((
+                *training.features, training.label, *([training.group_column] if training.group_column else []),
+                *spec.evaluation.slices))),
             max_volume_change=spec.validation.max_volume_change,
             schema=SchemaPolicy(
                 added_columns=spec.validation.schema_.added_columns,
@@ -450,9 +455,11 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
             task=training.task, features=tuple(training.features), label=training.label,
             group_column=training.group_column, metrics=tuple(spec.evaluation.metrics),
             decision_threshold=spec.evaluation.decision_threshold,
-            gates=tuple(Gate(metric=g.metric, op=g.op, threshold=g.threshold, relative=g.relative, text=str(g))
+            gates=tuple(Gate(metric=g.metric, op=g.op, threshold=g.threshold, relative=g.relative, text=str(g),
+                             worst_slice=g.worst_slice)
                         for g in spec.evaluation.gates),
             on_gate_failure=spec.evaluation.on_gate_failure,
+            slices=tuple(spec.evaluation.slices),
         ),
         registration=RegistrationPlan(model_name=spec.registration.model_name, alias=spec.registration.alias,
                                       challenger_alias=spec.registration.challenger_alias,

@@ -2,7 +2,7 @@
 
 Every Airflow task is a new process, and trainpipe's tasks import heavy libraries when they run:
 Great Expectations (validate), MLflow and its SQL store (train, evaluate, register, promote), MLflow's pyfunc
-loader and scikit-learn's metrics (evaluate). On a 2-core machine that is about 15 s of CPU per
+loader, scikit-learn's metrics and matplotlib (evaluate). On a 2-core machine that is about 15 s of CPU per
 fraud_detector run, most of it on the run's critical path. With the LocalExecutor, a deployment
 can have them imported once instead (Airflow >= 3.3)::
 
@@ -36,6 +36,10 @@ MODULES = (
     "mlflow.store.tracking.sqlalchemy_store",
     "mlflow.store.model_registry.sqlalchemy_store",
     "sklearn.metrics",
+    # The evaluation report's plots (evaluate): about a second of imports per task otherwise.
+    "sklearn.calibration",
+    "matplotlib.figure",
+    "matplotlib.backends.backend_agg",
 )
 
 

@@ -16,6 +16,7 @@ import trainpipe
 from trainpipe.demo.synthetic import (
     CLICK_FEATURES,
     TRANSACTION_FEATURES,
+    TRANSACTION_REGIONS,
     generate_clicks,
     generate_transactions,
     write_demo_data,
@@ -61,7 +62,7 @@ def test_naive_end_is_read_as_utc() -> None:
 
 
 def test_transactions_schema(transactions: pd.DataFrame) -> None:
-    assert list(transactions.columns) == ["transaction_id", "event_time", *TRANSACTION_FEATURES, "is_fraud"]
+    assert list(transactions.columns) == ["transaction_id", "event_time", *TRANSACTION_FEATURES, "region", "is_fraud"]
     assert len(transactions) == 20_000
     assert transactions["transaction_id"].dtype == np.int64
     assert transactions["transaction_id"].is_unique
@@ -77,6 +78,9 @@ def test_transactions_schema(transactions: pd.DataFrame) -> None:
     assert transactions["is_fraud"].dtype == np.int64
     assert set(transactions["is_fraud"].unique()) == {0, 1}
     assert (transactions["amount"] > 0).all()
+    shares = transactions["region"].value_counts(normalize=True)
+    assert set(shares.index) == set(TRANSACTION_REGIONS)
+    assert shares.to_dict() == pytest.approx({"north": 0.4, "south": 0.3, "east": 0.2, "west": 0.1}, abs=0.02)
 
 
 @pytest.mark.parametrize("seed", [7, 1, 2, 3])

@@ -38,6 +38,10 @@ TRANSACTION_FEATURES: tuple[str, ...] = (
 )
 """Feature columns of :func:`generate_transactions`, all float64. The label is ``is_fraud``."""
 
+TRANSACTION_REGIONS: tuple[str, ...] = ("north", "south", "east", "west")
+"""Values of the ``region`` column of :func:`generate_transactions` (not a feature: the example
+pipeline slices its evaluation by it), drawn 40/30/20/10%."""
+
 CLICK_FEATURES: tuple[str, ...] = (
     "bm25",
     "doc_quality",
@@ -88,8 +92,9 @@ def generate_transactions(
     """Card transactions with an ``is_fraud`` label, about 7% positive.
 
     Columns: ``transaction_id`` (int64, 1..rows in time order), ``event_time`` (UTC, uniform over
-    ``(end - days, end]``), the float64 features in :data:`TRANSACTION_FEATURES` and ``is_fraud``
-    (int64 0/1). ``hour_of_day`` is the UTC hour of ``event_time``.
+    ``(end - days, end]``), the float64 features in :data:`TRANSACTION_FEATURES`, ``region`` (str, one
+    of :data:`TRANSACTION_REGIONS`, independent of the rest) and ``is_fraud`` (int64 0/1).
+    ``hour_of_day`` is the UTC hour of ``event_time``.
 
     Fraud follows interactions rather than any single feature (large night-time amounts, foreign
     transactions at risky merchants, bursts on new accounts, card testing with tiny amounts), so a
@@ -126,6 +131,8 @@ def generate_transactions(
         + rng.normal(0.0, 0.5, rows)
     )
     is_fraud = (rng.random(rows) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
+    # Its own random stream: adding the column left every other column as it was.
+    region = np.random.default_rng([seed, 0x5E61]).choice(TRANSACTION_REGIONS, size=rows, p=[0.4, 0.3, 0.2, 0.1])
 
     return pd.DataFrame(
         {
@@ -138,6 +145,7 @@ def generate_transactions(
             "transactions_last_24h": txn_24h,
             "account_age_days": account_age,
             "is_foreign": is_foreign,
+            "region": region,
             "is_fraud": is_fraud,
         }
     )

@@ -122,15 +122,18 @@ class TrainOperator(_PipelineStepOperator):
 
 
 class EvaluateOperator(_PipelineStepOperator):
-    """Holdout metrics of the new model and of the current champion, on the same rows."""
+    """Holdout metrics (whole and per slice) of the new model and of the current champion, on the same
+    rows; the evaluation report and the snapshot's dataset inputs on the MLflow run."""
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trainpipe.runtime.evaluate import evaluate
 
         trained = context["ti"].xcom_pull(task_ids="train")
         plan = self.run_plan(context)
-        return evaluate(plan.evaluation, plan.registration, holdout_uri=self.snapshot_info(context).holdout_uri, model_uri=trained["model_uri"],
-                        mlflow_run_id=trained["mlflow_run_id"], hook=self.hook)
+        snapshot = self.snapshot_info(context)
+        return evaluate(plan.evaluation, plan.registration, holdout_uri=snapshot.holdout_uri, model_uri=trained["model_uri"],
+                        mlflow_run_id=trained["mlflow_run_id"], hook=self.hook, snapshot=snapshot,
+                        pipeline_id=plan.dag_id, settings=self.settings)
 
 
 class GateOperator(ShortCircuitOperator):

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainpipe import metrics, storage
+from trainpipe.errors import TrainpipeError
 from trainpipe.hooks.mlflow import MlflowHook, mlflow_metric_key
 from trainpipe.plan import EvaluationPlan, Gate, RegistrationPlan
+from trainpipe.settings import Settings
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from trainpipe.runtime.report import ReportInputs
+    from trainpipe.runtime.snapshot import SnapshotInfo
 
 log = logging.getLogger(__name__)
 
@@ -20,38 +29,89 @@ log = logging.getLogger(__name__)
 GATES_PASSED_TAG = "trainpipe.gates_passed"
 
 
-def score_model(model_uri: str, evaluation: EvaluationPlan, holdout_uri: str) -> dict[str, float]:
+# The evaluation report and its plots sit under this folder of the MLflow run's artifacts.
+REPORT_ARTIFACT_DIR = "evaluation"
+# A slice column with more distinct values than this in the holdout is refused: its slices would be
+# too small to judge and the report unreadable (bucket such a column first).
+MAX_SLICE_VALUES = 50
+
+
+class SliceColumnError(TrainpipeError, ValueError):
+    """An ``evaluation.slices`` column is missing from the holdout or has too many distinct values."""
+
+
+def predict(model_uri: str, holdout: pd.DataFrame, evaluation: EvaluationPlan) -> np.ndarray:
     import mlflow.pyfunc
     import pandas as pd
 
-    holdout = storage.read_parquet_uri(holdout_uri)
     # No check of the model's pip requirements against this worker: it reads the metadata of every
     # installed distribution (seconds per task), and the serving environment is decided elsewhere.
     model = mlflow.pyfunc.load_model(model_uri, suppress_warnings=True)
-    scores = model.predict(holdout[list(evaluation.features)])
+    return pd.Series(model.predict(holdout[list(evaluation.features)])).to_numpy(dtype=float).ravel()
+
+
+def holdout_metrics(evaluation: EvaluationPlan, holdout: pd.DataFrame, scores: np.ndarray) -> dict[str, float]:
     return metrics.compute_metrics(
         evaluation.task,
         list(evaluation.metrics),
         y_true=holdout[evaluation.label].to_numpy(),
-        y_score=pd.Series(scores).to_numpy(dtype=float).ravel(),
+        y_score=scores,
         groups=holdout[evaluation.group_column].to_numpy() if evaluation.group_column else None,
         threshold=evaluation.decision_threshold,
     )
 
 
+def holdout_slices(evaluation: EvaluationPlan, holdout: pd.DataFrame, candidate: np.ndarray,
+                   champion: np.ndarray | None) -> dict[str, list[dict[str, Any]]]:
+    """Column -> ``[{"value", "rows", "candidate": {metric: value}, "champion": {...} | None, "undefined": {...}}]``;
+    a metric a slice cannot give is None, its reason in ``undefined`` (see ``metrics.slice_metrics``)."""
+    slices: dict[str, list[dict[str, Any]]] = {}
+    for column in evaluation.slices:
+        if column not in holdout.columns:
+            raise SliceColumnError(f"evaluation.slices: column {column!r} is not in the holdout; its columns are "
+                                   f"{', '.join(map(str, holdout.columns))}")
+        distinct = holdout[column].nunique(dropna=False)
+        if distinct > MAX_SLICE_VALUES:
+            raise SliceColumnError(f"evaluation.slices: column {column!r} has {distinct} distinct values in the holdout, "
+                                   f"more than {MAX_SLICE_VALUES}; slice by a coarser column (bucket this one first)")
+        common = dict(y_true=holdout[evaluation.label].to_numpy(), slice_values=holdout[column].to_numpy(),
+                      groups=holdout[evaluation.group_column].to_numpy() if evaluation.group_column else None,
+                      threshold=evaluation.decision_threshold)
+        per_model = {name: metrics.slice_metrics(evaluation.task, list(evaluation.metrics), y_score=scores, **common)
+                     for name, scores in (("candidate", candidate), ("champion", champion)) if scores is not None}
+        slices[column] = [
+            {"value": entry["value"], "rows": entry["rows"], "candidate": entry["metrics"],
+             "champion": per_model["champion"][index]["metrics"] if "champion" in per_model else None,
+             "undefined": entry["undefined"]}
+            for index, entry in enumerate(per_model["candidate"])
+        ]
+    return slices
+
+
 def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, holdout_uri: str, model_uri: str,
-             mlflow_run_id: str, hook: MlflowHook) -> dict[str, Any]:
-    candidate = score_model(model_uri, evaluation, holdout_uri)
+             mlflow_run_id: str, hook: MlflowHook, snapshot: SnapshotInfo | None = None,
+             pipeline_id: str | None = None, settings: Settings | None = None) -> dict[str, Any]:
+    """Score the candidate and the champion on the holdout (whole and per slice), check the gates,
+    and record it all on the MLflow run: metrics, the verdict tag, the evaluation report and, given
+    the ``snapshot``, its splits as dataset inputs."""
+    holdout = storage.read_parquet_uri(holdout_uri)
+    candidate_scores = predict(model_uri, holdout, evaluation)
+    candidate = holdout_metrics(evaluation, holdout, candidate_scores)
     log.info("candidate on holdout: %s", _fmt(candidate))
     champion_version = hook.version_by_alias(registration.model_name, registration.alias)
-    champion = None
+    champion = champion_scores = None
     if champion_version is not None:
         champion_uri = f"models:/{registration.model_name}@{registration.alias}"
-        champion = score_model(champion_uri, evaluation, holdout_uri)
+        champion_scores = predict(champion_uri, holdout, evaluation)
+        champion = holdout_metrics(evaluation, holdout, champion_scores)
         log.info("champion (version %s) on the same holdout: %s", champion_version.version, _fmt(champion))
     else:
         log.info("no %s of %s yet: relative gates will pass", registration.alias, registration.model_name)
-    outcomes = check_gates(evaluation.gates, {"candidate": candidate, "champion": champion})
+    slices = holdout_slices(evaluation, holdout, candidate_scores, champion_scores)
+    for column, entries in slices.items():
+        log.info("slices of %s: %s", column, "; ".join(
+            f"{entry['value']} ({entry['rows']} rows) {_fmt_optional(entry['candidate'])}" for entry in entries))
+    outcomes = check_gates(evaluation.gates, {"candidate": candidate, "champion": champion, "slices": slices})
     passed = all(o.passed for o in outcomes)
     from mlflow.entities import RunTag
 
@@ -60,16 +120,93 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     hook.client.log_batch(
         mlflow_run_id,
         metrics=_metric_entities({f"holdout_{mlflow_metric_key(k)}": v for k, v in candidate.items()}
-                                 | {f"champion_holdout_{mlflow_metric_key(k)}": v for k, v in (champion or {}).items()}),
+                                 | {f"champion_holdout_{mlflow_metric_key(k)}": v for k, v in (champion or {}).items()}
+                                 | _worst_slice_metrics(evaluation, slices)),
         tags=[RunTag(GATES_PASSED_TAG, str(passed).lower())],
     )
-    return {
+    result = {
         "candidate": candidate,
         "champion": champion,
         "champion_version": champion_version.version if champion_version else None,
         "gates": outcomes_as_dicts(outcomes),
         "gates_passed": passed,
+        "slices": slices,
     }
+    report_inputs = _report_inputs(evaluation, registration, holdout, result, candidate_scores, champion_scores,
+                                   mlflow_run_id=mlflow_run_id, snapshot=snapshot, pipeline_id=pipeline_id)
+    result["report"] = log_report(hook, mlflow_run_id, report_inputs)
+    if snapshot is not None and pipeline_id is not None:
+        from trainpipe.runtime.datasets import log_snapshot_inputs
+
+        log_snapshot_inputs(hook, mlflow_run_id, pipeline_id, snapshot, holdout, settings=settings or Settings.from_env())
+    return result
+
+
+def _worst_slice_metrics(evaluation: EvaluationPlan, slices: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """``worst_slice_<metric>`` of the candidate, for MLflow's charts across runs."""
+    values = {}
+    for name in evaluation.metrics if slices else ():
+        worst = metrics.worst_slice(name, slices, model="candidate")
+        if worst is not None:
+            values[f"worst_slice_{mlflow_metric_key(name)}"] = worst[1]["candidate"][name]
+    return values
+
+
+def _report_inputs(evaluation: EvaluationPlan, registration: RegistrationPlan, holdout: pd.DataFrame,
+                   result: dict[str, Any], candidate_scores: np.ndarray, champion_scores: np.ndarray | None, *,
+                   mlflow_run_id: str, snapshot: SnapshotInfo | None, pipeline_id: str | None) -> ReportInputs:
+    from trainpipe.runtime.report import ModelScores, ReportInputs
+
+    version = result["champion_version"]
+    champion_label = f"{registration.alias} (version {version})"
+    facts = [("registered model", registration.model_name),
+             ("champion", f"version {version} (alias {registration.alias})" if version else "none yet"),
+             ("MLflow run", mlflow_run_id),
+             ("holdout rows", f"{len(holdout):,}"),
+             ("task", evaluation.task)]
+    if evaluation.task == "binary_classification":
+        facts.append(("decision threshold", f"{evaluation.decision_threshold:g}"))
+    if snapshot is not None:
+        facts.append(("snapshot sha256", snapshot.digest))
+        if snapshot.window_start or snapshot.window_end:
+            facts.append(("data window", f"{snapshot.window_start} .. {snapshot.window_end}"))
+    if evaluation.slices:
+        facts.append(("sliced by", ", ".join(evaluation.slices)))
+    return ReportInputs(
+        title=f"Evaluation of {pipeline_id or registration.model_name}: candidate vs {registration.alias}",
+        task=evaluation.task,
+        metric_names=evaluation.metrics,
+        y_true=holdout[evaluation.label].to_numpy(dtype=float),
+        candidate=ModelScores(label="candidate", scores=candidate_scores, metrics=result["candidate"]),
+        champion=ModelScores(label=champion_label, scores=champion_scores, metrics=result["champion"])
+        if champion_scores is not None else None,
+        decision_threshold=evaluation.decision_threshold,
+        groups=holdout[evaluation.group_column].to_numpy() if evaluation.group_column else None,
+        slices=result["slices"],
+        gates=tuple(result["gates"]),
+        facts=tuple(facts),
+    )
+
+
+def log_report(hook: MlflowHook, mlflow_run_id: str, inputs: ReportInputs) -> dict[str, str]:
+    """Write the report and its plots, log them under ``evaluation/`` of the run; the XCom's ``report``."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from trainpipe.runtime.report import REPORT_FILE, write_report
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="trainpipe-report-") as folder:
+        files = write_report(inputs, Path(folder))
+        hook.client.log_artifacts(mlflow_run_id, folder, REPORT_ARTIFACT_DIR)
+    run = hook.client.get_run(mlflow_run_id)
+    artifact_path = f"{REPORT_ARTIFACT_DIR}/{REPORT_FILE}"
+    log.info("evaluation report: %s of MLflow run %s (%d files, %.1f s)", artifact_path, mlflow_run_id, len(files),
+             time.monotonic() - started)
+    # runs:/ rather than the store's location: it names no machine path and resolves with any client.
+    return {"run_id": mlflow_run_id, "experiment_id": run.info.experiment_id, "artifact_path": artifact_path,
+            "artifact_uri": f"runs:/{mlflow_run_id}/{artifact_path}"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,27 +224,55 @@ class GateOutcome:
 _OPS = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
 
 
-def check_gate(gate: Gate, candidate: dict[str, float], champion: dict[str, float] | None) -> GateOutcome:
-    value = candidate[gate.metric]
+def check_gate(gate: Gate, candidate: dict[str, float], champion: dict[str, float] | None,
+               slices: dict[str, list[dict[str, Any]]] | None = None) -> GateOutcome:
+    """``slices`` (as ``holdout_slices`` returns them) is needed by a worst_slice gate only."""
+    if gate.worst_slice:
+        return _check_worst_slice_gate(gate, slices or {}, has_champion=champion is not None)
+    return _compare(gate, candidate[gate.metric], champion[gate.metric] if champion is not None else None,
+                    has_champion=champion is not None)
+
+
+def _compare(gate: Gate, value: float, baseline: float | None, *, has_champion: bool, where: str = "") -> GateOutcome:
     if not gate.relative:
         passed = _OPS[gate.op](value, gate.threshold)
         return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=None, compared=value,
-                           threshold=gate.threshold, passed=passed, note="absolute")
-    if champion is None:
+                           threshold=gate.threshold, passed=passed, note=f"absolute{where}")
+    if not has_champion:
         return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=None, compared=0.0,
-                           threshold=gate.threshold, passed=True, note="no champion yet")
-    baseline = champion[gate.metric]
+                           threshold=gate.threshold, passed=True, note=f"no champion yet{where}")
+    if baseline is None:
+        return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=None, compared=0.0,
+                           threshold=gate.threshold, passed=True, note=f"no slice of the champion has {gate.metric}{where}")
     # Improvement in the metric's good direction, relative to the champion.
     change = (value - baseline) / abs(baseline) if baseline else (value - baseline)
     if not metrics.higher_is_better(gate.metric):
         change = -change
     passed = _OPS[gate.op](change, gate.threshold)
     return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=baseline, compared=change,
-                       threshold=gate.threshold, passed=passed, note=f"{change * 100:+.3f}% vs champion")
+                       threshold=gate.threshold, passed=passed, note=f"{change * 100:+.3f}% vs champion{where}")
+
+
+def _check_worst_slice_gate(gate: Gate, slices: dict[str, list[dict[str, Any]]], *, has_champion: bool) -> GateOutcome:
+    """The candidate's worst slice against the threshold, or (relative) against the champion's own worst slice."""
+    worst = metrics.worst_slice(gate.metric, slices, model="candidate")
+    if worst is None:
+        # No slice can give the metric (e.g. every slice holds one class): nothing shows the model is fit.
+        # 0.0 stands for "no value": the outcome travels as JSON, which has no NaN.
+        return GateOutcome(gate=str(gate), metric=gate.metric, value=0.0, baseline=None, compared=0.0,
+                           threshold=gate.threshold, passed=False,
+                           note=f"no slice has a value of {gate.metric}" + ("" if slices else " (no slices computed)"))
+    column, entry = worst
+    where = f"; worst slice {column}={entry['value']} ({entry['rows']} rows)"
+    champion_worst = metrics.worst_slice(gate.metric, slices, model="champion") if has_champion else None
+    baseline = champion_worst[1]["champion"][gate.metric] if champion_worst else None
+    if gate.relative and champion_worst is not None:
+        where += f", champion's worst {champion_worst[0]}={champion_worst[1]['value']}"
+    return _compare(gate, entry["candidate"][gate.metric], baseline, has_champion=has_champion, where=where)
 
 
 def check_gates(gates: tuple[Gate, ...], evaluation: dict[str, Any]) -> list[GateOutcome]:
-    outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"]) for g in gates]
+    outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"], evaluation.get("slices")) for g in gates]
     for outcome in outcomes:
         log_gate(asdict(outcome))
     return outcomes
@@ -133,6 +298,10 @@ def _metric_entities(values: dict[str, float]) -> list[Any]:
 
 def _fmt(values: dict[str, float]) -> str:
     return ", ".join(f"{k}={v:.4f}" for k, v in values.items())
+
+
+def _fmt_optional(values: dict[str, float | None]) -> str:
+    return ", ".join(f"{k}={v:.4f}" if v is not None else f"{k}=n/a" for k, v in values.items())
 
 
 def outcomes_as_dicts(outcomes: list[GateOutcome]) -> list[dict[str, Any]]:

@@ -313,8 +313,12 @@ class TrainingSpec(_Model):
 # evaluation, gates, registration
 
 _GATE = re.compile(
-    r"^\s*(?P<metric>[A-Za-z_][\w@]*)\s*(?P<op>>=|<=|>|<)\s*(?P<sign>[+-])?(?P<value>\d+(?:\.\d+)?|\.\d+)\s*(?P<pct>%)?\s*$"
+    r"^\s*(?:worst_slice\(\s*(?P<slice_metric>[A-Za-z_][\w@]*)\s*\)|(?P<metric>[A-Za-z_][\w@]*))"
+    r"\s*(?P<op>>=|<=|>|<)\s*(?P<sign>[+-])?(?P<value>\d+(?:\.\d+)?|\.\d+)\s*(?P<pct>%)?\s*$"
 )
+# The gate on the worst slice; "min_slice"/"max_slice" are refused with a pointer to it, since
+# which of the two is the worst depends on the metric.
+WORST_SLICE = "worst_slice"
 
 
 class GateSpec(_Model):
@@ -326,11 +330,18 @@ class GateSpec(_Model):
         description="Compare the change over the current champion instead of the value; passes when there is no champion yet.",
         examples=[False],
     )
+    worst_slice: bool = Field(
+        default=False,
+        description="Apply the gate to the worst value over every slice of evaluation.slices (the lowest, or the "
+        "highest for log_loss, rmse and mae) instead of the whole holdout.",
+        examples=[False],
+    )
 
     def __str__(self) -> str:
+        metric = f"{WORST_SLICE}({self.metric})" if self.worst_slice else self.metric
         if self.relative:
-            return f"{self.metric} {self.op} {self.threshold * 100:+g}% vs champion"
-        return f"{self.metric} {self.op} {self.threshold:g}"
+            return f"{metric} {self.op} {self.threshold * 100:+g}% vs champion"
+        return f"{metric} {self.op} {self.threshold:g}"
 
 
 def _parse_gate(value: Any) -> Any:
@@ -338,9 +349,16 @@ def _parse_gate(value: Any) -> Any:
         return value
     match = _GATE.match(value)
     if not match:
+        wrong_slice = re.match(r"^\s*(min|max)_slice\(\s*([^)\s]*)", value)
+        if wrong_slice:
+            raise ValueError(
+                f"cannot read gate {value!r}: write '{WORST_SLICE}({wrong_slice[2]}) OP VALUE'; the worst slice is "
+                "the lowest value, or the highest for log_loss, rmse and mae"
+            )
         raise ValueError(
-            f"cannot read gate {value!r}: write 'METRIC OP VALUE' such as 'auc >= 0.80', or a relative "
-            "improvement over the champion such as 'ndcg@10 >= +0.5%'"
+            f"cannot read gate {value!r}: write 'METRIC OP VALUE' such as 'auc >= 0.80', a relative "
+            "improvement over the champion such as 'ndcg@10 >= +0.5%', or a gate on the worst slice such as "
+            f"'{WORST_SLICE}(auc) >= 0.75'"
         )
     number = float(match["value"])
     relative = bool(match["sign"] or match["pct"])
@@ -348,7 +366,9 @@ def _parse_gate(value: Any) -> Any:
         number /= 100.0
     if match["sign"] == "-":
         number = -number
-    return {"metric": match["metric"], "op": match["op"], "threshold": number, "relative": relative}
+    on_slices = match["slice_metric"] is not None
+    return {"metric": match["slice_metric"] if on_slices else match["metric"], "op": match["op"], "threshold": number,
+            "relative": relative, "worst_slice": on_slices}
 
 
 class EvaluationSpec(_Model):
@@ -359,17 +379,31 @@ class EvaluationSpec(_Model):
             BeforeValidator(_parse_gate),
             WithJsonSchema({
                 "anyOf": [
-                    {"type": "string", "pattern": r"^\s*[A-Za-z_][\w@]*\s*(>=|<=|>|<)\s*[+-]?(\d+(\.\d+)?|\.\d+)\s*%?\s*$"},
+                    {"type": "string", "pattern": r"^\s*([A-Za-z_][\w@]*|worst_slice\(\s*[A-Za-z_][\w@]*\s*\))\s*(>=|<=|>|<)\s*[+-]?(\d+(\.\d+)?|\.\d+)\s*%?\s*$"},
                     GateSpec.model_json_schema(),
                 ],
-                "description": "'METRIC OP VALUE' (absolute) or 'METRIC OP +N%' (relative to the champion).",
+                "description": "'METRIC OP VALUE' (absolute), 'METRIC OP +N%' (relative to the champion), either "
+                "on 'worst_slice(METRIC)' (the worst slice of evaluation.slices).",
             }),
         ]
     ] = Field(
         default_factory=list,
-        description="All must pass before the model is registered: 'auc >= 0.80' (absolute) or "
-        "'auc >= +0.1%' (relative to the current champion).",
-        examples=[["auc >= 0.80", "auc >= +0.1%"]],
+        description="All must pass before the model is registered: 'auc >= 0.80' (absolute), "
+        "'auc >= +0.1%' (relative to the current champion), or 'worst_slice(auc) >= 0.75' (the worst slice "
+        "of evaluation.slices: the lowest value, the highest for log_loss, rmse and mae).",
+        examples=[["auc >= 0.80", "auc >= +0.1%", "worst_slice(auc) >= 0.75"]],
+    )
+    slices: Annotated[
+        list[str],
+        BeforeValidator(lambda value: [value] if isinstance(value, str) else value),
+        WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
+    ] = Field(
+        default_factory=list,
+        description="Columns of the data to slice the holdout by: every metric is computed for each value of each "
+        "column (missing values form their own slice), shown in the evaluation report, and gated by "
+        "'worst_slice(METRIC)' gates. One column or a list; the columns need not be features, and validation "
+        "requires them in the data.",
+        examples=[["region"]],
     )
     holdout_fraction: float = Field(
         default=0.2, gt=0, lt=1, description="Share of the snapshot held out for evaluation (by row, or by query for ranking).", examples=[0.2]

@@ -154,6 +154,11 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
         if isinstance(metric_names, list) and gate.metric not in metric_names:
             add(("evaluation", "gates", index),
                 f"gate '{gate}' uses {gate.metric!r}, which evaluation does not compute; add it to evaluation.metrics")
+        if gate.worst_slice and not _get(data, "evaluation", "slices"):
+            add(("evaluation", "gates", index),
+                f"gate '{gate}' is on the worst slice, but evaluation.slices names no column; add e.g. "
+                f"`slices: [region]` to evaluation, or gate the whole holdout with '{gate.metric} ...'")
+    problems.extend(_slice_problems(loaded, label=label, group_column=group_column, task=task))
 
     problems.extend(_alias_problems(loaded))
 
@@ -241,6 +246,29 @@ def _alias_problems(loaded: LoadedYaml) -> list[SpecProblem]:
                 problems.append(loaded.problem(("registration", where), (
                     f"{values[key]!r} is also registration.{clash}; the production, challenger and previous "
                     "aliases must differ")))
+    return problems
+
+
+def _slice_problems(loaded: LoadedYaml, *, label: Any, group_column: Any, task: Any) -> list[SpecProblem]:
+    """evaluation.slices: each column once, and not the label (a slice of one class has no auc)."""
+    problems: list[SpecProblem] = []
+    slices = _get(loaded.data, "evaluation", "slices")
+    seen: set[Any] = set()
+    for index, column in enumerate(slices if isinstance(slices, list) else []):
+        here = ("evaluation", "slices", index)
+        if not isinstance(column, str):
+            continue  # pydantic reports it
+        if not column.strip():
+            problems.append(loaded.problem(here, "a slice column name is empty; name a column of the data"))
+        elif column == label:
+            problems.append(loaded.problem(here, f"{column!r} is the label: its slices would each hold one label value; "
+                                                 "slice by another column"))
+        elif column in seen:
+            problems.append(loaded.problem(here, f"{column!r} is listed twice; remove one"))
+        elif task == "ranking" and column == group_column:
+            problems.append(loaded.problem(here, f"{column!r} is the query id: every query would be its own slice; "
+                                                 "slice by a column that groups queries (market, device, ...)"))
+        seen.add(column)
     return problems
 
 

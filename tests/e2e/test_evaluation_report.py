@@ -1,0 +1,136 @@
+"""The demo pipeline's evaluation report and dataset inputs, end to end: real `dag.test()`, real
+torchrun, real MLflow (sqlite). The run's artifacts hold evaluation/report.html and its PNGs, the
+report shows the region slices, and the run's dataset inputs carry the snapshot digest."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from trainpipe.demo.synthetic import TRANSACTION_REGIONS, generate_transactions
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+END = datetime(2026, 7, 31, tzinfo=timezone.utc)
+BINARY_PLOTS = {"roc.png", "precision_recall.png", "calibration.png", "confusion_matrix.png", "slices_region.png"}
+
+
+class _Headings(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.headings: list[str] = []
+        self.cells: list[str] = []
+        self.images = 0
+        self._open: str | None = None
+        self._text = ""
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("h2", "h3", "td"):
+            self._open, self._text = tag, ""
+        elif tag == "img" and dict(attrs)["src"].startswith("data:image/png;base64,"):
+            self.images += 1
+
+    def handle_data(self, data):
+        if self._open:
+            self._text += data
+
+    def handle_endtag(self, tag):
+        if tag == self._open:
+            (self.cells if tag == "td" else self.headings).append(self._text.strip())
+            self._open = None
+
+
+@pytest.fixture(scope="module")
+def fraud_run(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One run of the shipped fraud_detector spec (it slices by region) under its own pipeline id."""
+    demo = state_dir / "storage" / "demo" / "report_transactions"
+    demo.mkdir(parents=True, exist_ok=True)
+    generate_transactions(rows=12000, days=25, end=END).to_parquet(demo / "transactions.parquet", index=False)
+    configs = tmp_path_factory.mktemp("report_configs")
+    spec = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
+    assert "slices: [region]" in spec and "worst_slice(auc)" in spec
+    spec = (spec.replace("pipeline_id: fraud_detector", "pipeline_id: fraud_report")
+            .replace("transactions/transactions.parquet", "report_transactions/transactions.parquet")
+            .replace("model_name: fraud_detector", "model_name: fraud_report"))
+    (configs / "fraud_report.yaml").write_text(spec)
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
+        bag = DagBag(dag_folder=str(REPO / "dags"))
+        assert bag.import_errors == {}
+        dag_run = bag.get_dag("fraud_report").test(logical_date=END)
+    states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    assert states["evaluate"] == "success", states
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    [run] = client.search_runs([client.get_experiment_by_name("trainpipe/fraud_report").experiment_id],
+                               filter_string=f"tags.`trainpipe.airflow_run_id` = '{dag_run.run_id}'")
+    evaluation = next(ti for ti in dag_run.get_task_instances() if ti.task_id == "evaluate").xcom_pull(task_ids="evaluate")
+    return client, run, states, evaluation
+
+
+def test_the_run_holds_the_report_and_its_plots(fraud_run, state_dir, tmp_path):
+    client, run, states, evaluation = fraud_run
+
+    assert states["register"] == "success"  # the demo's gates, the worst-slice one included, pass
+    files = {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "evaluation")}
+    assert files == {"report.html", *BINARY_PLOTS}
+    assert evaluation["report"] == {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id,
+                                    "artifact_path": "evaluation/report.html",
+                                    "artifact_uri": f"runs:/{run.info.run_id}/evaluation/report.html"}
+    import mlflow.artifacts
+
+    local = mlflow.artifacts.download_artifacts(evaluation["report"]["artifact_uri"], dst_path=str(tmp_path))
+    page = _Headings()
+    page.feed(Path(local).read_text(encoding="utf-8"))
+    assert page.headings[:5] == ["Summary", "Gates", "Metrics on the holdout", "Plots", "Slices"]
+    assert "region" in page.headings
+    assert page.images == len(BINARY_PLOTS)
+    assert set(TRANSACTION_REGIONS) <= set(page.cells)
+    assert "worst_slice(auc) >= 0.75" in page.cells
+    text = Path(local).read_text(encoding="utf-8")
+    assert str(state_dir) not in text and str(REPO) not in text  # no path of this machine
+
+
+def test_the_evaluate_xcom_keeps_its_keys_and_adds_the_slices(fraud_run):
+    _, run, _, evaluation = fraud_run
+
+    assert set(evaluation) == {"candidate", "champion", "champion_version", "gates", "gates_passed", "slices", "report"}
+    regions = {entry["value"]: entry for entry in evaluation["slices"]["region"]}
+    assert set(regions) == set(TRANSACTION_REGIONS)
+    assert set(regions["north"]["candidate"]) == set(evaluation["candidate"])
+    worst = min(entry["candidate"]["auc"] for entry in regions.values())
+    [gate] = [g for g in evaluation["gates"] if g["gate"] == "worst_slice(auc) >= 0.75"]
+    assert gate["value"] == worst and gate["passed"]
+    assert run.data.metrics["worst_slice_auc"] == pytest.approx(worst)
+
+
+def test_the_dataset_inputs_carry_the_snapshot_digest(fraud_run):
+    client, run, _, _ = fraud_run
+    from trainpipe.runtime.datasets import MLFLOW_DIGEST_LENGTH
+
+    digest = run.data.tags["trainpipe.dataset_digest"]
+    inputs = {d.dataset.name: d for d in client.get_run(run.info.run_id).inputs.dataset_inputs}
+    assert set(inputs) == {"fraud_report-train", "fraud_report-holdout"}
+    contexts = {name: {t.key: t.value for t in d.tags}["mlflow.data.context"] for name, d in inputs.items()}
+    assert contexts == {"fraud_report-train": "training", "fraud_report-holdout": "evaluation"}
+    rows = {}
+    for name, dataset_input in inputs.items():
+        dataset = dataset_input.dataset
+        assert dataset.digest == digest[:MLFLOW_DIGEST_LENGTH]
+        profile = json.loads(dataset.profile)
+        assert profile["snapshot_sha256"] == digest
+        rows[name] = profile["num_rows"]
+        split = name.removeprefix("fraud_report-")
+        assert json.loads(dataset.source) == {"uri": f"snapshots/fraud_report/{digest[:16]}/{split}.parquet"}
+        columns = {c["name"] for c in json.loads(dataset.schema)["mlflow_colspec"]}
+        assert {"amount", "region", "is_fraud", "event_time"} <= columns
+    assert rows["fraud_report-train"] > rows["fraud_report-holdout"] > 0
