@@ -225,30 +225,31 @@ def _duplicate(loaded: LoadedYaml | None, path: Path, name: str, dag_id: str, wh
     return SpecError([loaded.problem(("pipeline_id",), f"{dag_id!r} {where}; pipeline ids must be unique, rename one")])
 
 
-def _declared_ids(paths: list[Path]) -> dict[str, Path]:
-    """pipeline id -> the first of ``paths`` whose top-level ``pipeline_id:`` line names it (a quick
-    look, as for a task run; files it cannot read are skipped: their own shard reports them)."""
-    first: dict[str, Path] = {}
-    for path in paths:
-        try:
-            with open(path, "rb", buffering=0) as handle:
-                head = handle.read(1 << 20)
-        except OSError:
-            continue
-        match = _PIPELINE_ID_LINE.search(head.decode("utf-8", "replace"))
-        if match is not None:
-            first.setdefault(match.group(1), path)
-    return first
+def declared_pipeline_id(path: Path) -> str | None:
+    """The id a file's top-level ``pipeline_id:`` line names (the quick look of a task run), or None
+    (no such line, or unreadable: the file's own shard reports it)."""
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            head = handle.read(1 << 20)
+    except OSError:
+        return None
+    match = _PIPELINE_ID_LINE.search(head.decode("utf-8", "replace"))
+    return match.group(1) if match is not None else None
 
 
-def _drop_cross_shard_duplicates(result: CompileResult, others: list[Path], root: Path) -> None:
+def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others: list[Path], root: Path,
+                                 cache: PlanCache) -> None:
     """A pipeline id this shard compiled that a file of another shard, earlier in path order, also
     declares is an error here (the earlier file's shard owns the id), as within one folder."""
     if not result.plans or not others:
         return
-    declared = _declared_ids(others)
+    ids = cache.declared_ids([*mine, *others], declared_pipeline_id)
+    first: dict[str, Path] = {}
+    for path in others:  # in path order
+        if ids.get(path) is not None:
+            first.setdefault(ids[path], path)
     for dag_id, plan in list(result.plans.items()):
-        earlier = declared.get(dag_id)
+        earlier = first.get(dag_id)
         path = result.files[plan.spec_file]
         if earlier is None or earlier.relative_to(root).parts > path.relative_to(root).parts:
             continue
@@ -301,7 +302,7 @@ def register_dags(namespace: dict[str, Any], directory: Path, *,
         result.cache_keys.update(elsewhere.cache_keys)
         result.cached.update(elsewhere.cached)
     elif only is None:
-        _drop_cross_shard_duplicates(result, others, root)
+        _drop_cross_shard_duplicates(result, mine or [], others, root, cache)
     airflow = airflow_fingerprint()
     for dag_id, plan in list(result.plans.items()):
         key = result.cache_keys.get(plan.spec_file)

@@ -33,6 +33,7 @@ import stat
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,9 @@ class PlanCache:
         self.folder = base / self.fingerprint[:32]
         root_id = hashlib.sha256(str(configs_root.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
         self.path = self.folder / f"{root_id}-{bucket}.pickle"
+        # The pipeline id each spec file of the folder declares, by path and file signature: shared by
+        # every shard of the folder (each needs the others' ids to refuse a duplicate).
+        self.ids_path = self.folder / f"{root_id}-ids.pickle"
         # key -> (plan pickle, airflow fingerprint, DAG pickle or None)
         self._stored: dict[str, tuple[bytes, str, bytes | None]] = {}
         self._used: dict[str, tuple[bytes, str, bytes | None]] = {}
@@ -114,18 +118,21 @@ class PlanCache:
         self.misses = 0
 
     def load(self) -> PlanCache:
-        try:
-            self._stored = self._read()
-        except FileNotFoundError:
-            self._stored = {}
-        except Exception as err:  # corrupt, foreign or unreadable: recompile, never fail the parse
-            log.warning("trainpipe: ignoring the plan cache %s (%s: %s); its specs are compiled again",
-                        self.path.name, type(err).__name__, err)
-            self._stored = {}
+        self._stored = self._read_or_empty(self.path)
         return self
 
-    def _read(self) -> dict[str, tuple[bytes, str, bytes | None]]:
-        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+    def _read_or_empty(self, path: Path) -> dict:
+        try:
+            return self._read(path)
+        except FileNotFoundError:
+            return {}
+        except Exception as err:  # corrupt, foreign or unreadable: recompile, never fail the parse
+            log.warning("trainpipe: ignoring the plan cache %s (%s: %s); its specs are compiled again",
+                        path.name, type(err).__name__, err)
+            return {}
+
+    def _read(self, path: Path) -> dict:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
@@ -190,25 +197,51 @@ class PlanCache:
         self._used[key] = (stored[0], airflow, pickled)
         self._changed = True
 
+    def declared_ids(self, paths: list[Path], look: Callable[[Path], str | None]) -> dict[Path, str | None]:
+        """The pipeline id each of ``paths`` declares, by ``look`` (a quick read of the file), remembered
+        by the file's signature (inode, size, modification and change times): a parse reads only the
+        files changed since the last one, and stats the others."""
+        index = self._read_or_empty(self.ids_path)
+        fresh: dict[str, tuple[tuple[int, int, int, int], str | None]] = {}
+        declared: dict[Path, str | None] = {}
+        for path in paths:
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            signature = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            entry = index.get(str(path))
+            if not (isinstance(entry, tuple) and len(entry) == 2 and entry[0] == signature
+                    and (entry[1] is None or isinstance(entry[1], str))):
+                entry = (signature, look(path))
+            fresh[str(path)] = entry
+            declared[path] = entry[1]
+        if fresh != index:
+            self._write(self.ids_path, fresh)
+        return declared
+
     def save(self) -> None:
         """Keep exactly the entries used by this parse. Never raises: a cache that cannot be written
         only costs the next parse its hits."""
         if not self._changed and self._used.keys() == self._stored.keys():
             return
+        self._write(self.path, self._used)
+
+    def _write(self, path: Path, entries: dict) -> None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd, temporary = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".pickle")
             try:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(_MAGIC + self.fingerprint.encode("ascii"))
-                    pickle.dump(self._used, handle, protocol=pickle.HIGHEST_PROTOCOL)
-                os.replace(temporary, self.path)
+                    pickle.dump(entries, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                os.replace(temporary, path)
             except BaseException:
                 Path(temporary).unlink(missing_ok=True)
                 raise
             _remove_stale_folders(self.folder)
         except Exception as err:
-            log.warning("trainpipe: the plan cache %s could not be written (%s: %s)", self.path, type(err).__name__, err)
+            log.warning("trainpipe: the plan cache %s could not be written (%s: %s)", path.name, type(err).__name__, err)
 
 
 def _remove_stale_folders(current: Path) -> None:
