@@ -282,14 +282,28 @@ def register_dags(namespace: dict[str, Any], directory: Path, *,
     """
     from airflow.sdk import get_parsing_context
 
-    from trainpipe.airflow_compat import report_spec_errors
-    from trainpipe.dag_builder import build_dag
-    from trainpipe.plan_cache import PlanCache, airflow_fingerprint
+    from trainpipe.plan_cache import PlanCache
 
     root = directory.resolve()
     number, mine, others = shard if shard is not None else (0, None, [])
     only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
     cache = PlanCache(root, f"shard{number:02d}" if shard is not None else "all").load()
+    try:
+        return _register(namespace, directory, root, only, mine, others, cache)
+    except BaseException:
+        # Interrupted (Airflow's import timeout is a BaseException): keep what this parse compiled,
+        # so that the next parse of an overloaded dag-processor starts further on.
+        if only is None:
+            cache.save(complete=False)
+        raise
+
+
+def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str | None, mine: list[Path] | None,
+              others: list[Path], cache: PlanCache) -> CompileResult:
+    from trainpipe.airflow_compat import report_spec_errors
+    from trainpipe.dag_builder import build_dag
+    from trainpipe.plan_cache import airflow_fingerprint
+
     result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only, files=mine, cache=cache)
     if only is not None and only not in result.plans and others:
         # The spec is in another shard now (the folder crossed SINGLE_FILE_MAX since the run started):

@@ -220,12 +220,13 @@ class PlanCache:
             self._write(self.ids_path, fresh)
         return declared
 
-    def save(self) -> None:
-        """Keep exactly the entries used by this parse. Never raises: a cache that cannot be written
-        only costs the next parse its hits."""
-        if not self._changed and self._used.keys() == self._stored.keys():
+    def save(self, *, complete: bool = True) -> None:
+        """Keep exactly the entries used by this parse, or for an interrupted parse (``complete``
+        False) those and the ones it did not reach. Never raises: a cache that cannot be written only
+        costs the next parse its hits."""
+        if not self._changed and (not complete or self._used.keys() == self._stored.keys()):
             return
-        self._write(self.path, self._used)
+        self._write(self.path, self._used if complete else {**self._stored, **self._used})
 
     def _write(self, path: Path, entries: dict) -> None:
         try:

@@ -1,10 +1,10 @@
 """Which DAG file compiles which spec: the shard layout of ``dags/`` (ADR 0008).
 
-``dags/`` holds ``SHARD_FILES`` DAG files, shard 0 (``trainpipe_dags.py``) to shard 31
-(``trainpipe_dags_31.py``). A folder of at most ``SINGLE_FILE_MAX`` specs is compiled by shard 0
+``dags/`` holds ``SHARD_FILES`` DAG files, shard 0 (``trainpipe_dags.py``) to shard 63
+(``trainpipe_dags_63.py``). A folder of at most ``SINGLE_FILE_MAX`` specs is compiled by shard 0
 alone, as one file always did; above that, each spec belongs to the shard named by a hash of its
 path relative to the configs folder, so a spec never moves when others are added or removed, and
-each file compiles about 1/32 of the folder.
+each file compiles about 1/64 of the folder.
 
 Standard library only: a shard file with nothing to compile returns before the compiler (pydantic,
 the spec models, Airflow operators) is imported.
@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-SHARD_FILES = 32
+SHARD_FILES = 64
 # Up to this many specs one file compiles them all (about 1 s of parse): a small folder keeps one
-# DAG file doing the work and the other 31 return after listing the folder.
+# DAG file doing the work and the other 63 return after listing the folder.
 SINGLE_FILE_MAX = 300
 SPEC_SUFFIXES = (".yaml", ".yml")
 # Set by Airflow when a worker parses a DAG file to run one task (airflow.sdk.get_parsing_context).
