@@ -109,7 +109,7 @@ def _listing(folder: Path):
         from trainpipe.plan_cache import PlanCache
 
         cache = PlanCache(folder, "benchmark")
-        paths = [path for _, path in specs]
+        paths = [path for _, path in specs]  # strings, as the shards pass them
         cache.declared_ids(paths, declared_pipeline_id)  # what the parses left: this one only stats
         start = time.perf_counter()
         cache.declared_ids(paths, declared_pipeline_id)

@@ -52,7 +52,7 @@ def test_list_specs_selects_and_orders_as_the_folder_walk_always_did(tmp_path: P
 
     walked = sorted(p for p in [*tmp_path.rglob("*.yaml"), *tmp_path.rglob("*.yml")] if not p.name.startswith("_"))
 
-    assert [path for _, path in list_specs(tmp_path)] == walked
+    assert [Path(path) for _, path in list_specs(tmp_path)] == walked
     assert [relative for relative, _ in list_specs(tmp_path)] == [
         ".hidden/x.yaml", "a/b.yaml", "a/c/d.yml", "a-b.yaml", "a.yaml", "folder.yaml"]
     assert list_specs(tmp_path / "missing") == []

@@ -50,7 +50,7 @@ class CompileResult:
 
 def spec_files(directory: Path) -> list[Path]:
     """``*.yaml``/``*.yml`` files, excluding ``_``-prefixed ones (defaults, drafts), in path order."""
-    return [path for _, path in list_specs(directory)]
+    return [Path(path) for _, path in list_specs(directory)]
 
 
 def _display(path: Path, base: Path) -> str:
@@ -225,7 +225,7 @@ def _duplicate(loaded: LoadedYaml | None, path: Path, name: str, dag_id: str, wh
     return SpecError([loaded.problem(("pipeline_id",), f"{dag_id!r} {where}; pipeline ids must be unique, rename one")])
 
 
-def declared_pipeline_id(path: Path) -> str | None:
+def declared_pipeline_id(path: str) -> str | None:
     """The id a file's top-level ``pipeline_id:`` line names (the quick look of a task run), or None
     (no such line, or unreadable: the file's own shard reports it)."""
     try:
@@ -237,19 +237,19 @@ def declared_pipeline_id(path: Path) -> str | None:
     return match.group(1) if match is not None else None
 
 
-def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others: list[Path], root: Path,
+def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others: list[str], root: Path,
                                  cache: PlanCache) -> None:
     """A pipeline id this shard compiled that a file of another shard, earlier in path order, also
     declares is an error here (the earlier file's shard owns the id), as within one folder."""
     if not result.plans or not others:
         return
-    ids = cache.declared_ids([*mine, *others], declared_pipeline_id)
+    ids = cache.declared_ids([*map(str, mine), *others], declared_pipeline_id)
     first: dict[str, Path] = {}
     for path in others:  # in path order
         if ids.get(path) is not None:
             first.setdefault(ids[path], path)
     for dag_id, plan in list(result.plans.items()):
-        earlier = first.get(dag_id)
+        earlier = Path(first[dag_id]) if dag_id in first else None
         path = result.files[plan.spec_file]
         if earlier is None or earlier.relative_to(root).parts > path.relative_to(root).parts:
             continue
@@ -272,7 +272,7 @@ def unexpected_failure(err: Exception, name: str, spec_path: Path, base: Path, r
 
 
 def register_dags(namespace: dict[str, Any], directory: Path, *,
-                  shard: tuple[int, list[Path], list[Path]] | None = None) -> CompileResult:
+                  shard: tuple[int, list[Path], list[str]] | None = None) -> CompileResult:
     """Build one DAG per valid spec into ``namespace`` (a DAG file's globals); each broken spec is
     reported to Airflow as an import error of that spec file (``trainpipe.airflow_compat``).
 
@@ -299,7 +299,7 @@ def register_dags(namespace: dict[str, Any], directory: Path, *,
 
 
 def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str | None, mine: list[Path] | None,
-              others: list[Path], cache: PlanCache) -> CompileResult:
+              others: list[str], cache: PlanCache) -> CompileResult:
     from trainpipe.airflow_compat import report_spec_errors
     from trainpipe.dag_builder import build_dag
     from trainpipe.plan_cache import airflow_fingerprint
@@ -308,8 +308,8 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
     if only is not None and only not in result.plans and others:
         # The spec is in another shard now (the folder crossed SINGLE_FILE_MAX since the run started):
         # the worker still finds it here.
-        elsewhere = compile_directory(directory, relative_to=directory.parent, only_pipeline=only, files=others,
-                                      cache=cache)
+        elsewhere = compile_directory(directory, relative_to=directory.parent, only_pipeline=only,
+                                      files=[Path(path) for path in others], cache=cache)
         result.plans.update(elsewhere.plans)
         result.errors.update(elsewhere.errors)
         result.files.update(elsewhere.files)

@@ -197,24 +197,24 @@ class PlanCache:
         self._used[key] = (stored[0], airflow, pickled)
         self._changed = True
 
-    def declared_ids(self, paths: list[Path], look: Callable[[Path], str | None]) -> dict[Path, str | None]:
+    def declared_ids(self, paths: list[str], look: Callable[[str], str | None]) -> dict[str, str | None]:
         """The pipeline id each of ``paths`` declares, by ``look`` (a quick read of the file), remembered
         by the file's signature (inode, size, modification and change times): a parse reads only the
         files changed since the last one, and stats the others."""
         index = self._read_or_empty(self.ids_path)
         fresh: dict[str, tuple[tuple[int, int, int, int], str | None]] = {}
-        declared: dict[Path, str | None] = {}
+        declared: dict[str, str | None] = {}
         for path in paths:
             try:
                 info = os.stat(path)
             except OSError:
                 continue
             signature = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-            entry = index.get(str(path))
+            entry = index.get(path)
             if not (isinstance(entry, tuple) and len(entry) == 2 and entry[0] == signature
                     and (entry[1] is None or isinstance(entry[1], str))):
                 entry = (signature, look(path))
-            fresh[str(path)] = entry
+            fresh[path] = entry
             declared[path] = entry[1]
         if fresh != index:
             self._write(self.ids_path, fresh)

@@ -31,17 +31,18 @@ def configs_folder(dag_file: str) -> Path:
     return Path(os.environ.get("TRAINPIPE_DAG_CONFIGS") or Path(dag_file).resolve().parent.parent / "dag_configs")
 
 
-def list_specs(root: Path) -> list[tuple[str, Path]]:
+def list_specs(root: Path) -> list[tuple[str, str]]:
     """Every spec under ``root`` as (path relative to it with ``/``, path), sorted as paths sort.
 
     ``*.yaml``/``*.yml`` entries of any kind (a folder or pipe so named is reported by the compiler,
     not skipped), excluding ``_``-prefixed ones (defaults, drafts); symlinked folders are not
-    followed. One ``os.scandir`` walk: at 20,000 specs it is a few tens of milliseconds, once per parse.
+    followed. One ``os.scandir`` walk, plain strings (no ``Path`` per file): it runs at every parse
+    of every shard file, over the whole folder.
     """
-    found: list[tuple[tuple[str, ...], Path]] = []
-    pending: list[tuple[tuple[str, ...], str]] = [((), str(root))]
+    found: list[tuple[str, str]] = []
+    pending: list[tuple[str, str]] = [("", str(root))]
     while pending:
-        parts, folder = pending.pop()
+        prefix, folder = pending.pop()
         try:
             entries = list(os.scandir(folder))
         except OSError:  # missing or unreadable: no specs there, as rglob would say
@@ -49,14 +50,15 @@ def list_specs(root: Path) -> list[tuple[str, Path]]:
         for entry in entries:
             name = entry.name
             if name.endswith(SPEC_SUFFIXES) and not name.startswith("_"):
-                found.append(((*parts, name), Path(entry.path)))
+                found.append((prefix + name, entry.path))
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    pending.append(((*parts, name), entry.path))
+                    pending.append((prefix + name + "/", entry.path))
             except OSError:
                 continue
-    found.sort(key=lambda item: item[0])
-    return [("/".join(parts), path) for parts, path in found]
+    # Path order compares part by part: "a/b" before "a-b". NUL sorts below any character of a name.
+    found.sort(key=lambda item: item[0].replace("/", "\0"))
+    return found
 
 
 def shard_count(spec_count: int) -> int:
@@ -72,13 +74,16 @@ def shard_of(relative_path: str, count: int) -> int:
     return int.from_bytes(digest, "big") % count
 
 
-def split(specs: list[tuple[str, Path]], shard: int) -> tuple[list[Path], list[Path]]:
+def split(specs: list[tuple[str, str]], shard: int) -> tuple[list[Path], list[str]]:
     """(this shard's spec files, every other spec file), each in path order."""
     count = shard_count(len(specs))
     mine: list[Path] = []
-    others: list[Path] = []
+    others: list[str] = []
     for relative, path in specs:
-        (mine if shard_of(relative, count) == shard else others).append(path)
+        if shard_of(relative, count) == shard:
+            mine.append(Path(path))
+        else:
+            others.append(path)
     return mine, others
 
 
