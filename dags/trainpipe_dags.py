@@ -1,10 +1,7 @@
-"""Airflow parses this file: every spec in ``dag_configs/`` becomes one DAG."""
+"""Airflow DAG file, shard 0 of trainpipe: every spec of ``dag_configs/`` (or ``TRAINPIPE_DAG_CONFIGS``)
+becomes one DAG. This file compiles them all while there are at most 300 specs; above that each of
+``trainpipe_dags.py`` and ``trainpipe_dags_01.py`` .. ``_63.py`` compiles its own share (ADR 0008)."""
 
-import os
-from pathlib import Path
+from trainpipe.shards import register_shard
 
-from trainpipe.factory import register_dags
-
-DAG_CONFIGS = Path(os.environ.get("TRAINPIPE_DAG_CONFIGS") or Path(__file__).resolve().parent.parent / "dag_configs")
-
-register_dags(globals(), DAG_CONFIGS)
+register_shard(globals(), 0, __file__)

@@ -1,7 +1,7 @@
 """Reporting a broken spec to Airflow as an import error of the spec file itself.
 
 Airflow 3.3 records import errors per parsed file, and a DAG file that raises loses all its DAGs.
-So ``dags/trainpipe_dags.py`` never raises for a bad spec: it adds a structured ``DagImportError``
+So the DAG files of ``dags/`` never raise for a bad spec: it adds a structured ``DagImportError``
 (file, line, column, the ``trainpipe validate`` text) to the import result Airflow is building for
 the file being parsed. Airflow 3.4's experimental Dag importer interface is the supported home for
 this once it is stable (ADR 0004).

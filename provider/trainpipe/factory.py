@@ -1,7 +1,8 @@
 """Compile every spec of a folder; one bad spec never hides the others.
 
 ``compile_directory`` is Airflow-free (used by ``trainpipe validate``/``render`` and tests);
-``register_dags`` is what ``dags/trainpipe_dags.py`` calls.
+``register_dags`` is what each DAG file in ``dags/`` calls for its shard (``trainpipe.shards``),
+with the compiled-plan cache (``trainpipe.plan_cache``).
 
 Defaults: ``_defaults.yaml`` files are merged under each spec, the nearest folder's on top of its
 parents' (precedence: spec file > nearest ``_defaults.yaml`` > ... > the configs root's).
@@ -17,12 +18,16 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.plan import PipelinePlan, build_plan
+from trainpipe.shards import list_specs
 from trainpipe.spec.loader import LoadedYaml, load_yaml_text, merge_defaults, read_spec_text
 from trainpipe.spec.validate import validate_loaded
+
+if TYPE_CHECKING:
+    from trainpipe.plan_cache import PlanCache
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +42,15 @@ class CompileResult:
     errors: dict[str, SpecError] = field(default_factory=dict)
     # Display name -> the file on disk.
     files: dict[str, Path] = field(default_factory=dict)
+    # Display name -> plan cache key, for the specs compiled with a cache.
+    cache_keys: dict[str, str] = field(default_factory=dict)
+    # Display names whose plan came from the cache.
+    cached: set[str] = field(default_factory=set)
 
 
 def spec_files(directory: Path) -> list[Path]:
-    """``*.yaml``/``*.yml`` files, excluding ``_``-prefixed ones (defaults, drafts)."""
-    files = [*directory.rglob("*.yaml"), *directory.rglob("*.yml")]
-    return sorted(p for p in files if not p.name.startswith("_"))
+    """``*.yaml``/``*.yml`` files, excluding ``_``-prefixed ones (defaults, drafts), in path order."""
+    return [Path(path) for _, path in list_specs(directory)]
 
 
 def _display(path: Path, base: Path) -> str:
@@ -58,7 +66,20 @@ class _DefaultsCache:
         self.root = root.resolve()
         self.base = (relative_to or Path.cwd()).resolve()
         self._loaded: dict[Path, LoadedYaml | None] = {}
+        self._texts: dict[Path, tuple[str, str] | None] = {}
         self._chains: dict[Path, list[LoadedYaml]] = {}
+        self._chain_texts: dict[Path, list[tuple[str, str]]] = {}
+
+    def _files_for(self, spec_path: Path) -> list[Path]:
+        """The possible ``_defaults.yaml`` files of a spec, from the configs root down."""
+        folders = []
+        current = spec_path.parent
+        while current.is_relative_to(self.root):
+            folders.append(current)
+            if current == self.root:
+                break
+            current = current.parent
+        return [f / DEFAULTS_FILE for f in reversed(folders)]
 
     def chain_for(self, spec_path: Path) -> list[LoadedYaml]:
         """Defaults from the configs root down to the spec's own folder (nearest last). ``spec_path``
@@ -66,26 +87,33 @@ class _DefaultsCache:
         folder = spec_path.parent
         chain = self._chains.get(folder)
         if chain is None:
-            folders = []
-            current = folder
-            while current.is_relative_to(self.root):
-                folders.append(current)
-                if current == self.root:
-                    break
-                current = current.parent
-            chain = [d for d in (self._load(f / DEFAULTS_FILE) for f in reversed(folders)) if d is not None]
+            chain = [d for d in (self._load(f) for f in self._files_for(spec_path)) if d is not None]
             self._chains[folder] = chain
         return chain
 
-    def _load(self, path: Path) -> LoadedYaml | None:
-        if path not in self._loaded:
+    def texts_for(self, spec_path: Path) -> list[tuple[str, str]]:
+        """(display name, text) of each defaults file of the chain, root first: the cache key's part.
+        Only read, not parsed: a cache hit never parses them."""
+        folder = spec_path.parent
+        texts = self._chain_texts.get(folder)
+        if texts is None:
+            texts = [t for t in (self._text(f) for f in self._files_for(spec_path)) if t is not None]
+            self._chain_texts[folder] = texts
+        return texts
+
+    def _text(self, path: Path) -> tuple[str, str] | None:
+        if path not in self._texts:
             name = _display(path, self.base)
             try:
-                text = read_spec_text(path, name)
+                self._texts[path] = (name, read_spec_text(path, name))
             except FileNotFoundError:
-                self._loaded[path] = None
-            else:
-                self._loaded[path] = load_yaml_text(text, name)
+                self._texts[path] = None
+        return self._texts[path]
+
+    def _load(self, path: Path) -> LoadedYaml | None:
+        if path not in self._loaded:
+            named = self._text(path)
+            self._loaded[path] = None if named is None else load_yaml_text(named[1], named[0])
         return self._loaded[path]
 
 
@@ -132,17 +160,19 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
                               spec_relative_path=relative, loaded=loaded)
 
 
-def compile_directory(directory: Path, *, relative_to: Path | None = None, only_pipeline: str | None = None) -> CompileResult:
-    """Compile every spec under ``directory``. With ``only_pipeline``, compile just the file(s) whose
-    ``pipeline_id`` line names it (a task run needs its own DAG only)."""
+def compile_directory(directory: Path, *, relative_to: Path | None = None, only_pipeline: str | None = None,
+                      files: list[Path] | None = None, cache: PlanCache | None = None) -> CompileResult:
+    """Compile every spec under ``directory``, or only ``files`` (found under it, in path order: a
+    shard's). With ``only_pipeline``, compile just the file(s) whose ``pipeline_id`` line names it (a
+    task run needs its own DAG only). With ``cache``, a spec whose key is there is not compiled again."""
     result = CompileResult()
     owners: dict[str, str] = {}
     defaults = _DefaultsCache(directory, relative_to)
-    for path in spec_files(defaults.root):
+    for path in spec_files(defaults.root) if files is None else files:
         name = _display(path, defaults.base)
         result.files[name] = path
         try:
-            compiled = _compile_in_folder(path, name, defaults, only_pipeline)
+            compiled = _compile_in_folder(path, name, defaults, only_pipeline, cache, result)
         except SpecError as err:
             result.errors[name] = err
             continue
@@ -157,27 +187,78 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
             continue
         loaded, plan = compiled
         if plan.dag_id in owners:
-            result.errors[name] = SpecError([loaded.problem(
-                ("pipeline_id",),
-                f"{plan.dag_id!r} is already defined in {owners[plan.dag_id]}; pipeline ids must be unique, rename one")])
+            result.errors[name] = _duplicate(loaded, path, name, plan.dag_id, f"is already defined in {owners[plan.dag_id]}")
             continue
         owners[plan.dag_id] = name
         result.plans[plan.dag_id] = plan
     return result
 
 
-def _compile_in_folder(path: Path, name: str, defaults: _DefaultsCache,
-                       only_pipeline: str | None) -> tuple[LoadedYaml, PipelinePlan] | None:
-    """One spec of ``compile_directory``; None when the quick look says it is another pipeline's."""
+def _compile_in_folder(path: Path, name: str, defaults: _DefaultsCache, only_pipeline: str | None,
+                       cache: PlanCache | None, result: CompileResult) -> tuple[LoadedYaml | None, PipelinePlan] | None:
+    """One spec of ``compile_directory``; None when the quick look says it is another pipeline's.
+    The ``LoadedYaml`` is None for a plan from the cache (it is only needed to locate an error)."""
     text = None
+    if only_pipeline is not None or cache is not None:
+        text = read_spec_text(path, name)
     if only_pipeline is not None:
         # A cheap look at the top-level `pipeline_id:` line; a file where it finds none is compiled
         # (one that cannot be decoded is reported).
-        text = read_spec_text(path, name)
         match = _PIPELINE_ID_LINE.search(text)
         if match is not None and match.group(1) != only_pipeline:
             return None
-    return _compile(path, name, configs_root=None, defaults=defaults, text=text)
+    if cache is None:
+        return _compile(path, name, configs_root=None, defaults=defaults, text=text)
+    from trainpipe.plan_cache import entry_key
+
+    key = entry_key(name, str(path), text, defaults.texts_for(path))
+    result.cache_keys[name] = key
+    plan = cache.get(key, display_name=name, spec_text=text)
+    if plan is not None:
+        result.cached.add(name)
+        return None, plan
+    loaded, plan = _compile(path, name, configs_root=None, defaults=defaults, text=text)
+    cache.put(key, plan)
+    return loaded, plan
+
+
+def _duplicate(loaded: LoadedYaml | None, path: Path, name: str, dag_id: str, where: str) -> SpecError:
+    if loaded is None:  # the plan came from the cache: the YAML is read again to locate the error
+        loaded = load_yaml_text(read_spec_text(path, name), name)
+    return SpecError([loaded.problem(("pipeline_id",), f"{dag_id!r} {where}; pipeline ids must be unique, rename one")])
+
+
+def declared_pipeline_id(path: str) -> str | None:
+    """The id a file's top-level ``pipeline_id:`` line names (the quick look of a task run), or None
+    (no such line, or unreadable: the file's own shard reports it)."""
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            head = handle.read(1 << 20)
+    except OSError:
+        return None
+    match = _PIPELINE_ID_LINE.search(head.decode("utf-8", "replace"))
+    return match.group(1) if match is not None else None
+
+
+def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others: list[str], root: Path,
+                                 cache: PlanCache) -> None:
+    """A pipeline id this shard compiled that a file of another shard, earlier in path order, also
+    declares is an error here (the earlier file's shard owns the id), as within one folder."""
+    if not result.plans or not others:
+        return
+    ids = cache.declared_ids([*map(str, mine), *others], declared_pipeline_id)
+    first: dict[str, Path] = {}
+    for path in others:  # in path order
+        if ids.get(path) is not None:
+            first.setdefault(ids[path], path)
+    for dag_id, plan in list(result.plans.items()):
+        earlier = Path(first[dag_id]) if dag_id in first else None
+        path = result.files[plan.spec_file]
+        if earlier is None or earlier.relative_to(root).parts > path.relative_to(root).parts:
+            continue
+        del result.plans[dag_id]
+        result.errors[plan.spec_file] = _duplicate(None, path, plan.spec_file, dag_id,
+                                                   f"is already declared in {_display(earlier, root.parent)}")
 
 
 def unexpected_failure(err: Exception, name: str, spec_path: Path, base: Path, root: Path) -> SpecError:
@@ -193,23 +274,70 @@ def unexpected_failure(err: Exception, name: str, spec_path: Path, base: Path, r
         "please report it with the file (the traceback is in the log)"))])
 
 
-def register_dags(namespace: dict[str, Any], directory: Path) -> CompileResult:
+def register_dags(namespace: dict[str, Any], directory: Path, *,
+                  shard: tuple[int, list[Path], list[str]] | None = None) -> CompileResult:
     """Build one DAG per valid spec into ``namespace`` (a DAG file's globals); each broken spec is
-    reported to Airflow as an import error of that spec file (``trainpipe.airflow_compat``)."""
+    reported to Airflow as an import error of that spec file (``trainpipe.airflow_compat``).
+
+    ``shard`` is (number, its spec files, every other spec file) from ``trainpipe.shards``; without
+    it the whole folder is compiled. Plans and DAGs come from the plan cache when their spec is
+    unchanged; a task run's parse compiles its one spec and leaves the cache as it is.
+    """
     from airflow.sdk import get_parsing_context
 
+    from trainpipe.plan_cache import PlanCache
+
+    root = directory.resolve()
+    number, mine, others = shard if shard is not None else (0, None, [])
+    only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
+    cache = PlanCache(root, f"shard{number:02d}" if shard is not None else "all").load()
+    try:
+        return _register(namespace, directory, root, only, mine, others, cache)
+    except BaseException:
+        # Interrupted (Airflow's import timeout is a BaseException): keep what this parse compiled,
+        # so that the next parse of an overloaded dag-processor starts further on.
+        if only is None:
+            cache.save(complete=False)
+        raise
+
+
+def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str | None, mine: list[Path] | None,
+              others: list[str], cache: PlanCache) -> CompileResult:
     from trainpipe.airflow_compat import report_spec_errors
     from trainpipe.dag_builder import build_dag
+    from trainpipe.plan_cache import airflow_fingerprint
 
-    only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
-    result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only)
+    result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only, files=mine, cache=cache)
+    if only is not None and only not in result.plans and others:
+        # The spec is in another shard now (the folder crossed SINGLE_FILE_MAX since the run started):
+        # the worker still finds it here.
+        elsewhere = compile_directory(directory, relative_to=directory.parent, only_pipeline=only,
+                                      files=[Path(path) for path in others], cache=cache)
+        result.plans.update(elsewhere.plans)
+        result.errors.update(elsewhere.errors)
+        result.files.update(elsewhere.files)
+        result.cache_keys.update(elsewhere.cache_keys)
+        result.cached.update(elsewhere.cached)
+    elif only is None:
+        _drop_cross_shard_duplicates(result, mine or [], others, root, cache)
+    airflow = airflow_fingerprint()
     for dag_id, plan in list(result.plans.items()):
+        key = result.cache_keys.get(plan.spec_file)
         try:
-            namespace[dag_id] = build_dag(plan)
+            dag = cache.get_dag(key, plan, airflow) if key else None
+            if dag is None:
+                dag = build_dag(plan)
+                if key:
+                    cache.put_dag(key, dag, airflow)
+            namespace[dag_id] = dag
         except Exception as err:  # the DAG file must not raise: that would drop every DAG
             del result.plans[dag_id]
             result.errors[plan.spec_file] = unexpected_failure(err, plan.spec_file, Path(plan.source_path),
-                                                               directory.parent.resolve(), directory.resolve())
+                                                               directory.parent.resolve(), root)
+    if only is None:
+        cache.save()
+        log.info("trainpipe: %d DAGs (%d plans from the cache), %d broken specs", len(result.plans),
+                 len(result.cached & {p.spec_file for p in result.plans.values()}), len(result.errors))
     if result.errors:
         report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()})
     return result

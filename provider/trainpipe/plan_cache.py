@@ -1,0 +1,260 @@
+"""The compiled-plan cache: a spec whose text and defaults chain are unchanged is not compiled again
+(ADR 0008).
+
+An entry's key is a sha256 of what the plan is made from: the spec's text, the text of each
+``_defaults.yaml`` in its chain, its display name and its path. The cache is a folder per
+*code fingerprint* (trainpipe's version and a hash of every source file of the ``trainpipe``
+package and of the trainer's config module, plus the versions of the libraries that validate), so
+an entry is never read by other code: editing ``plan.py`` without bumping the version is a new
+folder. With the plan the cache keeps the Airflow DAG built from it, under a second fingerprint
+that adds Airflow's version and its whole configuration (an operator's defaults come from there).
+
+Each DAG file (shard) keeps one bundle ``<configs folder hash>-<shard>.pickle``: read once per
+parse, rewritten (atomically: a temporary file, then ``os.replace``) only when an entry was missing
+or is no longer used, so it holds exactly the shard's current specs and never grows. Several
+processes may parse at once; the last writer wins and a lost entry is only a miss.
+
+Entries are pickles, so the folder is as trusted as the code: it lives under ``TRAINPIPE_HOME``,
+is created private (0700), and a bundle is read only when it is a regular file of this user that
+nobody else can write, whose header names this code fingerprint. Anything else (corrupt, truncated,
+foreign, another version's) is ignored and recompiled, never fatal; a hit is checked against the
+spec it claims to be (file name, text hash, DAG id) before use.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import logging
+import os
+import pickle
+import stat
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import trainpipe
+from trainpipe.plan import PipelinePlan
+from trainpipe.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_MAGIC = b"trainpipe-plan-cache\n"
+# Fingerprint folders nobody has written for this long are removed (other versions' leftovers).
+_STALE_FOLDER_SECONDS = 7 * 24 * 3600
+_LIBRARIES = ("pydantic", "pydantic-core", "PyYAML", "croniter")
+
+
+def _package_sources() -> list[Path]:
+    import trainpipe_trainer.config
+
+    package = Path(trainpipe.__file__).resolve().parent
+    files = sorted(p for p in package.rglob("*") if p.suffix in (".py", ".json") and "__pycache__" not in p.parts)
+    return [*files, Path(trainpipe_trainer.config.__file__).resolve()]
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """trainpipe's version, the Python and library versions, and a hash of every trainpipe source:
+    any code change gives a new fingerprint, bumped version or not."""
+    digest = hashlib.sha256()
+    digest.update(f"{trainpipe.__version__}\0{sys.version}\0".encode())
+    for name in _LIBRARIES:
+        try:
+            digest.update(f"{name}={metadata.version(name)}\0".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{name}=-\0".encode())
+    package = Path(trainpipe.__file__).resolve().parent
+    for path in _package_sources():
+        digest.update(str(path.relative_to(package) if path.is_relative_to(package) else path.name).encode())
+        digest.update(b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def airflow_fingerprint() -> str:
+    """What a built DAG depends on beyond the plan: Airflow's version and configuration (read once
+    per parse; a config change takes effect at the next parse, as it does without the cache)."""
+    from airflow.sdk.configuration import conf
+
+    config = conf.as_dict(display_source=False, display_sensitive=True, raw=True, include_env=True,
+                          include_cmds=False, include_secret=False)
+    digest = hashlib.sha256(f"{metadata.version('apache-airflow')}\0".encode())
+    digest.update(repr(sorted((section, sorted(values.items())) for section, values in config.items())).encode())
+    return digest.hexdigest()
+
+
+def entry_key(display_name: str, source_path: str, spec_text: str, defaults: list[tuple[str, str]]) -> str:
+    """The key of one spec: everything its plan is made from (``defaults``: each ``_defaults.yaml``
+    of its chain as (display name, text), root first)."""
+    digest = hashlib.sha256()
+    for part in (display_name, source_path, spec_text, *(x for pair in defaults for x in pair)):
+        encoded = part.encode("utf-8", "surrogateescape")
+        digest.update(len(encoded).to_bytes(8, "big") + encoded)
+    return digest.hexdigest()
+
+
+class PlanCache:
+    """One bundle of entries (a shard's specs); ``load`` once, ``get``/``put`` per spec, ``save`` once."""
+
+    def __init__(self, configs_root: Path, bucket: str, *, home: Path | None = None) -> None:
+        self.fingerprint = code_fingerprint()
+        base = (home or Settings.from_env().home) / "cache" / "plans"
+        self.folder = base / self.fingerprint[:32]
+        root_id = hashlib.sha256(str(configs_root.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        self.path = self.folder / f"{root_id}-{bucket}.pickle"
+        # The pipeline id each spec file of the folder declares, by path and file signature: shared by
+        # every shard of the folder (each needs the others' ids to refuse a duplicate).
+        self.ids_path = self.folder / f"{root_id}-ids.pickle"
+        # key -> (plan pickle, airflow fingerprint, DAG pickle or None)
+        self._stored: dict[str, tuple[bytes, str, bytes | None]] = {}
+        self._used: dict[str, tuple[bytes, str, bytes | None]] = {}
+        self._changed = False
+        self.hits = 0
+        self.misses = 0
+
+    def load(self) -> PlanCache:
+        self._stored = self._read_or_empty(self.path)
+        return self
+
+    def _read_or_empty(self, path: Path) -> dict:
+        try:
+            return self._read(path)
+        except FileNotFoundError:
+            return {}
+        except Exception as err:  # corrupt, foreign or unreadable: recompile, never fail the parse
+            log.warning("trainpipe: ignoring the plan cache %s (%s: %s); its specs are compiled again",
+                        path.name, type(err).__name__, err)
+            return {}
+
+    def _read(self, path: Path) -> dict:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise ValueError("not a regular file")
+            if hasattr(os, "getuid") and info.st_uid != os.getuid():
+                raise ValueError("written by another user")
+            if info.st_mode & 0o022:
+                raise ValueError("writable by others")
+            data = handle.read()
+        stream = io.BytesIO(data)
+        if stream.read(len(_MAGIC)) != _MAGIC or stream.read(64).decode("ascii") != self.fingerprint:
+            raise ValueError("written by other trainpipe code")
+        entries = pickle.loads(stream.read())
+        if not isinstance(entries, dict):
+            raise ValueError("not a cache bundle")
+        return entries
+
+    def get(self, key: str, *, display_name: str, spec_text: str) -> PipelinePlan | None:
+        """The cached plan of this spec, or None (missing, or not the plan of this very spec)."""
+        stored = self._stored.get(key)
+        plan = None
+        if stored is not None:
+            try:
+                plan = pickle.loads(stored[0])
+            except Exception as err:
+                log.warning("trainpipe: ignoring a corrupt plan cache entry for %s (%s)", display_name, type(err).__name__)
+            if not (isinstance(plan, PipelinePlan) and plan.spec_file == display_name
+                    and plan.spec_sha256 == hashlib.sha256(spec_text.encode()).hexdigest()):
+                plan = None
+        if plan is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._used[key] = stored
+        return plan
+
+    def put(self, key: str, plan: PipelinePlan) -> None:
+        self._used[key] = (pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL), "", None)
+        self._changed = True
+
+    def get_dag(self, key: str, plan: PipelinePlan, airflow: str) -> Any:
+        """The DAG built from this entry's plan under the same Airflow and configuration, or None."""
+        stored = self._used.get(key)
+        if stored is None or stored[1] != airflow or stored[2] is None:
+            return None
+        try:
+            dag = pickle.loads(stored[2])
+        except Exception as err:
+            log.warning("trainpipe: ignoring a corrupt DAG cache entry for %s (%s)", plan.spec_file, type(err).__name__)
+            return None
+        return dag if getattr(dag, "dag_id", None) == plan.dag_id else None
+
+    def put_dag(self, key: str, dag: Any, airflow: str) -> None:
+        stored = self._used.get(key)
+        if stored is None:
+            return
+        try:
+            pickled = pickle.dumps(dag, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as err:  # a DAG that cannot be pickled is simply built at every parse
+            log.debug("trainpipe: DAG %s not cached (%s: %s)", getattr(dag, "dag_id", "?"), type(err).__name__, err)
+            return
+        self._used[key] = (stored[0], airflow, pickled)
+        self._changed = True
+
+    def declared_ids(self, paths: list[str], look: Callable[[str], str | None]) -> dict[str, str | None]:
+        """The pipeline id each of ``paths`` declares, by ``look`` (a quick read of the file), remembered
+        by the file's signature (inode, size, modification and change times): a parse reads only the
+        files changed since the last one, and stats the others."""
+        index = self._read_or_empty(self.ids_path)
+        fresh: dict[str, tuple[tuple[int, int, int, int], str | None]] = {}
+        declared: dict[str, str | None] = {}
+        for path in paths:
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            signature = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            entry = index.get(path)
+            if not (isinstance(entry, tuple) and len(entry) == 2 and entry[0] == signature
+                    and (entry[1] is None or isinstance(entry[1], str))):
+                entry = (signature, look(path))
+            fresh[path] = entry
+            declared[path] = entry[1]
+        if fresh != index:
+            self._write(self.ids_path, fresh)
+        return declared
+
+    def save(self, *, complete: bool = True) -> None:
+        """Keep exactly the entries used by this parse, or for an interrupted parse (``complete``
+        False) those and the ones it did not reach. Never raises: a cache that cannot be written only
+        costs the next parse its hits."""
+        if not self._changed and (not complete or self._used.keys() == self._stored.keys()):
+            return
+        self._write(self.path, self._used if complete else {**self._stored, **self._used})
+
+    def _write(self, path: Path, entries: dict) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd, temporary = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".pickle")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(_MAGIC + self.fingerprint.encode("ascii"))
+                    pickle.dump(entries, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                os.replace(temporary, path)
+            except BaseException:
+                Path(temporary).unlink(missing_ok=True)
+                raise
+            _remove_stale_folders(self.folder)
+        except Exception as err:
+            log.warning("trainpipe: the plan cache %s could not be written (%s: %s)", path.name, type(err).__name__, err)
+
+
+def _remove_stale_folders(current: Path) -> None:
+    """Other code fingerprints' folders unused for a week: left behind by upgrades and edits."""
+    cutoff = time.time() - _STALE_FOLDER_SECONDS
+    for folder in current.parent.iterdir():
+        if folder == current or not folder.is_dir():
+            continue
+        try:
+            if max((p.stat().st_mtime for p in folder.iterdir()), default=folder.stat().st_mtime) < cutoff:
+                for entry in folder.iterdir():
+                    entry.unlink()
+                folder.rmdir()
+        except OSError:
+            continue

@@ -1,0 +1,179 @@
+"""Sharded DAG files (ADR 0008): every spec compiled by exactly one file of ``dags/``, a stable
+assignment, broken specs still their own import errors, task runs still one spec."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainpipe.shards import SHARD_FILES, SINGLE_FILE_MAX, list_specs, shard_count, shard_of
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
+# More than SINGLE_FILE_MAX: the folder is sharded.
+SPEC_COUNT = SINGLE_FILE_MAX + 40
+
+
+def _spec(pipeline_id: str) -> str:
+    return EXAMPLE.replace("pipeline_id: fraud_detector", f"pipeline_id: {pipeline_id}")
+
+
+def _shard_file(shard: int) -> Path:
+    return REPO / "dags" / ("trainpipe_dags.py" if shard == 0 else f"trainpipe_dags_{shard:02d}.py")
+
+
+def _assignment(root: Path) -> dict[str, int]:
+    specs = list_specs(root)
+    count = shard_count(len(specs))
+    return {relative: shard_of(relative, count) for relative, _ in specs}
+
+
+def test_dags_holds_one_file_per_shard_each_calling_its_own_shard():
+    files = sorted(p.name for p in (REPO / "dags").glob("*.py"))
+    assert files == sorted(_shard_file(shard).name for shard in range(SHARD_FILES))
+    for shard in range(SHARD_FILES):
+        text = _shard_file(shard).read_text()
+        assert f"register_shard(globals(), {shard}, __file__)" in text
+        # Airflow's safe mode parses only files that mention both.
+        assert "airflow" in text.lower() and "dag" in text.lower()
+
+
+def test_list_specs_selects_and_orders_as_the_folder_walk_always_did(tmp_path: Path):
+    for name in ("a.yaml", "a-b.yaml", "a/b.yaml", "a/c/d.yml", "_defaults.yaml", "a/_draft.yaml", "notes.txt",
+                 ".hidden/x.yaml", "z.YAML"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x: 1\n")
+    (tmp_path / "folder.yaml").mkdir()  # reported by the compiler as "not a regular file", not skipped
+    (tmp_path / "linked").symlink_to(tmp_path / "a", target_is_directory=True)  # not followed
+
+    walked = sorted(p for p in [*tmp_path.rglob("*.yaml"), *tmp_path.rglob("*.yml")] if not p.name.startswith("_"))
+
+    assert [Path(path) for _, path in list_specs(tmp_path)] == walked
+    assert [relative for relative, _ in list_specs(tmp_path)] == [
+        ".hidden/x.yaml", "a/b.yaml", "a/c/d.yml", "a-b.yaml", "a.yaml", "folder.yaml"]
+    assert list_specs(tmp_path / "missing") == []
+
+
+def test_a_small_folder_is_compiled_by_shard_zero_alone(tmp_path: Path):
+    for i in range(SINGLE_FILE_MAX):
+        (tmp_path / f"p{i:04d}.yaml").write_text("")
+    assert set(_assignment(tmp_path).values()) == {0}
+
+    (tmp_path / "one_more.yaml").write_text("")
+    shards = _assignment(tmp_path)
+    assert len(set(shards.values())) > SHARD_FILES // 2  # the files share the folder
+    sizes = [list(shards.values()).count(shard) for shard in range(SHARD_FILES)]
+    assert max(sizes) <= 3 * len(shards) / SHARD_FILES
+
+
+def test_adding_or_removing_a_spec_moves_no_other_spec(tmp_path: Path):
+    for i in range(SPEC_COUNT):
+        (tmp_path / f"team{i % 7}").mkdir(exist_ok=True)
+        (tmp_path / f"team{i % 7}" / f"p{i:04d}.yaml").write_text("")
+    before = _assignment(tmp_path)
+
+    (tmp_path / "team3" / "added.yaml").write_text("")
+    after_adding = _assignment(tmp_path)
+    (tmp_path / "team1" / "p0001.yaml").unlink()
+    after_removing = _assignment(tmp_path)
+
+    assert {k: v for k, v in after_adding.items() if k != "team3/added.yaml"} == before
+    assert after_removing == {k: v for k, v in after_adding.items() if k != "team1/p0001.yaml"}
+
+
+@pytest.fixture(scope="module")
+def sharded_configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    configs = tmp_path_factory.mktemp("sharded") / "dag_configs"
+    configs.mkdir()
+    for i in range(SPEC_COUNT):
+        (configs / f"p{i:04d}.yaml").write_text(_spec(f"p{i:04d}"))
+    return configs
+
+
+def _other_shard_name(configs: Path, than: str, count: int) -> str:
+    """A file name (sorting after ``than``) whose shard differs from ``than``'s."""
+    return next(name for i in range(100) if shard_of(name := f"zz_copy{i}.yaml", count) != shard_of(than, count))
+
+
+@pytest.mark.integration
+def test_a_sharded_folder_loads_each_dag_once_with_broken_specs_as_their_own_errors(
+        sharded_configs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    configs = sharded_configs
+    broken = _spec("broken_one").replace("  epochs: 8", "  epochs: 0")
+    (configs / "broken_one.yaml").write_text(broken)
+    count = shard_count(len(list_specs(configs)) + 1)
+    # A copy that forgot to rename its pipeline id, in another shard than the original.
+    duplicate = _other_shard_name(configs, "p0000.yaml", count)
+    (configs / duplicate).write_text(_spec("p0000"))
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    shards = _assignment(configs)
+    assert len(set(shards.values())) > SHARD_FILES // 2
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+
+    expected = {f"p{i:04d}" for i in range(SPEC_COUNT)}
+    assert set(bag.dag_ids) == expected and len(bag.dag_ids) == SPEC_COUNT  # each exactly once
+    for dag_id in expected:
+        assert bag.get_dag(dag_id).fileloc == str(_shard_file(shards[f"{dag_id}.yaml"]))
+    broken_path, duplicate_path = (str((configs / name).resolve()) for name in ("broken_one.yaml", duplicate))
+    assert sorted(bag.import_errors) == sorted([broken_path, duplicate_path])
+    assert bag.import_errors[broken_path].startswith("dag_configs/broken_one.yaml:")
+    assert "training.epochs:" in bag.import_errors[broken_path]
+    line = _spec("p0000").splitlines().index("pipeline_id: p0000") + 1
+    assert bag.import_errors[duplicate_path] == (
+        f"dag_configs/{duplicate}:{line}:1: pipeline_id: 'p0000' is already declared in dag_configs/p0000.yaml; "
+        "pipeline ids must be unique, rename one")
+
+    # N -> N+1: the new spec lands in its shard, every other DAG stays in its file (the cache is warm now).
+    (configs / "zz_new.yaml").write_text(_spec("zz_new"))
+    again = DagBag(dag_folder=str(REPO / "dags"))
+
+    assert set(again.dag_ids) == expected | {"zz_new"}
+    assert {d: again.get_dag(d).fileloc for d in expected} == {d: bag.get_dag(d).fileloc for d in expected}
+    assert again.get_dag("zz_new").fileloc == str(_shard_file(shard_of("zz_new.yaml", count)))
+    assert sorted(again.import_errors) == sorted([broken_path, duplicate_path])
+
+
+def test_a_task_run_compiles_only_its_spec_even_from_another_shards_file(sharded_configs: Path, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    from trainpipe.shards import register_shard
+
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(sharded_configs))
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "p0042")
+    count = shard_count(len(list_specs(sharded_configs)))
+    own = shard_of("p0042.yaml", count)
+
+    in_its_shard: dict = {}
+    register_shard(in_its_shard, own, str(_shard_file(own)))
+    # A worker parsing a file that no longer holds the spec (the folder crossed SINGLE_FILE_MAX since
+    # the DAG was listed) still finds it.
+    elsewhere: dict = {}
+    register_shard(elsewhere, (own + 1) % SHARD_FILES, str(_shard_file((own + 1) % SHARD_FILES)))
+
+    assert [k for k in in_its_shard if not k.startswith("__")] == ["p0042"]
+    assert [k for k in elsewhere if not k.startswith("__")] == ["p0042"]
+    # A task run's parse leaves the cache as it is: it compiled one spec, not its shard.
+    assert not (tmp_path / "home" / "cache").exists()
+
+
+def test_a_shard_with_nothing_to_compile_does_not_import_the_compiler(tmp_path: Path):
+    configs = tmp_path / "dag_configs"
+    configs.mkdir()
+    (configs / "only.yaml").write_text(_spec("only"))
+    code = ("import sys; from trainpipe.shards import register_shard; namespace = {}; "
+            f"register_shard(namespace, 5, {str(_shard_file(5))!r}); "
+            "print(sorted(k for k in namespace if not k.startswith('__')), 'trainpipe.factory' in sys.modules)")
+    env = {**os.environ, "TRAINPIPE_DAG_CONFIGS": str(configs), "TRAINPIPE_HOME": str(tmp_path / "home")}
+    env.pop("_AIRFLOW_PARSING_CONTEXT_DAG_ID", None)
+
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
+
+    assert out.stdout.strip() == "[] False"
