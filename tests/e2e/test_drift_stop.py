@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 6, 30, tzinfo=timezone.utc)
 PIPELINE = "fraud_drift_e2e"
 DATA = "demo/transactions/drift_e2e.parquet"
-AFTER_VALIDATE = ("train", "watch_checkpoints", "evaluate", "gate", "register")
+AFTER_VALIDATE = ("train", "watch_checkpoints", "evaluate", "gate", "register", "promote")
 
 
 @pytest.fixture(scope="module")
