@@ -50,7 +50,7 @@ def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, monkeypatch):
     assert [ti.map_index for ti in trials] == list(range(N_TRIALS))
     assert {ti.task_id: ti.state for ti in tis if ti.task_id != "trials"} == {
         t: "success" for t in ("snapshot", "validate", "create_study", "pick_best", "train", "watch_checkpoints",
-                               "evaluate", "gate", "register")}
+                               "evaluate", "gate", "register", "promote")}
     assert all(ti.state == "success" for ti in trials)
 
     settings = Settings.from_env()
