@@ -365,7 +365,7 @@ def test_airflow_environment_matches_the_native_stack(raw: dict, monkeypatch: py
     assert compose["TRAINPIPE_STORAGE_CONN_ID"] == stack.S3_CONN_ID
     # Same URL shapes, different hosts.
     for key in ("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-                "AIRFLOW__CELERY__BROKER_URL", "AIRFLOW__CELERY__RESULT_BACKEND"):
+                "AIRFLOW__CELERY__BROKER_URL", "AIRFLOW__CELERY__RESULT_BACKEND", "TRAINPIPE_OPTUNA_STORAGE"):
         ours, theirs = urlparse(compose[key]), urlparse(native[key])
         assert (ours.scheme, ours.username, ours.path) == (theirs.scheme, theirs.username, theirs.path), key
 
@@ -378,7 +378,7 @@ def test_every_postgres_url_names_an_installed_driver(services: dict) -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     stack_extra = " ".join(pyproject["optional-dependencies"]["stack"])
     urls = {text for text in strings(services) if "postgresql" in text and "://" in text}
-    assert len(urls) == 3, urls  # Airflow metadata, Celery results, MLflow backend store
+    assert len(urls) == 4, urls  # Airflow metadata, Celery results, MLflow backend store, Optuna studies
     for url in urls:
         scheme = urlparse(url).scheme
         assert scheme.endswith("postgresql+psycopg2"), url

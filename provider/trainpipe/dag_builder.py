@@ -24,7 +24,9 @@ from trainpipe.plan import (
     TRAIN_TASK,
     AssetSchedule,
     PipelinePlan,
+    PlannedTask,
 )
+from trainpipe.operators.tuning import CreateStudyOperator, PickBestOperator, TrialOperator
 from trainpipe.sensors.checkpoint import CheckpointSensor
 
 _OPERATORS = {
@@ -36,6 +38,9 @@ _OPERATORS = {
     "register": RegisterModelOperator,
     "promote": PromoteOperator,
     CHECKPOINT_SENSOR: CheckpointSensor,
+    "create_study": CreateStudyOperator,
+    "trials": TrialOperator,
+    "pick_best": PickBestOperator,
 }
 
 
@@ -83,6 +88,18 @@ def _operator(plan: PipelinePlan, task_id: str, **kwargs: Any) -> BaseOperator:
 
         return kubernetes_train_operator(task_id=task_id, plan=plan, **kwargs)
     return TrainOperator(task_id=task_id, plan=plan, **kwargs)
+
+
+def _task(plan: PipelinePlan, planned: PlannedTask):  # noqa: ANN202 - an operator or a mapped operator
+    kwargs: dict[str, Any] = {"outlets": [Asset(uri) for uri in planned.outlets]}
+    if planned.trigger_rule != "all_success":
+        kwargs["trigger_rule"] = planned.trigger_rule
+    if planned.mapped_slots is None:
+        return _operator(plan, planned.task_id, **kwargs)
+    # One task instance per slot; Airflow runs at most max_active_per_run of them at once in a DAG run.
+    return _OPERATORS[planned.task_id].partial(
+        task_id=planned.task_id, plan=plan, max_active_tis_per_dagrun=planned.max_active_per_run, **kwargs,
+    ).expand(slot=list(range(planned.mapped_slots)))
 
 
 def _doc(plan: PipelinePlan) -> str:
@@ -135,10 +152,7 @@ def build_dag(plan: PipelinePlan) -> DAG:
         **_airflow_config_defaults()["dag"],
     )
     with dag:
-        tasks = {
-            t.task_id: _operator(plan, t.task_id, outlets=[Asset(uri) for uri in t.outlets])
-            for t in plan.tasks
-        }
+        tasks = {t.task_id: _task(plan, t) for t in plan.tasks}
         # The edges are the plan's: a new stage is added to the plan, not wired here.
         for t in plan.tasks:
             tasks[t.task_id].set_upstream([tasks[upstream] for upstream in t.upstream])

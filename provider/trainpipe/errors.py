@@ -46,6 +46,15 @@ class SpecError(TrainpipeError, ValueError):
 class TrainingFailedError(TrainpipeError):
     """The trainer process (local torchrun or pod) exited non-zero."""
 
+    def __init__(self, message: str, *, reasons: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        # The trainer's own one-line reasons (torchrun exits 1 whatever its workers' exit codes were).
+        self.reasons = reasons
+
+
+class TuningFailedError(TrainpipeError):
+    """A hyperparameter search ended without a trial to train with (none completed)."""
+
 
 class ResumeRefusedError(TrainingFailedError):
     """The run folder holds checkpoints of another training (other snapshot or settings): a retry

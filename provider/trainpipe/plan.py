@@ -23,6 +23,7 @@ from trainpipe.launch import LaunchPlan, plan_launch
 from trainpipe.spec.loader import format_path
 from trainpipe.spec.models import (
     OVERRIDABLE_PARAMS,
+    TUNABLE_PARAMS,
     AssetScheduleSpec,
     ParamBound,
     PipelineSpec,
@@ -47,6 +48,9 @@ TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gat
 TRAIN_TASK = "train"
 # With registration.approval required: between register and promote, waits for a person's answer.
 APPROVE_TASK = "approve"
+# With `tuning:`, between validate and train: the study, its trials (one mapped task), the best trial.
+TUNING_TASKS: tuple[str, ...] = ("create_study", "trials", "pick_best")
+TRIALS_TASK = "trials"
 # Runs beside `train` (same upstream), outside the chain: watches its checkpoints for stalls.
 CHECKPOINT_SENSOR = "watch_checkpoints"
 
@@ -62,6 +66,9 @@ _TASK_SUMMARIES = {
     APPROVE_TASK: "waits for a person to approve the version (Required Actions); reject or timeout-reject keeps "
     "it challenger, tagged rejected",
     CHECKPOINT_SENSOR: "beside train: logs checkpoint progress, fails when none is committed for stall_timeout",
+    "create_study": "the run's Optuna study (sampler, pruner) and its MLflow parent run",
+    "trials": "one mapped task per trial slot, at most max_parallel at once: ask, torchrun the trainer, tell",
+    "pick_best": "the best complete trial; study plots on the parent run; train runs with its parameters",
 }
 
 _GATE_SUMMARIES = {
@@ -117,6 +124,11 @@ class PlannedTask:
     summary: str
     # URIs of the Airflow Assets this task updates when it succeeds.
     outlets: tuple[str, ...] = ()
+    # A mapped task: one task instance per slot 0..mapped_slots-1, at most max_active_per_run at once.
+    mapped_slots: int | None = None
+    max_active_per_run: int | None = None
+    # Airflow's trigger rule; pick_best runs once every trial is done, so that none is left running.
+    trigger_rule: str = "all_success"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -349,6 +361,39 @@ class KubernetesPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SearchDimension:
+    """One hyperparameter of the search: its range and where a trial's value goes in the trainer config."""
+
+    name: str
+    # Path in the trainer config (TrainingConfig): ("learning_rate",), ("model", "dropout"), ...
+    target: tuple[str, ...]
+    distribution: str  # log_uniform | uniform | int | choice
+    low: float | None = None
+    high: float | None = None
+    # choice: the values as JSON text (Optuna's categorical choices are scalars; a layer list is not).
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TuningPlan:
+    """The hyperparameter search (``create_study``, ``trials``, ``pick_best``); storage is the environment's."""
+
+    metric: str
+    direction: str
+    n_trials: int
+    max_parallel: int
+    timeout: timedelta | None
+    sampler: str
+    seed: int
+    pruner: str
+    # The pruner's keyword arguments: every process that loads the study builds the same pruner.
+    pruner_options: dict[str, Any]
+    # Each trial's epochs (the final training runs the trainer template's own).
+    trial_epochs: int
+    space: tuple[SearchDimension, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PipelinePlan:
     dag_id: str
     # The spec file as users name it (relative to the configs folder's parent), and its sha256.
@@ -376,6 +421,7 @@ class PipelinePlan:
     testing: FaultPlan
     kubernetes: KubernetesPlan | None = None
     notify: NotifyPlan = NotifyPlan()
+    tuning: TuningPlan | None = None
     # Where the spec file is on the machine that compiled it: for git lineage only, never shown.
     source_path: str = dataclasses.field(default="", repr=False, compare=False)
     # The spec file's text (what spec_sha256 hashes), logged on the training run as an artifact.
@@ -420,7 +466,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         retries=spec.retries,
         retry_delay=spec.retry_delay,
         tasks=_tasks(spec.pipeline_id, on_gate_failure=spec.evaluation.on_gate_failure,
-                     approval_required=spec.registration.approval.mode == "required"),
+                     approval_required=spec.registration.approval.mode == "required", tuning=_tuning(spec)),
         params=_params(spec, loaded),
         data=DataPlan(
             uri=spec.data.uri, conn_id=spec.data.conn_id, format=spec.data.resolved_format,
@@ -469,6 +515,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
                           crash_first_try_after_step=training.testing.crash_first_try_after_step),
         kubernetes=kubernetes,
         notify=_notify(spec),
+        tuning=_tuning(spec),
         source_path=source_path,
         spec_text=spec_text,
     )
@@ -502,21 +549,64 @@ def task_order(*, approval_required: bool = False) -> tuple[str, ...]:
     return (*TASK_ORDER[:at], APPROVE_TASK, *TASK_ORDER[at:])
 
 
-def _tasks(pipeline_id: str, *, on_gate_failure: str = "skip", approval_required: bool = False) -> tuple[PlannedTask, ...]:
-    """The chain snapshot -> ... -> promote, with the sensor beside train (same upstream)."""
+def _tasks(pipeline_id: str, *, on_gate_failure: str = "skip", approval_required: bool = False,
+           tuning: TuningPlan | None = None) -> tuple[PlannedTask, ...]:
+    """The chain snapshot -> ... -> promote, with the sensor beside train (same upstream); with
+    tuning, create_study -> trials -> pick_best between validate and train."""
     # The model asset is updated where the production alias moves: downstream pipelines follow the champion.
     outlets = {"snapshot": (snapshot_asset_uri(pipeline_id),), "promote": (model_asset_uri(pipeline_id),)}
     summaries = {**_TASK_SUMMARIES, "gate": _GATE_SUMMARIES[on_gate_failure]}
-    order = task_order(approval_required=approval_required)
+    order = list(task_order(approval_required=approval_required))
+    if tuning is not None:
+        train_at = order.index(TRAIN_TASK)
+        order[train_at:train_at] = TUNING_TASKS
+    mapped = {TRIALS_TASK: {"mapped_slots": tuning.n_trials, "max_active_per_run": tuning.max_parallel},
+              "pick_best": {"trigger_rule": "all_done"}} if tuning else {}
     tasks = [
         PlannedTask(task_id=task_id, upstream=(order[i - 1],) if i else (), summary=summaries[task_id],
-                    outlets=outlets.get(task_id, ()))
+                    outlets=outlets.get(task_id, ()), **mapped.get(task_id, {}))
         for i, task_id in enumerate(order)
     ]
     train = order.index(TRAIN_TASK)
     sensor = PlannedTask(task_id=CHECKPOINT_SENSOR, upstream=tasks[train].upstream,
                          summary=_TASK_SUMMARIES[CHECKPOINT_SENSOR])
     return (*tasks[: train + 1], sensor, *tasks[train + 1 :])
+
+
+# The pruners' settings (see trainpipe_trainer.tuning: the resource is the percent of a trial done).
+# Hyperband: the first rung at 10% of a trial, then 30% and 90% (reduction factor 3): three brackets.
+HYPERBAND_OPTIONS = {"min_resource": 10, "reduction_factor": 3}
+# Median: compare from 10% on, once two trials have finished.
+MEDIAN_OPTIONS = {"n_startup_trials": 2, "n_warmup_steps": 10}
+
+
+def _trainer_target(spec_path: tuple[str, ...]) -> tuple[str, ...]:
+    # The trainer config keeps the spec's training field names, without optimization's own section name.
+    return spec_path[1:]
+
+
+def _tuning(spec: PipelineSpec) -> TuningPlan | None:
+    import json
+
+    tuning = spec.tuning
+    if tuning is None:
+        return None
+    dimensions = []
+    for name, distribution in tuning.space.items():
+        kind = distribution.kind
+        low_high = distribution.log_uniform or distribution.uniform or distribution.int_range
+        dimensions.append(SearchDimension(
+            name=name, target=_trainer_target(TUNABLE_PARAMS[name][0]), distribution=kind,
+            low=low_high[0] if low_high else None, high=low_high[1] if low_high else None,
+            choices=tuple(json.dumps(c) for c in distribution.choice) if distribution.choice is not None else (),
+        ))
+    return TuningPlan(
+        metric=tuning.metric, direction=tuning.direction, n_trials=tuning.n_trials,
+        max_parallel=min(tuning.max_parallel, tuning.n_trials), timeout=tuning.timeout, sampler=tuning.sampler,
+        seed=tuning.seed, pruner=tuning.pruner,
+        pruner_options={"hyperband": HYPERBAND_OPTIONS, "median": MEDIAN_OPTIONS}.get(tuning.pruner, {}),
+        trial_epochs=tuning.trial_epochs or spec.training.epochs, space=tuple(dimensions),
+    )
 
 
 def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
@@ -645,3 +735,29 @@ def _checked_param_value(param: PlannedParam, value: Any) -> float | int:
                                      f"this run's value {value!r} {problem}; trigger the run with a value within "
                                      "the param's bounds")])
     return value
+
+
+def decode_choice(text: str) -> Any:
+    """A choice as the trainer config takes it (a layer list as a tuple)."""
+    import json
+
+    value = json.loads(text)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def with_trial_params(plan: PipelinePlan, params: dict[str, Any], *, trial_epochs: bool = False) -> PipelinePlan:
+    """The plan whose trainer config takes a trial's hyperparameters (as Optuna stores them: a choice
+    that is a list is its JSON text), and, for a trial, the search's epochs per trial."""
+    if plan.tuning is None:
+        raise ValueError("the plan has no tuning section")
+    trainer = plan.trainer
+    for dimension in plan.tuning.space:
+        if dimension.name not in params:
+            continue
+        value = params[dimension.name]
+        if isinstance(value, str) and dimension.choices:
+            value = decode_choice(value)
+        trainer = _replace(trainer, dimension.target, value)
+    if trial_epochs:
+        trainer = dataclasses.replace(trainer, epochs=plan.tuning.trial_epochs)
+    return dataclasses.replace(plan, trainer=trainer)

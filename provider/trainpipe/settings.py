@@ -7,6 +7,7 @@
 | ``TRAINPIPE_STORAGE_CONN_ID`` | unset (the Airflow connection for an ``s3://`` root) |
 | ``MLFLOW_TRACKING_URI`` | ``sqlite:///$TRAINPIPE_HOME/mlflow.db`` |
 | ``TRAINPIPE_MLFLOW_ARTIFACT_ROOT`` | ``$TRAINPIPE_HOME/mlartifacts`` |
+| ``TRAINPIPE_OPTUNA_STORAGE`` | ``$TRAINPIPE_HOME/optuna/journal.log`` (an Optuna journal file; or ``sqlite:///...``, ``postgresql://...``) |
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class Settings:
     storage_conn_id: str | None
     mlflow_tracking_uri: str
     mlflow_artifact_root: str
+    # Where hyperparameter-search studies live (trainpipe.runtime.tuning): one storage for every pipeline.
+    optuna_storage: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -33,4 +36,5 @@ class Settings:
             storage_conn_id=os.environ.get("TRAINPIPE_STORAGE_CONN_ID") or None,
             mlflow_tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{home / 'mlflow.db'}",
             mlflow_artifact_root=os.environ.get("TRAINPIPE_MLFLOW_ARTIFACT_ROOT") or str(home / "mlartifacts"),
+            optuna_storage=os.environ.get("TRAINPIPE_OPTUNA_STORAGE") or str(home / "optuna" / "journal.log"),
         )

@@ -241,6 +241,8 @@ def airflow_env(config: StackConfig, keys: Mapping[str, str]) -> dict[str, str]:
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(config.airflow_home / "passwords.json"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://{db}",
+        # Hyperparameter-search studies (tuning:): a database of the airflow role, as in compose.
+        "TRAINPIPE_OPTUNA_STORAGE": f"postgresql+psycopg2://{db.rsplit('/', 1)[0]}/optuna",
         "AIRFLOW__CELERY__BROKER_URL": f"redis://{HOST}:{ports.redis}/0",
         "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql+psycopg2://{db}",
         "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(config.worker_concurrency),
@@ -807,7 +809,7 @@ def _connection_exists(config: StackConfig, keys: Mapping[str, str], conn_id: st
 
 
 def _create_databases(config: StackConfig, keys: Mapping[str, str]) -> None:
-    """Roles and databases for Airflow and MLflow (idempotent; passwords follow secrets.json)."""
+    """Roles and databases for Airflow, MLflow and Optuna (idempotent; passwords follow secrets.json)."""
     import psycopg2
     from psycopg2 import sql
 
@@ -825,6 +827,10 @@ def _create_databases(config: StackConfig, keys: Mapping[str, str]) -> None:
                 if not cursor.fetchone():
                     cursor.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name),
                                                                                sql.Identifier(name)))
+            # Optuna's studies (TRAINPIPE_OPTUNA_STORAGE), owned by the role Airflow's tasks connect as.
+            cursor.execute("SELECT 1 FROM pg_database WHERE datname = 'optuna'")
+            if not cursor.fetchone():
+                cursor.execute("CREATE DATABASE optuna OWNER airflow")
     finally:
         connection.close()
 

@@ -9,7 +9,14 @@ import sys
 
 from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainerConfigError, TrainingConfig
-from trainpipe_trainer.errors import EXIT_BAD_INPUT, USER_ERRORS, PreemptedError, TrainerInputError, TrainingStopped
+from trainpipe_trainer.errors import (
+    EXIT_BAD_INPUT,
+    USER_ERRORS,
+    PreemptedError,
+    TrainerInputError,
+    TrainingStopped,
+    TrialPrunedError,
+)
 
 
 def load_config(uri: str) -> TrainingConfig:
@@ -38,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         _report(err)
         return EXIT_BAD_INPUT
     except TrainingStopped as err:
-        # Diverged (4) or preempted (143): expected outcomes with a one-line reason, no traceback.
-        _report(err, label="stopped" if isinstance(err, PreemptedError) else "error")
+        # Diverged (4), pruned (5) or preempted (143): expected outcomes with a one-line reason, no traceback.
+        _report(err, label="stopped" if isinstance(err, PreemptedError | TrialPrunedError) else "error")
         return err.exit_code
     return 0
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 # 2: dataset_digest (the resume guard records it in every checkpoint).
-CONFIG_VERSION = 2
+# 3: tuning (a hyperparameter-search trial reports into its Optuna study).
+CONFIG_VERSION = 3
 
 # The names both sides use: the spec's choices, the provider's metrics and the trainer's code paths.
 TaskType = Literal["binary_classification", "regression", "ranking"]
@@ -170,6 +171,55 @@ class TrackingConfig:
         _require(self.max_buffered_metrics >= 1, "tracking.max_buffered_metrics: must be >= 1")
 
 
+PRUNERS: tuple[str, ...] = ("hyperband", "median", "none")
+# Where a trial's trainer finds the study storage's URL when the config leaves it out.
+OPTUNA_STORAGE_ENV = "TRAINPIPE_OPTUNA_STORAGE"
+DIRECTIONS: tuple[str, ...] = ("minimize", "maximize")
+# The metric a trial reports at each evaluation point (each checkpoint): the trainer computes it there.
+TUNING_METRICS: tuple[str, ...] = ("validation_loss",)
+# A trial reports at "step" = percent of its training done, so trials with other batch sizes (other
+# step counts) are compared at the same point of their budget; the pruners' resource runs 0..100.
+TUNING_MAX_RESOURCE = 100
+
+
+def trial_pruned_message(trial_number: int, *, step: int, total_steps: int, metric: str, value: float) -> str:
+    """What a pruned trial's trainer says when it stops; the provider's trial task recognises it
+    (``is_trial_pruned``): torchrun exits 1 whatever exit code its workers had."""
+    return f"trial {trial_number} pruned at step {step} of {total_steps} ({metric} {value:.6g})"
+
+
+def is_trial_pruned(trial_number: int, reason: str) -> bool:
+    return reason.startswith(f"trial {trial_number} pruned at step ")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TuningTrial:
+    """This training is one trial of a hyperparameter search (an Optuna study in a shared storage).
+
+    The trainer's rank 0 reports ``metric`` at each evaluation point into the trial through the
+    storage and asks the study's pruner whether to stop; the provider asked for the trial (its
+    parameters are already in this config) and tells the study its final state.
+    """
+
+    # An Optuna storage URL (sqlite:///..., postgresql://...) or a journal file's path or file:// URI;
+    # empty: the URL is in the trainer's environment (STORAGE_ENV), as one with a password must be.
+    storage: str
+    study_name: str
+    trial_number: int
+    metric: str = "validation_loss"
+    direction: Literal["minimize", "maximize"] = "minimize"
+    pruner: Literal["hyperband", "median", "none"] = "hyperband"
+    # Keyword arguments of the pruner (the same in every process that loads the study).
+    pruner_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _require(bool(self.study_name), "tuning.study_name: must not be empty")
+        _require(self.trial_number >= 0, "tuning.trial_number: must be >= 0")
+        _require(self.metric in TUNING_METRICS, f"tuning.metric: one of {TUNING_METRICS}, got {self.metric!r}")
+        _require(self.direction in DIRECTIONS, f"tuning.direction: one of {DIRECTIONS}, got {self.direction!r}")
+        _require(self.pruner in PRUNERS, f"tuning.pruner: one of {PRUNERS}, got {self.pruner!r}")
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class TrainingConfig:
     config_version: int = CONFIG_VERSION
@@ -202,6 +252,8 @@ class TrainingConfig:
     # Free-form labels recorded as MLflow params/tags (dag id, run id, dataset digest, ...).
     tags: dict[str, str] = field(default_factory=dict)
     fault_injection: FaultInjection | None = None
+    # Set when this training is a trial of a hyperparameter search.
+    tuning: TuningTrial | None = None
 
     def __post_init__(self) -> None:
         _require(
@@ -252,6 +304,7 @@ class TrainingConfig:
                 model["hidden_layers"] = tuple(model["hidden_layers"])
             deepspeed = data.pop("deepspeed", None)
             fault_injection = data.pop("fault_injection", None)
+            tuning = data.pop("tuning", None)
             return cls(
                 model=ModelConfig(**model),
                 optimization=OptimizationConfig(**data.pop("optimization", {})),
@@ -259,6 +312,7 @@ class TrainingConfig:
                 checkpoint=CheckpointConfig(**data.pop("checkpoint")),
                 tracking=TrackingConfig(**data.pop("tracking", {})),
                 fault_injection=FaultInjection(**fault_injection) if fault_injection is not None else None,
+                tuning=TuningTrial(**tuning) if tuning is not None else None,
                 **data,
             )
         except (KeyError, TypeError) as err:
@@ -291,6 +345,8 @@ NOT_FINGERPRINTED_FIELDS: tuple[str, ...] = (
     "checkpoint.async_save", "tracking", "output_uri", "storage_options", "tags",
     # Test-only; an Airflow retry runs without the crash injected into its first try.
     "fault_injection",
+    # Where a trial reports; reporting and pruning stop a training early, never change its weights.
+    "tuning",
 )
 # Differences whose values are longer than this are named without their values.
 _SHORT_VALUE = 40

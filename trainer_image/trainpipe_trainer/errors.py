@@ -61,6 +61,18 @@ class PreemptedError(TrainingStopped):
         self.step = step
 
 
+class TrialPrunedError(TrainingStopped):
+    """A hyperparameter-search trial the study's pruner stopped: its last checkpoint is committed."""
+
+    # Its own code for `python -m` runs; under torchrun the provider reads the message
+    # (config.is_trial_pruned), since torchrun exits 1 for any failed worker.
+    exit_code = 5
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
 # Everything __main__ reports as bad input rather than as a crash.
 USER_ERRORS: tuple[type[ValueError], ...] = (TrainerConfigError, TrainerInputError)
 EXIT_BAD_INPUT = 2

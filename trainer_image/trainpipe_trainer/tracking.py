@@ -31,7 +31,8 @@ from trainpipe_trainer.config import TrackingConfig, TrainingConfig
 
 # Not logged as params: credentials may hide in URIs/options, tags are logged as tags, and the
 # run id is the run itself.
-_NOT_PARAMS = ("storage_options", "tags", "tracking.run_id", "tracking.tracking_uri")
+# tuning.storage: a database URL may carry a password.
+_NOT_PARAMS = ("storage_options", "tags", "tracking.run_id", "tracking.tracking_uri", "tuning.storage")
 # MLflow's log_batch limits per request.
 MAX_METRICS_PER_BATCH = 1000
 MAX_TAGS_PER_BATCH = 100

@@ -16,13 +16,14 @@ import time
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.data import DataLoader
 
 from trainpipe_trainer import rng, storage
 from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore
-from trainpipe_trainer.config import RESULT_FILE, TrainingConfig, TrainingResult
+from trainpipe_trainer.config import RESULT_FILE, TrainingConfig, TrainingResult, trial_pruned_message
 from trainpipe_trainer.data import EpochLoader, TrainingData, load_training_data
 from trainpipe_trainer.distributed import (
     DistEnv,
@@ -33,7 +34,7 @@ from trainpipe_trainer.distributed import (
     destroy_distributed,
     init_distributed,
 )
-from trainpipe_trainer.errors import PreemptedError, TrainingDivergedError
+from trainpipe_trainer.errors import PreemptedError, TrainingDivergedError, TrialPrunedError
 from trainpipe_trainer.export import log_pyfunc_model, weights_sha256
 from trainpipe_trainer.losses import LossFn, make_loss_fn
 from trainpipe_trainer.model import build_mlp
@@ -43,6 +44,9 @@ from trainpipe_trainer.state import TrainState
 from trainpipe_trainer.strategies import Strategy, build_strategy
 from trainpipe_trainer.system_metrics import ComputeClock, LoopCounters, SystemMonitor
 from trainpipe_trainer.tracking import Tracker, flatten_params
+
+if TYPE_CHECKING:
+    from trainpipe_trainer.tuning import TrialReporter
 
 # Step flags every rank must agree on (see distributed.StepFlags).
 _STOP, _CLOCK = 0, 1
@@ -86,6 +90,9 @@ class Trainer:
     clock: ComputeClock = field(init=False)
     stats: LoopStats = field(init=False, default_factory=LoopStats)
     state: TrainState = field(init=False, default_factory=TrainState)
+    total_steps: int = field(init=False)
+    # Rank 0 of a hyperparameter-search trial: reports at each evaluation point (trainpipe_trainer.tuning).
+    trial: TrialReporter | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         config, env = self.config, self.env
@@ -94,7 +101,11 @@ class Trainer:
         accumulation = config.optimization.gradient_accumulation_steps
         self.batches = EpochLoader(dataset=self.data.dataset, batch_size=config.batch_size, seed=config.seed, env=env)
         self.steps_per_epoch = math.ceil(self.batches.batches_per_epoch / accumulation)
-        total_steps = config.epochs * self.steps_per_epoch
+        total_steps = self.total_steps = config.epochs * self.steps_per_epoch
+        if config.tuning is not None and env.is_main:
+            from trainpipe_trainer.tuning import TrialReporter
+
+            self.trial = TrialReporter.open(config.tuning)
         # Same seed on every rank: identical initial weights (DDP would broadcast rank 0's anyway).
         rng.seed_all(config.seed)
         self.strategy = build_strategy(
@@ -350,6 +361,33 @@ class Trainer:
         if validation_loss is not None:
             self.tracker.log_metric("validation_loss", validation_loss, step=step)
         self.tracker.log_metric("checkpoint_blocked_ms", 1000 * self.checkpoints.blocked_seconds[-1], step=step)
+        if self.config.tuning is not None:
+            self._report_trial(validation_loss, step)
+
+    def _report_trial(self, validation_loss: float | None, step: int) -> None:
+        """A trial's evaluation point is its checkpoint: report the validation loss, stop if pruned.
+
+        Rank 0 asks the study; every rank learns its answer (one all-reduce) and stops at the same step.
+        """
+        from trainpipe_trainer.tuning import progress_percent
+
+        prune = False
+        if self.trial is not None and validation_loss is not None:
+            prune = self.trial.report(validation_loss, progress=progress_percent(step, self.total_steps))
+        (votes,) = all_reduce_sums([1.0 if prune else 0.0], self.env)
+        if votes == 0 or step >= self.total_steps:
+            return
+        # The checkpoint just taken is the trial's last: let it commit, record the compute spent, stop.
+        self.checkpoints.wait()
+        self.checkpoints.close()
+        self._log_compute_hours()
+        message = trial_pruned_message(self.config.tuning.trial_number, step=step, total_steps=self.total_steps,
+                                       metric=self.config.tuning.metric, value=validation_loss)
+        if self.env.is_main:
+            print(message, flush=True)
+            self.tracker.set_tags({"trainpipe.trial_state": "pruned", "trainpipe.pruned_at_step": str(step)})
+            self.tracker.failed(message, step=step, status="KILLED")
+        raise TrialPrunedError(message, step=step)
 
     def _log_compute_hours(self) -> None:
         self.state.compute_seconds += self.clock.seconds()

@@ -33,6 +33,8 @@ class TrainInputs:
     param_overrides: dict[str, Any]
     run: RunContext
     snapshot: SnapshotInfo
+    # With tuning: the MLflow tags that name the trial the final training takes its parameters from.
+    run_tags: dict[str, str] | None = None
 
 
 def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
@@ -44,7 +46,16 @@ def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
     ti = context["ti"]
     run = RunContext(dag_id=ti.dag_id, airflow_run_id=context["run_id"], try_number=ti.try_number,
                      spec_sha256=plan.spec_sha256, git_commit=git_commit(plan.source_path))
-    return TrainInputs(plan=plan, param_overrides=overrides, run=run, snapshot=snapshot_info(context))
+    run_tags = None
+    if plan.tuning is not None and ti.task_id == "train":
+        from trainpipe.plan import with_trial_params
+        from trainpipe.runtime.tuning import best_trial_tags
+
+        # The final training: the search's best parameters over the plan's (and a trigger's) values.
+        best = ti.xcom_pull(task_ids="pick_best")
+        plan, run_tags = with_trial_params(plan, best["params"]), best_trial_tags(best)
+    return TrainInputs(plan=plan, param_overrides=overrides, run=run, snapshot=snapshot_info(context),
+                       run_tags=run_tags)
 
 
 @contextlib.contextmanager

@@ -116,7 +116,7 @@ class TrainOperator(_PipelineStepOperator):
         with failed_for_good_on_refused_resume():
             result = run_training(inputs.plan, inputs.snapshot, settings=self.settings, run=inputs.run,
                                   hook=self.hook, on_line=lambda line: self.log.info("%s", line),
-                                  param_overrides=inputs.param_overrides)
+                                  param_overrides=inputs.param_overrides, run_tags=inputs.run_tags)
         log_trained(self.log, result)
         return asdict(result)
 

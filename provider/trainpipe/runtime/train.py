@@ -36,6 +36,7 @@ from trainpipe_trainer.config import (
     ResumeIdentity,
     TrainingConfig,
     TrainingResult,
+    TuningTrial,
     checkpoint_dir_name,
     resume_refusal,
 )
@@ -91,6 +92,14 @@ def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settin
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TrialLaunch:
+    """A training that is one trial of a study: where it reports, and its own (child) MLflow run."""
+
+    tuning: TuningTrial
+    mlflow_run_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PreparedRun:
     """A run folder ready for a launcher: the trainer config is written, no stale result is left."""
 
@@ -105,20 +114,32 @@ class PreparedRun:
 
 def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
                          hook: MlflowHook | None = None, run_dir=None,  # noqa: ANN001 - ObjectStoragePath
-                         param_overrides: dict | None = None) -> PreparedRun:
-    """Everything before torchrun, for every launcher: resume check, MLflow run, trainer config, no stale result."""
+                         param_overrides: dict | None = None, run_tags: dict[str, str] | None = None,
+                         trial: TrialLaunch | None = None) -> PreparedRun:
+    """Everything before torchrun, for every launcher: resume check, MLflow run, trainer config, no stale result.
+
+    ``run_tags`` go on the DAG run's MLflow run when it is created; a ``trial`` (hyperparameter search)
+    logs into its own MLflow run and reports to its study instead."""
     run_dir = run_dir if run_dir is not None else run_dir_for(plan.dag_id, settings, run.airflow_run_id)
     config = trainer_config_for_run(plan, snapshot, settings=settings, run=run, mlflow_run_id=None, run_dir=run_dir)
+    if trial is not None:
+        tags = dict(config.tags)
+        # Only the DAG run's own training carries this tag: MlflowHook.run_for_dag_run finds its run by it.
+        tags["trainpipe.study_airflow_run_id"] = tags.pop("trainpipe.airflow_run_id")
+        config = dataclasses.replace(config, tuning=trial.tuning, tags=tags)
     # First: a refused run must not retag the MLflow run nor overwrite the config that wrote the checkpoints.
     check_resumable(run_dir, config, world_size=plan.launch.nnodes * plan.launch.nproc_per_node)
     hook = hook or MlflowHook(settings)
-    mlflow_run_id = hook.run_for_dag_run(
-        pipeline_id=plan.dag_id, dag_id=run.dag_id, airflow_run_id=run.airflow_run_id,
-        tags={"trainpipe.dataset_digest": snapshot.digest,
-              "trainpipe.param_overrides": json.dumps(param_overrides or {}, sort_keys=True)},
-    )
-    if plan.spec_text:
-        log_spec_text(hook.client, mlflow_run_id, spec_relative_path=plan.spec_relative_path, spec_text=plan.spec_text)
+    if trial is not None:
+        mlflow_run_id = trial.mlflow_run_id
+    else:
+        mlflow_run_id = hook.run_for_dag_run(
+            pipeline_id=plan.dag_id, dag_id=run.dag_id, airflow_run_id=run.airflow_run_id,
+            tags={"trainpipe.dataset_digest": snapshot.digest,
+                  "trainpipe.param_overrides": json.dumps(param_overrides or {}, sort_keys=True), **(run_tags or {})},
+        )
+        if plan.spec_text:
+            log_spec_text(hook.client, mlflow_run_id, spec_relative_path=plan.spec_relative_path, spec_text=plan.spec_text)
     config = dataclasses.replace(config, tracking=dataclasses.replace(config.tracking, run_id=mlflow_run_id))
     config_path = run_dir / TRAINER_CONFIG_FILE
     config_path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,9 +191,11 @@ def read_training_result(run_dir) -> TrainingResult:  # noqa: ANN001 - ObjectSto
 
 def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
                  hook: MlflowHook | None = None, on_line: Callable[[str], None] | None = None,
-                 run_dir=None, param_overrides: dict | None = None) -> TrainingResult:  # noqa: ANN001
+                 run_dir=None, param_overrides: dict | None = None,  # noqa: ANN001
+                 run_tags: dict[str, str] | None = None, trial: TrialLaunch | None = None) -> TrainingResult:
+    """The one local launch: the train task and every trial of a study run it."""
     prepared = prepare_training_run(plan, snapshot, settings=settings, run=run, hook=hook, run_dir=run_dir,
-                                    param_overrides=param_overrides)
+                                    param_overrides=param_overrides, run_tags=run_tags, trial=trial)
     launch = resolve(plan.launch, LaunchValues(config_uri=prepared.config_uri,
                                                mlflow_tracking_uri=settings.mlflow_tracking_uri))
     reasons = TrainerReasons(on_line)
@@ -183,7 +206,8 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
         if not reasons.messages:
             raise
         # The trainer's own one-line reason (every rank prints it) instead of the command line.
-        raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}") from err
+        raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}",
+                                  reasons=tuple(reasons.messages)) from err
     return read_training_result(prepared.run_dir)
 
 

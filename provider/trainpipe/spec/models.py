@@ -585,6 +585,82 @@ class ParamSpec(_Model):
 
 
 # ---------------------------------------------------------------------------------------------
+# hyperparameter search
+
+# Hyperparameter -> (path in the spec, kind). kind: "float", "int", or "layers" (a list of sizes).
+TUNABLE_PARAMS: dict[str, tuple[tuple[str, ...], str]] = {
+    "learning_rate": (("training", "learning_rate"), "float"),
+    "batch_size": (("training", "batch_size"), "int"),
+    "dropout": (("training", "model", "dropout"), "float"),
+    "hidden_layers": (("training", "model", "hidden_layers"), "layers"),
+    "warmup_steps": (("training", "optimization", "warmup_steps"), "int"),
+    "weight_decay": (("training", "optimization", "weight_decay"), "float"),
+    "gradient_clip_norm": (("training", "optimization", "gradient_clip_norm"), "float"),
+}
+DISTRIBUTIONS = ("log_uniform", "uniform", "int", "choice")
+
+
+class DistributionSpec(_Model):
+    """One hyperparameter's search range: exactly one of the keys."""
+
+    log_uniform: tuple[float, float] | None = Field(
+        default=None, description="[low, high], sampled uniformly in log space; both > 0.", examples=[[0.0001, 0.1]])
+    uniform: tuple[float, float] | None = Field(default=None, description="[low, high], sampled uniformly.", examples=[[0.0, 0.5]])
+    int_range: tuple[int, int] | None = Field(
+        default=None, alias="int", description="[low, high], a whole number in the range (both included).", examples=[[0, 200]])
+    choice: list[Any] | None = Field(
+        default=None, min_length=1, description="One of these values (numbers, or lists of layer sizes).",
+        examples=[[32, 64, 128], [[32], [64, 32]]])
+
+    @model_validator(mode="after")
+    def _one_range(self) -> DistributionSpec:
+        given = [name for name in DISTRIBUTIONS if getattr(self, "int_range" if name == "int" else name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one distribution of {', '.join(DISTRIBUTIONS)}"
+                             + (f"; found {', '.join(given)}" if given else ""))
+        low_high = self.log_uniform or self.uniform or self.int_range
+        if low_high is not None and low_high[0] > low_high[1]:
+            raise ValueError(f"low {low_high[0]:g} is above high {low_high[1]:g}; swap them")
+        if self.log_uniform is not None and self.log_uniform[0] <= 0:
+            raise ValueError(f"a log_uniform range must stay above 0, got low {self.log_uniform[0]:g}; "
+                             "use a small positive low such as 1e-5, or uniform")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(name for name in DISTRIBUTIONS if getattr(self, "int_range" if name == "int" else name) is not None)
+
+    @property
+    def candidates(self) -> list[Any]:
+        """The values the range's bounds check looks at: its ends, or every choice."""
+        return list(self.choice if self.choice is not None else (self.log_uniform or self.uniform or self.int_range))
+
+
+class TuningSpec(_Model):
+    metric: Literal["validation_loss"] = Field(
+        default="validation_loss",
+        description="What a trial optimises, reported by the trainer at each checkpoint (the evaluation point).",
+        examples=["validation_loss"])
+    direction: Literal["minimize", "maximize"] = Field(default="minimize", description="Optimisation direction.", examples=["minimize"])
+    n_trials: int = Field(ge=1, le=1000, description="Trials in the study (one mapped Airflow task each).", examples=[20])
+    max_parallel: int = Field(default=1, ge=1, description="Trials running at once.", examples=[2])
+    timeout: Duration | None = Field(
+        default=None, description="No trial starts once the study is this old; the ones running finish.", examples=["2h"])
+    sampler: Literal["tpe", "random"] = Field(default="tpe", description="Optuna sampler: TPE (Bayesian) or random.", examples=["tpe"])
+    seed: int = Field(default=0, ge=0, description="The sampler's seed (a study is reproducible when trials run one at a time).", examples=[0])
+    pruner: Literal["hyperband", "median", "none"] = Field(
+        default="hyperband", description="Stops poor trials at the trainer's evaluation points.", examples=["hyperband"])
+    trial_epochs: int | None = Field(
+        default=None, ge=1, description="Epochs of each trial; training.epochs when omitted. The final training always runs training.epochs.",
+        examples=[2])
+    space: dict[str, DistributionSpec] = Field(
+        min_length=1,
+        description="The hyperparameters to search and their ranges: {log_uniform: [lo, hi]}, {uniform: [lo, hi]}, "
+        f"{{int: [lo, hi]}} or {{choice: [...]}}. Names: {', '.join(TUNABLE_PARAMS)}.",
+        examples=[{"learning_rate": {"log_uniform": [0.0001, 0.1]}, "batch_size": {"choice": [32, 64, 128]}}])
+
+
+# ---------------------------------------------------------------------------------------------
 # the pipeline
 
 _SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually")
@@ -657,6 +733,12 @@ class PipelineSpec(_Model):
         f"for that run only. Names: {', '.join(sorted(OVERRIDABLE_PARAMS))}.",
         examples=[{"learning_rate": {"description": "Adam learning rate for this run", "minimum": 0.00001}}],
     )
+    tuning: TuningSpec | None = Field(
+        default=None,
+        description="Hyperparameter search before training: an Optuna study of n_trials trials, then the final "
+        "training with the best trial's parameters.",
+        examples=[{"n_trials": 20, "max_parallel": 2, "space": {"learning_rate": {"log_uniform": [0.0001, 0.1]}}}],
+    )
 
 
 def overridden_value(spec: PipelineSpec, name: str) -> Any:
@@ -692,7 +774,12 @@ class ParamBound:
 
 @functools.cache
 def _field_bounds(name: str) -> tuple[ParamBound, ...]:
-    path, _ = OVERRIDABLE_PARAMS[name]
+    return bounds_at(OVERRIDABLE_PARAMS[name][0])
+
+
+@functools.cache
+def bounds_at(path: tuple[str, ...]) -> tuple[ParamBound, ...]:
+    """The constraints (ge, gt, le, lt) of the spec field at ``path``, as bounds."""
     model: Any = PipelineSpec
     field = None
     for part in path:

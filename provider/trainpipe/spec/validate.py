@@ -19,10 +19,12 @@ from trainpipe.spec import expectations as expectation_table
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
 from trainpipe.spec.models import (
     OVERRIDABLE_PARAMS,
+    TUNABLE_PARAMS,
     GateSpec,
     PipelineSpec,
     _normalise_expectation,
     _parse_gate,
+    bounds_at,
     overridden_value,
     param_bounds,
 )
@@ -36,8 +38,10 @@ def _fields_by_key(model: type[BaseModel]) -> dict[str, Any]:
 def _model_at(path: FieldPath) -> type[BaseModel] | None:
     """The pydantic model that owns the mapping at ``path`` (for "did you mean" on unknown keys)."""
     model: type[BaseModel] | None = PipelineSpec
+    keyed = False  # the previous part was a dict of models (tuning.space): this part is a key
     for part in path:
-        if model is None or isinstance(part, int):
+        if model is None or isinstance(part, int) or keyed:
+            keyed = False
             continue
         field = _fields_by_key(model).get(part)
         if field is None:
@@ -45,6 +49,7 @@ def _model_at(path: FieldPath) -> type[BaseModel] | None:
         annotation = field.annotation
         candidates = [annotation, *getattr(annotation, "__args__", ())]
         model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        keyed = getattr(annotation, "__origin__", None) is dict
     return model
 
 
@@ -168,6 +173,12 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
             close = difflib.get_close_matches(str(name), sorted(OVERRIDABLE_PARAMS), n=1, cutoff=0.5)
             fix = f"did you mean `{close[0]}`?" if close else f"use one of {', '.join(sorted(OVERRIDABLE_PARAMS))}"
             add(("params", name), f"{name!r} is not a hyperparameter a run can override; {fix}")
+    space = _get(data, "tuning", "space")
+    for name in space if isinstance(space, dict) else {}:
+        if name not in TUNABLE_PARAMS:
+            close = difflib.get_close_matches(str(name), sorted(TUNABLE_PARAMS), n=1, cutoff=0.5)
+            fix = f"did you mean `{close[0]}`?" if close else f"use one of {', '.join(sorted(TUNABLE_PARAMS))}"
+            add(("tuning", "space", name), f"{name!r} is not a hyperparameter a trial can tune; {fix}")
     problems.extend(_launcher_problems(loaded))
     approval = _get(data, "registration", "approval")
     if isinstance(approval, dict) and approval.get("mode") == "none":
@@ -272,6 +283,55 @@ def _slice_problems(loaded: LoadedYaml, *, label: Any, group_column: Any, task: 
     return problems
 
 
+def _tuning_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]:
+    """``tuning:`` against the rest: each range within its hyperparameter's own bounds, and a training
+    that has evaluation points (checkpoints with a validation loss) for trials to report at."""
+    tuning = spec.tuning
+    if tuning is None:
+        return []
+    problems: list[SpecProblem] = []
+    add = lambda path, message: problems.append(loaded.problem(path, message))  # noqa: E731
+    for name, distribution in tuning.space.items():
+        if name not in TUNABLE_PARAMS:
+            continue  # reported by _semantic_problems
+        path, kind = TUNABLE_PARAMS[name]
+        here = ("tuning", "space", name)
+        if kind == "layers":
+            if distribution.kind != "choice":
+                add((*here, distribution.kind), "hidden_layers is tuned with {choice: [[32], [64, 32], ...]}, "
+                                                "a list of layer-size lists")
+            elif not all(isinstance(c, list) and c and all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                                                             for n in c) for c in distribution.candidates):
+                add((*here, "choice"), "each choice of hidden_layers is a non-empty list of positive layer sizes, "
+                                       "such as [64, 32]")
+            continue
+        if kind == "int" and distribution.kind in ("uniform", "log_uniform"):
+            add((*here, distribution.kind), f"{name} is a whole number: use {{int: [low, high]}} or {{choice: [...]}}")
+            continue
+        for value in distribution.candidates:
+            if isinstance(value, bool) or not isinstance(value, int | float) or (kind == "int" and value != int(value)):
+                add((*here, distribution.kind), f"{value!r} is not a valid {'.'.join(path)}: it must be "
+                                                f"{'a whole number' if kind == 'int' else 'a number'}")
+                break
+            broken = next((b for b in bounds_at(path) if not b.admits(value)), None)
+            if broken is not None:
+                add((*here, distribution.kind), f"{value:g} is not a valid {'.'.join(path)}: it must be "
+                                                f"{broken.describe()}; narrow the range")
+                break
+    training = spec.training
+    if training.launcher != "local":
+        add(("tuning",), "trials run with the local launcher only for now; use training.launcher: local, or "
+                         "remove tuning: and search elsewhere")
+    checkpoint = training.checkpoint
+    if not checkpoint.keep_best or checkpoint.validation_fraction == 0:
+        add(("training", "checkpoint"), "tuning needs a validation loss at each checkpoint: keep keep_best true and "
+                                        "validation_fraction above 0")
+    if checkpoint.every_n_steps is None and checkpoint.every is None:
+        add(("training", "checkpoint"), "tuning reports at each checkpoint, so trials need several: set "
+                                        "training.checkpoint.every_n_steps (e.g. a tenth of a trial's steps)")
+    return problems
+
+
 def _launcher_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     """training.launcher against training.distributed and training.kubernetes."""
     problems: list[SpecProblem] = []
@@ -353,6 +413,7 @@ def validate_loaded(loaded: LoadedYaml) -> PipelineSpec:
     problems.extend(p for p in _semantic_problems(loaded) if (p.field_path, p.message) not in reported)
     if spec is not None:
         problems.extend(_param_problems(loaded, spec))
+        problems.extend(_tuning_problems(loaded, spec))
     if problems or spec is None:
         problems.sort(key=lambda p: (p.file != loaded.file, p.file, p.line or 0, p.column or 0))
         raise SpecError(problems)

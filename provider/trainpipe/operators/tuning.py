@@ -1,0 +1,57 @@
+"""The hyperparameter-search tasks of a tuned pipeline; the work is in ``trainpipe.runtime.tuning``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from trainpipe.operators.context import train_inputs
+from trainpipe.operators.pipeline import _PipelineStepOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from trainpipe.plan import PipelinePlan
+
+
+class CreateStudyOperator(_PipelineStepOperator):
+    """The DAG run's Optuna study (found again by a retry) and its MLflow parent run."""
+
+    def execute(self, context: Context) -> dict[str, str]:
+        from trainpipe.runtime.tuning import create_study
+
+        inputs = train_inputs(self.plan, context)
+        study = create_study(inputs.plan, settings=self.settings, run=inputs.run, hook=self.hook)
+        self.log.info("study %s (storage: TRAINPIPE_OPTUNA_STORAGE), MLflow parent run %s",
+                      study["study_name"], study["parent_run_id"])
+        return study
+
+
+class TrialOperator(_PipelineStepOperator):
+    """One trial slot (mapped over the slots): ask the study, train with the trial's parameters, tell it."""
+
+    ui_color = "#fdf1c9"
+
+    def __init__(self, *, plan: PipelinePlan, slot: int, **kwargs: Any) -> None:
+        super().__init__(plan=plan, **kwargs)
+        self.slot = slot
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from trainpipe.operators.context import failed_for_good_on_refused_resume
+        from trainpipe.runtime.tuning import run_trial
+
+        inputs = train_inputs(self.plan, context)
+        study = context["ti"].xcom_pull(task_ids="create_study")
+        with failed_for_good_on_refused_resume():
+            return run_trial(inputs.plan, self.slot, inputs.snapshot, settings=self.settings, run=inputs.run,
+                             study=study, hook=self.hook, on_line=lambda line: self.log.info("%s", line)).to_dict()
+
+
+class PickBestOperator(_PipelineStepOperator):
+    """Runs once every trial task is done (whatever their state): fails leftovers, picks the best, plots."""
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from trainpipe.runtime.tuning import pick_best
+
+        study = context["ti"].xcom_pull(task_ids="create_study")
+        return pick_best(self.run_plan(context), settings=self.settings, study=study, hook=self.hook,
+                         on_line=lambda line: self.log.info("%s", line))

@@ -1,0 +1,102 @@
+"""A tuned pipeline end to end under Airflow's dag.test(): the study, its trials (mapped), the best
+trial's parameters in the final training, MLflow's parent and child runs, a re-run trial task."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.runtime.test_tuning import END, tiny_tuned_spec, write_data
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+N_TRIALS = 5
+
+
+@pytest.fixture(scope="module")
+def tuned_configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from trainpipe.settings import Settings
+
+    spec = tiny_tuned_spec("fraud_tuned_e2e", n_trials=N_TRIALS, max_parallel=2)
+    write_data(Settings.from_env(), spec["pipeline_id"])
+    configs = tmp_path_factory.mktemp("tuned_configs")
+    (configs / "fraud_tuned_e2e.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return configs
+
+
+def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, monkeypatch):
+    import mlflow
+    from airflow.dag_processing.dagbag import DagBag
+
+    from trainpipe.factory import compile_directory
+    from trainpipe.plan import with_trial_params
+    from trainpipe.runtime.tuning import load_study
+    from trainpipe.runtime.tuning import study_name as study_name_of
+    from trainpipe.settings import Settings
+
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(tuned_configs))
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    dag = bag.get_dag("fraud_tuned_e2e")
+    assert dag.get_task("trials").max_active_tis_per_dagrun == 2
+    dag_run = dag.test(logical_date=END)
+
+    tis = dag_run.get_task_instances()
+    trials = sorted((ti for ti in tis if ti.task_id == "trials"), key=lambda ti: ti.map_index)
+    assert [ti.map_index for ti in trials] == list(range(N_TRIALS))
+    assert {ti.task_id: ti.state for ti in tis if ti.task_id != "trials"} == {
+        t: "success" for t in ("snapshot", "validate", "create_study", "pick_best", "train", "watch_checkpoints",
+                               "evaluate", "gate", "register", "promote")}
+    assert all(ti.state == "success" for ti in trials)
+
+    settings = Settings.from_env()
+    (plan,) = compile_directory(tuned_configs).plans.values()
+    study_name = study_name_of("fraud_tuned_e2e", dag_run.run_id)
+    study = load_study(plan.tuning, settings, study_name)
+    # Every slot's trial has a final state; at least one was pruned.
+    assert len(study.trials) == N_TRIALS
+    assert all(t.state.is_finished() for t in study.trials)
+    states = [t.state.name for t in study.trials]
+    assert "PRUNED" in states and "COMPLETE" in states, states
+    pruned = [t for t in study.trials if t.state.name == "PRUNED"]
+    assert all(t.user_attrs["trainer_seconds"] > 0 for t in pruned)  # compute of pruned trials is recorded
+    best = study.best_trial
+
+    # The final training ran with the best trial's parameters and says which trial it came from.
+    client = mlflow.MlflowClient()
+    champion = client.get_model_version_by_alias("fraud_tuned_e2e", "champion")
+    final = client.get_run(champion.run_id)
+    assert final.data.tags["trainpipe.tuning.best_trial"] == str(best.number)
+    assert json.loads(final.data.tags["trainpipe.tuning.best_params"]) == best.params
+    expected = with_trial_params(plan, best.params).trainer
+    assert float(final.data.params["learning_rate"]) == pytest.approx(expected.learning_rate)
+    assert json.loads(final.data.params["model.hidden_layers"]) == list(expected.model.hidden_layers)
+    assert final.data.params["epochs"] == str(plan.trainer.epochs)  # the full budget, not a trial's
+
+    # MLflow: the study's parent run with one child per trial.
+    parent_id = final.data.tags["trainpipe.tuning.parent_run_id"]
+    children = client.search_runs([final.info.experiment_id],
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    assert sorted(int(c.data.tags["trainpipe.trial_number"]) for c in children) == [t.number for t in study.trials]
+    assert sorted(c.data.tags["trainpipe.trial_state"] for c in children) == sorted(
+        {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[s] for s in states)
+    assert client.get_run(parent_id).data.metrics["trials_pruned"] == len(pruned)
+
+    # Re-running one trial task (slot 1) through Airflow: the study keeps its trial count.
+    import os
+    import subprocess
+    import sys
+
+    slot_trial = next(t.number for t in study.trials if t.user_attrs["slot"] == 1)
+    airflow = Path(sys.executable).with_name("airflow")
+    rerun = subprocess.run(
+        [str(airflow), "tasks", "test", "fraud_tuned_e2e", "trials", dag_run.run_id, "--map-index", "1"],
+        capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "TRAINPIPE_DAG_CONFIGS": str(tuned_configs)})
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert f"slot 1 already ran trial {slot_trial}" in rerun.stdout + rerun.stderr
+    assert len(load_study(plan.tuning, settings, study_name).trials) == N_TRIALS

@@ -1,0 +1,147 @@
+"""The trial runner without Airflow: real torchrun trainers, a real journal-file study, real MLflow (sqlite).
+
+* Two slots run at the same time (two threads, as two Airflow task processes would): their trials'
+  lifetimes in the study overlap, and each asked its own parameters.
+* Running a slot again returns its trial: the study's trial count does not change.
+* A trial left RUNNING (its process died with its task) is failed by the slot's next run, never
+  left running, and no second trial is asked for.
+* The trainer reports at each checkpoint through the storage: every finished trial holds
+  intermediate values, and pick_best picks the best complete one and closes the MLflow parent run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainpipe.demo.synthetic import generate_transactions
+from trainpipe.hooks.mlflow import MlflowHook
+from trainpipe.plan import build_plan
+from trainpipe.runtime.snapshot import take_snapshot
+from trainpipe.runtime.train import RunContext
+from trainpipe.runtime.tuning import create_study, load_study, pick_best, run_trial, trial_of_slot
+from trainpipe.settings import Settings
+from trainpipe.spec.loader import load_yaml_text
+from trainpipe.spec.validate import validate_loaded
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+
+
+def tiny_tuned_spec(pipeline_id: str, *, n_trials: int, max_parallel: int, pruner: str = "hyperband") -> dict:
+    """The example tuned spec, shrunk: tiny trials on one process each."""
+    spec = yaml.safe_load((REPO / "dag_configs" / "fraud_detector_tuned.yaml").read_text())
+    spec["pipeline_id"] = pipeline_id
+    spec["registration"]["model_name"] = pipeline_id
+    spec["data"]["uri"] = f"demo/{pipeline_id}/transactions.parquet"
+    spec["retries"] = 0
+    spec["training"].update(epochs=2, batch_size=64)
+    spec["training"]["checkpoint"] = {"every_n_steps": 5, "keep_last": 1}
+    spec["tuning"].update(n_trials=n_trials, max_parallel=max_parallel, trial_epochs=1, pruner=pruner, seed=3)
+    spec["tuning"]["space"] = {
+        # Half the range barely learns in one epoch: the pruner has poor trials to stop.
+        "learning_rate": {"log_uniform": [0.00001, 0.03]},
+        "hidden_layers": {"choice": [[16], [32, 16]]},
+    }
+    return spec
+
+
+def write_data(settings: Settings, pipeline_id: str, rows: int = 2500) -> None:
+    folder = Path(settings.storage_root.removeprefix("file://")) / "demo" / pipeline_id
+    folder.mkdir(parents=True, exist_ok=True)
+    generate_transactions(rows=rows, days=20, end=END).to_parquet(folder / "transactions.parquet", index=False)
+
+
+def compile_plan(spec: dict):
+    text = yaml.safe_dump(spec, sort_keys=False)
+    loaded = load_yaml_text(text, f"{spec['pipeline_id']}.yaml")
+    return build_plan(validate_loaded(loaded), spec_file=f"{spec['pipeline_id']}.yaml", spec_text=text)
+
+
+@pytest.fixture
+def tuned(state_dir: Path):
+    settings = Settings.from_env()
+    spec = tiny_tuned_spec("tuning_runner", n_trials=4, max_parallel=2)
+    write_data(settings, spec["pipeline_id"])
+    plan = compile_plan(spec)
+    snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=END)
+    run = RunContext(dag_id=plan.dag_id, airflow_run_id="manual__runner", try_number=1,
+                     spec_sha256=plan.spec_sha256, git_commit="test")
+    hook = MlflowHook(settings)
+    study = create_study(plan, settings=settings, run=run, hook=hook)
+    return plan, snapshot, settings, run, hook, study
+
+
+def test_two_slots_run_at_once_and_a_slot_never_gets_a_second_trial(tuned):
+    plan, snapshot, settings, run, hook, study = tuned
+    outcomes: dict[int, dict] = {}
+    errors: list[BaseException] = []
+
+    def slot(number: int) -> None:
+        try:
+            outcomes[number] = run_trial(plan, number, snapshot, settings=settings, run=run, study=study,
+                                         hook=hook).to_dict()
+        except BaseException as err:  # noqa: BLE001 - re-raised by the test below
+            errors.append(err)
+
+    threads = [threading.Thread(target=slot, args=(n,)) for n in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=900)
+    assert not errors, errors
+    live = load_study(plan.tuning, settings, study["study_name"])
+    first, second = (trial_of_slot(live, n) for n in (0, 1))
+    # Both trials were running at the same time: each started before the other finished.
+    assert max(first.datetime_start, second.datetime_start) < min(first.datetime_complete, second.datetime_complete)
+    assert first.params != second.params
+    assert {outcomes[0]["state"], outcomes[1]["state"]} <= {"complete", "pruned"}
+    for trial in (first, second):
+        # Reported by the trainer at its checkpoints, at percent-of-trial steps.
+        assert trial.intermediate_values and max(trial.intermediate_values) <= 100
+        assert trial.user_attrs["trainer_seconds"] > 0
+
+    # The slot's task runs again (an Airflow clear): same trial, no new one.
+    again = run_trial(plan, 0, snapshot, settings=settings, run=run, study=study, hook=hook).to_dict()
+    assert again["number"] == outcomes[0]["number"] and again["state"] == outcomes[0]["state"]
+    assert len(load_study(plan.tuning, settings, study["study_name"]).trials) == 2
+
+    # A slot whose process died mid-trial: its trial is left RUNNING; the next try fails it.
+    dead = live.ask()
+    dead.set_user_attr("slot", 2)
+    outcome = run_trial(plan, 2, snapshot, settings=settings, run=run, study=study, hook=hook)
+    assert outcome.state == "failed" and outcome.number == dead.number
+    live = load_study(plan.tuning, settings, study["study_name"])
+    assert len(live.trials) == 3
+    assert "died" in live.trials[dead.number].user_attrs["fail_reason"]
+
+    # A trial asked by a process that died before recording its slot: pick_best fails it.
+    orphan = live.ask()
+    best = pick_best(plan, settings=settings, study=study, hook=hook)
+    live = load_study(plan.tuning, settings, study["study_name"])
+    assert live.trials[orphan.number].state.name == "FAIL"
+    assert all(t.state.is_finished() for t in live.trials)
+    assert best["number"] == live.best_trial.number and best["params"] == live.best_trial.params
+
+    client = hook.client
+    parent = client.get_run(study["parent_run_id"])
+    assert parent.info.status == "FINISHED"
+    assert parent.data.metrics["best_value"] == pytest.approx(best["value"])
+    assert parent.data.params["tuning.max_parallel"] == "2"
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    assert sorted(int(c.data.tags["trainpipe.trial_number"]) for c in children) == sorted(
+        t.number for t in live.trials if "mlflow_run_id" in t.user_attrs)
+    for child in children:
+        assert child.data.tags["trainpipe.trial_state"] in {"complete", "pruned"}
+        assert json.loads(child.data.tags["trainpipe.trial_params"])
+        assert "trainpipe.airflow_run_id" not in child.data.tags  # the final training's run is found by it
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "study")}
+    assert {"study/optimization_history.png", "study/intermediate_values.png"} <= artifacts
