@@ -50,7 +50,7 @@ class ApproveOperator(ApprovalOperator):
         return MlflowHook(Settings.from_env())
 
     def execute(self, context: Context) -> Any:
-        from trainpipe.notifications import Message, notifiers
+        from trainpipe.notifications import Message, send
         from trainpipe.plan import APPROVAL
 
         ti = context["ti"]
@@ -64,7 +64,10 @@ class ApproveOperator(ApprovalOperator):
         text = (f"{registration.model_name} version {registered['version']} passed its gates and waits for "
                 f"approval to become {registration.alias} (run {ti.run_id} of {ti.dag_id})."
                 + (f"\n\nAnswer in Airflow: {link}" if link else "\n\nAnswer in Airflow: Browse -> Required Actions."))
-        self.notifiers = notifiers(self.plan.notify, APPROVAL, Message(subject=f"[trainpipe] {self.subject}", text=text))
+        # Sent here rather than through the operator's own notifiers, which raise on a failed send: a mail
+        # server that is down (or an SMTP connection not yet defined) must not fail the approval.
+        send(self.plan.notify, APPROVAL, Message(subject=f"[trainpipe] {self.subject}", text=text), context)
+        self.notifiers = []
         return super().execute(context)
 
     def _required_actions_link(self, context: Context) -> str | None:
