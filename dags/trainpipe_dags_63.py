@@ -1,4 +1,4 @@
-"""Airflow DAG file, shard 63 of trainpipe (see trainpipe_dags.py and ADR 0008)."""
+"""Airflow DAG file, shard 63 of trainpipe (see trainpipe_dags.py and ADR 0012)."""
 
 from trainpipe.shards import register_shard
 

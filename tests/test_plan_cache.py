@@ -1,4 +1,4 @@
-"""The compiled-plan cache (ADR 0008): unchanged specs are not compiled again, a cached DAG is the DAG
+"""The compiled-plan cache (ADR 0012): unchanged specs are not compiled again, a cached DAG is the DAG
 Airflow would have built, and a corrupt, foreign or stale cache is ignored, never fatal."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sharded DAG files (ADR 0008): every spec compiled by exactly one file of ``dags/``, a stable
+"""Sharded DAG files (ADR 0012): every spec compiled by exactly one file of ``dags/``, a stable
 assignment, broken specs still their own import errors, task runs still one spec."""
 
 from __future__ import annotations

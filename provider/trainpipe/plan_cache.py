@@ -1,5 +1,5 @@
 """The compiled-plan cache: a spec whose text and defaults chain are unchanged is not compiled again
-(ADR 0008).
+(ADR 0012).
 
 An entry's key is a sha256 of what the plan is made from: the spec's text, the text of each
 ``_defaults.yaml`` in its chain, its display name and its path. The cache is a folder per

@@ -1,4 +1,4 @@
-"""Which DAG file compiles which spec: the shard layout of ``dags/`` (ADR 0008).
+"""Which DAG file compiles which spec: the shard layout of ``dags/`` (ADR 0012).
 
 ``dags/`` holds ``SHARD_FILES`` DAG files, shard 0 (``trainpipe_dags.py``) to shard 63
 (``trainpipe_dags_63.py``). A folder of at most ``SINGLE_FILE_MAX`` specs is compiled by shard 0
