@@ -10,14 +10,18 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from trainpipe_trainer.config import ModelConfig
+from trainpipe_trainer.config import FeatureTransform, ModelConfig
 from trainpipe_trainer.errors import TrainerDataError
 from trainpipe_trainer.export import weights_sha256, write_serving_artifacts
 from trainpipe_trainer.model import build_mlp
-from trainpipe_trainer.preprocessing import Standardizer
+from trainpipe_trainer.preprocessing import FeatureTransformer
 from trainpipe_trainer.serving import MLPScorer
 
 FEATURES = ("x1", "x2", "x3")
+
+
+def _transformer(frame: pd.DataFrame) -> FeatureTransformer:
+    return FeatureTransformer.fit(frame, tuple(FeatureTransform(feature=f) for f in FEATURES), source="train")
 
 
 def _frame(n: int) -> pd.DataFrame:
@@ -28,14 +32,14 @@ def _frame(n: int) -> pd.DataFrame:
 @pytest.mark.parametrize("task", ["binary_classification", "regression", "ranking"])
 def test_numpy_scorer_matches_torch_forward(task: str, tmp_path: Path) -> None:
     frame = _frame(50)
-    standardizer = Standardizer.fit(frame.to_numpy(), FEATURES)
+    transformer = _transformer(frame)
     torch.manual_seed(0)
     model = build_mlp(n_features=3, config=ModelConfig(hidden_layers=(8, 4), dropout=0.3)).eval()
-    artifacts = write_serving_artifacts(model, standardizer=standardizer, task=task, directory=str(tmp_path))
+    artifacts = write_serving_artifacts(model, transformer=transformer, task=task, directory=str(tmp_path))
     scorer = MLPScorer.load(weights_path=artifacts["weights"], preprocessing_path=artifacts["preprocessing"])
 
     with torch.no_grad():
-        inputs = torch.tensor(standardizer.transform(frame.to_numpy()), dtype=torch.float32)
+        inputs = torch.tensor(transformer.transform(frame, source="test"), dtype=torch.float32)
         expected = model(inputs).squeeze(-1)
     if task == "binary_classification":
         expected = torch.sigmoid(expected)
@@ -49,7 +53,7 @@ def test_scorer_names_missing_feature(tmp_path: Path) -> None:
     frame = _frame(5)
     model = build_mlp(n_features=3, config=ModelConfig(hidden_layers=(2,)))
     artifacts = write_serving_artifacts(
-        model, standardizer=Standardizer.fit(frame.to_numpy(), FEATURES), task="regression", directory=str(tmp_path)
+        model, transformer=_transformer(frame), task="regression", directory=str(tmp_path)
     )
     scorer = MLPScorer.load(weights_path=artifacts["weights"], preprocessing_path=artifacts["preprocessing"])
     with pytest.raises(TrainerDataError, match="model input: missing feature column\\(s\\) 'x2'"):

@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 # 2: dataset_digest (the resume guard records it in every checkpoint).
 # 3: tuning (a hyperparameter-search trial reports into its Optuna study).
-CONFIG_VERSION = 3
+# 4: transforms (declared feature transforms, fitted on the train split and shipped in the model).
+CONFIG_VERSION = 4
 
 # The names both sides use: the spec's choices, the provider's metrics and the trainer's code paths.
 TaskType = Literal["binary_classification", "regression", "ranking"]
@@ -27,6 +28,14 @@ PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 LR_SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
 StrategyName = Literal["ddp", "deepspeed"]
 STRATEGIES: tuple[str, ...] = typing.get_args(StrategyName)
+FeatureType = Literal["numeric", "categorical"]
+FEATURE_TYPES: tuple[str, ...] = typing.get_args(FeatureType)
+ImputeStrategy = Literal["mean", "median", "constant"]
+IMPUTE_STRATEGIES: tuple[str, ...] = typing.get_args(ImputeStrategy)
+NumericTransform = Literal["log1p"]
+NUMERIC_TRANSFORMS: tuple[str, ...] = typing.get_args(NumericTransform)
+CategoricalEncoding = Literal["one_hot", "hashing"]
+CATEGORICAL_ENCODINGS: tuple[str, ...] = typing.get_args(CategoricalEncoding)
 
 # -- the run folder ------------------------------------------------------------------------------
 # One DAG run's folder, as the provider writes it and the trainer fills it:
@@ -151,6 +160,56 @@ class CheckpointConfig:
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
+class FeatureTransform:
+    """How one feature column becomes model inputs; fitted on the rows trained on.
+
+    Numeric (the default without a declaration: standardise only): impute missing values, clip,
+    log1p, standardise, in that order; ``missing_indicator`` adds a 0/1 input that marks imputed
+    rows. Categorical: ``one_hot`` (the ``max_categories`` most frequent values of the train rows,
+    plus one "other" input for the rest and for values first seen at serving) or ``hashing`` into
+    ``hash_buckets`` inputs. A missing categorical value is the category "<missing>".
+    """
+
+    feature: str
+    type: FeatureType = "numeric"
+    impute: ImputeStrategy | None = None
+    fill_value: float | None = None
+    missing_indicator: bool = False
+    clip_min: float | None = None
+    clip_max: float | None = None
+    transform: NumericTransform | None = None
+    standardize: bool = True
+    encode: CategoricalEncoding = "one_hot"
+    max_categories: int = 20
+    hash_buckets: int = 32
+
+    def __post_init__(self) -> None:
+        where = f"transforms[{self.feature!r}]"
+        _require(bool(self.feature), "transforms: each transform names its feature")
+        _require(self.type in FEATURE_TYPES, f"{where}.type: one of {FEATURE_TYPES}, got {self.type!r}")
+        _require(self.impute is None or self.impute in IMPUTE_STRATEGIES,
+                 f"{where}.impute: one of {IMPUTE_STRATEGIES}, got {self.impute!r}")
+        _require((self.impute == "constant") == (self.fill_value is not None),
+                 f"{where}.fill_value: set exactly when impute is 'constant'")
+        _require(not self.missing_indicator or self.impute is not None, f"{where}.missing_indicator: needs impute")
+        _require(self.clip_min is None or self.clip_max is None or self.clip_min <= self.clip_max,
+                 f"{where}.clip: min must be <= max")
+        _require(self.transform is None or self.transform in NUMERIC_TRANSFORMS,
+                 f"{where}.transform: one of {NUMERIC_TRANSFORMS}, got {self.transform!r}")
+        _require(self.encode in CATEGORICAL_ENCODINGS, f"{where}.encode: one of {CATEGORICAL_ENCODINGS}")
+        _require(self.max_categories >= 1, f"{where}.max_categories: must be >= 1")
+        _require(self.hash_buckets >= 2, f"{where}.hash_buckets: must be >= 2")
+        if self.type == "categorical":
+            numeric_only = self.impute is not None or self.clip_min is not None or self.clip_max is not None \
+                or self.transform is not None or not self.standardize
+            _require(not numeric_only, f"{where}: impute, clip, transform and standardize apply to numeric features")
+
+    @classmethod
+    def default(cls, feature: str) -> FeatureTransform:
+        return cls(feature=feature)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
 class TrackingConfig:
     # Empty tracking_uri means: use MLFLOW_TRACKING_URI from the environment.
     tracking_uri: str = ""
@@ -231,6 +290,8 @@ class TrainingConfig:
     # never resumed on other data; empty (a hand-written config): train_data_uri stands in for it.
     dataset_digest: str = ""
     features: tuple[str, ...]
+    # Declared transforms of some features (by name); a feature without one is numeric and standardised.
+    transforms: tuple[FeatureTransform, ...] = ()
     label: str
     # Ranking: the column that identifies a query (list); required when task == "ranking".
     group_column: str | None = None
@@ -264,6 +325,10 @@ class TrainingConfig:
         _require(self.task in TASK_TYPES, f"task: one of {TASK_TYPES}, got {self.task!r}")
         _require(len(self.features) > 0, "features: list at least one feature column")
         _require(self.label not in self.features, f"label: {self.label!r} is also listed as a feature")
+        declared = [t.feature for t in self.transforms]
+        _require(len(set(declared)) == len(declared), "transforms: one transform per feature")
+        unknown = [name for name in declared if name not in self.features]
+        _require(not unknown, f"transforms: {unknown} are not in features")
         _require(
             self.task != "ranking" or bool(self.group_column),
             "group_column: required for task 'ranking' (the query id column)",
@@ -279,6 +344,11 @@ class TrainingConfig:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    def feature_transforms(self) -> tuple[FeatureTransform, ...]:
+        """One transform per feature, in feature order: the declared one or the default."""
+        declared = {t.feature: t for t in self.transforms}
+        return tuple(declared.get(name) or FeatureTransform.default(name) for name in self.features)
 
     def resume_identity(self, *, world_size: int) -> ResumeIdentity:
         """What a checkpoint of this training records, and a resumed run must match."""
@@ -299,6 +369,7 @@ class TrainingConfig:
         data = dict(raw)
         try:
             data["features"] = tuple(data["features"])
+            data["transforms"] = tuple(FeatureTransform(**t) for t in data.get("transforms", ()))
             model = dict(data.pop("model", {}))
             if "hidden_layers" in model:
                 model["hidden_layers"] = tuple(model["hidden_layers"])
@@ -330,7 +401,7 @@ class TrainingConfig:
 # says where things go or how often they are saved or logged, so a retry may change it and still
 # resume. Each field of TrainingConfig is in exactly one of the two lists (a test checks it).
 RESUME_FINGERPRINT_FIELDS: tuple[str, ...] = (
-    "task", "features", "label", "group_column", "model",
+    "task", "features", "transforms", "label", "group_column", "model",
     # epochs too: a linear or cosine schedule is shaped by the total step count, and the run's
     # recorded params must describe its model. Training longer is a new run (a new folder).
     "epochs", "batch_size", "learning_rate", "seed", "strategy", "optimization", "deepspeed",
@@ -355,6 +426,8 @@ _SHORT_VALUE = 40
 def _section_type(owner: type, name: str) -> type | None:
     """The config class of a section field (``model``, ``deepspeed``...), None for a plain value."""
     hint = typing.get_type_hints(owner)[name]
+    if typing.get_origin(hint) is tuple:
+        return None
     return next((t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)), None)
 
 
@@ -362,7 +435,9 @@ def _flatten_into(out: dict[str, Any], path: str, value: Any, section: type | No
     # One key per setting, so a difference names the setting; an absent section (deepspeed under
     # ddp) lists its settings as null, so switching it on names each of them too.
     if section is None:
-        out[path] = value
+        # A tuple of sections (transforms) is recorded as plain dicts.
+        out[path] = [dataclasses.asdict(v) for v in value] if isinstance(value, tuple) and value \
+            and dataclasses.is_dataclass(value[0]) else value
         return
     for inner in dataclasses.fields(section):
         out[f"{path}.{inner.name}"] = None if value is None else getattr(value, inner.name)
@@ -426,6 +501,11 @@ def _describe_change(key: str, old: Any, new: Any, missing: object) -> str:
             return f"{key} (same columns, other order)"
         parts = ([f"added {added}"] if added else []) + ([f"removed {removed}"] if removed else [])
         return f"{key} ({', '.join(parts)})"
+    if isinstance(old, list) and isinstance(new, list) and key == "transforms":
+        before = {t["feature"]: t for t in old if isinstance(t, dict)}
+        after = {t["feature"]: t for t in new if isinstance(t, dict)}
+        changed = sorted(f for f in before.keys() | after.keys() if before.get(f) != after.get(f))
+        return f"{key} (of {changed})"
     old_text, new_text = json.dumps(old), json.dumps(new)
     if len(old_text) + len(new_text) > 2 * _SHORT_VALUE:
         return f"{key} (changed)"

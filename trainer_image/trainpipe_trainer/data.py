@@ -1,4 +1,4 @@
-"""Training data: read the parquet split, validate it against the config, standardise, batch.
+"""Training data: read the parquet split, validate it against the config, fit the feature transforms, batch.
 
 Every rank reads the whole (small) file and computes the same statistics, so no collective is
 needed; the ``DistributedSampler`` then gives each rank its share of rows or, for listwise
@@ -21,7 +21,7 @@ from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import TrainerDataError
-from trainpipe_trainer.preprocessing import Standardizer, feature_matrix, require_columns
+from trainpipe_trainer.preprocessing import FeatureTransformer, require_columns
 
 
 def is_listwise(config: TrainingConfig) -> bool:
@@ -77,7 +77,8 @@ class TrainingData:
     dataset: TensorDataset
     # Held out of training for the validation loss that picks the best checkpoint (None: no split).
     validation: TensorDataset | None
-    standardizer: Standardizer
+    # Fitted on the rows trained on (not the validation rows); shipped inside the logged model.
+    transformer: FeatureTransformer
     n_rows: int
     n_validation_rows: int
     # A few raw feature rows: the logged model's input example for its signature.
@@ -109,8 +110,8 @@ def validation_mask(frame: pd.DataFrame, config: TrainingConfig) -> np.ndarray:
     return np.isin(units, chosen)
 
 
-def _tensors(frame: pd.DataFrame, config: TrainingConfig, standardizer: Standardizer, source: str) -> TensorDataset:
-    features = standardizer.transform(feature_matrix(frame, config.features, source=source)).astype(np.float32)
+def _tensors(frame: pd.DataFrame, config: TrainingConfig, transformer: FeatureTransformer, source: str) -> TensorDataset:
+    features = transformer.transform(frame, source=source).astype(np.float32)
     labels = label_vector(frame, config, source=source).astype(np.float32)
     if is_listwise(config):
         x, y, mask = pad_queries(frame[config.group_column], features, labels)
@@ -124,7 +125,8 @@ def load_training_data(config: TrainingConfig) -> TrainingData:
     if frame.empty:
         raise TrainerDataError(f"{source}: the training split has no rows")
     # Validate every column on the whole file first: errors name the file, not a split of it.
-    feature_matrix(frame, config.features, source=source)
+    transforms = config.feature_transforms()
+    FeatureTransformer.fit(frame, transforms, source=source).transform(frame, source=source)
     label_vector(frame, config, source=source)
     if config.task == "ranking":
         require_columns(frame, [config.group_column], source=source, role="group")
@@ -133,19 +135,31 @@ def load_training_data(config: TrainingConfig) -> TrainingData:
     held_out = validation_mask(frame, config)
     train_frame = frame.loc[~held_out].reset_index(drop=True)
     validation_frame = frame.loc[held_out].reset_index(drop=True)
-    # Fitted on the rows trained on; the validation rows are scaled the way serving will scale them.
-    standardizer = Standardizer.fit(feature_matrix(train_frame, config.features, source=source), config.features)
-    dataset = _tensors(train_frame, config, standardizer, source)
-    validation = _tensors(validation_frame, config, standardizer, source) if len(validation_frame) else None
-    sample = frame.loc[:, list(config.features)].head(20).astype("float64").reset_index(drop=True)
+    # Fitted on the rows trained on; the validation rows are transformed the way serving will transform them.
+    transformer = FeatureTransformer.fit(train_frame, transforms, source=source)
+    dataset = _tensors(train_frame, config, transformer, source)
+    validation = _tensors(validation_frame, config, transformer, source) if len(validation_frame) else None
+    sample = serving_sample(frame, transforms)
     return TrainingData(
         dataset=dataset,
         validation=validation,
-        standardizer=standardizer,
+        transformer=transformer,
         n_rows=len(train_frame),
         n_validation_rows=len(validation_frame),
         sample_frame=sample,
     )
+
+
+def serving_sample(frame: pd.DataFrame, transforms: tuple) -> pd.DataFrame:
+    """A few raw feature rows as the served model takes them: numeric columns as float64 (so integer
+    input is accepted too), categorical ones as text (missing values stay missing)."""
+    sample = frame.loc[:, [t.feature for t in transforms]].head(20).reset_index(drop=True)
+    numeric = [t.feature for t in transforms if t.type == "numeric"]
+    categorical = {t.feature: object for t in transforms if t.type == "categorical"}
+    sample = sample.astype({**dict.fromkeys(numeric, "float64"), **categorical})
+    for name in categorical:
+        sample[name] = sample[name].where(sample[name].isna(), sample[name].astype(str))
+    return sample
 
 
 class ResumableDistributedSampler(DistributedSampler):

@@ -15,7 +15,7 @@ from torch import nn
 
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.model import linear_layers
-from trainpipe_trainer.preprocessing import Standardizer
+from trainpipe_trainer.preprocessing import FeatureTransformer
 from trainpipe_trainer.serving import (
     PREPROCESSING_ARTIFACT,
     SERVING_FORMAT_VERSION,
@@ -44,9 +44,9 @@ def weights_sha256(model: nn.Module) -> str:
 
 
 def write_serving_artifacts(
-    model: nn.Module, *, standardizer: Standardizer, task: str, directory: str
+    model: nn.Module, *, transformer: FeatureTransformer, task: str, directory: str
 ) -> dict[str, str]:
-    """Weights as ``.npz`` and preprocessing as JSON: all the torch-free scorer needs."""
+    """Weights as ``.npz`` and the fitted feature transforms as JSON: all the torch-free scorer needs."""
     arrays: dict[str, np.ndarray] = {}
     layers = []
     for index, linear in enumerate(linear_layers(model)):
@@ -60,7 +60,9 @@ def write_serving_artifacts(
     meta = {
         "format_version": SERVING_FORMAT_VERSION,
         "task": task,
-        "standardizer": standardizer.to_dict(),
+        "transforms": transformer.to_dict(),
+        # The model's input columns, for people reading the artifact (the scorer derives them).
+        "inputs": list(transformer.output_names),
         "layers": layers,
     }
     with open(preprocessing_path, "w", encoding="utf-8") as handle:
@@ -69,14 +71,14 @@ def write_serving_artifacts(
 
 
 def log_pyfunc_model(
-    model: nn.Module, *, standardizer: Standardizer, config: TrainingConfig, sample_frame: pd.DataFrame
+    model: nn.Module, *, transformer: FeatureTransformer, config: TrainingConfig, sample_frame: pd.DataFrame
 ) -> str:
     """Log the numpy pyfunc into the active MLflow run; returns its ``models:/...`` URI."""
     mlflow = import_mlflow()
     from mlflow.models import infer_signature
 
     with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as directory:
-        artifacts = write_serving_artifacts(model, standardizer=standardizer, task=config.task, directory=directory)
+        artifacts = write_serving_artifacts(model, transformer=transformer, task=config.task, directory=directory)
         # Score the sample with the scorer that will serve: the signature then describes real output.
         scorer = MLPScorer.from_artifacts(artifacts)
         info = mlflow.pyfunc.log_model(

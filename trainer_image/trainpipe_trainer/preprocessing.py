@@ -1,17 +1,27 @@
-"""Feature extraction and standardisation shared by training and serving (numpy/pandas only).
+"""Feature transforms shared by training and serving (numpy/pandas only).
 
-One implementation for both sides, so the served model sees features exactly as training did.
+One implementation for both sides, so the served model sees features exactly as training did:
+the trainer fits a ``FeatureTransformer`` on the rows it trains on, the fitted parameters travel
+inside the logged model as JSON, and the served model rebuilds the same object from them and calls
+the same ``transform``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from trainpipe_trainer.config import FeatureTransform
 from trainpipe_trainer.errors import TrainerDataError
+
+# A missing categorical value is a category of its own; values the train rows did not have (or had
+# too rarely for one_hot's max_categories) share the "other" input.
+MISSING_CATEGORY = "<missing>"
+OTHER_CATEGORY = "<other>"
 
 
 def require_columns(frame: pd.DataFrame, columns: tuple[str, ...] | list[str], *, source: str, role: str) -> None:
@@ -23,49 +33,229 @@ def require_columns(frame: pd.DataFrame, columns: tuple[str, ...] | list[str], *
         )
 
 
-def feature_matrix(frame: pd.DataFrame, features: tuple[str, ...], *, source: str) -> np.ndarray:
-    """The feature columns, in config order, as float64; rejects missing, non-numeric and NaN columns."""
-    require_columns(frame, features, source=source, role="feature")
-    for name in features:
-        column = frame[name]
-        if not (pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column)):
-            raise TrainerDataError(f"{source}: feature column {name!r} must be numeric, got dtype {column.dtype}")
-        nulls = int(column.isna().sum())
-        if nulls:
+def _numeric_values(frame: pd.DataFrame, name: str, *, source: str) -> np.ndarray:
+    """A numeric column as float64, missing values as NaN."""
+    column = frame[name]
+    if not (pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column)):
+        # Object columns holding numbers and None (JSON input at serving) are numeric too.
+        try:
+            column = pd.to_numeric(column, errors="raise") if column.dtype == object else None
+        except (TypeError, ValueError):
+            column = None
+        if column is None:
             raise TrainerDataError(
-                f"{source}: feature column {name!r} has {nulls} missing value(s); impute them upstream"
+                f"{source}: feature column {name!r} must be numeric, got dtype {frame[name].dtype}; "
+                "declare it categorical (transforms: {type: categorical}) if it holds categories"
             )
-    return frame.loc[:, list(features)].to_numpy(dtype=np.float64)
+    return column.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _category_values(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """A categorical column as text, missing values as ``MISSING_CATEGORY``."""
+    column = frame[name]
+    text = column.astype(object).where(column.notna(), MISSING_CATEGORY)
+    return np.asarray([value if isinstance(value, str) else str(value) for value in text], dtype=object)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
-class Standardizer:
-    """Per-feature mean/std fitted on the training data; a constant feature keeps std 1."""
+class NumericEncoder:
+    """impute -> clip -> log1p -> standardise; plus a 0/1 missing indicator when asked."""
 
-    features: tuple[str, ...]
-    means: tuple[float, ...]
-    stds: tuple[float, ...]
+    feature: str
+    fill_value: float | None = None
+    missing_indicator: bool = False
+    clip_min: float | None = None
+    clip_max: float | None = None
+    log1p: bool = False
+    mean: float = 0.0
+    std: float = 1.0
 
-    def __post_init__(self) -> None:
-        if not len(self.features) == len(self.means) == len(self.stds):
-            raise ValueError("Standardizer: features, means and stds must have the same length")
-        if any(s <= 0 for s in self.stds):
-            raise ValueError("Standardizer: stds must be > 0")
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return (self.feature, f"{self.feature}__missing") if self.missing_indicator else (self.feature,)
 
     @classmethod
-    def fit(cls, matrix: np.ndarray, features: tuple[str, ...]) -> Standardizer:
-        means = matrix.mean(axis=0)
-        stds = matrix.std(axis=0)
+    def fit(cls, frame: pd.DataFrame, transform: FeatureTransform, *, source: str) -> NumericEncoder:
+        values = _numeric_values(frame, transform.feature, source=source)
+        fill_value = None
+        if transform.impute is not None:
+            present = values[~np.isnan(values)]
+            if transform.impute == "constant":
+                fill_value = float(transform.fill_value)
+            elif present.size == 0:
+                raise TrainerDataError(
+                    f"{source}: feature column {transform.feature!r} has no values to take the {transform.impute} "
+                    "of; impute a constant instead"
+                )
+            else:
+                fill_value = float(present.mean() if transform.impute == "mean" else np.median(present))
+        unscaled = cls(feature=transform.feature, fill_value=fill_value, missing_indicator=transform.missing_indicator,
+                       clip_min=transform.clip_min, clip_max=transform.clip_max,
+                       log1p=transform.transform == "log1p")
+        if not transform.standardize:
+            return unscaled
+        scaled = unscaled._value(values, source=source)
+        std = float(scaled.std())
         # A constant column would divide by zero; centring it to 0 is all that is useful.
-        stds = np.where(stds > 1e-12, stds, 1.0)
-        return cls(features=features, means=tuple(map(float, means)), stds=tuple(map(float, stds)))
+        return cls(feature=unscaled.feature, fill_value=fill_value, missing_indicator=unscaled.missing_indicator,
+                   clip_min=unscaled.clip_min, clip_max=unscaled.clip_max, log1p=unscaled.log1p,
+                   mean=float(scaled.mean()), std=std if std > 1e-12 else 1.0)
 
-    def transform(self, matrix: np.ndarray) -> np.ndarray:
-        return (matrix - np.asarray(self.means)) / np.asarray(self.stds)
+    def _value(self, values: np.ndarray, *, source: str) -> np.ndarray:
+        missing = np.isnan(values)
+        if missing.any():
+            if self.fill_value is None:
+                raise TrainerDataError(
+                    f"{source}: feature column {self.feature!r} has {int(missing.sum())} missing value(s); declare "
+                    f"how to fill them (training.transforms.{self.feature}.impute: mean, median or constant)"
+                )
+            values = np.where(missing, self.fill_value, values)
+        if self.clip_min is not None or self.clip_max is not None:
+            values = np.clip(values, self.clip_min, self.clip_max)
+        if self.log1p:
+            if (values <= -1).any():
+                raise TrainerDataError(
+                    f"{source}: feature column {self.feature!r} has values <= -1 (smallest {values.min():g}), where "
+                    f"log1p is undefined; clip them first (training.transforms.{self.feature}.clip: {{min: 0}})"
+                )
+            values = np.log1p(values)
+        return values
+
+    def encode(self, frame: pd.DataFrame, *, source: str) -> np.ndarray:
+        values = _numeric_values(frame, self.feature, source=source)
+        scaled = (self._value(values, source=source) - self.mean) / self.std
+        if not self.missing_indicator:
+            return scaled[:, None]
+        return np.column_stack([scaled, np.isnan(values).astype(np.float64)])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"features": list(self.features), "means": list(self.means), "stds": list(self.stds)}
+        return {"kind": "numeric", "feature": self.feature, "fill_value": self.fill_value,
+                "missing_indicator": self.missing_indicator, "clip_min": self.clip_min, "clip_max": self.clip_max,
+                "log1p": self.log1p, "mean": self.mean, "std": self.std}
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class OneHotEncoder:
+    """One 0/1 input per kept category (most frequent first), then one for every other value."""
+
+    feature: str
+    categories: tuple[str, ...]
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return (*(f"{self.feature}={c}" for c in self.categories), f"{self.feature}={OTHER_CATEGORY}")
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Standardizer:
-        return cls(features=tuple(raw["features"]), means=tuple(raw["means"]), stds=tuple(raw["stds"]))
+    def fit(cls, frame: pd.DataFrame, transform: FeatureTransform) -> OneHotEncoder:
+        counts = pd.Series(_category_values(frame, transform.feature)).value_counts()
+        # Most frequent first; ties by name, so the order never depends on row order.
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        return cls(feature=transform.feature, categories=tuple(c for c, _ in ranked[: transform.max_categories]))
+
+    def encode(self, frame: pd.DataFrame, *, source: str) -> np.ndarray:
+        codes = pd.Categorical(_category_values(frame, self.feature), categories=list(self.categories)).codes
+        # Code -1 (not a kept category) -> the last input, "other".
+        index = np.where(codes < 0, len(self.categories), codes)
+        out = np.zeros((len(index), len(self.categories) + 1), dtype=np.float64)
+        out[np.arange(len(index)), index] = 1.0
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "one_hot", "feature": self.feature, "categories": list(self.categories)}
+
+
+def stable_bucket(value: str, buckets: int) -> int:
+    """The hashing bucket of a category: the same on every machine and Python (``hash()`` is salted)."""
+    digest = hashlib.blake2b(value.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % buckets
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class HashingEncoder:
+    """``buckets`` 0/1 inputs; a category sets the one its hash picks (nothing to fit)."""
+
+    feature: str
+    buckets: int
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(f"{self.feature}#{i}" for i in range(self.buckets))
+
+    def encode(self, frame: pd.DataFrame, *, source: str) -> np.ndarray:
+        codes, uniques = pd.factorize(_category_values(frame, self.feature))
+        index = np.asarray([stable_bucket(u, self.buckets) for u in uniques], dtype=np.int64)[codes]
+        out = np.zeros((len(index), self.buckets), dtype=np.float64)
+        out[np.arange(len(index)), index] = 1.0
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "hashing", "feature": self.feature, "buckets": self.buckets}
+
+
+Encoder = NumericEncoder | OneHotEncoder | HashingEncoder
+
+
+def _encoder_from_dict(raw: dict[str, Any]) -> Encoder:
+    fields = {k: v for k, v in raw.items() if k != "kind"}
+    if raw["kind"] == "numeric":
+        return NumericEncoder(**fields)
+    if raw["kind"] == "one_hot":
+        return OneHotEncoder(feature=fields["feature"], categories=tuple(fields["categories"]))
+    if raw["kind"] == "hashing":
+        return HashingEncoder(**fields)
+    raise ValueError(f"unknown feature encoder {raw['kind']!r}")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class FeatureTransformer:
+    """Raw feature columns -> the model's input matrix, one encoder per feature in config order."""
+
+    encoders: tuple[Encoder, ...]
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The raw columns it reads."""
+        return tuple(e.feature for e in self.encoders)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """One name per input column of the model, e.g. ``amount``, ``income__missing``, ``country=FR``."""
+        return tuple(name for e in self.encoders for name in e.output_names)
+
+    @property
+    def width(self) -> int:
+        return len(self.output_names)
+
+    @classmethod
+    def fit(cls, frame: pd.DataFrame, transforms: tuple[FeatureTransform, ...], *, source: str) -> FeatureTransformer:
+        """Fitted on ``frame``: the trainer passes the rows it trains on, never validation or holdout rows."""
+        require_columns(frame, [t.feature for t in transforms], source=source, role="feature")
+        encoders: list[Encoder] = []
+        for transform in transforms:
+            if transform.type == "numeric":
+                encoders.append(NumericEncoder.fit(frame, transform, source=source))
+            elif transform.encode == "one_hot":
+                encoders.append(OneHotEncoder.fit(frame, transform))
+            else:
+                encoders.append(HashingEncoder(feature=transform.feature, buckets=transform.hash_buckets))
+        return cls(encoders=tuple(encoders))
+
+    def transform(self, frame: pd.DataFrame, *, source: str) -> np.ndarray:
+        """float64 ``[rows, width]``; raises ``TrainerDataError`` naming the column and the fix."""
+        require_columns(frame, self.features, source=source, role="feature")
+        if not self.encoders:
+            return np.zeros((len(frame), 0))
+        return np.concatenate([e.encode(frame, source=source) for e in self.encoders], axis=1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"encoders": [e.to_dict() for e in self.encoders]}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> FeatureTransformer:
+        return cls(encoders=tuple(_encoder_from_dict(e) for e in raw["encoders"]))
+
+    @classmethod
+    def from_standardizer(cls, raw: dict[str, Any]) -> FeatureTransformer:
+        """A model logged before transforms (serving format 1): every feature numeric and standardised."""
+        return cls(encoders=tuple(NumericEncoder(feature=f, mean=m, std=s)
+                                  for f, m, s in zip(raw["features"], raw["means"], raw["stds"], strict=True)))

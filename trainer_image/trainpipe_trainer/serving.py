@@ -1,7 +1,8 @@
 """The served model: the trained MLP's forward pass in numpy.
 
 Torch-free (and mlflow-free) on purpose: serving images and batch-scoring jobs score with only
-numpy and pandas. The weights travel as an ``.npz`` artifact and the preprocessing as JSON;
+numpy and pandas. The weights travel as an ``.npz`` artifact and the fitted feature transforms as
+JSON (``preprocessing.FeatureTransformer``, the same code the trainer fitted and applied);
 ``pyfunc_model.py`` wraps this scorer as the MLflow pyfunc.
 """
 
@@ -13,24 +14,26 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from trainpipe_trainer.preprocessing import Standardizer, feature_matrix
+from trainpipe_trainer.preprocessing import FeatureTransformer
 
-SERVING_FORMAT_VERSION = 1
+# 2: declared feature transforms ("transforms"); 1 (a standardizer only) is still read.
+SERVING_FORMAT_VERSION = 2
+_READABLE_FORMATS = (1, 2)
 WEIGHTS_ARTIFACT = "weights"
 PREPROCESSING_ARTIFACT = "preprocessing"
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class MLPScorer:
-    """Standardise, then Linear -> ReLU ... -> Linear; sigmoid for binary classification."""
+    """Feature transforms, then Linear -> ReLU ... -> Linear; sigmoid for binary classification."""
 
     task: str
-    standardizer: Standardizer
+    transformer: FeatureTransformer
     # (weight [out, in], bias [out]) per Linear layer, input to output.
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]
 
     def __post_init__(self) -> None:
-        width = len(self.standardizer.features)
+        width = self.transformer.width
         for index, (weight, bias) in enumerate(self.layers):
             if weight.shape != (bias.shape[0], width):
                 raise ValueError(f"layer {index}: weight shape {weight.shape} does not follow input width {width}")
@@ -47,18 +50,24 @@ class MLPScorer:
     def load(cls, *, weights_path: str, preprocessing_path: str) -> MLPScorer:
         with open(preprocessing_path, encoding="utf-8") as handle:
             meta = json.load(handle)
-        if meta.get("format_version") != SERVING_FORMAT_VERSION:
+        if meta.get("format_version") not in _READABLE_FORMATS:
             raise ValueError(
                 f"{preprocessing_path}: serving format {meta.get('format_version')!r}, this code reads "
-                f"{SERVING_FORMAT_VERSION}"
+                f"{', '.join(map(str, _READABLE_FORMATS))}"
             )
         with np.load(weights_path) as arrays:
             layers = tuple((arrays[layer["weight"]], arrays[layer["bias"]]) for layer in meta["layers"])
-        return cls(task=meta["task"], standardizer=Standardizer.from_dict(meta["standardizer"]), layers=layers)
+        transformer = (FeatureTransformer.from_dict(meta["transforms"]) if "transforms" in meta
+                       else FeatureTransformer.from_standardizer(meta["standardizer"]))
+        return cls(task=meta["task"], transformer=transformer, layers=layers)
+
+    def feature_matrix(self, frame: pd.DataFrame) -> np.ndarray:
+        """The model's input matrix for raw feature rows: what training computed for the same rows."""
+        return self.transformer.transform(frame, source="model input")
 
     def score(self, frame: pd.DataFrame) -> np.ndarray:
         """One score per row: P(label = 1) for binary, the raw output for regression and ranking."""
-        hidden = self.standardizer.transform(feature_matrix(frame, self.standardizer.features, source="model input"))
+        hidden = self.feature_matrix(frame)
         for weight, bias in self.layers[:-1]:
             hidden = np.maximum(hidden @ weight.T + bias, 0.0)
         weight, bias = self.layers[-1]

@@ -74,6 +74,7 @@ def flatten_params(config: TrainingConfig, *, world_size: int) -> dict[str, str]
     visit("", dataclasses.asdict(config))
     # MLflow caps a param value at 6000 characters; the count is what dashboards compare anyway.
     flat["features"] = flat["features"][:6000]
+    flat["transforms"] = flat["transforms"][:6000]
     flat["features_count"] = str(len(config.features))
     flat["world_size"] = str(world_size)
     return flat

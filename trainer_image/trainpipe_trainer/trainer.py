@@ -111,7 +111,7 @@ class Trainer:
         self.strategy = build_strategy(
             config,
             env=env,
-            build_module=lambda: build_mlp(n_features=len(config.features), config=config.model),
+            build_module=lambda: build_mlp(n_features=self.data.transformer.width, config=config.model),
             total_steps=total_steps,
         )
         self.loss_fn = make_loss_fn(config)
@@ -410,7 +410,7 @@ class Trainer:
             # Every queued metric is in the run before the model (a server outage ends here, or fails).
             self.tracker.flush()
             model_uri = log_pyfunc_model(
-                module, standardizer=self.data.standardizer, config=self.config, sample_frame=self.data.sample_frame
+                module, transformer=self.data.transformer, config=self.config, sample_frame=self.data.sample_frame
             )
             result = TrainingResult(
                 mlflow_run_id=self.tracker.run_id or "",
