@@ -33,6 +33,7 @@ from trainpipe.spec.models import (
 from trainpipe_trainer.config import (
     CheckpointConfig,
     DeepSpeedConfig,
+    FeatureTransform,
     ModelConfig,
     OptimizationConfig,
     TrackingConfig,
@@ -620,6 +621,7 @@ def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
         train_data_uri=SNAPSHOT_TRAIN_URI,
         dataset_digest=SNAPSHOT_DIGEST,
         features=tuple(training.features),
+        transforms=_feature_transforms(spec),
         label=training.label,
         group_column=training.group_column,
         model=ModelConfig(type=training.model.type, hidden_layers=tuple(training.model.hidden_layers),
@@ -656,6 +658,28 @@ def _drift(section: DriftSpec) -> DriftPlan:
         features=tuple((name, FeatureDriftLevels(psi=_levels(f.psi), ks=_levels(f.ks), ignore=f.ignore))
                        for name, f in section.features.items()),
     )
+
+
+def _feature_transforms(spec: PipelineSpec) -> tuple[FeatureTransform, ...]:
+    """The declared transforms in feature order; undeclared features keep the trainer's default."""
+    transforms = []
+    for name in spec.training.features:
+        declared = spec.training.transforms.get(name)
+        if declared is None:
+            continue
+        if declared.resolved_type == "categorical":
+            # Options left out keep the trainer's defaults (one_hot, 20 categories, 32 buckets).
+            options = {"encode": declared.encode, "max_categories": declared.max_categories,
+                       "hash_buckets": declared.hash_buckets}
+            transforms.append(FeatureTransform(feature=name, type="categorical",
+                                               **{k: v for k, v in options.items() if v is not None}))
+        else:
+            transforms.append(FeatureTransform(
+                feature=name, impute=declared.impute, fill_value=declared.fill_value,
+                missing_indicator=declared.missing_indicator,
+                clip_min=declared.clip.min if declared.clip else None, clip_max=declared.clip.max if declared.clip else None,
+                transform=declared.transform, standardize=declared.standardize))
+    return tuple(transforms)
 
 
 def _kubernetes(section: KubernetesSpec) -> KubernetesPlan:

@@ -282,10 +282,93 @@ class CheckpointSpec(_Model):
     )
 
 
+class ClipSpec(_Model):
+    min: float | None = Field(default=None, description="Values below become this.", examples=[0])
+    max: float | None = Field(default=None, description="Values above become this.", examples=[10000])
+
+
+def _normalise_clip(value: Any) -> Any:
+    # YAML friendly form: [min, max] (either may be null).
+    if isinstance(value, list) and len(value) == 2:
+        return {"min": value[0], "max": value[1]}
+    return value
+
+
+CATEGORICAL_ONLY_OPTIONS: tuple[str, ...] = ("encode", "max_categories", "hash_buckets")
+NUMERIC_ONLY_OPTIONS: tuple[str, ...] = ("impute", "fill_value", "missing_indicator", "clip", "transform", "standardize")
+
+
+class TransformSpec(_Model):
+    """How one feature column becomes model inputs. Fitted on the train split only, shipped inside the model."""
+
+    type: Literal["numeric", "categorical"] | None = Field(
+        default=None,
+        description="numeric, or categorical (values compared as text). Omitted: categorical when encode, "
+        "max_categories or hash_buckets is given, else numeric.",
+        examples=["categorical"],
+    )
+    impute: Literal["mean", "median", "constant"] | None = Field(
+        default=None,
+        description="Numeric: fill missing values with the train split's mean or median, or fill_value. "
+        "Without it a missing value is an error.",
+        examples=["median"],
+    )
+    fill_value: float | None = Field(default=None, description="Numeric, impute: constant: the value.", examples=[0])
+    missing_indicator: bool = Field(
+        default=False, description="Numeric, with impute: add a 0/1 input marking the rows that were missing.", examples=[True]
+    )
+    clip: Annotated[
+        ClipSpec | None,
+        BeforeValidator(_normalise_clip),
+        WithJsonSchema({"anyOf": [
+            {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": ["number", "null"]}},
+            ClipSpec.model_json_schema(), {"type": "null"}],
+            "description": "Numeric: clip to [min, max] (after imputing, before log1p); either may be null."}),
+    ] = Field(default=None, description="Numeric: clip to [min, max].", examples=[{"min": 0}])
+    transform: Literal["log1p"] | None = Field(
+        default=None, description="Numeric: log(1 + x), after clipping (values must be > -1).", examples=["log1p"]
+    )
+    standardize: bool = Field(
+        default=True, description="Numeric: subtract the train split's mean, divide by its standard deviation (last).",
+        examples=[True],
+    )
+    encode: Literal["one_hot", "hashing"] | None = Field(
+        default=None,
+        description="Categorical: one_hot (the max_categories most frequent values of the train split, plus an "
+        "'other' input for the rest and for values unseen at serving) or hashing (hash_buckets inputs). "
+        "Default one_hot. A missing value is the category '<missing>'.",
+        examples=["one_hot"],
+    )
+    max_categories: int | None = Field(
+        default=None, ge=1, description="Categorical, one_hot: categories kept (default 20).", examples=[20]
+    )
+    hash_buckets: int | None = Field(
+        default=None, ge=2, description="Categorical, hashing: number of buckets (default 32).", examples=[32]
+    )
+
+    @property
+    def resolved_type(self) -> str:
+        if self.type is not None:
+            return self.type
+        categorical = any(getattr(self, name) is not None for name in CATEGORICAL_ONLY_OPTIONS)
+        return "categorical" if categorical else "numeric"
+
+
 class TrainingSpec(_Model):
     task: TaskType = Field(description="What the model predicts.", examples=["binary_classification"])
     model: ModelSpec = Field(default_factory=ModelSpec, description="The model to train.", examples=[{"type": "mlp"}])
-    features: list[str] = Field(min_length=1, description="Feature columns.", examples=[["amount", "merchant_risk"]])
+    features: list[str] = Field(
+        min_length=1,
+        description="Feature columns. Numeric and standardised unless training.transforms declares otherwise.",
+        examples=[["amount", "merchant_risk"]],
+    )
+    transforms: dict[str, TransformSpec] = Field(
+        default_factory=dict,
+        description="Per feature (by column name), how it becomes model inputs when not plain numeric: impute, "
+        "clip, log1p, standardize; or categorical one_hot/hashing. Fitted on the train split, shipped in the model.",
+        examples=[{"merchant_category": {"type": "categorical", "encode": "one_hot", "max_categories": 20},
+                   "income": {"impute": "median", "missing_indicator": True, "transform": "log1p"}}],
+    )
     label: str = Field(description="Label column (relevance grade for ranking).", examples=["is_fraud"])
     group_column: str | None = Field(
         default=None, description="Ranking only: the query id column.", examples=["query_id"]

@@ -18,6 +18,8 @@ from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.spec import expectations as expectation_table
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
 from trainpipe.spec.models import (
+    CATEGORICAL_ONLY_OPTIONS,
+    NUMERIC_ONLY_OPTIONS,
     OVERRIDABLE_PARAMS,
     TUNABLE_PARAMS,
     GateSpec,
@@ -129,6 +131,7 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
             elif feature in seen:
                 add(("training", "features", index), f"{feature!r} is listed twice; remove one")
             seen.add(feature)
+    problems.extend(_transform_problems(loaded, features, label))
     group_column = _get(data, "training", "group_column")
     if task == "ranking" and not group_column:
         add(("training", "group_column") if "training" in data else ("training",),
@@ -235,6 +238,57 @@ def _installed(distribution: str) -> bool:
     except metadata.PackageNotFoundError:
         return False
     return True
+
+
+def _transform_problems(loaded: LoadedYaml, features: Any, label: Any) -> list[SpecProblem]:
+    """``training.transforms``: each names a listed feature, and its options fit its type."""
+    problems: list[SpecProblem] = []
+    transforms = _get(loaded.data, "training", "transforms")
+    if not isinstance(transforms, dict):
+        return problems
+    listed = [f for f in features if isinstance(f, str)] if isinstance(features, list) else []
+    for name, options in transforms.items():
+        here = ("training", "transforms", name)
+        add = lambda path, message: problems.append(loaded.problem(path, message))  # noqa: E731
+        if name == label:
+            add(here, f"{name!r} is the label; transforms apply to features")
+        elif isinstance(features, list) and name not in listed:
+            close = difflib.get_close_matches(str(name), listed, n=1, cutoff=0.6)
+            fix = f"did you mean `{close[0]}`?" if close else "add it to training.features or remove this transform"
+            add(here, f"{name!r} is not in training.features; {fix}")
+        if not isinstance(options, dict):
+            continue  # pydantic reports it
+        declared = options.get("type")
+        categorical = declared == "categorical" or (declared is None and any(k in options for k in CATEGORICAL_ONLY_OPTIONS))
+        if declared == "numeric":
+            for key in CATEGORICAL_ONLY_OPTIONS:
+                if key in options:
+                    add((*here, key), f"{key} applies to categorical features; set type: categorical or remove it")
+        if categorical:
+            for key in NUMERIC_ONLY_OPTIONS:
+                if key in options:
+                    add((*here, key), f"{key} applies to numeric features, and {name!r} is categorical (a missing "
+                                      "category is the category '<missing>'); remove it")
+            encode = options.get("encode", "one_hot")
+            if encode == "hashing" and "max_categories" in options:
+                add((*here, "max_categories"), "max_categories applies to encode: one_hot; with hashing set hash_buckets")
+            if encode == "one_hot" and "hash_buckets" in options:
+                add((*here, "hash_buckets"), "hash_buckets applies to encode: hashing; with one_hot set max_categories")
+            continue
+        impute = options.get("impute")
+        if impute == "constant" and options.get("fill_value") is None:
+            add((*here, "impute"), "impute: constant needs the value: add fill_value (e.g. fill_value: 0)")
+        if "fill_value" in options and impute != "constant":
+            add((*here, "fill_value"), "fill_value is used by impute: constant only; set impute: constant or remove it")
+        if options.get("missing_indicator") is True and impute is None:
+            add((*here, "missing_indicator"),
+                "missing_indicator marks imputed rows: add impute (mean, median or constant)")
+        clip = options.get("clip")
+        low, high = (clip.get("min"), clip.get("max")) if isinstance(clip, dict) else \
+            (clip if isinstance(clip, list) and len(clip) == 2 else (None, None))
+        if isinstance(low, int | float) and isinstance(high, int | float) and low > high:
+            add((*here, "clip"), f"min {low:g} is above max {high:g}; swap them")
+    return problems
 
 
 _ALIAS_DEFAULTS = {"alias": "champion", "challenger_alias": "challenger", "previous_alias": "previous_champion"}
