@@ -15,6 +15,8 @@ import pytest
 import trainpipe
 from trainpipe.demo.synthetic import (
     CLICK_FEATURES,
+    MERCHANT_CATEGORIES,
+    TRANSACTION_CATEGORICAL_FEATURES,
     TRANSACTION_FEATURES,
     TRANSACTION_REGIONS,
     generate_clicks,
@@ -62,7 +64,8 @@ def test_naive_end_is_read_as_utc() -> None:
 
 
 def test_transactions_schema(transactions: pd.DataFrame) -> None:
-    assert list(transactions.columns) == ["transaction_id", "event_time", *TRANSACTION_FEATURES, "region", "is_fraud"]
+    assert list(transactions.columns) == ["transaction_id", "event_time", *TRANSACTION_FEATURES, "region",
+                                          *TRANSACTION_CATEGORICAL_FEATURES, "is_fraud"]
     assert len(transactions) == 20_000
     assert transactions["transaction_id"].dtype == np.int64
     assert transactions["transaction_id"].is_unique
@@ -81,6 +84,27 @@ def test_transactions_schema(transactions: pd.DataFrame) -> None:
     shares = transactions["region"].value_counts(normalize=True)
     assert set(shares.index) == set(TRANSACTION_REGIONS)
     assert shares.to_dict() == pytest.approx({"north": 0.4, "south": 0.3, "east": 0.2, "west": 0.1}, abs=0.02)
+
+
+def test_merchant_category_is_text_with_missing_values_and_follows_risk(transactions: pd.DataFrame) -> None:
+    category = transactions["merchant_category"]
+    assert pd.api.types.is_string_dtype(category) or category.dtype == object
+    assert set(category.dropna().unique()) == set(MERCHANT_CATEGORIES)
+    assert 0.03 <= category.isna().mean() <= 0.05
+    risk = transactions.groupby("merchant_category")["merchant_risk"].mean()
+    assert risk["gift_cards"] > risk["grocery"] + 0.05
+
+
+def test_merchant_category_leaves_the_other_columns_unchanged() -> None:
+    # Drawn from its own random stream: the numeric features and the label did not move when it came.
+    frame = generate_transactions(rows=2_000, end=END)
+    digest = pd.util.hash_pandas_object(frame.drop(columns="merchant_category"), index=False).sum()
+    assert int(digest) % 2**32 == _DIGEST_WITHOUT_CATEGORY
+
+
+# pd.util.hash_pandas_object(...).sum() % 2**32 of generate_transactions(rows=2_000, end=END) without the
+# category column, as the generator gave it before the column existed (commit 843ddc0).
+_DIGEST_WITHOUT_CATEGORY = 975775610
 
 
 @pytest.mark.parametrize("seed", [7, 1, 2, 3])

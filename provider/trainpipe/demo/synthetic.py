@@ -36,7 +36,16 @@ TRANSACTION_FEATURES: tuple[str, ...] = (
     "account_age_days",
     "is_foreign",
 )
-"""Feature columns of :func:`generate_transactions`, all float64. The label is ``is_fraud``."""
+"""Numeric feature columns of :func:`generate_transactions`, all float64. The label is ``is_fraud``."""
+
+MERCHANT_CATEGORIES: tuple[str, ...] = (
+    "grocery", "fuel", "restaurants", "apparel", "pharmacy", "entertainment", "travel",
+    "online_services", "electronics", "gift_cards",
+)
+"""Values of the categorical ``merchant_category`` column (about 4% of its values are missing)."""
+
+TRANSACTION_CATEGORICAL_FEATURES: tuple[str, ...] = ("merchant_category",)
+"""Categorical (text, with missing values) feature columns of :func:`generate_transactions`."""
 
 TRANSACTION_REGIONS: tuple[str, ...] = ("north", "south", "east", "west")
 """Values of the ``region`` column of :func:`generate_transactions` (not a feature: the example
@@ -93,8 +102,10 @@ def generate_transactions(
 
     Columns: ``transaction_id`` (int64, 1..rows in time order), ``event_time`` (UTC, uniform over
     ``(end - days, end]``), the float64 features in :data:`TRANSACTION_FEATURES`, ``region`` (str, one
-    of :data:`TRANSACTION_REGIONS`, independent of the rest) and ``is_fraud`` (int64 0/1).
-    ``hour_of_day`` is the UTC hour of ``event_time``.
+    of :data:`TRANSACTION_REGIONS`, independent of the rest), ``merchant_category`` (text, one of
+    :data:`MERCHANT_CATEGORIES` or missing) and ``is_fraud`` (int64 0/1). ``hour_of_day`` is the UTC
+    hour of ``event_time``. The merchant category follows ``merchant_risk`` (gift cards and
+    electronics are riskier), so it carries signal without changing the label.
 
     Fraud follows interactions rather than any single feature (large night-time amounts, foreign
     transactions at risky merchants, bursts on new accounts, card testing with tiny amounts), so a
@@ -133,6 +144,7 @@ def generate_transactions(
     is_fraud = (rng.random(rows) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
     # Its own random stream: adding the column left every other column as it was.
     region = np.random.default_rng([seed, 0x5E61]).choice(TRANSACTION_REGIONS, size=rows, p=[0.4, 0.3, 0.2, 0.1])
+    merchant_category = _merchant_categories(np.random.default_rng([seed, 0xCA7E]), merchant_risk)
 
     return pd.DataFrame(
         {
@@ -146,9 +158,27 @@ def generate_transactions(
             "account_age_days": account_age,
             "is_foreign": is_foreign,
             "region": region,
+            "merchant_category": merchant_category,
             "is_fraud": is_fraud,
         }
     )
+
+
+def _merchant_categories(rng: np.random.Generator, merchant_risk: np.ndarray) -> np.ndarray:
+    """A category per row, likelier riskier the higher ``merchant_risk``; about 4% missing (None).
+
+    Its own random stream, so the other columns are the same as before it existed.
+    """
+    import numpy as np
+
+    rows = len(merchant_risk)
+    popularity = np.log([0.22, 0.14, 0.16, 0.1, 0.07, 0.08, 0.06, 0.08, 0.05, 0.04])
+    risk_affinity = np.linspace(-2.0, 4.0, len(MERCHANT_CATEGORIES))
+    # Gumbel-max: one draw from softmax(popularity + affinity * risk) per row.
+    scores = popularity + np.outer(merchant_risk, risk_affinity) + rng.gumbel(size=(rows, len(MERCHANT_CATEGORIES)))
+    categories = np.asarray(MERCHANT_CATEGORIES, dtype=object)[scores.argmax(axis=1)]
+    categories[rng.random(rows) < 0.04] = None
+    return categories
 
 
 def generate_clicks(
