@@ -79,6 +79,26 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    import os
+
+    from trainpipe.errors import TrainpipeError
+    from trainpipe.runtime.reproduce import reproduce
+
+    configs = Path(args.configs or os.environ.get("TRAINPIPE_DAG_CONFIGS") or DEFAULT_CONFIGS)
+    try:
+        outcome = reproduce(args.model, configs_root=configs.resolve(),
+                            on_line=lambda line: print(line, flush=True))
+    except TrainpipeError as err:
+        print(f"trainpipe reproduce: {err}", file=sys.stderr)
+        return 1
+    lineage = outcome.lineage
+    print(f"registered weights sha256: {lineage.weights_sha256}  ({lineage.model_name} version {lineage.version})")
+    print(f"reproduced weights sha256: {outcome.weights_sha256}  (MLflow run {outcome.mlflow_run_id})")
+    print(f"weights match: {'yes' if outcome.matches else 'NO'}")
+    return 0 if outcome.matches else 1
+
+
 def _cmd_demo_data(args: argparse.Namespace) -> int:
     from trainpipe.demo.synthetic import write_demo_data
     from trainpipe.settings import Settings
@@ -291,6 +311,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--logical-date", help="end of the data window, ISO date or datetime (default: the start of "
                        "the current UTC day, as today's @daily run; so runs on one day train on the same data)")
     train.set_defaults(func=_cmd_train)
+
+    reproduce = commands.add_parser(
+        "reproduce", help="train a registered model version again from its lineage; compare the weights' sha256")
+    reproduce.add_argument("model", help="MODEL@ALIAS (fraud_detector@champion) or MODEL/VERSION (fraud_detector/3)")
+    reproduce.add_argument("--configs", help="configs root whose _defaults.yaml apply to the logged spec "
+                           "(default: $TRAINPIPE_DAG_CONFIGS, else dag_configs/)")
+    reproduce.set_defaults(func=_cmd_reproduce)
 
     demo = commands.add_parser("demo-data", help="write the deterministic demo datasets into storage")
     demo.add_argument("--out", help="folder (default: <storage root>/demo)")

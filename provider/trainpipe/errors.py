@@ -75,3 +75,8 @@ class StorageConflictError(TrainpipeError):
 
 class OutsideStorageRootError(TrainpipeError, ValueError):
     """A relative URI leads outside the storage root it is relative to (``../..``)."""
+
+
+class ReproduceError(TrainpipeError):
+    """A registered model version cannot be trained again: its lineage (tags, logged spec, snapshot)
+    is incomplete or no longer matches what was recorded."""

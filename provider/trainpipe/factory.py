@@ -341,3 +341,11 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
     if result.errors:
         report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()})
     return result
+
+
+def compile_text(text: str, spec_relative_path: str, *, configs_root: Path) -> PipelinePlan:
+    """A spec's text compiled as if it were the file ``configs_root/spec_relative_path``: the
+    ``_defaults.yaml`` files on that path apply. The file itself need not exist (``trainpipe
+    reproduce`` compiles the text logged with a training run)."""
+    return _compile(configs_root / spec_relative_path, spec_relative_path, configs_root=configs_root, defaults=None,
+                    text=text)[1]
