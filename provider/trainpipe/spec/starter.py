@@ -60,6 +60,10 @@ training:
     type: mlp
     hidden_layers: [64, 32]
   features: {features}
+  # transforms:                 # features are numeric and standardised unless declared here; fitted on the
+  #                             # train split only, shipped inside the model
+  #   feature_a: {{impute: median, missing_indicator: true, transform: log1p}}
+  #   feature_b: {{type: categorical, encode: one_hot, max_categories: 20}}
   label: {label}
 {extra_training}  epochs: 5
   batch_size: 256
