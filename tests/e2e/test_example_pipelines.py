@@ -96,7 +96,7 @@ def test_fraud_pipeline_registers_version_1_as_champion(pipelines, monkeypatch):
     model = mlflow.pyfunc.load_model("models:/fraud_detector@champion")
     new_rows = generate_transactions(rows=50, days=3, end=END + timedelta(days=3), seed=99)
     features = ["amount", "merchant_risk", "hour_of_day", "distance_from_home_km", "transactions_last_24h",
-                "account_age_days", "is_foreign"]
+                "account_age_days", "is_foreign", "merchant_category"]
     predictions = model.predict(new_rows[features])
     assert len(predictions) == 50
     assert all(0.0 <= float(p) <= 1.0 for p in predictions)
