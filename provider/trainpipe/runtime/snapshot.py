@@ -153,7 +153,7 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
                              f"mod {_HOLDOUT_BUCKETS}"},
             created_by_dag_id=dag_id,
             created_by_run_id=run_id,
-            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            created_at=datetime.now(UTC).isoformat(timespec="microseconds"),  # orders versions made within a second
         )
         # The manifest is written last: a folder without it is an interrupted snapshot.
         storage.write_json(manifest, info.to_dict(), overwrite=False)
