@@ -22,6 +22,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -32,21 +33,23 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "dag_configs" / "fraud_detector.yaml"
-FEATURES = ["amount", "merchant_risk", "hour_of_day", "distance_from_home_km", "transactions_last_24h",
-            "account_age_days", "is_foreign"]
+# Features the example's transforms name stay in every spec; the others vary per spec.
+FIXED_FEATURES = ["amount", "distance_from_home_km", "merchant_category"]
+VARIED_FEATURES = ["merchant_risk", "hour_of_day", "transactions_last_24h", "account_age_days", "is_foreign"]
+_FEATURES_LINE = re.compile(r"^  features: \[[^\]]*\]\n", re.M)
 
 
 def _write_specs(folder: Path, count: int) -> None:
     template = EXAMPLE.read_text()
-    feature_line = f"  features: [{', '.join(FEATURES)}]"
-    assert feature_line in template and 'schedule: "@daily"' in template
-    feature_sets = [list(c) for size in range(3, len(FEATURES) + 1) for c in combinations(FEATURES, size)]
+    assert len(_FEATURES_LINE.findall(template)) == 1 and 'schedule: "@daily"' in template
+    feature_sets = [FIXED_FEATURES + list(c) for size in range(1, len(VARIED_FEATURES) + 1)
+                    for c in combinations(VARIED_FEATURES, size)]
     folder.mkdir(parents=True)
     for i in range(count):
         features = feature_sets[i % len(feature_sets)]
-        text = (template.replace("pipeline_id: fraud_detector", f"pipeline_id: p{i:05d}")
-                .replace('schedule: "@daily"', f'schedule: "{i % 60} {i // 60 % 24} * * *"')
-                .replace(feature_line, f"  features: [{', '.join(features)}]"))
+        text = _FEATURES_LINE.sub(f"  features: [{', '.join(features)}]\n", template.replace(
+            "pipeline_id: fraud_detector", f"pipeline_id: p{i:05d}").replace(
+            'schedule: "@daily"', f'schedule: "{i % 60} {i // 60 % 24} * * *"'))
         # Spread over team folders, as a platform's specs would be.
         (folder / f"team{i % 20:02d}").mkdir(exist_ok=True)
         (folder / f"team{i % 20:02d}" / f"p{i:05d}.yaml").write_text(text)
