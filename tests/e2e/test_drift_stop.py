@@ -72,7 +72,16 @@ def _validate_failure(output: str) -> str:
     return lines[-1]
 
 
-def test_drift_and_schema_checks_day_by_day(pipelines, state_dir, monkeypatch, capfd):
+def _take(capfd, caplog) -> str:  # noqa: ANN001 - pytest fixtures
+    """What the tasks logged since the last call. dag.test() prints task logs to stdout, but a logging
+    set-up made earlier in the session (another test module) can hold an older stdout that capfd does
+    not see; the stdlib records (trainpipe's own lines) reach caplog either way."""
+    out = capfd.readouterr().out + "\n" + caplog.text
+    caplog.clear()
+    return out
+
+
+def test_drift_and_schema_checks_day_by_day(pipelines, state_dir, monkeypatch, capfd, caplog):
     first_day = generate_transactions(rows=12000, days=25, end=END)
     _day(state_dir, first_day)
     dag_run, states = _run(pipelines, monkeypatch, END)
@@ -84,11 +93,11 @@ def test_drift_and_schema_checks_day_by_day(pipelines, state_dir, monkeypatch, c
     # A normal day: another sample of the same process, one day later.
     normal_day = generate_transactions(rows=12000, days=25, end=END + timedelta(days=1), seed=8)
     _day(state_dir, normal_day)
-    capfd.readouterr()
+    _take(capfd, caplog)
     dag_run, states = _run(pipelines, monkeypatch, END + timedelta(days=1))
     assert dag_run.state == "success", states
     assert states["validate"] == "success" and states["train"] == "success"
-    log = capfd.readouterr().out
+    log = _take(capfd, caplog)
     assert f"drift check PASS vs version {first[:16]} (12000 rows -> 12000 rows):" in log
     table = log.split(f"drift check PASS vs version {first[:16]}")[1].splitlines()[1:10]
     assert table[0].split() == ["feature", "kind", "psi", "ks", "verdict", "why"]
@@ -100,12 +109,12 @@ def test_drift_and_schema_checks_day_by_day(pipelines, state_dir, monkeypatch, c
 
     # One drifted feature: validate stops the run and names it, with its PSI and KS.
     _day(state_dir, drift_feature(normal_day, "transactions_last_24h"))
-    capfd.readouterr()
+    _take(capfd, caplog)
     dag_run, states = _run(pipelines, monkeypatch, END + timedelta(days=2))
     assert dag_run.state == "failed"
     assert states["snapshot"] == "success" and states["validate"] == "failed"
     assert {states[t] for t in AFTER_VALIDATE} == {"upstream_failed"}
-    message = _validate_failure(capfd.readouterr().out)
+    message = _validate_failure(_take(capfd, caplog))
     assert f"distribution drift vs version {normal[:16]} in transactions_last_24h (psi " in message
     assert ">= fail 0.25; ks " in message and ">= fail 0.1)" in message
     assert "amount" not in message.split("distribution drift")[1]
@@ -113,12 +122,12 @@ def test_drift_and_schema_checks_day_by_day(pipelines, state_dir, monkeypatch, c
 
     # A removed feature column: validate stops the run with the schema diff.
     _day(state_dir, normal_day.drop(columns=["merchant_risk"]))
-    capfd.readouterr()
+    _take(capfd, caplog)
     dag_run, states = _run(pipelines, monkeypatch, END + timedelta(days=3))
     assert dag_run.state == "failed"
     assert states["validate"] == "failed"
     assert {states[t] for t in AFTER_VALIDATE} == {"upstream_failed"}
-    message = _validate_failure(capfd.readouterr().out)
+    message = _validate_failure(_take(capfd, caplog))
     assert (f"schema changed vs version {normal[:16]}: - merchant_risk: float64 "
             "(a column the pipeline uses; never allowed)") in message
     assert _baseline() == normal

@@ -13,8 +13,8 @@ from .helpers import SPECS, AirflowClient, RunningStack, spec_yaml, wait_for
 pytestmark = pytest.mark.stack
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = {"fraud_detector", "fraud_detector_approval", "fraud_detector_multinode", "search_ranker_gpu",
-            "search_ranker_nightly"}
+EXAMPLES = {"fraud_detector", "fraud_detector_approval", "fraud_detector_multinode", "fraud_detector_tuned",
+            "search_ranker_gpu", "search_ranker_nightly"}
 # The dag-processor re-reads the one DAG file every 10 s (AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL
 # in trainpipe.stack); this bound only says "it cannot hang", the README states the measured figure.
 DROP_BOUND_SECONDS = 60
