@@ -21,7 +21,9 @@ N_TRIALS = 5
 def tuned_configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from trainpipe.settings import Settings
 
-    spec = tiny_tuned_spec("fraud_tuned_e2e", n_trials=N_TRIALS, max_parallel=2)
+    # The median pruner: with trials run one after another (dag.test), it judges trials 3-5 against the
+    # first two at every rung, so a slow learner is stopped whatever Hyperband's brackets would decide.
+    spec = tiny_tuned_spec("fraud_tuned_e2e", n_trials=N_TRIALS, max_parallel=2, pruner="median")
     write_data(Settings.from_env(), spec["pipeline_id"])
     configs = tmp_path_factory.mktemp("tuned_configs")
     (configs / "fraud_tuned_e2e.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
