@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,24 @@ def test_a_changed_spec_or_defaults_file_is_compiled_again(configs: Path):
     assert result.plans["fraud_detector"].owner == "platform-team"
 
 
+def test_a_warm_parse_neither_validates_nor_imports_the_spec_models(configs: Path, tmp_path: Path):
+    # What makes a warm parse cheap: plans and DAGs come out of the cache without the validator and its
+    # pydantic models (most of a small shard's import time), in a fresh process as Airflow parses.
+    code = ("import sys; from pathlib import Path; from trainpipe.factory import register_dags; dags = {}; "
+            f"result = register_dags(dags, Path({str(configs)!r})); "
+            "print(len(dags), len(result.cached), len(result.errors), "
+            "sorted(m for m in ('trainpipe.spec.models', 'trainpipe.spec.validate') if m in sys.modules))")
+    env = {**os.environ, "TRAINPIPE_HOME": str(tmp_path / "home")}
+    cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=180)
+    warm = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=180)
+
+    count = len(compile_directory(configs, relative_to=configs.parent).plans)
+    # The last line is the print (Airflow's log may write to stdout before it).
+    assert cold.stdout.splitlines()[-1].split() == [
+        str(count), "0", "0", "['trainpipe.spec.models',", "'trainpipe.spec.validate']"]
+    assert warm.stdout.splitlines()[-1].split() == [str(count), str(count), "0", "[]"]
+
+
 def test_the_fingerprint_covers_the_plan_and_spec_sources():
     # Editing plan.py or the spec models without bumping the version must not reuse old plans.
     sources = _package_sources()
@@ -106,7 +126,7 @@ def _corrupt_entry_bytes(bundle: Path) -> None:
     data = bundle.read_bytes()
     prefix = len(b"trainpipe-plan-cache\n") + 64
     entries = pickle.loads(data[prefix:])
-    damaged = {key: (plan[:50], airflow, dag[:50] if dag else dag) for key, (plan, airflow, dag) in entries.items()}
+    damaged = {key: (*entry[:3], entry[3][:50]) for key, entry in entries.items()}
     bundle.write_bytes(data[:prefix] + pickle.dumps(damaged))
 
 

@@ -24,7 +24,6 @@ from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.plan import PipelinePlan, build_plan
 from trainpipe.shards import list_specs
 from trainpipe.spec.loader import LoadedYaml, load_yaml_text, merge_defaults, read_spec_text
-from trainpipe.spec.validate import validate_loaded
 
 if TYPE_CHECKING:
     from trainpipe.plan_cache import PlanCache
@@ -153,6 +152,10 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
         defaults = _DefaultsCache(configs_root or configs_root_for(where), None)
     for layer in reversed(defaults.chain_for(where)):
         loaded = merge_defaults(layer, loaded)
+    # Here, not at the top: a parse whose plans all come from the cache never imports the validator
+    # and the spec models (0.1 s of pydantic, the bulk of a warm parse of a small shard).
+    from trainpipe.spec.validate import validate_loaded
+
     spec = validate_loaded(loaded)
     # Relative to the configs root, so lineage reads the same on every machine that deploys the folder.
     relative = where.relative_to(defaults.root).as_posix() if where.is_relative_to(defaults.root) else where.name

@@ -20,16 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.launch import LaunchPlan, plan_launch
+from trainpipe.spec.bounds import ParamBound
 from trainpipe.spec.loader import format_path
-from trainpipe.spec.models import (
-    OVERRIDABLE_PARAMS,
-    TUNABLE_PARAMS,
-    AssetScheduleSpec,
-    ParamBound,
-    PipelineSpec,
-    overridden_value,
-    param_bounds,
-)
 from trainpipe_trainer.config import (
     CheckpointConfig,
     DeepSpeedConfig,
@@ -40,9 +32,11 @@ from trainpipe_trainer.config import (
     TrainingConfig,
 )
 
+# The spec models (pydantic, 0.1 s to import) are imported where a plan is built, not here: a plan
+# or DAG unpickled from the plan cache needs only this module (ADR 0012).
 if TYPE_CHECKING:
     from trainpipe.spec.kubernetes import KubernetesSpec
-    from trainpipe.spec.models import DriftSpec
+    from trainpipe.spec.models import DriftSpec, PipelineSpec
     from trainpipe.spec.loader import LoadedYaml
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register", "promote")
@@ -589,6 +583,8 @@ def _trainer_target(spec_path: tuple[str, ...]) -> tuple[str, ...]:
 def _tuning(spec: PipelineSpec) -> TuningPlan | None:
     import json
 
+    from trainpipe.spec.models import TUNABLE_PARAMS
+
     tuning = spec.tuning
     if tuning is None:
         return None
@@ -690,6 +686,8 @@ def _kubernetes(section: KubernetesSpec) -> KubernetesPlan:
 
 
 def _schedule(spec: PipelineSpec) -> str | AssetSchedule | None:
+    from trainpipe.spec.models import AssetScheduleSpec
+
     if isinstance(spec.schedule, AssetScheduleSpec):
         return AssetSchedule(uris=tuple(spec.schedule.assets), mode=spec.schedule.mode)
     return spec.schedule
@@ -701,6 +699,8 @@ def _param_target(spec_path: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _params(spec: PipelineSpec, loaded: LoadedYaml | None) -> tuple[PlannedParam, ...]:
+    from trainpipe.spec.models import OVERRIDABLE_PARAMS, overridden_value, param_bounds
+
     planned = []
     for name, param in spec.params.items():
         path, json_type = OVERRIDABLE_PARAMS[name]

@@ -110,9 +110,13 @@ class PlanCache:
         # The pipeline id each spec file of the folder declares, by path and file signature: shared by
         # every shard of the folder (each needs the others' ids to refuse a duplicate).
         self.ids_path = self.folder / f"{root_id}-ids.pickle"
-        # key -> (plan pickle, airflow fingerprint, DAG pickle or None)
-        self._stored: dict[str, tuple[bytes, str, bytes | None]] = {}
-        self._used: dict[str, tuple[bytes, str, bytes | None]] = {}
+        # key -> (display name, sha256 of the spec text, Airflow fingerprint or "", payload): the payload
+        # is the pickled plan, or the pickled (plan, DAG) when the fingerprint is set. One pickle for
+        # both because the DAG's operators hold the plan: it is unpickled once, not twice.
+        self._stored: dict[str, tuple[str, str, str, bytes]] = {}
+        self._used: dict[str, tuple[str, str, str, bytes]] = {}
+        self._plans: dict[str, PipelinePlan] = {}
+        self._dags: dict[str, tuple[str, Any]] = {}
         self._changed = False
         self.hits = 0
         self.misses = 0
@@ -153,48 +157,48 @@ class PlanCache:
     def get(self, key: str, *, display_name: str, spec_text: str) -> PipelinePlan | None:
         """The cached plan of this spec, or None (missing, or not the plan of this very spec)."""
         stored = self._stored.get(key)
-        plan = None
-        if stored is not None:
+        spec_sha256 = hashlib.sha256(spec_text.encode()).hexdigest()
+        plan = dag = None
+        if isinstance(stored, tuple) and len(stored) == 4 and stored[:2] == (display_name, spec_sha256):
             try:
-                plan = pickle.loads(stored[0])
+                loaded = pickle.loads(stored[3])
+                plan, dag = loaded if stored[2] else (loaded, None)
             except Exception as err:
                 log.warning("trainpipe: ignoring a corrupt plan cache entry for %s (%s)", display_name, type(err).__name__)
-            if not (isinstance(plan, PipelinePlan) and plan.spec_file == display_name
-                    and plan.spec_sha256 == hashlib.sha256(spec_text.encode()).hexdigest()):
+            if not (isinstance(plan, PipelinePlan) and plan.spec_file == display_name and plan.spec_sha256 == spec_sha256):
                 plan = None
         if plan is None:
             self.misses += 1
             return None
         self.hits += 1
         self._used[key] = stored
+        self._plans[key] = plan
+        if dag is not None:
+            self._dags[key] = (stored[2], dag)
         return plan
 
     def put(self, key: str, plan: PipelinePlan) -> None:
-        self._used[key] = (pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL), "", None)
+        self._used[key] = (plan.spec_file, plan.spec_sha256, "", pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL))
+        self._plans[key] = plan
         self._changed = True
 
     def get_dag(self, key: str, plan: PipelinePlan, airflow: str) -> Any:
         """The DAG built from this entry's plan under the same Airflow and configuration, or None."""
-        stored = self._used.get(key)
-        if stored is None or stored[1] != airflow or stored[2] is None:
+        fingerprint, dag = self._dags.get(key, ("", None))
+        if fingerprint != airflow or getattr(dag, "dag_id", None) != plan.dag_id:
             return None
-        try:
-            dag = pickle.loads(stored[2])
-        except Exception as err:
-            log.warning("trainpipe: ignoring a corrupt DAG cache entry for %s (%s)", plan.spec_file, type(err).__name__)
-            return None
-        return dag if getattr(dag, "dag_id", None) == plan.dag_id else None
+        return dag
 
     def put_dag(self, key: str, dag: Any, airflow: str) -> None:
-        stored = self._used.get(key)
-        if stored is None:
+        plan = self._plans.get(key)
+        if plan is None:
             return
         try:
-            pickled = pickle.dumps(dag, protocol=pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps((plan, dag), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as err:  # a DAG that cannot be pickled is simply built at every parse
             log.debug("trainpipe: DAG %s not cached (%s: %s)", getattr(dag, "dag_id", "?"), type(err).__name__, err)
             return
-        self._used[key] = (stored[0], airflow, pickled)
+        self._used[key] = (plan.spec_file, plan.spec_sha256, airflow, payload)
         self._changed = True
 
     def declared_ids(self, paths: list[str], look: Callable[[str], str | None]) -> dict[str, str | None]:

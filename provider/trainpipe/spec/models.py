@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
@@ -16,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from trainpipe import uris
 
+from trainpipe.spec.bounds import ParamBound  # noqa: F401 - re-exported: the spec stage's name for it
 from trainpipe.spec.kubernetes import KubernetesSpec
 from trainpipe.spec.types import Duration, parse_duration  # noqa: F401 - parse_duration re-exported
 
@@ -830,29 +830,6 @@ def overridden_value(spec: PipelineSpec, name: str) -> Any:
     for part in OVERRIDABLE_PARAMS[name][0]:
         value = getattr(value, part)
     return value
-
-
-@dataclass(frozen=True, slots=True)
-class ParamBound:
-    """One JSON Schema bound of a run parameter, and where it comes from."""
-
-    keyword: Literal["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"]
-    value: float
-    # "params.<name>.minimum"/"maximum" when the spec declared it, else the hyperparameter's own
-    # field (e.g. "training.epochs"), whose constraint a run's value must meet as well.
-    source: str
-
-    def admits(self, value: float) -> bool:
-        return {
-            "minimum": value >= self.value,
-            "exclusiveMinimum": value > self.value,
-            "maximum": value <= self.value,
-            "exclusiveMaximum": value < self.value,
-        }[self.keyword]
-
-    def describe(self) -> str:
-        symbol = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[self.keyword]
-        return f"{symbol} {self.value:g}"
 
 
 @functools.cache

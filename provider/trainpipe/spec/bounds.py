@@ -1,0 +1,30 @@
+"""A run parameter's bound, as the plan carries it: plain data, no pydantic, so that a plan (and a DAG
+holding one) unpickled from the plan cache does not import the spec models (ADR 0012)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class ParamBound:
+    """One JSON Schema bound of a run parameter, and where it comes from."""
+
+    keyword: Literal["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"]
+    value: float
+    # "params.<name>.minimum"/"maximum" when the spec declared it, else the hyperparameter's own
+    # field (e.g. "training.epochs"), whose constraint a run's value must meet as well.
+    source: str
+
+    def admits(self, value: float) -> bool:
+        return {
+            "minimum": value >= self.value,
+            "exclusiveMinimum": value > self.value,
+            "maximum": value <= self.value,
+            "exclusiveMaximum": value < self.value,
+        }[self.keyword]
+
+    def describe(self) -> str:
+        symbol = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[self.keyword]
+        return f"{symbol} {self.value:g}"
