@@ -169,3 +169,27 @@ def test_bundles_are_per_configs_folder_and_shard(tmp_path: Path):
     assert one.path != PlanCache(tmp_path / "b", "shard01", home=tmp_path).path
     assert one.path != PlanCache(tmp_path / "a", "shard02", home=tmp_path).path
     assert one.path.parent.name == code_fingerprint()[:32]
+
+
+def test_the_pipeline_id_index_follows_edits_and_survives_a_damaged_index(tmp_path: Path):
+    from trainpipe.factory import declared_pipeline_id
+
+    files = []
+    for i in range(3):
+        files.append(tmp_path / f"p{i}.yaml")
+        files[-1].write_text(f"pipeline_id: p{i}\n")
+    paths = [str(path) for path in files]
+    cache = PlanCache(tmp_path, "shard01", home=tmp_path / "home")
+    assert cache.declared_ids(paths, declared_pipeline_id) == {paths[0]: "p0", paths[1]: "p1", paths[2]: "p2"}
+
+    files[1].write_text("pipeline_id: renamed\n")  # edited in place: its size and times change
+    files[2].unlink()
+    assert cache.declared_ids(paths, declared_pipeline_id) == {paths[0]: "p0", paths[1]: "renamed"}
+
+    # An index of the wrong shape (written by a bug, or by hand) is ignored: every file is read again.
+    with cache.ids_path.open("r+b") as handle:
+        handle.seek(len(b"trainpipe-plan-cache\n") + 64)
+        handle.truncate()
+        pickle.dump({paths[0]: ("wrong",), paths[1]: 7}, handle)
+    assert cache.declared_ids(paths, declared_pipeline_id) == {paths[0]: "p0", paths[1]: "renamed"}
+    assert cache.declared_ids(paths, lambda path: "never read") == {paths[0]: "p0", paths[1]: "renamed"}

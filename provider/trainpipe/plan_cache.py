@@ -206,21 +206,33 @@ class PlanCache:
         by the file's signature (inode, size, modification and change times): a parse reads only the
         files changed since the last one, and stats the others."""
         index = self._read_or_empty(self.ids_path)
-        fresh: dict[str, tuple[tuple[int, int, int, int], str | None]] = {}
+        try:
+            return self._declared_ids(index, paths, look)
+        except (TypeError, IndexError, AttributeError) as err:  # an index of the wrong shape: read every file
+            log.warning("trainpipe: ignoring the pipeline id index %s (%s)", self.ids_path.name, type(err).__name__)
+            return self._declared_ids({}, paths, look)
+
+    def _declared_ids(self, index: dict, paths: list[str], look: Callable[[str], str | None]) -> dict[str, str | None]:
+        # Runs over every spec of the folder at every parse of every shard: compare field by field and
+        # build nothing for an unchanged file (a tuple per file is a fifth of the time at 20,000).
+        fresh: dict[str, tuple[int, int, int, int, str | None]] = {}
         declared: dict[str, str | None] = {}
+        changed = len(index) != len(paths)
         for path in paths:
             try:
                 info = os.stat(path)
             except OSError:
+                changed = True
                 continue
-            signature = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
             entry = index.get(path)
-            if not (isinstance(entry, tuple) and len(entry) == 2 and entry[0] == signature
-                    and (entry[1] is None or isinstance(entry[1], str))):
-                entry = (signature, look(path))
+            if (entry is None or entry[2] != info.st_mtime_ns or entry[3] != info.st_ctime_ns
+                    or entry[0] != info.st_ino or entry[1] != info.st_size
+                    or not (entry[4] is None or type(entry[4]) is str)):
+                entry = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, look(path))
+                changed = True
             fresh[path] = entry
-            declared[path] = entry[1]
-        if fresh != index:
+            declared[path] = entry[4]
+        if changed:
             self._write(self.ids_path, fresh)
         return declared
 
