@@ -126,6 +126,8 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     if isinstance(features, list):
         seen: set[Any] = set()
         for index, feature in enumerate(features):
+            if not isinstance(feature, str):
+                continue  # pydantic reports the wrong type itself
             if feature == label:
                 add(("training", "features", index), f"{feature!r} is the label; remove it from features")
             elif feature in seen:
