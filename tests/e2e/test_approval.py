@@ -37,7 +37,7 @@ RUN_BOUND_SECONDS = 900  # "cannot hang" bound for one small pipeline run on a l
 USER, PASSWORD = "admin", "approval-tests"
 
 
-def _spec(pipeline_id: str, approval: str) -> str:
+def _spec(pipeline_id: str, approval: str, notify: str = "") -> str:
     return f"""\
 pipeline_id: {pipeline_id}
 schedule: none
@@ -62,11 +62,14 @@ evaluation:
 registration:
   model_name: {pipeline_id}
   approval: {approval}
-"""
+{notify}"""
 
 
 SPECS = {
-    "approval_flow": _spec("approval_flow", "required"),
+    # Mail on approval and promotion through an SMTP connection nobody defined (as in a fresh install):
+    # the message is logged as not sent, and the approval and the promotion go on.
+    "approval_flow": _spec("approval_flow", "required",
+                           "notify: {email: {to: [oncall@example.com], events: [approval, promotion]}}\n"),
     "approval_reject": _spec("approval_reject", "{mode: required, timeout: 1h}"),
     "approval_timeout": _spec("approval_timeout", "{mode: required, timeout: 5s, on_timeout: reject}"),
 }
@@ -245,6 +248,9 @@ def test_approved_versions_become_champion_in_turn_and_rollback_restores_the_fir
     assert promoted.tags["trainpipe.promoted_by"].startswith(f"{USER} (approved in airflow DAG approval_flow")
     assert json.loads(promoted.tags["trainpipe.promotion_details"])["approval"]["by"] == USER
     assert airflow.dag_run("approval_flow", first_run)["note"] == f"approval_flow version 1 approved by {USER}"
+    # No SMTP connection is defined: the approval mail is logged as not sent, and nothing failed for it.
+    approve_log = airflow.task_log_tail("approval_flow", first_run, "approve", 1, lines=1000)
+    assert "notify.email (smtp_default): could not send the approval message" in approve_log, approve_log
 
     second_run = airflow.trigger("approval_flow")
     request = _approve_run(standalone, second_run)
