@@ -38,6 +38,18 @@ class MlflowHook:
         mlflow.set_tracking_uri(self.settings.mlflow_tracking_uri)
         return mlflow.MlflowClient(tracking_uri=self.settings.mlflow_tracking_uri)
 
+    def load_pyfunc(self, model_uri: str):  # noqa: ANN201 - mlflow.pyfunc.PyFuncModel
+        """A model by URI (``models:/...``, ``runs:/...``) from this hook's store. MLflow resolves such
+        URIs against its process-wide tracking URI, which is set here first: unset (``MLFLOW_TRACKING_URI``
+        not exported, the store defaulting to ``$TRAINPIPE_HOME/mlflow.db``) it is ``mlflow.db`` of the
+        working directory, where the model is not."""
+        import mlflow.pyfunc
+
+        self.client  # noqa: B018 - sets the tracking URI
+        # No check of the model's pip requirements against this worker: it reads the metadata of every
+        # installed distribution (seconds per task), and the serving environment is decided elsewhere.
+        return mlflow.pyfunc.load_model(model_uri, suppress_warnings=True)
+
     def experiment_id(self, pipeline_id: str) -> str:
         name = f"trainpipe/{pipeline_id}"
         experiment = self.client.get_experiment_by_name(name)

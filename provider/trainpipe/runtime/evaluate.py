@@ -40,13 +40,10 @@ class SliceColumnError(TrainpipeError, ValueError):
     """An ``evaluation.slices`` column is missing from the holdout or has too many distinct values."""
 
 
-def predict(model_uri: str, holdout: pd.DataFrame, evaluation: EvaluationPlan) -> np.ndarray:
-    import mlflow.pyfunc
+def predict(hook: MlflowHook, model_uri: str, holdout: pd.DataFrame, evaluation: EvaluationPlan) -> np.ndarray:
     import pandas as pd
 
-    # No check of the model's pip requirements against this worker: it reads the metadata of every
-    # installed distribution (seconds per task), and the serving environment is decided elsewhere.
-    model = mlflow.pyfunc.load_model(model_uri, suppress_warnings=True)
+    model = hook.load_pyfunc(model_uri)
     return pd.Series(model.predict(holdout[list(evaluation.features)])).to_numpy(dtype=float).ravel()
 
 
@@ -95,14 +92,14 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     and record it all on the MLflow run: metrics, the verdict tag, the evaluation report and, given
     the ``snapshot``, its splits as dataset inputs."""
     holdout = storage.read_parquet_uri(holdout_uri)
-    candidate_scores = predict(model_uri, holdout, evaluation)
+    candidate_scores = predict(hook, model_uri, holdout, evaluation)
     candidate = holdout_metrics(evaluation, holdout, candidate_scores)
     log.info("candidate on holdout: %s", _fmt(candidate))
     champion_version = hook.version_by_alias(registration.model_name, registration.alias)
     champion = champion_scores = None
     if champion_version is not None:
         champion_uri = f"models:/{registration.model_name}@{registration.alias}"
-        champion_scores = predict(champion_uri, holdout, evaluation)
+        champion_scores = predict(hook, champion_uri, holdout, evaluation)
         champion = holdout_metrics(evaluation, holdout, champion_scores)
         log.info("champion (version %s) on the same holdout: %s", champion_version.version, _fmt(champion))
     else:
