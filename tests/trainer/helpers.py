@@ -131,6 +131,9 @@ class Running:
     def stdout_so_far(self) -> str:
         return (self.workdir / "stdout.txt").read_text()
 
+    def stderr_so_far(self) -> str:
+        return (self.workdir / "stderr.txt").read_text()
+
     def rank_pid(self, rank: int) -> int:
         """The pid of one torchrun worker (found by its RANK variable)."""
         import psutil

@@ -277,6 +277,10 @@ def test_every_metric_arrives_when_the_tracking_server_comes_back(
         mlflow_server.stop()
         down_at = time.monotonic()
         stopped_output = running.stdout_so_far()
+        # Down until the trainer has noticed: a send the client retries for less than the trainer's
+        # stall bound (5 s) would otherwise succeed once the server is back, and no outage be seen.
+        wait_until(lambda: "tracking: cannot reach the tracking server" in running.stderr_so_far(), timeout=120,
+                   what="the trainer noticed the outage", running=running)
         mlflow_server.start()
         outage = time.monotonic() - down_at
         during = running.stdout_so_far()[len(stopped_output) :]
