@@ -116,7 +116,7 @@ class PlanCache:
         self._stored: dict[str, tuple[str, str, str, bytes]] = {}
         self._used: dict[str, tuple[str, str, str, bytes]] = {}
         self._plans: dict[str, PipelinePlan] = {}
-        self._dags: dict[str, tuple[str, Any]] = {}
+        self._dags: dict[str, Any] = {}  # key -> the DAG unpickled with its plan (its fingerprint: _used)
         self._changed = False
         self.hits = 0
         self.misses = 0
@@ -174,7 +174,7 @@ class PlanCache:
         self._used[key] = stored
         self._plans[key] = plan
         if dag is not None:
-            self._dags[key] = (stored[2], dag)
+            self._dags[key] = dag
         return plan
 
     def put(self, key: str, plan: PipelinePlan) -> None:
@@ -184,8 +184,8 @@ class PlanCache:
 
     def get_dag(self, key: str, plan: PipelinePlan, airflow: str) -> Any:
         """The DAG built from this entry's plan under the same Airflow and configuration, or None."""
-        fingerprint, dag = self._dags.get(key, ("", None))
-        if fingerprint != airflow or getattr(dag, "dag_id", None) != plan.dag_id:
+        dag = self._dags.get(key)
+        if dag is None or self._used[key][2] != airflow or getattr(dag, "dag_id", None) != plan.dag_id:
             return None
         return dag
 

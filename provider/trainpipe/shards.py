@@ -108,8 +108,8 @@ def register_shard(namespace: dict[str, Any], shard: int, dag_file: str) -> None
 
 @contextmanager
 def _cyclic_gc_paused() -> Iterator[None]:
-    """Compiling or unpickling hundreds of DAGs allocates millions of containers, none of them garbage
-    before the parse ends; the cyclic collector's sweeps over them cost a third of a warm parse
+    """Compiling or unpickling hundreds of DAGs allocates hundreds of thousands of containers, none of
+    them garbage before the parse ends; the cyclic collector's sweeps over them cost a third of a warm parse
     (measured in benchmarks/parse_scale.py). Reference counting still frees everything else."""
     was_enabled = gc.isenabled()
     gc.disable()

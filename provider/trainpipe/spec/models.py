@@ -15,7 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from trainpipe import uris
 
-from trainpipe.spec.bounds import ParamBound  # noqa: F401 - re-exported: the spec stage's name for it
+from trainpipe.spec.bounds import ParamBound
 from trainpipe.spec.kubernetes import KubernetesSpec
 from trainpipe.spec.types import Duration, parse_duration  # noqa: F401 - parse_duration re-exported
 
