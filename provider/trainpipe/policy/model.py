@@ -299,3 +299,22 @@ def fault_injection_allowed_by_env() -> bool:
 
 def relative_spec_path(spec_path: Path, root: Path) -> str | None:
     return PurePosixPath(spec_path.relative_to(root).as_posix()).as_posix() if spec_path.is_relative_to(root) else None
+
+
+POLICY_SCHEMA_PATH = Path(__file__).resolve().parent.parent / "spec" / "policy_schema.json"
+POLICY_SCHEMA_ID = "https://trainpipe.dev/schema/platform-policy.json"
+
+
+def policy_json_schema_text() -> str:
+    """The published JSON Schema of a policy (draft 2020-12), committed beside the spec's."""
+    import json
+
+    schema = PolicySpec.model_json_schema(mode="validation")
+    return json.dumps({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": POLICY_SCHEMA_ID,
+        "title": "trainpipe platform policy",
+        "description": "What each team's specs may use (TRAINPIPE_POLICY); owned by the platform, outside the "
+                       "specs folder.",
+        **{k: v for k, v in schema.items() if k not in {"title", "description"}},
+    }, indent=2, sort_keys=True) + "\n"
