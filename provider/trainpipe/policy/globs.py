@@ -16,7 +16,7 @@ from trainpipe import uris
 
 
 @functools.lru_cache(maxsize=4096)
-def _compiled(pattern: str) -> re.Pattern[str]:
+def compiled(pattern: str) -> re.Pattern[str]:
     out = []
     index = 0
     if pattern.endswith("/**"):
@@ -35,13 +35,14 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 
 def matches(value: str, pattern: str) -> bool:
-    return _compiled(pattern).match(value) is not None
+    return compiled(pattern).match(value) is not None
 
 
 def matches_any(value: str, patterns: tuple[str, ...] | list[str]) -> bool:
-    return any(_compiled(pattern).match(value) is not None for pattern in patterns)
+    return any(compiled(pattern).match(value) is not None for pattern in patterns)
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_uri(uri: str, storage_root: str) -> str | None:
     """``scheme://path`` with the scheme lower-cased, ``.`` parts and trailing ``/`` removed; a relative
     URI joined to ``storage_root`` first. None for a URI no pattern may match: an absolute one with a

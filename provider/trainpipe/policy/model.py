@@ -230,7 +230,7 @@ class Policy:
         spec is outside it): (name, "") or (None, why none)."""
         matched = []
         if relative_path is not None:
-            matched = [name for name, team in self.spec.teams.items() if globs.matches_any(relative_path, team.folders)]
+            matched = list(dict.fromkeys(name for pattern, name in _folder_patterns(self) if pattern.match(relative_path)))
         if len(matched) == 1:
             return matched[0], ""
         if len(matched) > 1:
@@ -242,6 +242,19 @@ class Policy:
             "the file is outside the specs root (TRAINPIPE_DAG_CONFIGS)"
         return None, (f"refused by policy: {where} and the policy {self.file} has no default_team; move the spec "
                       "into your team's folder")
+
+
+_FOLDERS: dict[str, list[tuple[Any, str]]] = {}
+
+
+def _folder_patterns(policy: Policy) -> list[tuple[Any, str]]:
+    """Every team's folder globs compiled once per policy (a parse looks up each spec's team)."""
+    found = _FOLDERS.get(policy.digest)
+    if found is None:
+        found = [(globs.compiled(folder), name) for name, team in policy.spec.teams.items() for folder in team.folders]
+        _FOLDERS.clear()
+        _FOLDERS[policy.digest] = found
+    return found
 
 
 def load_policy_text(text: str, file: str) -> Policy:
