@@ -85,6 +85,16 @@ class PolicyInForce:
         # Relative data URIs are judged against the storage root, and fault injection by the switch.
         self.cache_part = f"policy={digest}\0root={self.storage_root}\0faults={os.environ.get(FAULT_INJECTION_ENV, '')}"
 
+    def refuse_inside(self, configs_root: Path) -> None:
+        """A policy inside the specs folder could be edited by the spec authors it governs: refused."""
+        if self.path is None or self.error is not None or not self.path.resolve().is_relative_to(configs_root):
+            return
+        from trainpipe.policy.model import PolicyError
+
+        self.error = PolicyError([SpecProblem(self.path.name, None, None, "", (
+            f"the policy named by {POLICY_ENV} is inside the specs folder, where spec authors can change it; the "
+            "platform must keep it outside (e.g. deploy/policy.yaml)"))])
+
     def get(self) -> Policy | None:
         """The valid policy, or None without one; ``PolicyError`` when it is broken."""
         if self.error is not None:
@@ -116,6 +126,7 @@ class _DefaultsCache:
         self.root = root.resolve()
         self.base = (relative_to or Path.cwd()).resolve()
         self.policy = policy or PolicyInForce()
+        self.policy.refuse_inside(self.root)
         self._loaded: dict[Path, LoadedYaml | None] = {}
         self._texts: dict[Path, tuple[str, str] | None] = {}
         self._chains: dict[Path, list[LoadedYaml]] = {}

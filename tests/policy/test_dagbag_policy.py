@@ -92,3 +92,16 @@ def test_a_pipeline_id_declared_twice_loads_neither_file(configs, monkeypatch):
     assert sorted(result.errors) == ["dag_configs/risk/a.yaml", "dag_configs/risk/b.yaml"]
     assert "'risk_twice' is also declared in dag_configs/risk/b.yaml" in str(result.errors["dag_configs/risk/a.yaml"])
     assert "'risk_twice' is also declared in dag_configs/risk/a.yaml" in str(result.errors["dag_configs/risk/b.yaml"])
+
+
+def test_a_policy_inside_the_specs_folder_is_refused(configs, monkeypatch):
+    from trainpipe.factory import compile_directory
+
+    (configs / "risk" / "fraud.yaml").write_text(yaml.safe_dump(compliant_spec("risk_fraud"), sort_keys=False))
+    inside = configs / "_policy.yaml"  # `_`: not a spec, but still in the authors' folder
+    inside.write_text(POLICY.read_text())
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(inside))
+    result = compile_directory(configs, relative_to=configs.parent)
+    assert result.plans == {}
+    assert "_policy.yaml: the policy named by TRAINPIPE_POLICY is inside the specs folder" in \
+        str(result.errors["dag_configs/risk/fraud.yaml"])
