@@ -126,7 +126,9 @@ class _DefaultsCache:
         self.root = root.resolve()
         self.base = (relative_to or Path.cwd()).resolve()
         self.policy = policy or PolicyInForce()
-        self.policy.refuse_inside(self.root)
+        # Teams' folders are relative to the specs root, also when a subfolder of it is compiled.
+        self.team_root = configs_root_for(self.root / "_")
+        self.policy.refuse_inside(self.team_root)
         self._loaded: dict[Path, LoadedYaml | None] = {}
         self._texts: dict[Path, tuple[str, str] | None] = {}
         self._chains: dict[Path, list[LoadedYaml]] = {}
@@ -223,7 +225,9 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
     inside = where.is_relative_to(defaults.root)
     # Relative to the configs root, so lineage reads the same on every machine that deploys the folder.
     relative = where.relative_to(defaults.root).as_posix() if inside else where.name
-    team = _judge(spec, loaded, name, relative if inside else None, defaults.policy)
+    in_specs_root = where.is_relative_to(defaults.team_root)
+    team = _judge(spec, loaded, name, where.relative_to(defaults.team_root).as_posix() if in_specs_root else None,
+                  defaults.policy)
     return loaded, build_plan(spec, spec_file=name, spec_text=text, source_path=str(path),
                               spec_relative_path=relative, loaded=loaded, team=team)
 

@@ -13,6 +13,7 @@ import functools
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from trainpipe import uris
 from trainpipe.errors import SpecProblem
 from trainpipe.plan import TeamPlan
 from trainpipe.policy import globs
@@ -125,16 +126,11 @@ def _data(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy, storage_root: st
         return
     if data.conn_id is not None:
         judge.names(("data", "conn_id"), "data.conn_ids", data.conn_id, conn_ids)
-    elif (globs.canonical_uri(data.uri, storage_root) or "").split("://")[0] not in ("file", "") and \
-            _absolute(data.uri):
+    elif uris.is_absolute(data.uri) and not (globs.canonical_uri(data.uri, storage_root) or "").startswith("file://"):
+        # An object store read with no connection uses the worker's own credentials (its role, its
+        # environment): the platform's, not the team's. A relative URI is read through the storage root's.
         judge.refuse(("data", "conn_id"), "data.conn_ids", "the worker's own credentials (no conn_id)",
                      f"a conn_id of {', '.join(map(repr, conn_ids)) or 'nothing'}")
-
-
-def _absolute(uri: str) -> bool:
-    from trainpipe import uris
-
-    return uris.is_absolute(uri)
 
 
 def _notify(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
