@@ -303,13 +303,26 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def _cmd_policy_check(args: argparse.Namespace) -> int:
     """Per spec: its team under the policy and every violation (any other problem of the spec too)."""
+    from trainpipe.policy import POLICY_ENV
+
+    previous = os.environ.get(POLICY_ENV)
+    if args.policy:
+        os.environ[POLICY_ENV] = args.policy  # what compiling reads; put back when done (main() may be called in-process)
+    try:
+        return _policy_check(args)
+    finally:
+        if previous is None:
+            os.environ.pop(POLICY_ENV, None)
+        else:
+            os.environ[POLICY_ENV] = previous
+
+
+def _policy_check(args: argparse.Namespace) -> int:
     from trainpipe.errors import SpecError
     from trainpipe.factory import compile_file, configs_root_for, spec_files
     from trainpipe.policy import POLICY_ENV
     from trainpipe.policy.model import PolicyError, policy_from_env, relative_spec_path
 
-    if args.policy:
-        os.environ[POLICY_ENV] = args.policy
     try:
         policy = policy_from_env()
     except PolicyError as err:
