@@ -184,3 +184,25 @@ def test_fault_injection_needs_the_platforms_consent(write_spec, monkeypatch, tm
                                                  "    pipeline_id_prefix: risk_\n    testing: true\n", 1))
     monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
     assert compile_file(path, "risk/spec.yaml").testing.inject_nan_at_step == 3
+
+
+@pytest.mark.parametrize(("slack", "field", "rule"), [
+    ({"channel": "#general", "conn_id": "slack_risk"}, "notify.slack.channel", "notify.slack_channels"),
+    # Not written: slack_api_default, the default connection, is not one of the team's.
+    ({"channel": "#risk-ml"}, "notify.slack.conn_id", "notify.conn_ids"),
+])
+def test_slack_rules_on_the_validated_spec(write_spec, slack, field, rule):
+    """The Slack provider is not installed here, so validation refuses any notify.slack: the rules are
+    judged on the spec models directly, as the compiler does after validation."""
+    from trainpipe.policy.check import check_spec
+    from trainpipe.policy.model import load_policy
+    from trainpipe.spec.models import PipelineSpec
+
+    spec = compliant_spec()
+    spec["notify"] = {"slack": slack}
+    path = write_spec(spec)
+    loaded = load_yaml_file(path, "risk/spec.yaml")
+    problems = check_spec(PipelineSpec.model_validate(loaded.data), loaded, policy=load_policy(POLICY), team="risk",
+                          storage_root="file:///srv/storage")
+    assert [(p.field_path, f"rule {rule})" in p.message) for p in problems] == [(field, True)]
+    assert (problems[0].line, problems[0].column) == loaded.location_of(tuple(field.split(".")))[1:]
