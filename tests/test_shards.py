@@ -118,18 +118,22 @@ def test_a_sharded_folder_loads_each_dag_once_with_broken_specs_as_their_own_err
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
 
-    expected = {f"p{i:04d}" for i in range(SPEC_COUNT)}
-    assert set(bag.dag_ids) == expected and len(bag.dag_ids) == SPEC_COUNT  # each exactly once
+    # The id declared twice loads from neither file, whatever their path order (ADR 0014).
+    expected = {f"p{i:04d}" for i in range(1, SPEC_COUNT)}
+    assert set(bag.dag_ids) == expected and len(bag.dag_ids) == SPEC_COUNT - 1  # each exactly once
     for dag_id in expected:
         assert bag.get_dag(dag_id).fileloc == str(_shard_file(shards[f"{dag_id}.yaml"]))
-    broken_path, duplicate_path = (str((configs / name).resolve()) for name in ("broken_one.yaml", duplicate))
-    assert sorted(bag.import_errors) == sorted([broken_path, duplicate_path])
+    broken_path, duplicate_path, original_path = (str((configs / name).resolve())
+                                                  for name in ("broken_one.yaml", duplicate, "p0000.yaml"))
+    assert sorted(bag.import_errors) == sorted([broken_path, duplicate_path, original_path])
     assert bag.import_errors[broken_path].startswith("dag_configs/broken_one.yaml:")
     assert "training.epochs:" in bag.import_errors[broken_path]
     line = _spec("p0000").splitlines().index("pipeline_id: p0000") + 1
-    assert bag.import_errors[duplicate_path] == (
-        f"dag_configs/{duplicate}:{line}:1: pipeline_id: 'p0000' is already declared in dag_configs/p0000.yaml; "
-        "pipeline ids must be unique, rename one")
+    for path, other in ((duplicate_path, "p0000.yaml"), (original_path, duplicate)):
+        mine = Path(path).name
+        assert bag.import_errors[path] == (
+            f"dag_configs/{mine}:{line}:1: pipeline_id: 'p0000' is also declared in dag_configs/{other}; pipeline "
+            "ids must be unique and no file wins by its path, so neither DAG is loaded: rename one")
 
     # N -> N+1: the new spec lands in its shard, every other DAG stays in its file (the cache is warm now).
     (configs / "zz_new.yaml").write_text(_spec("zz_new"))
@@ -138,7 +142,7 @@ def test_a_sharded_folder_loads_each_dag_once_with_broken_specs_as_their_own_err
     assert set(again.dag_ids) == expected | {"zz_new"}
     assert {d: again.get_dag(d).fileloc for d in expected} == {d: bag.get_dag(d).fileloc for d in expected}
     assert again.get_dag("zz_new").fileloc == str(_shard_file(shard_of("zz_new.yaml", count)))
-    assert sorted(again.import_errors) == sorted([broken_path, duplicate_path])
+    assert sorted(again.import_errors) == sorted([broken_path, duplicate_path, original_path])
 
 
 def test_a_task_run_compiles_only_its_spec_even_from_another_shards_file(sharded_configs: Path, tmp_path: Path,

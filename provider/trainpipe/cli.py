@@ -20,6 +20,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in (args.paths or [DEFAULT_CONFIGS])]
     errors = 0
     valid = 0
+    from trainpipe.policy import POLICY_ENV
+
+    if not os.environ.get(POLICY_ENV):
+        print(f"note: no platform policy in force ({POLICY_ENV} is unset): specs are checked without team rules")
     for path in paths:
         if path.is_dir():
             result = compile_directory(path, relative_to=Path.cwd())
@@ -187,15 +191,33 @@ def _print_promotion(promotion, *, verb: str) -> None:  # noqa: ANN001 - registr
             print(f"  promoted by {promotion.actor} at {promotion.at}: {promotion.reason}")
 
 
+def _team(args: argparse.Namespace) -> str | None:
+    """``--team``: required under a platform policy (and one of its teams), optional without one.
+    ``SpecError`` (or ``PolicyError``) when it cannot be used."""
+    from trainpipe.errors import SpecError
+    from trainpipe.policy.model import policy_from_env
+
+    policy = policy_from_env()
+    if policy is None:
+        return args.team
+    if args.team is None:
+        raise SpecError(f"a platform policy is in force: say which team acts with --team (one of "
+                        f"{', '.join(sorted(policy.spec.teams))}); only the model's owner may move its aliases")
+    if args.team not in policy.spec.teams:
+        raise SpecError(f"--team {args.team!r} is not a team of the policy; teams: {', '.join(sorted(policy.spec.teams))}")
+    return args.team
+
+
 def _cmd_promote(args: argparse.Namespace) -> int:
+    from trainpipe.errors import SpecError
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.registry import RegistryError, promote
 
     try:
         promotion = promote(MlflowHook().client, args.model, args.version, actor=_actor(args), reason=args.reason,
                             details={"command": "trainpipe promote"}, champion_alias=args.alias,
-                            previous_alias=args.previous_alias)
-    except RegistryError as err:
+                            previous_alias=args.previous_alias, team=_team(args))
+    except (RegistryError, SpecError) as err:
         print(f"trainpipe promote: {err}", file=sys.stderr)
         return 1
     _print_promotion(promotion, verb="promoted")
@@ -203,13 +225,14 @@ def _cmd_promote(args: argparse.Namespace) -> int:
 
 
 def _cmd_rollback(args: argparse.Namespace) -> int:
+    from trainpipe.errors import SpecError
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.registry import RegistryError, rollback
 
     try:
         promotion = rollback(MlflowHook().client, args.model, actor=_actor(args), reason=args.reason,
-                             champion_alias=args.alias, previous_alias=args.previous_alias)
-    except RegistryError as err:
+                             champion_alias=args.alias, previous_alias=args.previous_alias, team=_team(args))
+    except (RegistryError, SpecError) as err:
         print(f"trainpipe rollback: {err}", file=sys.stderr)
         return 1
     _print_promotion(promotion, verb="rolled back")
@@ -278,6 +301,66 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_policy_check(args: argparse.Namespace) -> int:
+    """Per spec: its team under the policy and every violation (any other problem of the spec too)."""
+    from trainpipe.policy import POLICY_ENV
+
+    previous = os.environ.get(POLICY_ENV)
+    if args.policy:
+        os.environ[POLICY_ENV] = args.policy  # what compiling reads; put back when done (main() may be called in-process)
+    try:
+        return _policy_check(args)
+    finally:
+        if previous is None:
+            os.environ.pop(POLICY_ENV, None)
+        else:
+            os.environ[POLICY_ENV] = previous
+
+
+def _policy_check(args: argparse.Namespace) -> int:
+    from trainpipe.errors import SpecError
+    from trainpipe.factory import compile_file, configs_root_for, spec_files
+    from trainpipe.policy import POLICY_ENV
+    from trainpipe.policy.model import PolicyError, policy_from_env, relative_spec_path
+
+    try:
+        policy = policy_from_env()
+    except PolicyError as err:
+        print(f"the policy is invalid; every spec is refused until it is fixed:\n{err}")
+        return 1
+    if policy is None:
+        print(f"no platform policy in force: set {POLICY_ENV} or pass --policy FILE")
+        return 2
+    files: list[Path] = []
+    for path in (Path(p) for p in (args.paths or [DEFAULT_CONFIGS])):
+        files.extend(spec_files(path) if path.is_dir() else [path])
+    failed = 0
+    for path in files:
+        name = str(path)
+        team, why = policy.team_for(relative_spec_path(path.resolve(), configs_root_for(path)))
+        print(f"{name}: team {team}" if team is not None else f"{name}: no team")
+        try:
+            compile_file(path, name)
+        except SpecError as err:
+            failed += 1
+            for problem in err.problems:
+                print(f"  {problem}")
+        except OSError as err:
+            failed += 1
+            print(f"  cannot read the file: {err.strerror or type(err).__name__}")
+        else:
+            print("  allowed")
+    print(f"{len(files) - failed} spec(s) allowed, {failed} refused (policy {policy.file})")
+    return 1 if failed else 0
+
+
+def _cmd_policy_schema(args: argparse.Namespace) -> int:
+    from trainpipe.policy.model import policy_json_schema_text
+
+    print(policy_json_schema_text(), end="")
+    return 0
+
+
 def _cmd_init(args: argparse.Namespace) -> int:
     from trainpipe.errors import SpecError
     from trainpipe.spec.starter import write_starter_spec
@@ -336,6 +419,16 @@ def build_parser() -> argparse.ArgumentParser:
     schema = commands.add_parser("schema", help="print the JSON Schema (draft 2020-12) of a spec")
     schema.set_defaults(func=_cmd_schema)
 
+    policy = commands.add_parser("policy", help="the platform policy (TRAINPIPE_POLICY): check specs against it, "
+                                 "print its JSON Schema")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    check = policy_commands.add_parser("check", help="print each spec's team and every violation; exit 1 if any")
+    check.add_argument("paths", nargs="*", help="spec files or folders (default: dag_configs/)")
+    check.add_argument("--policy", help="the policy file to check against (default: $TRAINPIPE_POLICY)")
+    check.set_defaults(func=_cmd_policy_check)
+    policy_schema = policy_commands.add_parser("schema", help="print the JSON Schema (draft 2020-12) of a policy")
+    policy_schema.set_defaults(func=_cmd_policy_schema)
+
     init = commands.add_parser("init", help="write a valid, commented starter spec")
     init.add_argument("name", help="pipeline id, also the file name")
     init.add_argument("--task", required=True, choices=["binary_classification", "regression", "ranking"])
@@ -364,6 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--alias", default="champion", help="the production alias (default: champion)")
         command.add_argument("--previous-alias", default="previous_champion",
                              help="the alias the replaced version takes (default: previous_champion)")
+        command.add_argument("--team", help="the team acting (required under a platform policy): refused unless "
+                             "it owns the model (its trainpipe.owner tag)")
     return parser
 
 

@@ -69,7 +69,11 @@ def _operator(plan: PipelinePlan, task_id: str, **kwargs: Any) -> BaseOperator:
         from trainpipe.operators.approval import ApproveOperator
 
         # No retries: a retry would ask the person again and could answer for them with the timeout default.
-        return ApproveOperator(task_id=task_id, plan=plan, retries=0, **kwargs)
+        # No team execution timeout: it waits for a person (its own timeout) and holds no worker.
+        return ApproveOperator(task_id=task_id, plan=plan, retries=0, **kwargs, **(
+            {"execution_timeout": None} if plan.team is not None and plan.team.execution_timeout else {}))
+    if task_id == TRAIN_TASK and plan.team is not None and plan.team.pool:
+        kwargs["pool"] = plan.team.pool
     if task_id == "promote" and plan.notify.for_event(PROMOTION):
         from trainpipe.notifications import PromotionNotification
 
@@ -97,6 +101,8 @@ def _task(plan: PipelinePlan, planned: PlannedTask):  # noqa: ANN202 - an operat
     if planned.mapped_slots is None:
         return _operator(plan, planned.task_id, **kwargs)
     # One task instance per slot; Airflow runs at most max_active_per_run of them at once in a DAG run.
+    if plan.team is not None and plan.team.pool:  # the trials train too: the team's pool
+        kwargs["pool"] = plan.team.pool
     return _OPERATORS[planned.task_id].partial(
         task_id=planned.task_id, plan=plan, max_active_tis_per_dagrun=planned.max_active_per_run, **kwargs,
     ).expand(slot=list(range(planned.mapped_slots)))
@@ -133,11 +139,26 @@ def _failure_callbacks(plan: PipelinePlan) -> dict[str, Any]:
     return {"on_failure_callback": TaskFailureNotification(plan.notify)}
 
 
+def _team_arguments(plan: PipelinePlan) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(DAG arguments, default_args) the platform policy gives the spec's team (ADR 0014)."""
+    team = plan.team
+    if team is None:
+        return {}, {}
+    dag_args: dict[str, Any] = {}
+    if team.access_control:
+        # Synced into roles by the FAB auth manager; the SimpleAuthManager keeps it and ignores it.
+        dag_args["access_control"] = {role: set(permissions) for role, permissions in team.access_control}
+    default_args = {"execution_timeout": team.execution_timeout} if team.execution_timeout else {}
+    return dag_args, default_args
+
+
 def build_dag(plan: PipelinePlan) -> DAG:
     # Params are attached after the tasks (ADR 0006). Passed to DAG(), Airflow 3.3 re-validates each
     # default with jsonschema and every operator deep-copies them: two thirds of a DAG's build time,
     # checking what the spec stage already proved (trainpipe.spec.validate._param_problems). Tasks
     # still see them: at run time Airflow merges dag.params under the task's (process_params).
+    team_dag_args, team_default_args = _team_arguments(plan)
+    team_runs = plan.team.max_active_runs if plan.team is not None and plan.team.max_active_runs else 1
     dag = DAG(
         dag_id=plan.dag_id,
         description=plan.description or None,
@@ -146,10 +167,12 @@ def build_dag(plan: PipelinePlan) -> DAG:
         catchup=False,
         tags=list(plan.tags),
         doc_md=_doc(plan),
-        max_active_runs=1,  # two retrains of one pipeline at once would race for the alias
+        # Two retrains of one pipeline at once would race for the alias: a team's cap can only lower it.
+        max_active_runs=min(1, team_runs),
         default_args={"owner": plan.owner, "retries": plan.retries, "retry_delay": plan.retry_delay,
-                      **_failure_callbacks(plan)},
+                      **_failure_callbacks(plan), **team_default_args},
         **_airflow_config_defaults()["dag"],
+        **team_dag_args,
     )
     with dag:
         tasks = {t.task_id: _task(plan, t) for t in plan.tasks}

@@ -80,3 +80,8 @@ class OutsideStorageRootError(TrainpipeError, ValueError):
 class ReproduceError(TrainpipeError):
     """A registered model version cannot be trained again: its lineage (tags, logged spec, snapshot)
     is incomplete or no longer matches what was recorded."""
+
+
+class PolicyViolationError(TrainpipeError):
+    """At run time, something the platform policy does not allow the pipeline's team (a data path
+    outside its URIs): refused before any read or write (ADR 0014)."""

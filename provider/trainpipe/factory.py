@@ -13,6 +13,7 @@ unreadable file, a bug) becomes that file's own located error, and the rest of t
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -22,11 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.plan import PipelinePlan, build_plan
+from trainpipe.policy import FAULT_INJECTION_ENV, POLICY_ENV
 from trainpipe.shards import list_specs
 from trainpipe.spec.loader import LoadedYaml, load_yaml_text, merge_defaults, read_spec_text
 
 if TYPE_CHECKING:
     from trainpipe.plan_cache import PlanCache
+    from trainpipe.policy.model import Policy
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +60,75 @@ def _display(path: Path, base: Path) -> str:
     return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
 
 
+class PolicyInForce:
+    """The platform policy (``TRAINPIPE_POLICY``) for one compile: its text is read once, and
+    validated only when a spec is compiled (a parse whose plans all come from the cache needs its
+    digest alone, in ``cache_part``: a plan is never served under another policy, or none)."""
+
+    def __init__(self) -> None:
+        from trainpipe.settings import Settings
+
+        configured = os.environ.get(POLICY_ENV)
+        self.path = Path(configured) if configured else None
+        self.storage_root = Settings.from_env().storage_root
+        self.text: str | None = None
+        self.error: SpecError | None = None
+        self._policy: Policy | None = None
+        if self.path is not None:
+            from trainpipe.policy.model import PolicyError, read_policy_text
+
+            try:
+                self.text = read_policy_text(self.path)
+            except PolicyError as err:
+                self.error = err
+        digest = hashlib.sha256(self.text.encode("utf-8", "surrogateescape")).hexdigest() if self.text else "-"
+        # Relative data URIs are judged against the storage root, and fault injection by the switch.
+        self.cache_part = f"policy={digest}\0root={self.storage_root}\0faults={os.environ.get(FAULT_INJECTION_ENV, '')}"
+
+    def refuse_inside(self, configs_root: Path) -> None:
+        """A policy inside the specs folder could be edited by the spec authors it governs: refused."""
+        if self.path is None or self.error is not None or not self.path.resolve().is_relative_to(configs_root):
+            return
+        from trainpipe.policy.model import PolicyError
+
+        self.error = PolicyError([SpecProblem(self.path.name, None, None, "", (
+            f"the policy named by {POLICY_ENV} is inside the specs folder, where spec authors can change it; the "
+            "platform must keep it outside (e.g. deploy/policy.yaml)"))])
+
+    def get(self) -> Policy | None:
+        """The valid policy, or None without one; ``PolicyError`` when it is broken."""
+        if self.error is not None:
+            raise self.error
+        if self.path is None:
+            return None
+        if self._policy is None:
+            from trainpipe.policy.model import PolicyError, load_policy
+
+            try:
+                self._policy = load_policy(self.path, self.text)
+            except PolicyError as err:
+                self.error = err
+                raise
+        return self._policy
+
+    def refusal(self, name: str) -> SpecError:
+        """The error of every spec while the policy is broken (fail closed)."""
+        return SpecError([SpecProblem(name, 1, 1, "", (
+            f"refused: the platform policy ({POLICY_ENV}) is invalid, so no spec is compiled until the platform "
+            "fixes it; its problems:")), *(self.error.problems if self.error is not None else [])])
+
+
 class _DefaultsCache:
     """Each ``_defaults.yaml`` is read once per compile, however many specs sit under it."""
 
-    def __init__(self, root: Path, relative_to: Path | None) -> None:
+    def __init__(self, root: Path, relative_to: Path | None, policy: PolicyInForce | None = None) -> None:
         # Resolved once here, not per spec: path resolution is a system call per path component.
         self.root = root.resolve()
         self.base = (relative_to or Path.cwd()).resolve()
+        self.policy = policy or PolicyInForce()
+        # Teams' folders are relative to the specs root, also when a subfolder of it is compiled.
+        self.team_root = configs_root_for(self.root / "_")
+        self.policy.refuse_inside(self.team_root)
         self._loaded: dict[Path, LoadedYaml | None] = {}
         self._texts: dict[Path, tuple[str, str] | None] = {}
         self._chains: dict[Path, list[LoadedYaml]] = {}
@@ -157,10 +222,36 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
     from trainpipe.spec.validate import validate_loaded
 
     spec = validate_loaded(loaded)
+    inside = where.is_relative_to(defaults.root)
     # Relative to the configs root, so lineage reads the same on every machine that deploys the folder.
-    relative = where.relative_to(defaults.root).as_posix() if where.is_relative_to(defaults.root) else where.name
+    relative = where.relative_to(defaults.root).as_posix() if inside else where.name
+    in_specs_root = where.is_relative_to(defaults.team_root)
+    team = _judge(spec, loaded, name, where.relative_to(defaults.team_root).as_posix() if in_specs_root else None,
+                  defaults.policy)
     return loaded, build_plan(spec, spec_file=name, spec_text=text, source_path=str(path),
-                              spec_relative_path=relative, loaded=loaded)
+                              spec_relative_path=relative, loaded=loaded, team=team)
+
+
+def _judge(spec: Any, loaded: LoadedYaml, name: str, relative: str | None, state: PolicyInForce) -> Any:
+    """The spec against the platform policy: its team's plan data, or ``SpecError`` with every
+    violation (``trainpipe.policy.check``). Without a policy: None, after the checks that hold without one."""
+    from trainpipe.policy.check import check_spec, team_plan
+    from trainpipe.policy.model import PolicyError
+
+    try:
+        policy = state.get()
+    except PolicyError:
+        raise state.refusal(name) from None
+    team = None
+    if policy is not None:
+        team, why = policy.team_for(relative)
+        if team is None:
+            raise SpecError([loaded.problem((), why)])
+    problems = check_spec(spec, loaded, policy=policy, team=team, storage_root=state.storage_root)
+    if problems:
+        problems.sort(key=lambda p: (p.file != loaded.file, p.file, p.line or 0, p.column or 0))
+        raise SpecError(problems)
+    return team_plan(policy, team) if policy is not None and team is not None else None
 
 
 def compile_directory(directory: Path, *, relative_to: Path | None = None, only_pipeline: str | None = None,
@@ -169,7 +260,7 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
     shard's). With ``only_pipeline``, compile just the file(s) whose ``pipeline_id`` line names it (a
     task run needs its own DAG only). With ``cache``, a spec whose key is there is not compiled again."""
     result = CompileResult()
-    owners: dict[str, str] = {}
+    owners: dict[str, list[tuple[str, LoadedYaml | None, Path]]] = {}
     defaults = _DefaultsCache(directory, relative_to)
     for path in spec_files(defaults.root) if files is None else files:
         name = _display(path, defaults.base)
@@ -189,11 +280,16 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
         if compiled is None:
             continue
         loaded, plan = compiled
-        if plan.dag_id in owners:
-            result.errors[name] = _duplicate(loaded, path, name, plan.dag_id, f"is already defined in {owners[plan.dag_id]}")
+        owners.setdefault(plan.dag_id, []).append((name, loaded, path))
+        result.plans.setdefault(plan.dag_id, plan)
+    for dag_id, files in owners.items():
+        if len(files) < 2:
             continue
-        owners[plan.dag_id] = name
-        result.plans[plan.dag_id] = plan
+        # No file wins by its path: every file declaring the id is refused (ADR 0014).
+        del result.plans[dag_id]
+        for name, loaded, path in files:
+            others = ", ".join(other for other, _, _ in files if other != name)
+            result.errors[name] = _duplicate(loaded, path, name, dag_id, f"is also declared in {others}")
     return result
 
 
@@ -210,11 +306,13 @@ def _compile_in_folder(path: Path, name: str, defaults: _DefaultsCache, only_pip
         match = _PIPELINE_ID_LINE.search(text)
         if match is not None and match.group(1) != only_pipeline:
             return None
+    if defaults.policy.error is not None:
+        raise defaults.policy.refusal(name)
     if cache is None:
         return _compile(path, name, configs_root=None, defaults=defaults, text=text)
     from trainpipe.plan_cache import entry_key
 
-    key = entry_key(name, str(path), text, defaults.texts_for(path))
+    key = entry_key(name, str(path), text, defaults.texts_for(path), context=defaults.policy.cache_part)
     result.cache_keys[name] = key
     plan = cache.get(key, display_name=name, spec_text=text)
     if plan is not None:
@@ -228,7 +326,9 @@ def _compile_in_folder(path: Path, name: str, defaults: _DefaultsCache, only_pip
 def _duplicate(loaded: LoadedYaml | None, path: Path, name: str, dag_id: str, where: str) -> SpecError:
     if loaded is None:  # the plan came from the cache: the YAML is read again to locate the error
         loaded = load_yaml_text(read_spec_text(path, name), name)
-    return SpecError([loaded.problem(("pipeline_id",), f"{dag_id!r} {where}; pipeline ids must be unique, rename one")])
+    return SpecError([loaded.problem(("pipeline_id",), (
+        f"{dag_id!r} {where}; pipeline ids must be unique and no file wins by its path, so neither DAG is "
+        "loaded: rename one"))])
 
 
 def declared_pipeline_id(path: str) -> str | None:
@@ -245,23 +345,22 @@ def declared_pipeline_id(path: str) -> str | None:
 
 def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others: list[str], root: Path,
                                  cache: PlanCache) -> None:
-    """A pipeline id this shard compiled that a file of another shard, earlier in path order, also
-    declares is an error here (the earlier file's shard owns the id), as within one folder."""
+    """A pipeline id this shard compiled that a file of another shard also declares is an error here,
+    whatever their path order (that file's shard refuses its own the same way), as within one folder."""
     if not result.plans or not others:
         return
     ids = cache.declared_ids([*map(str, mine), *others], declared_pipeline_id)
-    first: dict[str, Path] = {}
+    elsewhere: dict[str, list[str]] = {}
     for path in others:  # in path order
         if ids.get(path) is not None:
-            first.setdefault(ids[path], path)
+            elsewhere.setdefault(ids[path], []).append(path)
     for dag_id, plan in list(result.plans.items()):
-        earlier = Path(first[dag_id]) if dag_id in first else None
-        path = result.files[plan.spec_file]
-        if earlier is None or earlier.relative_to(root).parts > path.relative_to(root).parts:
+        if dag_id not in elsewhere:
             continue
         del result.plans[dag_id]
-        result.errors[plan.spec_file] = _duplicate(None, path, plan.spec_file, dag_id,
-                                                   f"is already declared in {_display(earlier, root.parent)}")
+        names = ", ".join(_display(Path(other), root.parent) for other in elsewhere[dag_id])
+        result.errors[plan.spec_file] = _duplicate(None, result.files[plan.spec_file], plan.spec_file, dag_id,
+                                                   f"is also declared in {names}")
 
 
 def unexpected_failure(err: Exception, name: str, spec_path: Path, base: Path, root: Path) -> SpecError:

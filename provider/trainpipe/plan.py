@@ -160,6 +160,8 @@ class DataPlan:
     holdout_fraction: float
     # The holdout is chosen by a hash of this column (the query id for ranking), else of each row.
     holdout_key: str | None
+    # Under a policy: the team's allowed data URI patterns (data.uris), checked again before reading.
+    allowed_uris: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,6 +273,9 @@ class RegistrationPlan:
     previous_alias: str
     description: str
     approval: ApprovalPlan = dataclasses.field(default_factory=lambda: ApprovalPlan(required=False))
+    # Under a policy: the team that owns the model (its `trainpipe.owner` tag); register and promote
+    # refuse a model another team owns.
+    owner_team: str | None = None
 
 
 # The events ``notify:`` can send a message on (trainpipe.notifications sends them).
@@ -389,6 +394,20 @@ class TuningPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TeamPlan:
+    """The spec's team under the platform policy (``trainpipe.policy``): what its DAG carries."""
+
+    name: str
+    pool: str | None = None  # of the train and trial tasks
+    execution_timeout: timedelta | None = None  # of every task but the approval
+    max_active_runs: int | None = None
+    access_control: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (Airflow role, DAG permissions)
+    data_uris: tuple[str, ...] | None = None
+    # sha256 of the policy's text the plan was compiled under.
+    policy_digest: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PipelinePlan:
     dag_id: str
     # The spec file as users name it (relative to the configs folder's parent), and its sha256.
@@ -417,6 +436,8 @@ class PipelinePlan:
     kubernetes: KubernetesPlan | None = None
     notify: NotifyPlan = NotifyPlan()
     tuning: TuningPlan | None = None
+    # Under a platform policy: the team the spec belongs to (None without a policy).
+    team: TeamPlan | None = None
     # Where the spec file is on the machine that compiled it: for git lineage only, never shown.
     source_path: str = dataclasses.field(default="", repr=False, compare=False)
     # The spec file's text (what spec_sha256 hashes), logged on the training run as an artifact.
@@ -433,9 +454,11 @@ class PipelinePlan:
 
 
 def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_path: str = "",
-               spec_relative_path: str | None = None, loaded: LoadedYaml | None = None) -> PipelinePlan:
+               spec_relative_path: str | None = None, loaded: LoadedYaml | None = None,
+               team: TeamPlan | None = None) -> PipelinePlan:
     """``loaded`` (the spec's YAML with positions) locates run parameters for later messages;
-    ``spec_relative_path`` is the file relative to its configs root (default: its base name)."""
+    ``spec_relative_path`` is the file relative to its configs root (default: its base name); ``team``
+    is the spec's team under the platform policy (owner, tag, pool, run-time checks)."""
     training = spec.training
     kubernetes = _kubernetes(training.kubernetes) if training.kubernetes is not None else None
     distributed = training.distributed
@@ -454,8 +477,9 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(),
         spec_relative_path=spec_relative_path or PurePath(spec_file).name,
         description=spec.description,
-        owner=spec.owner,
-        tags=("trainpipe", *spec.tags),
+        # Under a policy the team owns the DAG, whatever the spec says: the policy always wins.
+        owner=team.name if team is not None else spec.owner,
+        tags=("trainpipe", *spec.tags, *((f"team:{team.name}",) if team is not None else ())),
         schedule=_schedule(spec),
         start_date=spec.start_date,
         retries=spec.retries,
@@ -468,6 +492,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
             time_column=spec.data.time_column, window=spec.data.window,
             holdout_fraction=spec.evaluation.holdout_fraction,
             holdout_key=training.group_column if training.task == "ranking" else None,
+            allowed_uris=team.data_uris if team is not None else None,
         ),
         validation=ValidationPlan(
             expectations=tuple((e.name, dict(e.kwargs)) for e in spec.validation.expectations),
@@ -505,12 +530,14 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         registration=RegistrationPlan(model_name=spec.registration.model_name, alias=spec.registration.alias,
                                       challenger_alias=spec.registration.challenger_alias,
                                       previous_alias=spec.registration.previous_alias,
-                                      description=spec.description, approval=_approval(spec)),
+                                      description=spec.description, approval=_approval(spec),
+                                      owner_team=team.name if team is not None else None),
         testing=FaultPlan(inject_nan_at_step=training.testing.inject_nan_at_step,
                           crash_first_try_after_step=training.testing.crash_first_try_after_step),
         kubernetes=kubernetes,
         notify=_notify(spec),
         tuning=_tuning(spec),
+        team=team,
         source_path=source_path,
         spec_text=spec_text,
     )

@@ -2,7 +2,9 @@
 (ADR 0012).
 
 An entry's key is a sha256 of what the plan is made from: the spec's text, the text of each
-``_defaults.yaml`` in its chain, its display name and its path. The cache is a folder per
+``_defaults.yaml`` in its chain, its display name and its path, and the platform policy in force
+(its text's digest, the storage root and the fault-injection switch): a plan compiled under one
+policy, or none, is never served under another (ADR 0014). The cache is a folder per
 *code fingerprint* (trainpipe's version and a hash of every source file of the ``trainpipe``
 package and of the trainer's config module, plus the versions of the libraries that validate), so
 an entry is never read by other code: editing ``plan.py`` without bumping the version is a new
@@ -88,11 +90,13 @@ def airflow_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def entry_key(display_name: str, source_path: str, spec_text: str, defaults: list[tuple[str, str]]) -> str:
+def entry_key(display_name: str, source_path: str, spec_text: str, defaults: list[tuple[str, str]], *,
+              context: str = "") -> str:
     """The key of one spec: everything its plan is made from (``defaults``: each ``_defaults.yaml``
-    of its chain as (display name, text), root first)."""
+    of its chain as (display name, text), root first; ``context``: the platform policy's digest and
+    what judging under it depends on, ``factory.PolicyInForce.cache_part``)."""
     digest = hashlib.sha256()
-    for part in (display_name, source_path, spec_text, *(x for pair in defaults for x in pair)):
+    for part in (display_name, source_path, spec_text, *(x for pair in defaults for x in pair), context):
         encoded = part.encode("utf-8", "surrogateescape")
         digest.update(len(encoded).to_bytes(8, "big") + encoded)
     return digest.hexdigest()

@@ -53,6 +53,9 @@ ROLLBACK_REASON_TAG = "trainpipe.rollback_reason"
 # own tags keep only its latest promotion).
 PROMOTION_LOG_TAG = "trainpipe.promotion_log"
 PROMOTION_LOG_LENGTH = 50
+# On the registered model, under a platform policy: the team that owns it (written when trainpipe
+# creates the model). Register, promote and rollback refuse a model another team owns (ADR 0014).
+OWNER_TAG = "trainpipe.owner"
 
 DEFAULT_CHAMPION_ALIAS = "champion"
 DEFAULT_PREVIOUS_ALIAS = "previous_champion"
@@ -60,6 +63,28 @@ DEFAULT_PREVIOUS_ALIAS = "previous_champion"
 
 class RegistryError(TrainpipeError):
     """A registry command cannot do what was asked (unknown model or version, nothing to roll back to)."""
+
+
+class OwnershipError(RegistryError):
+    """The registered model belongs to another team (its ``trainpipe.owner`` tag): nothing is changed."""
+
+
+def check_owner(model: Any, team: str | None, *, action: str) -> None:
+    """Refuse ``action`` on ``model`` (a RegisteredModel) unless ``team`` owns it; without a team (no
+    policy) anything goes, as before. A model with no owner tag is nobody's yet: only ``register``
+    claims it (``claim_if_unowned``), a promotion of it is refused."""
+    if team is None:
+        return
+    owner = (model.tags or {}).get(OWNER_TAG)
+    if owner == team:
+        return
+    if owner is None:
+        raise OwnershipError(
+            f"{action} refused: registered model {model.name!r} has no {OWNER_TAG} tag, so no team owns it; "
+            f"a run of team {team} claims it when it registers a version, or the platform tags it "
+            f"({OWNER_TAG}={team})")
+    raise OwnershipError(f"{action} refused: registered model {model.name!r} belongs to team {owner} "
+                         f"({OWNER_TAG}), not to team {team}; register under your team's own model name")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,12 +201,22 @@ def register_candidate(registration: RegistrationPlan, *, model_uri: str, mlflow
     of the task finds the version it made before and moves no alias again."""
     client = hook.client
     name = registration.model_name
+    team = registration.owner_team
     from mlflow.exceptions import MlflowException
 
     try:
-        client.get_registered_model(name)
+        model = client.get_registered_model(name)
     except MlflowException:
-        client.create_registered_model(name, description=registration.description or None)
+        # The owner tag is written with the model (one call): a model trainpipe creates is never unowned.
+        client.create_registered_model(name, description=registration.description or None,
+                                       tags={OWNER_TAG: team} if team is not None else None)
+    else:
+        if team is not None and OWNER_TAG not in (model.tags or {}):
+            # Made before the policy (or outside trainpipe): the spec stage proved the name is the team's.
+            client.set_registered_model_tag(name, OWNER_TAG, team)
+            log.warning("registered model %s had no owner: team %s claims it (%s)", name, team, OWNER_TAG)
+            model = client.get_registered_model(name)
+        check_owner(model, team, action="register")
     report = report_uri(evaluation)
     existing = version_of_run(client, name, mlflow_run_id=mlflow_run_id, dag_id=tags[DAG_ID_TAG],
                               airflow_run_id=tags[AIRFLOW_RUN_ID_TAG])
@@ -279,10 +314,12 @@ def _recorded_promotion(model_name: str, version: ModelVersion, *, alias: str, p
 
 def promote(client: MlflowClient, model_name: str, version: int | str, *, actor: str, reason: str,
             details: dict[str, Any] | None = None, champion_alias: str = DEFAULT_CHAMPION_ALIAS,
-            previous_alias: str = DEFAULT_PREVIOUS_ALIAS) -> Promotion:
+            previous_alias: str = DEFAULT_PREVIOUS_ALIAS, team: str | None = None) -> Promotion:
     """Move ``champion_alias`` to ``version`` and the version it leaves to ``previous_alias``, and tag
     ``version`` with who, when and why. When ``version`` already is the champion nothing moves
-    (``moved`` False); the tags of an interrupted promotion are completed then."""
+    (``moved`` False); the tags of an interrupted promotion are completed then. With ``team`` (under
+    a policy), refused unless that team owns the model."""
+    check_owner(_registered_model(client, model_name), team, action="promote")
     target = _version(client, model_name, version)
     number = int(target.version)
     current = _alias_version(client, model_name, champion_alias)
@@ -318,10 +355,11 @@ def promote(client: MlflowClient, model_name: str, version: int | str, *, actor:
 
 def promote_once(client: MlflowClient, model_name: str, version: int | str, *, actor: str, reason: str,
                  details: dict[str, Any] | None = None, champion_alias: str = DEFAULT_CHAMPION_ALIAS,
-                 previous_alias: str = DEFAULT_PREVIOUS_ALIAS) -> Promotion:
+                 previous_alias: str = DEFAULT_PREVIOUS_ALIAS, team: str | None = None) -> Promotion:
     """The DAG's promotion: a version is promoted by its run at most once. A re-run of the task after
     the version was promoted (and maybe replaced or rolled back since) moves nothing; so does one for
     a version a person rejected."""
+    check_owner(_registered_model(client, model_name), team, action="promote")
     target = _version(client, model_name, version)
     if PROMOTED_AT_TAG in target.tags or target.tags.get(REJECTED_TAG) == "true":
         current = _alias_version(client, model_name, champion_alias)
@@ -330,7 +368,7 @@ def promote_once(client: MlflowClient, model_name: str, version: int | str, *, a
                  current if current is not None else "none")
         return _recorded_promotion(model_name, target, alias=champion_alias, previous_alias=previous_alias)
     return promote(client, model_name, version, actor=actor, reason=reason, details=details,
-                   champion_alias=champion_alias, previous_alias=previous_alias)
+                   champion_alias=champion_alias, previous_alias=previous_alias, team=team)
 
 
 def reject(client: MlflowClient, model_name: str, version: int | str, *, actor: str, reason: str) -> None:
@@ -342,11 +380,12 @@ def reject(client: MlflowClient, model_name: str, version: int | str, *, actor: 
 
 
 def rollback(client: MlflowClient, model_name: str, *, actor: str, reason: str,
-             champion_alias: str = DEFAULT_CHAMPION_ALIAS, previous_alias: str = DEFAULT_PREVIOUS_ALIAS) -> Promotion:
+             champion_alias: str = DEFAULT_CHAMPION_ALIAS, previous_alias: str = DEFAULT_PREVIOUS_ALIAS,
+             team: str | None = None) -> Promotion:
     """The production alias back to the previous version; the version it leaves takes the previous
     alias (so a second rollback undoes the first). The restored version gets the promotion tags, the
-    demoted one the rollback tags."""
-    _registered_model(client, model_name)
+    demoted one the rollback tags. With ``team``, refused unless that team owns the model."""
+    check_owner(_registered_model(client, model_name), team, action="rollback")
     current = _alias_version(client, model_name, champion_alias)
     previous = _alias_version(client, model_name, previous_alias)
     if previous is None:

@@ -106,6 +106,8 @@ class StackConfig:
     bucket: str = "trainpipe"
     worker_concurrency: int = 4
     env_file: Path | None = None
+    # The platform policy (TRAINPIPE_POLICY): deploy/policy.yaml, or TRAINPIPE_STACK_POLICY ("none": no policy).
+    policy: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> StackConfig:
@@ -121,7 +123,7 @@ class StackConfig:
         env_file = Path(env["TRAINPIPE_STACK_ENV_FILE"]).resolve() if env.get("TRAINPIPE_STACK_ENV_FILE") else None
         return cls(repo=repo, home=home, dag_configs=dag_configs, ports=Ports.from_env(env),
                    bucket=env.get("TRAINPIPE_STACK_BUCKET") or "trainpipe", worker_concurrency=int(concurrency),
-                   env_file=env_file)
+                   env_file=env_file, policy=_stack_policy(env, repo))
 
     # URLs -------------------------------------------------------------------------------------
     @property
@@ -223,6 +225,13 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
+def _stack_policy(env: Mapping[str, str], repo: Path) -> Path | None:
+    configured = env.get("TRAINPIPE_STACK_POLICY")
+    if configured is None:
+        return repo / "deploy" / "policy.yaml"
+    return None if configured.strip().lower() in ("", "none") else Path(configured).resolve()
+
+
 def airflow_env(config: StackConfig, keys: Mapping[str, str]) -> dict[str, str]:
     """The environment of every Airflow service; docker-compose.yaml sets the same variables.
 
@@ -266,6 +275,7 @@ def airflow_env(config: StackConfig, keys: Mapping[str, str]) -> dict[str, str]:
         "TRAINPIPE_DAG_CONFIGS": str(config.dag_configs),
         "TRAINPIPE_STORAGE_ROOT": config.storage_root,
         "TRAINPIPE_STORAGE_CONN_ID": S3_CONN_ID,
+        **({"TRAINPIPE_POLICY": str(config.policy)} if config.policy is not None else {}),
         "MLFLOW_TRACKING_URI": config.mlflow_url,
         # Experiments store artifacts through the MLflow server (workers need no bucket access for
         # models). No host in the URI: clients resolve it against MLFLOW_TRACKING_URI, and the server

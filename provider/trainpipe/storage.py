@@ -16,7 +16,7 @@ import posixpath
 from typing import TYPE_CHECKING, Any
 
 from trainpipe import uris
-from trainpipe.errors import OutsideStorageRootError, StorageConflictError
+from trainpipe.errors import OutsideStorageRootError, PolicyViolationError, StorageConflictError
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
@@ -44,6 +44,27 @@ def resolve_uri(uri: str, settings: Settings, conn_id: str | None = None) -> Obj
     # "a" to exist and would follow it if it were a symlink out of the root.
     relative = posixpath.normpath(uri)
     return storage_root(settings) if relative == "." else storage_root(settings) / relative
+
+
+def require_allowed(uri: str, path: ObjectStoragePath, patterns: tuple[str, ...], settings: Settings) -> None:
+    """Refuse, before any read, a data path outside the team's allowed URIs (the policy's data.uris):
+    the spec's URI as resolved against this worker's storage root and, for a local path, where its
+    symlinks really lead."""
+    import os
+
+    from trainpipe.policy import globs
+
+    allowed = globs.uri_allowed(uri, patterns, settings.storage_root)
+    if allowed and path.protocol == "file":
+        real = os.path.realpath(path.path)
+        root = settings.storage_root
+        real_root = ("file://" + os.path.realpath(root.removeprefix("file://"))) if root.startswith("file://") else root
+        allowed = any(globs.uri_allowed(real, patterns, base) for base in {root, real_root})
+    if not allowed:
+        raise PolicyViolationError(
+            f"data.uri {uri!r} resolves outside the URIs the platform policy allows this pipeline's team "
+            f"({', '.join(map(repr, patterns)) or 'none'}); nothing was read. Use data the team may read, or ask "
+            "the platform team to allow it")
 
 
 def fsspec_uri(path: ObjectStoragePath) -> str:

@@ -54,6 +54,8 @@ def test_retried_train_task_resumes_from_the_previous_try_checkpoint(configs, mo
     from trainpipe.settings import Settings
 
     monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
+    # training.testing is refused unless the platform allows fault injection (ADR 0014).
+    monkeypatch.setenv("TRAINPIPE_ALLOW_FAULT_INJECTION", "1")
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
     dag = bag.get_dag("fraud_retry")

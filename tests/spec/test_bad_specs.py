@@ -58,7 +58,10 @@ def test_duplicate_pipeline_ids_across_files(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 1
     line = next(n for n, text in enumerate(spec.splitlines(), 1) if text.startswith("pipeline_id:"))
-    assert f"configs/b.yaml:{line}:1: pipeline_id: 'fraud_detector' is already defined in configs/a.yaml" in out
+    # Neither file wins by its path: both are refused, each naming the other.
+    assert f"configs/b.yaml:{line}:1: pipeline_id: 'fraud_detector' is also declared in configs/a.yaml" in out
+    assert f"configs/a.yaml:{line}:1: pipeline_id: 'fraud_detector' is also declared in configs/b.yaml" in out
+    assert "0 valid spec(s), 2 problem(s)" in out
 
 
 def test_every_problem_of_a_file_is_reported(capsys, monkeypatch):

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trainpipe.stack import Ports, Stack, StackConfig, s3_client
 
@@ -55,7 +56,13 @@ def running_stack(request: pytest.FixtureRequest) -> Iterator[RunningStack]:
         shutil.copy(example, configs / example.name)
     for name, text in SPECS.items():
         (configs / f"{name}.yaml").write_text(text)
-    env = {"TRAINPIPE_STACK_HOME": str(root / "state"), "TRAINPIPE_DAG_CONFIGS": str(configs)}
+    # The stack's policy (deploy/policy.yaml) with one more team for the specs of these tests.
+    policy = yaml.safe_load((REPO / "deploy" / "policy.yaml").read_text())
+    policy["teams"]["stack"] = {"folders": ["stack_*.yaml"], "pipeline_id_prefix": "stack_",
+                                "model_name_prefix": "stack_"}
+    (root / "policy.yaml").write_text(yaml.safe_dump(policy))
+    env = {"TRAINPIPE_STACK_HOME": str(root / "state"), "TRAINPIPE_DAG_CONFIGS": str(configs),
+           "TRAINPIPE_STACK_POLICY": str(root / "policy.yaml")}
     env.update({variable: str(port) for variable, port in zip(Ports.ENV.values(), _free_ports(len(Ports.ENV)))})
     stack = Stack(StackConfig.from_env(env))
     started = time.monotonic()

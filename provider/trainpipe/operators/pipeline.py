@@ -246,7 +246,7 @@ class PromoteOperator(_PipelineStepOperator):
         registration = self.plan.registration
         promotion = promote_once(self.hook.client, registration.model_name, registered["version"], actor=actor,
                                  reason=reason, details=details, champion_alias=registration.alias,
-                                 previous_alias=registration.previous_alias)
+                                 previous_alias=registration.previous_alias, team=registration.owner_team)
         if promotion.moved:
             self.log.info("%s version %s is now %s (%s: %s)", promotion.model_name, promotion.version, promotion.alias,
                           promotion.previous_alias, promotion.replaced_version or "none")

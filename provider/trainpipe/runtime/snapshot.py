@@ -116,6 +116,8 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
     from trainpipe import drift
 
     source = storage.resolve_uri(data.uri, settings, data.conn_id)
+    if data.allowed_uris is not None:  # under a policy: checked here again, with this worker's storage root
+        storage.require_allowed(data.uri, source, data.allowed_uris, settings)
     frame = storage.read_table(source, data.format)
     window, window_start, window_end = _cut_window(frame, data, logical_date)
     # Stable row order, so the same rows always give the same digest and files.

@@ -1,0 +1,246 @@
+"""A validated spec judged against its team's rules: every violation a located problem of the spec.
+
+Effective values are judged, not only written ones: a default (``kubernetes_conn_id:
+kubernetes_default``, ``notify.email.conn_id: smtp_default``, the namespace's ``default`` service
+account), a value from a ``_defaults.yaml`` and a value the spec wrote are all the same to the
+policy, which always wins. A problem points at the key when it is written (in the spec or in the
+defaults file it came from), else at the nearest section that is.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from trainpipe import uris
+from trainpipe.errors import SpecProblem
+from trainpipe.plan import TeamPlan
+from trainpipe.policy import globs
+from trainpipe.policy.model import FAULT_INJECTION_ENV, Policy, TeamPolicy, fault_injection_allowed_by_env
+from trainpipe.spec.loader import FieldPath, LoadedYaml
+from trainpipe.spec.models import PipelineSpec, param_bounds
+
+# Fewest seconds between two runs of each preset (a month: February; a quarter: January to April).
+_PRESET_SECONDS = {"@hourly": 3600, "@daily": 86400, "@weekly": 7 * 86400, "@monthly": 28 * 86400,
+                   "@quarterly": 90 * 86400, "@yearly": 365 * 86400, "@annually": 365 * 86400}
+# Fires of a cron expression looked at when its times of day alone do not prove it slow enough.
+_CRON_FIRES_CHECKED = 2000
+
+
+class _Judge:
+    def __init__(self, loaded: LoadedYaml, team_name: str) -> None:
+        self.loaded = loaded
+        self.team = team_name
+        self.problems: list[SpecProblem] = []
+
+    def refuse(self, path: FieldPath, rule: str, value: Any, allowed: str) -> None:
+        written = "" if tuple(path) in self.loaded.positions else " (not written in the spec: its default)"
+        self.problems.append(self.loaded.problem(path, (
+            f"not allowed by policy (team {self.team}, rule {rule}): {value!r}{written}; allowed: {allowed}")))
+
+    def names(self, path: FieldPath, rule: str, value: str | None, allowed: list[str] | None, *,
+              glob: bool = False) -> None:
+        if allowed is None or value is None:
+            return
+        ok = globs.matches_any(value, allowed) if glob else value in allowed
+        if not ok:
+            self.refuse(path, rule, value, ", ".join(map(repr, allowed)) or "nothing (an empty list)")
+
+    def at_most(self, path: FieldPath, rule: str, value: int | None, limit: int | None) -> None:
+        if limit is not None and value is not None and value > limit:
+            self.refuse(path, rule, value, f"at most {limit}")
+
+
+def check_spec(spec: PipelineSpec, loaded: LoadedYaml, *, policy: Policy | None, team: str | None,
+               storage_root: str) -> list[SpecProblem]:
+    """Every way ``spec`` (of ``team`` under ``policy``) goes beyond what the platform allows. Without a
+    policy only fault injection is judged (allowed by ``TRAINPIPE_ALLOW_FAULT_INJECTION`` alone)."""
+    testing = spec.training.testing
+    injects = testing.inject_nan_at_step is not None or testing.crash_first_try_after_step is not None
+    if policy is None or team is None:
+        if injects and not fault_injection_allowed_by_env():
+            return [loaded.problem(("training", "testing"), (
+                "fault injection is for trainpipe's own tests and is off on this platform; remove training.testing "
+                f"(the platform enables it with {FAULT_INJECTION_ENV}=1, or per team with `testing: true` in its "
+                "policy)"))]
+        return []
+    rules = policy.spec.teams[team]
+    judge = _Judge(loaded, team)
+    if injects and not rules.testing:
+        judge.refuse(("training", "testing"), "testing", "fault injection", "none (the team's `testing` is false)")
+    _identity(judge, spec, rules)
+    _kubernetes(judge, spec, rules)
+    _data(judge, spec, rules, storage_root)
+    _notify(judge, spec, rules)
+    _limits(judge, spec, rules)
+    return judge.problems
+
+
+def _identity(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
+    if rules.pipeline_id_prefix and not spec.pipeline_id.startswith(rules.pipeline_id_prefix):
+        judge.refuse(("pipeline_id",), "pipeline_id_prefix", spec.pipeline_id, f"ids starting with {rules.pipeline_id_prefix!r}")
+    name = spec.registration.model_name
+    if rules.model_name_prefix and not name.startswith(rules.model_name_prefix):
+        judge.refuse(("registration", "model_name"), "model_name_prefix", name,
+                     f"names starting with {rules.model_name_prefix!r}")
+    for index, tag in enumerate(spec.tags):
+        if tag.startswith("team:"):
+            judge.refuse(("tags", index), "team tag", tag, f"none: trainpipe adds 'team:{judge.team}' itself")
+
+
+def _kubernetes(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
+    section = spec.training.kubernetes
+    k8s = rules.kubernetes
+    base = ("training", "kubernetes")
+    if section is not None:
+        judge.names((*base, "image"), "kubernetes.images", section.image, k8s.images, glob=True)
+        judge.names((*base, "namespace"), "kubernetes.namespaces", section.namespace, k8s.namespaces)
+        judge.names((*base, "kubernetes_conn_id"), "kubernetes.kubernetes_conn_ids", section.kubernetes_conn_id,
+                    k8s.kubernetes_conn_ids)
+        judge.names((*base, "service_account"), "kubernetes.service_accounts", section.service_account or "default",
+                    k8s.service_accounts)
+        judge.names((*base, "priority_class"), "kubernetes.priority_classes", section.priority_class,
+                    k8s.priority_classes)
+        for name, ref in section.secret_env.items():
+            judge.names((*base, "secret_env", name), "kubernetes.secrets", ref.secret, k8s.secrets)
+        for index, secret in enumerate(section.env_from_secrets):
+            judge.names((*base, "env_from_secrets", index), "kubernetes.secrets", secret, k8s.secrets)
+        for index, secret in enumerate(section.image_pull_secrets):
+            judge.names((*base, "image_pull_secrets", index), "kubernetes.secrets", secret, k8s.secrets)
+        judge.at_most((*base, "resources", "gpus"), "kubernetes.max_gpus_per_pod", section.resources.gpus,
+                      k8s.max_gpus_per_pod)
+    judge.at_most(("training", "distributed", "nnodes"), "kubernetes.max_nodes", spec.training.distributed.nnodes,
+                  k8s.max_nodes)
+
+
+def _data(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy, storage_root: str) -> None:
+    data = spec.data
+    if rules.data.uris is not None and not globs.uri_allowed(data.uri, rules.data.uris, storage_root):
+        resolved = globs.canonical_uri(data.uri, storage_root) or data.uri
+        judge.refuse(("data", "uri"), "data.uris", data.uri,
+                     f"{', '.join(map(repr, rules.data.uris)) or 'nothing'} (resolved: {resolved!r} against the "
+                     "storage root)")
+    conn_ids = rules.data.conn_ids
+    if conn_ids is None:
+        return
+    if data.conn_id is not None:
+        judge.names(("data", "conn_id"), "data.conn_ids", data.conn_id, conn_ids)
+    elif uris.is_absolute(data.uri) and not (globs.canonical_uri(data.uri, storage_root) or "").startswith("file://"):
+        # An object store read with no connection uses the worker's own credentials (its role, its
+        # environment): the platform's, not the team's. A relative URI is read through the storage root's.
+        judge.refuse(("data", "conn_id"), "data.conn_ids", "the worker's own credentials (no conn_id)",
+                     f"a conn_id of {', '.join(map(repr, conn_ids)) or 'nothing'}")
+
+
+def _notify(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
+    notify = spec.notify
+    if notify is None:
+        return
+    allowed = rules.notify
+    if notify.email is not None:
+        email = notify.email
+        judge.names(("notify", "email", "conn_id"), "notify.conn_ids", email.conn_id, allowed.conn_ids)
+        if allowed.email_domains is not None:
+            addresses = [(("notify", "email", "to", index), address) for index, address in enumerate(email.to)]
+            if email.from_email is not None:
+                addresses.append((("notify", "email", "from_email"), email.from_email))
+            for path, address in addresses:
+                domain = address.rpartition("@")[2].strip().lower().rstrip(">")
+                if "@" not in address or not globs.matches_any(domain, [d.lower() for d in allowed.email_domains]):
+                    judge.refuse(path, "notify.email_domains", address,
+                                 f"addresses at {', '.join(map(repr, allowed.email_domains)) or 'nothing'}")
+    if notify.slack is not None:
+        judge.names(("notify", "slack", "conn_id"), "notify.conn_ids", notify.slack.conn_id, allowed.conn_ids)
+        judge.names(("notify", "slack", "channel"), "notify.slack_channels", notify.slack.channel,
+                    allowed.slack_channels)
+
+
+def _limits(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
+    limits = rules.limits
+    training = spec.training
+    judge.at_most(("retries",), "limits.max_retries", spec.retries, limits.max_retries)
+    judge.at_most(("training", "epochs"), "limits.max_epochs", training.epochs, limits.max_epochs)
+    judge.at_most(("training", "distributed", "nproc_per_node"), "limits.max_nproc_per_node",
+                  training.distributed.nproc_per_node, limits.max_nproc_per_node)
+    tuning = spec.tuning
+    if tuning is not None:
+        judge.at_most(("tuning", "n_trials"), "limits.max_trials", tuning.n_trials, limits.max_trials)
+        judge.at_most(("tuning", "max_parallel"), "limits.max_parallel_trials", tuning.max_parallel,
+                      limits.max_parallel_trials)
+        judge.at_most(("tuning", "trial_epochs"), "limits.max_epochs", tuning.trial_epochs, limits.max_epochs)
+    if limits.max_epochs is not None and "epochs" in spec.params:
+        # A run parameter may raise epochs per run: its maximum is what a trigger can ask for.
+        highs = [b.value for b in param_bounds("epochs", spec.params["epochs"]) if b.keyword.endswith("aximum")]
+        if not highs or highs[0] > limits.max_epochs:
+            judge.refuse(("params", "epochs"), "limits.max_epochs", highs[0] if highs else "no maximum",
+                         f"a maximum of at most {limits.max_epochs} (set params.epochs.maximum)")
+    # `priority` is a spec field only where the spec has it (another feature adds it).
+    priority = getattr(spec, "priority", None)
+    if isinstance(priority, int) and not isinstance(priority, bool):
+        judge.at_most(("priority",), "limits.max_priority", priority, limits.max_priority)
+    if limits.min_schedule_interval is not None and isinstance(spec.schedule, str):
+        gap = schedule_min_gap(spec.schedule, limits.min_schedule_interval, spec.start_date)
+        if gap is not None and gap < limits.min_schedule_interval:
+            judge.refuse(("schedule",), "limits.min_schedule_interval", spec.schedule,
+                         f"runs at least {_human(limits.min_schedule_interval)} apart (this one runs "
+                         f"{_human(gap)} after the previous run)")
+
+
+def _human(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def schedule_min_gap(schedule: str, bound: timedelta, start: datetime) -> timedelta | None:
+    """The shortest time between two runs of a cron expression or preset (None: runs at most once),
+    exact up to ``bound``: a gap at or above it is all the caller needs to know."""
+    if schedule.startswith("@"):
+        seconds = _PRESET_SECONDS.get(schedule)
+        return timedelta(seconds=seconds) if seconds is not None else None
+    return _cron_min_gap(schedule, int(bound.total_seconds()), start.astimezone(timezone.utc).replace(tzinfo=None))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cron_min_gap(expression: str, bound: int, start: datetime) -> timedelta:
+    from croniter import croniter
+
+    fields = croniter(expression).expanded
+    if len(fields) == 5:
+        # Times of day alone bound the gap from below: within a day, and from the last run of a day to the
+        # first of the next. Most schedules are proven slow enough here, without walking their runs.
+        minutes = list(range(60)) if fields[0] == ["*"] else fields[0]
+        hours = list(range(24)) if fields[1] == ["*"] else fields[1]
+        times = sorted(h * 60 + m for h in hours for m in minutes)
+        gaps = [b - a for a, b in zip(times, times[1:])] + [1440 - times[-1] + times[0]]
+        if min(gaps) * 60 >= bound:
+            return timedelta(seconds=min(gaps) * 60)
+    runs = croniter(expression, start)
+    previous = runs.get_next(datetime)
+    shortest = None
+    for _ in range(_CRON_FIRES_CHECKED):
+        current = runs.get_next(datetime)
+        gap = (current - previous).total_seconds()
+        shortest = gap if shortest is None else min(shortest, gap)
+        if shortest < bound:
+            break
+        previous = current
+    return timedelta(seconds=shortest if shortest is not None else bound)
+
+
+def team_plan(policy: Policy, team: str) -> TeamPlan:
+    """What the DAG and its run-time checks need of the team (plain data in the plan)."""
+    rules = policy.spec.teams[team]
+    airflow = rules.airflow
+    return TeamPlan(
+        name=team,
+        pool=airflow.pool,
+        execution_timeout=airflow.execution_timeout,
+        max_active_runs=airflow.max_active_runs,
+        access_control=tuple((role, tuple(perms)) for role, perms in sorted((airflow.access_control or {}).items())),
+        data_uris=tuple(rules.data.uris) if rules.data.uris is not None else None,
+        policy_digest=policy.digest,
+    )

@@ -1,0 +1,333 @@
+"""The platform policy file: its models (they also give its JSON Schema), loading, and a spec's team.
+
+The policy is a YAML file the platform owns, outside the specs folder, named by ``TRAINPIPE_POLICY``.
+It is read with the spec loader (``yaml.safe_load`` semantics, the same limits), so its own errors
+are located (``policy.yaml:12:7: teams.risk.kubernetes.images: ...``). A list left out places no
+restriction; an empty list allows nothing. A broken policy refuses every spec (fail closed).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from trainpipe.errors import SpecError, SpecProblem
+from trainpipe.policy import FAULT_INJECTION_ENV, POLICY_ENV, globs
+from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_text, read_spec_text
+from trainpipe.spec.types import Duration
+
+# What the DAGs' Airflow roles may be given on a DAG (the FAB auth manager's DAG permissions).
+DAG_PERMISSIONS = ("can_read", "can_edit", "can_delete")
+_NAME = r"^[A-Za-z][A-Za-z0-9_.-]*$"
+
+
+class PolicyError(SpecError):
+    """The policy file itself is invalid; every spec is refused with its located problems."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Names = list[str] | None
+
+
+class KubernetesRules(_Model):
+    images: Names = Field(default=None, description="Glob patterns of the trainer images allowed.",
+                          examples=[["ghcr.io/trainpipe/trainer:*"]])
+    namespaces: Names = Field(default=None, description="Namespaces the pods may run in.", examples=[["ml-training"]])
+    kubernetes_conn_ids: Names = Field(default=None, description="Airflow Kubernetes connections (effective value: "
+                                       "kubernetes_default when a spec names none).", examples=[["kubernetes_default"]])
+    service_accounts: Names = Field(default=None, description="Service accounts of the pods (a spec naming none "
+                                    "gets the namespace's `default`).", examples=[["trainer"]])
+    secrets: Names = Field(default=None, description="Kubernetes Secrets a spec may name in secret_env, "
+                           "env_from_secrets and image_pull_secrets.", examples=[["mlflow-credentials"]])
+    priority_classes: Names = Field(default=None, description="PriorityClasses of the pods (none is always allowed).",
+                                    examples=[["ml-batch"]])
+    max_gpus_per_pod: int | None = Field(default=None, ge=0, description="GPUs per pod at most.", examples=[8])
+    max_nodes: int | None = Field(default=None, ge=1, description="training.distributed.nnodes at most.", examples=[4])
+
+
+class DataRules(_Model):
+    uris: Names = Field(default=None, description="Glob patterns of the data URIs allowed, relative ones resolved "
+                        "against the storage root (TRAINPIPE_STORAGE_ROOT); checked at the spec and before reading.",
+                        examples=[["s3://risk-data/**", "demo/**"]])
+    conn_ids: Names = Field(default=None, description="Airflow connections data.conn_id may name; when listed, an "
+                            "object-store URI without conn_id (the worker's own credentials) is refused.",
+                            examples=[["aws_risk"]])
+
+
+class NotifyRules(_Model):
+    conn_ids: Names = Field(default=None, description="SMTP and Slack connections (effective values count: "
+                            "smtp_default, slack_api_default).", examples=[["smtp_default"]])
+    email_domains: Names = Field(default=None, description="Domains (glob patterns) of notify.email.to and "
+                                 "from_email addresses.", examples=[["example.com"]])
+    slack_channels: Names = Field(default=None, description="Slack channels.", examples=[["#risk-ml"]])
+
+
+class LimitRules(_Model):
+    min_schedule_interval: Duration | None = Field(default=None, description="Shortest time between two scheduled "
+                                                   "runs (cron and presets; asset schedules are not bounded).",
+                                                   examples=["1h"])
+    max_epochs: int | None = Field(default=None, ge=1, description="training.epochs, tuning.trial_epochs and the "
+                                   "maximum of a run parameter `epochs`.", examples=[200])
+    max_trials: int | None = Field(default=None, ge=1, description="tuning.n_trials at most.", examples=[200])
+    max_parallel_trials: int | None = Field(default=None, ge=1, description="tuning.max_parallel at most.", examples=[8])
+    max_nproc_per_node: int | None = Field(default=None, ge=1, description="training.distributed.nproc_per_node.",
+                                           examples=[8])
+    max_retries: int | None = Field(default=None, ge=0, description="retries (per task) at most.", examples=[3])
+    max_priority: int | None = Field(default=None, description="A spec's `priority` at most (where the spec has one).",
+                                     examples=[10])
+
+
+class AirflowRules(_Model):
+    pool: str | None = Field(default=None, description="Airflow pool of the train and trial tasks (it must exist).",
+                             examples=["risk_gpu"])
+    execution_timeout: Duration | None = Field(default=None, description="execution_timeout of every task but the "
+                                               "approval (which waits without a worker).", examples=["12h"])
+    max_active_runs: int | None = Field(default=None, ge=1, description="Runs of one DAG at once (trainpipe's own "
+                                        "cap is 1).", examples=[1])
+    access_control: dict[str, list[str]] | None = Field(
+        default=None, description=f"Airflow roles and their DAG permissions ({', '.join(DAG_PERMISSIONS)}); "
+        "applied by the FAB auth manager, ignored by the SimpleAuthManager.",
+        examples=[{"risk-ml": ["can_read", "can_edit"]}])
+
+    @field_validator("access_control")
+    @classmethod
+    def _known_permissions(cls, value: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        for role, permissions in (value or {}).items():
+            unknown = [p for p in permissions if p not in DAG_PERMISSIONS]
+            if unknown:
+                raise ValueError(f"role {role!r}: unknown permission(s) {', '.join(map(repr, unknown))}; use "
+                                 f"{', '.join(DAG_PERMISSIONS)}")
+        return value
+
+
+class TeamPolicy(_Model):
+    folders: list[str] = Field(default_factory=list, description="Glob patterns of spec paths relative to the specs "
+                               "root (TRAINPIPE_DAG_CONFIGS) that belong to the team.", examples=[["risk/**"]])
+    pipeline_id_prefix: str | None = Field(default=None, description="Every pipeline_id of the team starts with it.",
+                                           examples=["risk_"])
+    model_name_prefix: str | None = Field(default=None, description="Every registration.model_name starts with it.",
+                                          examples=["risk_"])
+    testing: bool = Field(default=False, description="training.testing (fault injection) is allowed.",
+                          examples=[False])
+    kubernetes: KubernetesRules = Field(default_factory=KubernetesRules, description="What pods may use.")
+    data: DataRules = Field(default_factory=DataRules, description="Where data may be read from.")
+    notify: NotifyRules = Field(default_factory=NotifyRules, description="Where messages may go.")
+    limits: LimitRules = Field(default_factory=LimitRules, description="Caps on schedule and size.")
+    airflow: AirflowRules = Field(default_factory=AirflowRules, description="What each DAG of the team gets.")
+
+    @field_validator("folders")
+    @classmethod
+    def _relative_folders(cls, folders: list[str]) -> list[str]:
+        for folder in folders:
+            if folder.startswith("/") or ".." in folder.split("/"):
+                raise ValueError(f"{folder!r}: folders are globs relative to the specs root, without '..'")
+        return folders
+
+
+class CostsPolicy(_Model):
+    gpu_hour: dict[str, float] | None = Field(default=None, description="Price of one GPU hour: `default`, and per "
+                                              "GPU resource name (nvidia.com/gpu).",
+                                              examples=[{"default": 2.5, "nvidia.com/gpu": 2.5}])
+    cpu_hour: float | None = Field(default=None, ge=0, description="Price of one CPU hour.", examples=[0.04])
+    spot_discount: float | None = Field(default=None, ge=0, le=1, description="Share taken off on spot capacity.",
+                                        examples=[0.6])
+
+    @field_validator("gpu_hour")
+    @classmethod
+    def _prices(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is None:
+            return value
+        if "default" not in value:
+            raise ValueError("give a `default` price, used for GPU resources not listed")
+        negative = [name for name, price in value.items() if price < 0]
+        if negative:
+            raise ValueError(f"prices must be >= 0: {', '.join(negative)}")
+        return value
+
+
+class PolicySpec(_Model):
+    default_team: str | None = Field(default=None, description="The team of a spec in no team's folder; null: such "
+                                     "a spec is refused.", examples=[None, "platform"])
+    teams: dict[str, TeamPolicy] = Field(min_length=1, description="Teams by name (the DAG owner and its "
+                                         "`team:<name>` tag).")
+    costs: CostsPolicy | None = Field(default=None, description="Prices, for cost estimates.")
+
+    @field_validator("teams")
+    @classmethod
+    def _team_names(cls, teams: dict[str, TeamPolicy]) -> dict[str, TeamPolicy]:
+        import re
+
+        for name in teams:
+            if not re.match(_NAME, name):
+                raise ValueError(f"team name {name!r} must start with a letter and use letters, digits, '_', '.', '-'")
+        return teams
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PolicySpec:
+        if self.default_team is not None and self.default_team not in self.teams:
+            raise ValueError(f"default_team {self.default_team!r} is not a team; name one of "
+                             f"{', '.join(sorted(self.teams))}, or null")
+        for kind in ("pipeline_id_prefix", "model_name_prefix"):
+            owners = sorted((getattr(team, kind), name) for name, team in self.teams.items() if getattr(team, kind))
+            for (first, first_team), (second, second_team) in zip(owners, owners[1:]):
+                if second.startswith(first):
+                    raise ValueError(f"{kind} {second!r} of team {second_team} starts with {first!r} of team "
+                                     f"{first_team}: the two teams' names could collide; make neither a prefix of "
+                                     "the other")
+        return self
+
+
+_MODELS: dict[str, type[BaseModel]] = {
+    "": PolicySpec, "team": TeamPolicy, "kubernetes": KubernetesRules, "data": DataRules, "notify": NotifyRules,
+    "limits": LimitRules, "airflow": AirflowRules, "costs": CostsPolicy,
+}
+
+
+def _model_at(path: FieldPath) -> type[BaseModel] | None:
+    if not path:
+        return PolicySpec
+    if path[0] == "teams":
+        if len(path) == 2:
+            return TeamPolicy
+        return _MODELS.get(str(path[2])) if len(path) == 3 else None
+    return _MODELS.get(str(path[0])) if len(path) == 1 else None
+
+
+def _problem(loaded: LoadedYaml, error: dict[str, Any]) -> SpecProblem:
+    path: FieldPath = tuple(error["loc"])
+    if error["type"] == "extra_forbidden":
+        model = _model_at(path[:-1])
+        valid = list(model.model_fields) if model else []
+        close = difflib.get_close_matches(str(path[-1]), valid, n=1, cutoff=0.5)
+        return loaded.problem(path, f"unknown key; {f'did you mean `{close[0]}`?' if close else 'valid keys: ' + ', '.join(valid)}")
+    if error["type"] == "missing":
+        return loaded.problem(path, "required field is missing; add it")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] != "value_error" and not isinstance(error.get("input"), dict | list):
+        message += f", got {error.get('input')!r}"
+    return loaded.problem(path, message)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A loaded, valid policy, and ``digest``: the sha256 of its text (the plan cache's key part)."""
+
+    spec: PolicySpec
+    file: str
+    digest: str
+
+    def team_for(self, relative_path: str | None) -> tuple[str | None, str]:
+        """The team of a spec at ``relative_path`` (posix, relative to the specs root; None when the
+        spec is outside it): (name, "") or (None, why none)."""
+        matched = []
+        if relative_path is not None:
+            matched = list(dict.fromkeys(name for pattern, name in _folder_patterns(self) if pattern.match(relative_path)))
+        if len(matched) == 1:
+            return matched[0], ""
+        if len(matched) > 1:
+            return None, (f"the file is in the folders of several teams ({', '.join(matched)}) in the policy "
+                          f"{self.file}; the platform must make their `folders` disjoint")
+        if self.spec.default_team is not None:
+            return self.spec.default_team, ""
+        where = f"{relative_path!r} matches no team's folders" if relative_path is not None else \
+            "the file is outside the specs root (TRAINPIPE_DAG_CONFIGS)"
+        return None, (f"refused by policy: {where} and the policy {self.file} has no default_team; move the spec "
+                      "into your team's folder")
+
+
+_FOLDERS: dict[str, list[tuple[Any, str]]] = {}
+
+
+def _folder_patterns(policy: Policy) -> list[tuple[Any, str]]:
+    """Every team's folder globs compiled once per policy (a parse looks up each spec's team)."""
+    found = _FOLDERS.get(policy.digest)
+    if found is None:
+        found = [(globs.compiled(folder), name) for name, team in policy.spec.teams.items() for folder in team.folders]
+        _FOLDERS.clear()
+        _FOLDERS[policy.digest] = found
+    return found
+
+
+def load_policy_text(text: str, file: str) -> Policy:
+    """Validate a policy's text; ``PolicyError`` locates every problem in it."""
+    try:
+        loaded = load_yaml_text(text, file)
+    except SpecError as err:
+        raise PolicyError(err.problems) from None
+    if not isinstance(loaded.data, dict):
+        raise PolicyError([loaded.problem((), "a policy is a YAML mapping with `teams:` (and `default_team:`)")])
+    try:
+        spec = PolicySpec.model_validate(loaded.data)
+    except ValidationError as err:
+        raise PolicyError([_problem(loaded, e) for e in err.errors()]) from None
+    return Policy(spec=spec, file=file, digest=hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest())
+
+
+_LOADED: dict[tuple[str, str], Policy] = {}
+
+
+def read_policy_text(path: Path) -> str:
+    """The policy file's text; ``PolicyError`` (named by its file name only: no paths of this machine
+    in messages) when it cannot be read."""
+    try:
+        return read_spec_text(path, path.name)
+    except OSError as err:
+        raise PolicyError([SpecProblem(path.name, None, None, "", (
+            f"the policy named by {POLICY_ENV} cannot be read ({err.strerror or type(err).__name__}); the platform "
+            "must fix it or unset the variable"))]) from None
+
+
+def load_policy(path: Path, text: str | None = None) -> Policy:
+    """The policy at ``path`` (``text``: its content, when already read); validated once per process
+    per text."""
+    if text is None:
+        text = read_policy_text(path)
+    key = (str(path), text)
+    policy = _LOADED.get(key)
+    if policy is None:
+        policy = load_policy_text(text, path.name)
+        _LOADED.clear()  # one policy in force at a time: never grows
+        _LOADED[key] = policy
+    return policy
+
+
+def policy_from_env() -> Policy | None:
+    """The policy in force (``TRAINPIPE_POLICY``), or None without one; ``PolicyError`` when broken."""
+    path = os.environ.get(POLICY_ENV)
+    return load_policy(Path(path)) if path else None
+
+
+def fault_injection_allowed_by_env() -> bool:
+    return os.environ.get(FAULT_INJECTION_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def relative_spec_path(spec_path: Path, root: Path) -> str | None:
+    return PurePosixPath(spec_path.relative_to(root).as_posix()).as_posix() if spec_path.is_relative_to(root) else None
+
+
+POLICY_SCHEMA_PATH = Path(__file__).resolve().parent.parent / "spec" / "policy_schema.json"
+POLICY_SCHEMA_ID = "https://trainpipe.dev/schema/platform-policy.json"
+
+
+def policy_json_schema_text() -> str:
+    """The published JSON Schema of a policy (draft 2020-12), committed beside the spec's."""
+    import json
+
+    schema = PolicySpec.model_json_schema(mode="validation")
+    return json.dumps({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": POLICY_SCHEMA_ID,
+        "title": "trainpipe platform policy",
+        "description": "What each team's specs may use (TRAINPIPE_POLICY); owned by the platform, outside the "
+                       "specs folder.",
+        **{k: v for k, v in schema.items() if k not in {"title", "description"}},
+    }, indent=2, sort_keys=True) + "\n"

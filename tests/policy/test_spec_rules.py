@@ -1,0 +1,208 @@
+"""One case per policy rule: a spec that compiles without the policy is, under it, a located error
+naming the field, the team and the rule. Effective values (defaults, _defaults.yaml) count."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainpipe.errors import SpecError
+from trainpipe.factory import compile_file
+from trainpipe.spec.loader import load_yaml_file
+
+from .conftest import POLICY, compliant_spec
+
+
+def _set(spec: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = spec
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is _DELETE:
+        node.pop(last, None)
+    else:
+        node[last] = value
+
+
+_DELETE = object()
+K8S = "training.kubernetes"
+
+# (rule, changes to the compliant spec, field path of the error, the refused value as shown). The
+# Slack rules (notify.slack_channels, a Slack conn_id) need the Slack provider, not installed here.
+CASES = [
+    ("kubernetes.images", {f"{K8S}.image": "docker.io/attacker/miner:latest"}, f"{K8S}.image", "docker.io/attacker"),
+    ("kubernetes.images", {f"{K8S}.image": "ghcr.io/trainpipe/trainer/../evil:1"}, f"{K8S}.image", "evil"),
+    ("kubernetes.namespaces", {f"{K8S}.namespace": "kube-system"}, f"{K8S}.namespace", "kube-system"),
+    ("kubernetes.kubernetes_conn_ids", {f"{K8S}.kubernetes_conn_id": "prod_cluster"}, f"{K8S}.kubernetes_conn_id",
+     "prod_cluster"),
+    ("kubernetes.service_accounts", {f"{K8S}.service_account": "cluster-admin"}, f"{K8S}.service_account",
+     "cluster-admin"),
+    # Not written: the pod gets the namespace's `default` account, judged like a written one.
+    ("kubernetes.service_accounts", {f"{K8S}.service_account": _DELETE}, f"{K8S}.service_account", "'default'"),
+    ("kubernetes.secrets", {f"{K8S}.secret_env": {"TOKEN_X": "search-credentials/token"}}, f"{K8S}.secret_env.TOKEN_X",
+     "search-credentials"),
+    ("kubernetes.secrets", {f"{K8S}.env_from_secrets": ["search-bucket"]}, f"{K8S}.env_from_secrets[0]", "search-bucket"),
+    ("kubernetes.secrets", {f"{K8S}.image_pull_secrets": ["other-pull"]}, f"{K8S}.image_pull_secrets[0]", "other-pull"),
+    ("kubernetes.priority_classes", {f"{K8S}.priority_class": "system-cluster-critical"}, f"{K8S}.priority_class",
+     "system-cluster-critical"),
+    ("kubernetes.max_gpus_per_pod", {f"{K8S}.resources.gpus": 2, "training.distributed.nproc_per_node": 2},
+     f"{K8S}.resources.gpus", "2"),
+    ("kubernetes.max_nodes", {"training.distributed.nnodes": 16}, "training.distributed.nnodes", "16"),
+    ("limits.max_nproc_per_node", {"training.distributed.nproc_per_node": 8, f"{K8S}.resources.gpus": 0},
+     "training.distributed.nproc_per_node", "8"),
+    ("data.uris", {"data.uri": "s3://search-data/clicks/", "data.conn_id": "aws_risk"}, "data.uri", "search-data"),
+    ("data.uris", {"data.uri": "snapshots/search_ranker/abc/train.parquet"}, "data.uri", "snapshots/search_ranker"),
+    ("data.uris", {"data.uri": "file:///etc/airflow/airflow.cfg"}, "data.uri", "airflow.cfg"),
+    ("data.uris", {"data.uri": "s3://risk-data/../search-data/x", "data.conn_id": "aws_risk"}, "data.uri", "search-data"),
+    ("data.conn_ids", {"data.uri": "s3://risk-data/tx/", "data.conn_id": "aws_default"}, "data.conn_id", "aws_default"),
+    ("data.conn_ids", {"data.uri": "s3://risk-data/tx/"}, "data.conn_id", "worker's own credentials"),
+    ("notify.conn_ids", {"notify": {"email": {"to": ["ml@example.com"], "conn_id": "smtp_ceo"}}},
+     "notify.email.conn_id", "smtp_ceo"),
+    ("notify.email_domains", {"notify": {"email": {"to": ["ml@example.com", "x@attacker.net"]}}},
+     "notify.email.to[1]", "attacker.net"),
+    ("notify.email_domains", {"notify": {"email": {"to": ["ml@example.com"], "from_email": "ceo@corp.org"}}},
+     "notify.email.from_email", "ceo@corp.org"),
+    ("limits.min_schedule_interval", {"schedule": "* * * * *"}, "schedule", "* * * * *"),
+    ("limits.min_schedule_interval", {"schedule": "0,30 3 * * *"}, "schedule", "0,30 3"),
+    ("limits.min_schedule_interval", {"schedule": "*/20 * * * 1"}, "schedule", "20m after"),
+    ("limits.max_epochs", {"training.epochs": 1000}, "training.epochs", "1000"),
+    ("limits.max_epochs", {"params": {"epochs": {"description": "epochs of this run"}}}, "params.epochs", "no maximum"),
+    ("limits.max_retries", {"retries": 1000000}, "retries", "1000000"),
+    ("pipeline_id_prefix", {"pipeline_id": "search_ranker_gpu"}, "pipeline_id", "search_ranker_gpu"),
+    ("model_name_prefix", {"registration.model_name": "search_ranker"}, "registration.model_name", "search_ranker"),
+    ("team tag", {"tags": ["fraud", "team:search"]}, "tags[1]", "team:search"),
+]
+TUNING = {"n_trials": 4, "max_parallel": 2, "trial_epochs": 1, "space": {"learning_rate": {"log_uniform": [0.0001, 0.1]}}}
+LOCAL = {"training.launcher": "local", "training.kubernetes": _DELETE, "training.distributed.nnodes": 1}
+CASES += [
+    ("limits.max_trials", {**LOCAL, "tuning": {**TUNING, "n_trials": 500}}, "tuning.n_trials", "500"),
+    ("limits.max_parallel_trials", {**LOCAL, "tuning": {**TUNING, "max_parallel": 64}}, "tuning.max_parallel", "64"),
+    ("limits.max_epochs", {**LOCAL, "tuning": {**TUNING, "trial_epochs": 999}}, "tuning.trial_epochs", "999"),
+]
+
+
+@pytest.mark.parametrize(("rule", "changes", "field", "shown"), CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_each_rule_refuses_at_the_field_with_the_team_and_the_rule(write_spec: Callable[..., Path], monkeypatch,
+                                                                   rule, changes, field, shown):
+    spec = compliant_spec()
+    for dotted, value in changes.items():
+        _set(spec, dotted, value)
+    path = write_spec(spec)
+    compile_file(path, "risk/spec.yaml")  # valid without a policy
+
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
+    with pytest.raises(SpecError, match=re.escape(f"not allowed by policy (team risk, rule {rule})")) as caught:
+        compile_file(path, "risk/spec.yaml")
+    ours = [p for p in caught.value.problems if p.field_path == field and f"rule {rule})" in p.message]
+    assert len(ours) == 1, caught.value
+    problem = ours[0]
+    assert shown in problem.message and "allowed:" in problem.message
+    # Located at the key, or at its nearest written section when the value is a default.
+    loaded = load_yaml_file(path, "risk/spec.yaml")
+    parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"\.|\[|\]\.?", field) if p)
+    assert (problem.file, problem.line, problem.column) == loaded.location_of(parts)
+    assert str(problem).startswith(f"risk/spec.yaml:{problem.line}:{problem.column}: {field}: not allowed by policy")
+
+
+def test_the_compliant_spec_passes_and_the_dag_carries_its_team(write_spec, monkeypatch):
+    path = write_spec(compliant_spec())
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
+    plan = compile_file(path, "risk/spec.yaml")
+    assert plan.owner == "risk" and "team:risk" in plan.tags
+    assert plan.team is not None and plan.team.pool == "risk_gpu"
+    assert plan.registration.owner_team == "risk"
+    assert plan.data.allowed_uris == ("s3://risk-data/**", "demo/**")
+
+
+def test_an_hourly_cron_and_preset_meet_a_one_hour_minimum(write_spec, monkeypatch):
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
+    # 0 23,0: the day's last run and the next day's first are exactly the minimum apart.
+    for schedule in ("@hourly", "15 * * * *", "0 */2 * * 1-5", "0 23,0 * * *", "none"):
+        spec = compliant_spec()
+        spec["schedule"] = schedule
+        assert compile_file(write_spec(spec), "risk/spec.yaml").dag_id == "risk_fraud"
+
+
+def test_a_value_from_defaults_is_judged_and_located_in_the_defaults_file(configs, write_spec, monkeypatch):
+    (configs / "risk" / "_defaults.yaml").write_text("training:\n  kubernetes:\n    namespace: kube-system\n")
+    spec = compliant_spec()
+    del spec["training"]["kubernetes"]["namespace"]
+    path = write_spec(spec)
+    assert compile_file(path, "risk/spec.yaml").kubernetes.namespace == "kube-system"  # no policy: the defaults apply
+
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
+    with pytest.raises(SpecError) as caught:
+        compile_file(path, "risk/spec.yaml")
+    assert str(caught.value).endswith("dag_configs/risk/_defaults.yaml:3:5: training.kubernetes.namespace: not allowed by "
+                                      "policy (team risk, rule kubernetes.namespaces): 'kube-system'; allowed: 'ml-training'")
+
+
+def test_a_default_connection_is_judged_like_a_written_one(configs, write_spec, monkeypatch, tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.read_text().replace("kubernetes_conn_ids: [kubernetes_default]",
+                                                 "kubernetes_conn_ids: [risk_cluster]"))
+    path = write_spec(compliant_spec())
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
+    with pytest.raises(SpecError, match=r"risk/spec.yaml:\d+:\d+: training.kubernetes.kubernetes_conn_id: not allowed "
+                                        r"by policy \(team risk, rule kubernetes.kubernetes_conn_ids\): "
+                                        r"'kubernetes_default' \(not written in the spec: its default\)"):
+        compile_file(path, "risk/spec.yaml")
+
+
+def test_a_spec_in_no_teams_folder_is_refused_without_a_default_team(write_spec, monkeypatch, tmp_path):
+    path = write_spec(compliant_spec(), "elsewhere/spec.yaml")
+    compile_file(path, "elsewhere/spec.yaml")
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
+    with pytest.raises(SpecError, match="refused by policy: 'elsewhere/spec.yaml' matches no team's folders"):
+        compile_file(path, "elsewhere/spec.yaml")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.read_text().replace("default_team: null", "default_team: risk"))
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
+    assert compile_file(path, "elsewhere/spec.yaml").team.name == "risk"
+
+
+def test_fault_injection_needs_the_platforms_consent(write_spec, monkeypatch, tmp_path):
+    spec = compliant_spec()
+    spec["training"]["testing"] = {"inject_nan_at_step": 3}
+    path = write_spec(spec)
+    with pytest.raises(SpecError, match=r"risk/spec.yaml:\d+:\d+: training.testing: fault injection is for "
+                                        r"trainpipe's own tests and is off on this platform"):
+        compile_file(path, "risk/spec.yaml")
+    monkeypatch.setenv("TRAINPIPE_ALLOW_FAULT_INJECTION", "1")
+    assert compile_file(path, "risk/spec.yaml").testing.inject_nan_at_step == 3
+    # Under a policy, only the team's `testing: true` allows it (the switch does not).
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
+    with pytest.raises(SpecError, match=r"training.testing: not allowed by policy \(team risk, rule testing\)"):
+        compile_file(path, "risk/spec.yaml")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.read_text().replace("    pipeline_id_prefix: risk_\n",
+                                                 "    pipeline_id_prefix: risk_\n    testing: true\n", 1))
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
+    assert compile_file(path, "risk/spec.yaml").testing.inject_nan_at_step == 3
+
+
+@pytest.mark.parametrize(("slack", "field", "rule"), [
+    ({"channel": "#general", "conn_id": "slack_risk"}, "notify.slack.channel", "notify.slack_channels"),
+    # Not written: slack_api_default, the default connection, is not one of the team's.
+    ({"channel": "#risk-ml"}, "notify.slack.conn_id", "notify.conn_ids"),
+])
+def test_slack_rules_on_the_validated_spec(write_spec, slack, field, rule):
+    """The Slack provider is not installed here, so validation refuses any notify.slack: the rules are
+    judged on the spec models directly, as the compiler does after validation."""
+    from trainpipe.policy.check import check_spec
+    from trainpipe.policy.model import load_policy
+    from trainpipe.spec.models import PipelineSpec
+
+    spec = compliant_spec()
+    spec["notify"] = {"slack": slack}
+    path = write_spec(spec)
+    loaded = load_yaml_file(path, "risk/spec.yaml")
+    problems = check_spec(PipelineSpec.model_validate(loaded.data), loaded, policy=load_policy(POLICY), team="risk",
+                          storage_root="file:///srv/storage")
+    assert [(p.field_path, f"rule {rule})" in p.message) for p in problems] == [(field, True)]
+    assert (problems[0].line, problems[0].column) == loaded.location_of(tuple(field.split(".")))[1:]
