@@ -18,7 +18,7 @@ export TORCH_EXTENSIONS_DIR := $(TRAINPIPE_HOME)/torch_extensions
 
 DEMO_DATE ?= $(shell date -u +%Y-%m-%d)
 
-.PHONY: install demo test test-fast clean stack stack-down stack-status stack-deps
+.PHONY: install demo test test-fast docs clean stack stack-down stack-status stack-deps
 
 install: $(STAMP)
 
@@ -51,6 +51,14 @@ test: install stack-deps
 
 test-fast: install
 	$(BIN)/python -m pytest tests -q -m "not integration and not slow and not stack"
+
+# The docs site (mkdocs.yml): the spec field reference regenerated from the schema, then a strict
+# build (a broken link or anchor fails) into .trainpipe/site/. NO_MKDOCS_2_WARNING: the theme's
+# end-of-life banner is not about this site.
+docs: install
+	$(BIN)/python tools/gen_spec_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	@echo "site: $(TRAINPIPE_HOME)/site/index.html"
 
 # The native stack (README "Run the stack"): PostgreSQL, Redis, S3 (moto), MLflow server, Airflow with
 # Celery, on 127.0.0.1 with all state in .trainpipe/stack/. PostgreSQL and Redis are OS packages,
