@@ -22,13 +22,19 @@ DEMO_DATE ?= $(shell date -u +%Y-%m-%d)
 
 install: $(STAMP)
 
+# Airflow's own commands warn on every `airflow dags test` (make demo) without these: its CLI when it
+# cannot import graphviz (airflow.utils.dot_renderer), and starlette (1.10 here), whose testclient (imported
+# by svcs, which Airflow's execution API uses) deprecates httpx in favour of httpx2. Pure Python;
+# nothing of trainpipe imports them.
+AIRFLOW_QUIET := graphviz httpx2
+
 # requirements.lock pins every transitive version that is known to install together here, so the
 # resolver does no backtracking; torch==2.13.0 is the CPU build (any other torch pulls CUDA wheels).
 $(STAMP): pyproject.toml trainer_image/pyproject.toml requirements.lock
 	@mkdir -p $(TRAINPIPE_HOME)
 	@echo "installing into $(VENV) (a few minutes on a fresh machine; log: $(TRAINPIPE_HOME)/install.log)"
 	$(PYTHON) -m venv $(VENV)
-	@$(BIN)/pip install --progress-bar off -c requirements.lock "torch==2.13.0" \
+	@$(BIN)/pip install --progress-bar off -c requirements.lock "torch==2.13.0" $(AIRFLOW_QUIET) \
 		-e "./trainer_image[deepspeed,tracking,tuning]" -e ".[kubernetes,amazon,dev,bench,stack]" > $(TRAINPIPE_HOME)/install.log 2>&1 \
 		|| { tail -40 $(TRAINPIPE_HOME)/install.log; exit 1; }
 	touch $(STAMP)
@@ -60,7 +66,7 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	@echo "site: $(TRAINPIPE_HOME)/site/index.html"
 
-# The native stack (README "Run the stack"): PostgreSQL, Redis, S3 (moto), MLflow server, Airflow with
+# The native stack (docs/operations.md): PostgreSQL, Redis, S3 (moto), MLflow server, Airflow with
 # Celery, on 127.0.0.1 with all state in .trainpipe/stack/. PostgreSQL and Redis are OS packages,
 # installed with apt-get when missing and running as root on Debian (as CI does).
 stack-deps:
