@@ -152,7 +152,8 @@ class Reference:
             if "prefixItems" in target:
                 return "[" + ", ".join(self._one_type(item, path) for item in target["prefixItems"]) + "]"
             items = target.get("items")
-            return "list of " + (self.type_of(items, f"{path}[]") if isinstance(items, dict) else "values")
+            item_type = self.type_of(items, f"{path}[]") if isinstance(items, dict) else "values"
+            return f"list of ({item_type})" if " or " in item_type else f"list of {item_type}"
         if kind == "object":
             values = target.get("additionalProperties")
             if isinstance(values, dict):
