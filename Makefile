@@ -18,9 +18,15 @@ export TORCH_EXTENSIONS_DIR := $(TRAINPIPE_HOME)/torch_extensions
 
 DEMO_DATE ?= $(shell date -u +%Y-%m-%d)
 
-.PHONY: install demo test test-fast clean stack stack-down stack-status stack-deps
+.PHONY: install demo test test-fast docs clean stack stack-down stack-status stack-deps
 
 install: $(STAMP)
+
+# Airflow's own commands warn on every `airflow dags test` (make demo) without these: its CLI when it
+# cannot import graphviz (airflow.utils.dot_renderer), and starlette (1.10 here), whose testclient (imported
+# by svcs, which Airflow's execution API uses) deprecates httpx in favour of httpx2. Pure Python;
+# nothing of trainpipe imports them.
+AIRFLOW_QUIET := graphviz httpx2
 
 # requirements.lock pins every transitive version that is known to install together here, so the
 # resolver does no backtracking; torch==2.13.0 is the CPU build (any other torch pulls CUDA wheels).
@@ -28,7 +34,7 @@ $(STAMP): pyproject.toml trainer_image/pyproject.toml requirements.lock
 	@mkdir -p $(TRAINPIPE_HOME)
 	@echo "installing into $(VENV) (a few minutes on a fresh machine; log: $(TRAINPIPE_HOME)/install.log)"
 	$(PYTHON) -m venv $(VENV)
-	@$(BIN)/pip install --progress-bar off -c requirements.lock "torch==2.13.0" \
+	@$(BIN)/pip install --progress-bar off -c requirements.lock "torch==2.13.0" $(AIRFLOW_QUIET) \
 		-e "./trainer_image[deepspeed,tracking,tuning]" -e ".[kubernetes,amazon,dev,bench,stack]" > $(TRAINPIPE_HOME)/install.log 2>&1 \
 		|| { tail -40 $(TRAINPIPE_HOME)/install.log; exit 1; }
 	touch $(STAMP)
@@ -52,7 +58,15 @@ test: install stack-deps
 test-fast: install
 	$(BIN)/python -m pytest tests -q -m "not integration and not slow and not stack"
 
-# The native stack (README "Run the stack"): PostgreSQL, Redis, S3 (moto), MLflow server, Airflow with
+# The docs site (mkdocs.yml): the spec field reference regenerated from the schema, then a strict
+# build (a broken link or anchor fails) into .trainpipe/site/. NO_MKDOCS_2_WARNING: the theme's
+# end-of-life banner is not about this site.
+docs: install
+	$(BIN)/python tools/gen_spec_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	@echo "site: $(TRAINPIPE_HOME)/site/index.html"
+
+# The native stack (docs/operations.md): PostgreSQL, Redis, S3 (moto), MLflow server, Airflow with
 # Celery, on 127.0.0.1 with all state in .trainpipe/stack/. PostgreSQL and Redis are OS packages,
 # installed with apt-get when missing and running as root on Debian (as CI does).
 stack-deps:

@@ -20,7 +20,7 @@ Figures, per run:
 - per task: the gap from its upstream's end to being queued (the scheduler), queued to started
   (executor and process start), and started to ended (the task, DAG parse included).
 
-Settings changed from Airflow's defaults (the README lists them): ``[scheduler] use_job_schedule =
+Settings changed from Airflow's defaults (docs/benchmarks.md lists them): ``[scheduler] use_job_schedule =
 False``, so unpausing starts no scheduled run of ``@daily`` beside the triggered ones; and, unless
 ``--no-preload``, ``[scheduler] mp_start_method = forkserver`` with ``[core] mp_forkserver_preload``
 naming ``trainpipe.preload``, so task processes inherit the heavy libraries instead of importing
@@ -59,7 +59,7 @@ CHAIN = ("snapshot", "validate", "train", "evaluate", "gate", "register", "promo
 SENSOR = "watch_checkpoints"
 
 
-# Documented in the README: the LocalExecutor's workers start from a process that imported the
+# Documented in docs/operations.md (Preloading task libraries): the LocalExecutor's workers start from a process that imported the
 # libraries trainpipe's tasks use (trainpipe.preload), so no task process imports them again.
 PRELOAD_SETTINGS = {
     "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",

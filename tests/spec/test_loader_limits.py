@@ -24,7 +24,7 @@ EXAMPLE = REPO / "dag_configs" / "fraud_detector.yaml"
 
 
 def test_the_documented_limits():
-    # README ("Writing specs") and ADR 0004 state these numbers.
+    # docs/specs.md and ADR 0004 state these numbers.
     assert (MAX_SPEC_BYTES, MAX_SPEC_NODES, MAX_SPEC_DEPTH) == (1_048_576, 10_000, 32)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,16 @@ from .helpers import BINARY_FEATURES, Datasets, Launch, committed_steps, launch,
 pytestmark = pytest.mark.integration
 
 pytest.importorskip("deepspeed", reason="pip install 'trainpipe-trainer[deepspeed]'")
+
+
+# A ZeRO-3 run of a few steps printed 18 identical torch FutureWarnings (reduce_scatter_tensor, one per
+# step and rank; about 1,800 in a real run): a task log may carry a handful of warnings, not a flood.
+MAX_WARNING_LINES = 3
+WARNING_LINE = re.compile(r"\b\w*Warning\b|^warning:", re.IGNORECASE)
+
+
+def _warning_lines(run: Launch) -> list[str]:
+    return [line for line in (run.stdout + run.stderr).splitlines() if WARNING_LINE.search(line)]
 
 
 def _ok(run: Launch) -> dict[str, Any]:
@@ -60,7 +71,10 @@ def test_zero_stage_trains_on_two_processes(
     stage: int, tmp_path: Path, datasets: Datasets, make_config: Callable[..., Any]
 ) -> None:
     config = _deepspeed_config(make_config, tmp_path, datasets, stage, epochs=1, optimization=STAGE_OPTIONS[stage])
-    result = _ok(launch(config, tmp_path, nproc=2))
+    run = launch(config, tmp_path, nproc=2)
+    result = _ok(run)
+    warning_lines = _warning_lines(run)
+    assert len(warning_lines) <= MAX_WARNING_LINES, "\n".join(warning_lines)
     accumulation = STAGE_OPTIONS[stage].get("gradient_accumulation_steps", 1)
     assert result["world_size"] == 2
     assert result["global_step"] == -(-9 // accumulation)  # 9 micro-batches per rank

@@ -331,7 +331,7 @@ def _write_demo_data(
         "clicks": generate_clicks(end=end),
     }
     if drift is not None:
-        # The transactions only: the README's drift walkthrough runs the fraud pipeline.
+        # The transactions only: the drift walkthrough in docs/data-checks.md runs the fraud pipeline.
         frames["transactions"] = drift_feature(frames["transactions"], drift)
     encoded = {name: _parquet_bytes(df) for name, df in frames.items()}
     results: dict[str, tuple[str, WriteStatus, int]] = {}

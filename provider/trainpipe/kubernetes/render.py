@@ -37,7 +37,7 @@ def render_manifests(plan: PipelinePlan, *, launch: TrainerLaunch | None = None)
     if plan.launch.launcher != "kubernetes":
         raise SpecError(
             f"{plan.spec_file}: training.launcher: is {plan.launch.launcher!r}; only 'kubernetes' submits "
-            "manifests: set training.launcher: kubernetes and a training.kubernetes section (docs/KUBERNETES.md)"
+            "manifests: set training.launcher: kubernetes and a training.kubernetes section (docs/kubernetes.md)"
         )
     from trainpipe.operators.kubernetes import KubernetesTrainJobOperator, kubernetes_train_operator
 

@@ -44,7 +44,7 @@ def check_reachable_from_pods(storage_root: str, mlflow_tracking_uri: str) -> No
         raise TrainpipeError(
             f"launcher 'kubernetes': the storage root {storage_root} is on the Airflow worker's disk, which the "
             "training pods cannot read; set TRAINPIPE_STORAGE_ROOT to a bucket (s3://bucket/trainpipe) and "
-            "TRAINPIPE_STORAGE_CONN_ID to its Airflow connection (docs/KUBERNETES.md)"
+            "TRAINPIPE_STORAGE_CONN_ID to its Airflow connection (docs/kubernetes.md)"
         )
     if mlflow_tracking_uri.startswith(("sqlite:", "file:")) or "://" not in mlflow_tracking_uri:
         raise TrainpipeError(

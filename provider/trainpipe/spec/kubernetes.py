@@ -132,8 +132,10 @@ SecretRef = Annotated[
     WithJsonSchema({
         "anyOf": [
             {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/.+$"},
-            {"type": "object", "properties": {"secret": {"type": "string"}, "key": {"type": "string"}},
-             "required": ["secret", "key"], "additionalProperties": False},
+            {"type": "object", "properties": {
+                "secret": {"type": "string", "description": "Name of the Kubernetes Secret.", "examples": ["mlflow-credentials"]},
+                "key": {"type": "string", "description": "Key inside the Secret.", "examples": ["token"]},
+            }, "required": ["secret", "key"], "additionalProperties": False},
         ],
         "description": "A key of a Kubernetes Secret: 'secret-name/key' or {secret: ..., key: ...}.",
     }),

@@ -399,7 +399,7 @@ def _launcher_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     if launcher == "kubernetes" and not isinstance(kubernetes, dict):
         problems.append(loaded.problem(("training", "launcher"),
             "launcher 'kubernetes' needs a training.kubernetes section: at least `image:` (the trainer image) "
-            "and `resources:`; see docs/KUBERNETES.md"))
+            "and `resources:`; see docs/kubernetes.md"))
     if launcher == "local" and isinstance(nnodes, int) and not isinstance(nnodes, bool) and nnodes > 1:
         problems.append(loaded.problem(("training", "distributed", "nnodes"),
             f"nnodes {nnodes} needs launcher 'kubernetes' (one pod per node); the local launcher runs on one "

@@ -75,7 +75,17 @@ def import_deepspeed(env: DistEnv) -> Any:
         ) from err
     # DeepSpeed logs its whole config at INFO on every rank: noise in the task log.
     deepspeed.utils.logger.setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.* is deprecated", category=FutureWarning)
+    # DeepSpeed's ZeRO collectives call torch.distributed's all_gather_into_tensor and
+    # reduce_scatter_tensor, which torch 2.13 deprecates; the warning names no code of ours and
+    # came once per step and rank (about 1,800 lines in a ZeRO-3 run). Only these two messages, only
+    # from torch's c10d wrapper that raises them.
+    for collective in ("all_gather_into_tensor", "reduce_scatter_tensor"):
+        warnings.filterwarnings(
+            "ignore",
+            message=rf"`torch\.distributed\.{collective}` is deprecated",
+            category=FutureWarning,
+            module=r"torch\.distributed\.c10d_logger",
+        )
     if env.device.type == "cpu":
         # On CPU DeepSpeed compiles a shared-memory all-reduce (g++, ~40 s on first use) that only its
         # inference all-reduce uses; training collectives go through torch.distributed (gloo).
