@@ -95,6 +95,8 @@ def _expectation_problems(loaded: LoadedYaml, index: int, item: Any) -> list[Spe
     # The arguments sit under the name ({expect_x: {column: a}}) or under kwargs ({name: expect_x, kwargs: ...}).
     at = (*here, "kwargs") if isinstance(item, dict) and "name" in item else (*here, name)
     arguments, missing = expectation_table.argument_problems(name, kwargs)
+    unsafe, refused = expectation_table.evaluated_text_problems(name, kwargs)
+    arguments, missing = [*arguments, *unsafe], [*refused, *missing]
     return [*(loaded.problem(here, message) for message in missing),
             *(loaded.problem((*at, *path), message) for path, message in arguments)]
 
