@@ -148,3 +148,23 @@ def test_a_header_and_values_read_as_csv_are_not_echoed(tmp_path: Path):
     with pytest.raises(SpecError, match=r"column 'event_time' of file://.* does not hold dates and times") as caught:
         _snapshot_of(as_value, file_format="csv")()
     assert "6cT0p" not in str(caught.value)
+
+
+def test_validating_a_file_read_by_mistake_does_not_echo_its_header(tmp_path: Path, capfd):
+    """Without a time column the snapshot of any readable file succeeds (which files a team may read
+    is the platform policy's); the validate task then reports the missing columns by count only."""
+    from trainpipe.errors import ValidationFailedError
+    from trainpipe.runtime.snapshot import validate_snapshot
+
+    secret_file = tmp_path / "c.csv"
+    secret_file.write_text(f"{SECRET}\nx\n")
+    text = (TEXT.format(uri=secret_file.as_uri()).replace("  time_column: event_time\n  window: 30d\n", "  format: csv\n"))
+    plan = build_plan(validate_loaded(load_yaml_text(text, "s.yaml")), spec_file="s.yaml", spec_text=text)
+    settings = Settings.from_env()
+    snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=END)
+
+    with pytest.raises(ValidationFailedError) as caught:
+        validate_snapshot(plan.dag_id, plan.validation, snapshot, settings=settings)
+    out, err = capfd.readouterr()
+    assert "FAIL expect_column_to_exist(column='amount'): column 'amount' is missing (1 columns present)" in out + err
+    assert "6cT0p" not in out + err + str(caught.value)
