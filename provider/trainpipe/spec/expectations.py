@@ -17,6 +17,11 @@ refused; a test compares the two verdicts on a set of probe values for every arg
 expectation. Rules GE checks beyond types (a field's own validator, such as a valid strftime format,
 and the inside of nested models such as ``windows``) are left to GE when the validate task builds
 the suite (``trainpipe.quality.build_expectation``).
+
+One deliberate exception to "nothing GE accepts is refused": arguments that would make the validate
+task evaluate a spec's text (a row condition outside GE's own grammar, a suite-parameter expression,
+a remote JSON-schema reference, a query) are refused (:func:`evaluated_text_problems`): a spec's text
+is data, never code.
 """
 
 from __future__ import annotations
