@@ -32,6 +32,15 @@ def test_email_notifier_sends_text_and_table_as_they_are_even_with_jinja_braces(
                                  "<table><tr><td>auc</td></tr></table>")
 
 
+def test_email_notifier_text_cannot_close_a_raw_block():
+    """A `{% raw %}` wrapper (the earlier protection) is closed by `{%endraw%}` in the text, and what follows
+    is rendered; with no template fields nothing is."""
+    text = "model x{%endraw%}{{ 7 * 7 }}{%raw%}"
+    smtp = notifier(EMAIL, Message(subject=text, text=text))
+    smtp.render_template_fields({})
+    assert smtp.subject == text and "49" not in smtp.html_content
+
+
 def test_slack_channel_without_its_provider_names_the_install():
     with pytest.raises(ImportError, match="notify.slack needs Airflow's Slack provider on this worker: "
                                           "pip install apache-airflow-providers-slack"):

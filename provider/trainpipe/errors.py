@@ -77,6 +77,15 @@ class OutsideStorageRootError(TrainpipeError, ValueError):
     """A relative URI leads outside the storage root it is relative to (``../..``)."""
 
 
+class UnsupportedUriError(TrainpipeError, ValueError):
+    """A URI whose scheme trainpipe's storage does not read (``http://``, a chained ``a::b``)."""
+
+
+class DataReadError(TrainpipeError):
+    """A data file could not be read or parsed. The message names the path and the kind of problem,
+    never the file's content (the parser's own message may quote it)."""
+
+
 class ReproduceError(TrainpipeError):
     """A registered model version cannot be trained again: its lineage (tags, logged spec, snapshot)
     is incomplete or no longer matches what was recorded."""

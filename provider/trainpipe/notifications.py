@@ -43,23 +43,26 @@ class Message:
         return f"*{self.subject}*\n{self.text}{table}"
 
 
-def _literal(text: str) -> str:
-    """Notifiers render their fields with Jinja: our text is sent as it is, braces included."""
-    return "{% raw %}" + text.replace("{% endraw %}", "{ % endraw % }") + "{% endraw %}"
-
-
 def notifier(channel: NotifyChannel, message: Message) -> BaseNotifier:
+    """Airflow's notifier for ``channel``, with none of its fields a template: the addresses, channel
+    and text come from the spec (or hold its text) and are sent as they are, braces included."""
+    built = _notifier(channel, message)
+    built.template_fields = ()
+    return built
+
+
+def _notifier(channel: NotifyChannel, message: Message) -> BaseNotifier:
     if channel.kind == "email":
         from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
         return SmtpNotifier(to=list(channel.to), from_email=channel.from_email, smtp_conn_id=channel.conn_id,
-                            subject=_literal(message.subject), html_content=_literal(message.as_html()))
+                            subject=message.subject, html_content=message.as_html())
     if channel.kind == "slack":
         try:
             from airflow.providers.slack.notifications.slack import SlackNotifier
         except ImportError as err:  # the spec stage refuses notify.slack without it; a worker may still lack it
             raise ImportError(f"notify.slack needs Airflow's Slack provider on this worker: {SLACK_INSTALL_HINT}") from err
-        return SlackNotifier(slack_conn_id=channel.conn_id, channel=channel.channel, text=_literal(message.as_slack()))
+        return SlackNotifier(slack_conn_id=channel.conn_id, channel=channel.channel, text=message.as_slack())
     raise ValueError(f"unknown notify channel {channel.kind!r}")
 
 

@@ -136,15 +136,36 @@ def build_expectation(
     cls = expectation_class(name, field_path=field_path)
     if not isinstance(kwargs, Mapping):
         raise SpecError(f"{field_path}: {name}: arguments must be a mapping, got {type(kwargs).__name__}")
+    _refuse_evaluated_text(name, kwargs, field_path=field_path)
     from pydantic import ValidationError as PydanticValidationError
     from pydantic.v1 import ValidationError as PydanticV1ValidationError
 
     try:
-        return cls(**kwargs)
+        expectation = cls(**kwargs)
     except (PydanticV1ValidationError, PydanticValidationError) as error:
         raise SpecError(f"{field_path}: {name}: {_describe_pydantic_errors(cls, kwargs, error.errors())}") from None
     except (TypeError, ValueError) as error:
         raise SpecError(f"{field_path}: {name}: {error}") from None
+    from great_expectations.expectations.row_conditions import PassThroughCondition
+
+    # GE turns a text condition it does not parse itself into a pass-through for DataFrame.query:
+    # whatever the arguments looked like, that never reaches validation.
+    if isinstance(getattr(expectation, "row_condition", None), str | PassThroughCondition):
+        raise SpecError(f"{field_path}: {name}.row_condition: Great Expectations would hand this condition to "
+                        "DataFrame.query as text, which can run code; use its condition grammar")
+    return expectation
+
+
+def _refuse_evaluated_text(name: str, kwargs: Mapping[str, Any], *, field_path: str) -> None:
+    """The spec stage's checks of arguments that reach an evaluator (``trainpipe.spec.expectations``),
+    again here: a plan that did not come through the spec stage (a stale cache, a hand-made plan)
+    still never makes the validate task run a spec's text."""
+    from trainpipe.spec import expectations as rules
+
+    problems, refused = rules.evaluated_text_problems(name, dict(kwargs))
+    messages = [*refused, *(f"{name}.{'.'.join(str(part) for part in path)}: {message}" for path, message in problems)]
+    if messages:
+        raise SpecError("; ".join(f"{field_path}: {message}" for message in messages))
 
 
 def _plain(value: Any) -> Any:
@@ -173,8 +194,8 @@ def _format_observed(name: str, kwargs: Mapping[str, Any], result: Any, columns:
         return f"error: {message.removeprefix('Error: ')}"
     details = result.result or {}
     if name == "expect_column_to_exist" and not result.success:
-        shown = ", ".join(columns[:20]) + (", ..." if len(columns) > 20 else "")
-        return f"column {kwargs.get('column')!r} is missing; columns present: {shown}"
+        # Not listed: data.uri may name any file the worker can read, and a CSV's header is its first line.
+        return f"column {kwargs.get('column')!r} is missing ({len(columns)} columns present)"
     if "observed_value" in details:
         return f"observed {_plain(details['observed_value'])!r}"
     if "unexpected_count" in details and "element_count" in details:

@@ -16,7 +16,13 @@ import posixpath
 from typing import TYPE_CHECKING, Any
 
 from trainpipe import uris
-from trainpipe.errors import OutsideStorageRootError, PolicyViolationError, StorageConflictError
+from trainpipe.errors import (
+    DataReadError,
+    OutsideStorageRootError,
+    PolicyViolationError,
+    StorageConflictError,
+    UnsupportedUriError,
+)
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
@@ -32,10 +38,13 @@ def storage_root(settings: Settings) -> ObjectStoragePath:
 
 def resolve_uri(uri: str, settings: Settings, conn_id: str | None = None) -> ObjectStoragePath:
     """A spec URI: absolute (``file://``, ``s3://``, ``/abs``) or relative to the storage root, inside
-    it. The spec stage already refuses a relative URI that climbs out; this refuses it again, for
-    callers that did not come through a spec."""
+    it. The spec stage already refuses another scheme and a relative URI that climbs out; this refuses
+    them again, before any I/O, for callers that did not come through a spec."""
     from airflow.sdk import ObjectStoragePath
 
+    problem = uris.scheme_problem(uri)
+    if problem is not None:
+        raise UnsupportedUriError(problem)
     if uris.is_absolute(uri):
         return ObjectStoragePath(uri if "://" in uri else f"file://{uri}", conn_id=conn_id)
     if uris.climbs_out_of_root(uri):
@@ -84,7 +93,12 @@ def read_table(path: ObjectStoragePath, file_format: str = "parquet") -> pd.Data
     for file in files:
         with file.open("rb") as handle:
             raw = handle.read()
-        frames.append(pd.read_csv(io.BytesIO(raw)) if file_format == "csv" else parquet_from_bytes(raw))
+        try:
+            frames.append(pd.read_csv(io.BytesIO(raw)) if file_format == "csv" else parquet_from_bytes(raw))
+        except Exception as error:
+            # Parsers quote what they could not parse: the message keeps the path and the kind only.
+            raise DataReadError(f"{file}: not a readable {file_format} file ({type(error).__name__}); check "
+                                "data.uri and data.format") from None
     if not frames:
         return pd.DataFrame()
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

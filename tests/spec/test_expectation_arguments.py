@@ -120,13 +120,13 @@ def test_long_form_arguments_are_located_under_kwargs():
 
 
 COMMON = ("{column: amount, mostly: 0.95, meta: {owner: risk}, notes: [checked nightly], result_format: COMPLETE, "
-          "catch_exceptions: true, row_condition: 'amount > 0', condition_parser: pandas, description: no nulls, "
-          "severity: warning}")
+          "catch_exceptions: true, row_condition: 'col(\"amount\") > 0', condition_parser: great_expectations, "
+          "description: no nulls, severity: warning}")
 
 
 def test_arguments_common_to_all_expectations_are_accepted():
     spec = _spec(f"expect_column_values_to_not_be_null: {COMMON}")
-    assert spec.validation.expectations[0].kwargs["condition_parser"] == "pandas"
+    assert spec.validation.expectations[0].kwargs["condition_parser"] == "great_expectations"
 
 
 def test_values_great_expectations_coerces_are_accepted():

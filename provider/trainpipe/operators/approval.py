@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
+from trainpipe.operators.literal import LiteralFields
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def _duration(seconds: float) -> str:
     return "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
 
 
-class ApproveOperator(ApprovalOperator):
+class ApproveOperator(LiteralFields, ApprovalOperator):
     ui_color = "#fff3c4"
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:

@@ -27,6 +27,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise TrainpipeError(f"launcher 'kubernetes' needs the cncf.kubernetes provider: {INSTALL_HINT}") from err
 
 from trainpipe.kubernetes import builders
+from trainpipe.operators.literal import LiteralFields
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -87,7 +88,7 @@ def finish(operator: Any, context: Context) -> dict[str, Any]:
     return value
 
 
-class KubernetesTrainPodOperator(KubernetesPodOperator):
+class KubernetesTrainPodOperator(LiteralFields, KubernetesPodOperator):
     """Single-node training in one pod: ``torchrun --nproc_per_node=<gpus> -m trainpipe_trainer``."""
 
     ui_color = "#fde9c9"
@@ -132,7 +133,7 @@ class _PodTemplateDryRun(KubernetesPodOperator):
         return super().build_pod_request_obj(context, dry_run=dry_run or self._dry_run_pod_template)
 
 
-class KubernetesTrainJobOperator(KubernetesJobOperator, _PodTemplateDryRun):
+class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTemplateDryRun):
     """Multi-node training: an Indexed Job (completions = parallelism = nnodes) and a headless Service.
 
     Pod ``i`` runs torchrun with ``--node_rank=$(JOB_COMPLETION_INDEX)`` and c10d rendezvous at

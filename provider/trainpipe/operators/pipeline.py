@@ -142,6 +142,9 @@ class GateOperator(ShortCircuitOperator):
     note says which gates failed, ``notify`` sends the table, and ``evaluation.on_gate_failure`` decides:
     ``skip`` short-circuits registration (the run succeeds), ``fail`` fails the task and so the run."""
 
+    # PythonOperator's templated op_args/op_kwargs are unused here: nothing of a spec is a template.
+    template_fields = ()
+
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
         super().__init__(python_callable=self._all_gates_pass, **kwargs)
         self.plan = plan

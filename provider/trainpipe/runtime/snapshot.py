@@ -101,8 +101,14 @@ def _cut_window(frame: pd.DataFrame, data: DataPlan, logical_date: datetime) -> 
     if data.window is None or data.time_column is None:
         return frame, None, None
     if data.time_column not in frame.columns:
-        raise SpecError(f"data.time_column: column {data.time_column!r} is not in {data.uri}; columns are {list(frame.columns)}")
-    times = pd.to_datetime(frame[data.time_column], utc=True)
+        # The columns are not listed: the URI may name any file, and its header is its content.
+        raise SpecError(f"data.time_column: column {data.time_column!r} is not in {data.uri} "
+                        f"({len(frame.columns)} columns); check data.uri and data.time_column")
+    try:
+        times = pd.to_datetime(frame[data.time_column], utc=True)
+    except (ValueError, TypeError, OverflowError) as error:  # pandas quotes the value it could not parse
+        raise SpecError(f"data.time_column: column {data.time_column!r} of {data.uri} does not hold dates and times "
+                        f"({type(error).__name__}); check data.time_column") from None
     end = pd.Timestamp(logical_date).tz_convert("UTC") if pd.Timestamp(logical_date).tzinfo else pd.Timestamp(logical_date, tz="UTC")
     start = end - pd.Timedelta(data.window)
     window = frame[(times > start) & (times <= end)].reset_index(drop=True)

@@ -17,6 +17,11 @@ refused; a test compares the two verdicts on a set of probe values for every arg
 expectation. Rules GE checks beyond types (a field's own validator, such as a valid strftime format,
 and the inside of nested models such as ``windows``) are left to GE when the validate task builds
 the suite (``trainpipe.quality.build_expectation``).
+
+One deliberate exception to "nothing GE accepts is refused": arguments that would make the validate
+task evaluate a spec's text (a row condition outside GE's own grammar, a suite-parameter expression,
+a remote JSON-schema reference, a query) are refused (:func:`evaluated_text_problems`): a spec's text
+is data, never code.
 """
 
 from __future__ import annotations
@@ -69,6 +74,166 @@ def argument_problems(name: str, kwargs: dict[str, Any]) -> tuple[list[Problem],
         if all(kwargs.get(argument) is None for argument in group):
             missing.append(f"{name} needs at least one of {' or '.join(f'`{a}`' for a in group)}; add one")
     return problems, missing
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments that reach an evaluator. A spec's text is data: nothing in it may become code, a query
+# or a request. The spec stage reports these problems (with the rest) and trainpipe.quality checks
+# them again before it builds an expectation, so a plan that skipped the spec stage is refused too.
+
+REFUSED_EXPECTATIONS = {
+    "unexpected_rows_expectation": "runs the SQL text of `unexpected_rows_query`, and a spec's text is never run; "
+    "express the rule with column expectations (e.g. expect_column_values_to_be_between with a row_condition)",
+    "expect_query_results_to_match_comparison": "runs the SQL text of its queries against data sources, and a spec's "
+    "text is never run; compare the snapshot with column expectations or drift checks instead",
+    "expect_table_row_count_to_equal_other_table": "reads another table than the snapshot; check the row count with "
+    "expect_table_row_count_to_be_between, or data.volume_change",
+}
+
+# Great Expectations' own condition grammar (great_expectations.expectations.legacy_row_conditions),
+# matched whole: GE ignores text after the first condition, trainpipe refuses it.
+_GE_VALUE_CHARS = r"A-Za-z0-9\xc0-\xd6\xd8-\xf6\xf8-\xff!#$%&()*+,\-./:;<=>?@\[\\\]^_`{|}~ \t"
+_GE_CONDITION = re.compile(
+    r'col\("(?P<column>[^"\n\r]*)"\)\s*(?:(?P<notnull>(?i:\.notnull\(\)))'
+    r"|(?P<op>>=|<=|==|!=|>|<)\s*(?:[+-]?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?"
+    rf'|(?P<quoted>"[{_GE_VALUE_CHARS}]+"|\'[{_GE_VALUE_CHARS}]+\')'
+    rf'|date\((?:"[{_GE_VALUE_CHARS}]+"|\'[{_GE_VALUE_CHARS}]+\')\)))'
+)
+GE_PARSERS = ("great_expectations", "great_expectations__experimental__")
+_OPERATORS = ("==", "!=", "<", "<=", ">", ">=", "IN", "NOT_IN")
+_CONDITION_KEYS = {"comparison": {"column", "operator", "parameter"}, "nullity": {"column", "is_null"},
+                   "and": {"conditions"}, "or": {"conditions"}}
+_MAX_CONDITIONS = 100  # great_expectations.expectations.row_conditions.MAX_CONDITIONS
+_GRAMMAR_HINT = ("write it in Great Expectations' condition grammar with `condition_parser: great_expectations`: "
+                 "`col(\"amount\") > 0`, `col(\"country\") == \"DE\"` or `col(\"email\").notnull()`, or as a mapping "
+                 "{type: comparison, column: {name: amount}, operator: '>', parameter: 0}")
+_REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
+def evaluated_text_problems(name: str, kwargs: dict[str, Any]) -> tuple[list[Problem], list[str]]:
+    """What of expectation ``name`` would make the validate task evaluate a spec's text, in the shape
+    of :func:`argument_problems`: ``(argument problems, messages about the expectation itself)``."""
+    refused = [f"{name} {REFUSED_EXPECTATIONS[name]}"] if name in REFUSED_EXPECTATIONS else []
+    return unsafe_argument_problems(kwargs), refused
+
+
+def unsafe_argument_problems(kwargs: dict[str, Any]) -> list[Problem]:
+    """Arguments that would make the validate task evaluate a spec's text: a row condition that is
+    not Great Expectations' own grammar (pandas and spark parsers hand the text to
+    ``DataFrame.query``, which runs Python; a backtick in a column name breaks out of pandas'
+    quoting), a suite parameter expression (``{$PARAMETER: ...}``, evaluated by GE's arithmetic
+    parser; trainpipe passes no suite parameters) and a JSON schema that refers to another document
+    (``jsonschema`` fetches remote references)."""
+    problems: list[Problem] = []
+    parser = kwargs.get("condition_parser")
+    if parser is not None and parser not in GE_PARSERS:
+        problems.append((("condition_parser",), f"{parser!r} hands the condition text to an evaluator that can run code "
+                         f"(DataFrame.query for pandas), and a spec's text is never run; {_GRAMMAR_HINT}"))
+    condition = kwargs.get("row_condition")
+    if isinstance(condition, str):
+        if parser not in GE_PARSERS:
+            if parser is None:
+                problems.append((("row_condition",), "a text condition without `condition_parser: great_expectations` "
+                                 f"goes to DataFrame.query, which can run code; {_GRAMMAR_HINT}"))
+        else:
+            problems.extend((("row_condition",), message) for message in _text_condition_problems(condition))
+    elif isinstance(condition, dict):
+        count = [0]
+        problems.extend((("row_condition", *path), message)
+                        for path, message in _mapping_condition_problems(condition, count))
+        if count[0] > _MAX_CONDITIONS:
+            problems.append((("row_condition",), f"{count[0]} conditions; at most {_MAX_CONDITIONS} are allowed"))
+    elif condition is not None:
+        problems.append((("row_condition",), f"must be a condition text or mapping, got {condition!r}"))
+    for key, value in kwargs.items():
+        if isinstance(value, dict) and "$PARAMETER" in value:
+            problems.append(((key, "$PARAMETER"), "suite parameters are evaluated as expressions and trainpipe passes "
+                             "none, so this could only fail or compute; write the value itself"))
+    schema = kwargs.get("json_schema")
+    if isinstance(schema, dict):
+        problems.extend((("json_schema", *path), message) for path, message in _schema_ref_problems(schema))
+    return problems
+
+
+def _column_problems(name: Any) -> list[str]:
+    if not isinstance(name, str) or not name:
+        return [f"must be a non-empty column name, got {name!r}"]
+    if "`" in name or "\n" in name or "\r" in name:
+        # pandas quotes odd column names in backticks: one inside the name ends the quoting.
+        return [f"a column name in a condition cannot contain a backtick or a line break, got {name!r}"]
+    return []
+
+
+def _text_condition_problems(text: str) -> list[str]:
+    match = _GE_CONDITION.fullmatch(text.strip())
+    if match is None:
+        return [f"{text!r} is not Great Expectations' condition grammar (one condition, nothing after it); "
+                f"{_GRAMMAR_HINT}"]
+    return _column_problems(match["column"])
+
+
+def _scalar_ok(value: Any) -> bool:
+    # The pandas engine writes the parameter into the query with repr(): only plain values read back as themselves.
+    return isinstance(value, str | int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _mapping_condition_problems(condition: Any, count: list[int]) -> list[Problem]:
+    if not isinstance(condition, dict):
+        return [((), f"must be a condition mapping, got {condition!r}")]
+    kind = condition.get("type")
+    if kind == "pass_through" or "pass_through_filter" in condition:
+        return [((), f"a pass_through condition goes to DataFrame.query as text, which can run code; {_GRAMMAR_HINT}")]
+    if kind not in _CONDITION_KEYS:
+        return [(("type",) if "type" in condition else (), f"type must be one of {', '.join(_CONDITION_KEYS)}, "
+                 f"got {kind!r}")]
+    problems: list[Problem] = []
+    keys = _CONDITION_KEYS[kind]
+    problems += [((key,), f"unknown key in a {kind} condition; it takes {', '.join(sorted(keys))}")
+                 for key in condition if key != "type" and key not in keys]
+    problems += [((), f"a {kind} condition needs `{key}`; add it") for key in sorted(keys) if key not in condition]
+    if kind in ("and", "or"):
+        items = condition.get("conditions")
+        if not isinstance(items, list) or not items:
+            return [*problems, (("conditions",), f"must be a non-empty list of conditions, got {items!r}")]
+        for index, item in enumerate(items):
+            problems += [(("conditions", index, *path), message)
+                         for path, message in _mapping_condition_problems(item, count)]
+        return problems
+    count[0] += 1
+    column = condition.get("column")
+    if "column" in condition:
+        if not isinstance(column, dict) or set(column) != {"name"}:
+            problems.append((("column",), f"must be a mapping {{name: <column>}}, got {column!r}"))
+        else:
+            problems += [(("column", "name"), message) for message in _column_problems(column["name"])]
+    if kind == "nullity":
+        if "is_null" in condition and not isinstance(condition["is_null"], bool):
+            problems.append((("is_null",), f"must be true or false, got {condition['is_null']!r}"))
+        return problems
+    operator, parameter = condition.get("operator"), condition.get("parameter")
+    if "operator" in condition and operator not in _OPERATORS:
+        problems.append((("operator",), f"must be one of {', '.join(_OPERATORS)}, got {operator!r}"))
+    if operator in ("IN", "NOT_IN"):
+        if not isinstance(parameter, list) or not all(_scalar_ok(v) and not isinstance(v, bool) for v in parameter):
+            problems.append((("parameter",), f"{operator} takes a list of strings or numbers, got {parameter!r}"))
+    elif "parameter" in condition and not _scalar_ok(parameter):
+        problems.append((("parameter",), f"must be a string, a finite number or true/false, got {parameter!r}"))
+    return problems
+
+
+def _schema_ref_problems(schema: Any, path: tuple[str | int, ...] = ()) -> list[Problem]:
+    problems: list[Problem] = []
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key in _REF_KEYS and not (isinstance(value, str) and value.startswith("#")):
+                problems.append(((*path, key), f"{value!r} refers to another document, which jsonschema would fetch "
+                                 "(a request from the worker); refer only inside this schema (`#/$defs/...`)"))
+            else:
+                problems.extend(_schema_ref_problems(value, (*path, key)))
+    elif isinstance(schema, list):
+        for index, value in enumerate(schema):
+            problems.extend(_schema_ref_problems(value, (*path, index)))
+    return problems
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,11 @@ _SECRET_LIKE = re.compile(r"(SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|PRIVATE_KEY
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
+def looks_like_credential(name: str) -> bool:
+    """An environment variable name that must come from a Secret, never from the YAML."""
+    return bool(_SECRET_LIKE.search(name))
+
+
 def _quantity(value: Any) -> Any:
     # YAML reads `cpu: 4` as an int and `cpu: 0.5` as a float; Kubernetes wants strings.
     if isinstance(value, bool):
@@ -182,8 +187,10 @@ class KubernetesSpec(_Model):
     annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.", examples=[{"team": "risk-ml"}])
     env: dict[str, str] = Field(
         default_factory=dict,
-        description="Plain environment variables of the trainer. Never secrets: use secret_env or env_from_secrets.",
-        examples=[{"NCCL_DEBUG": "WARN", "AWS_ENDPOINT_URL": "http://minio.storage:9000"}],
+        description="Plain environment variables of the trainer: tuning (NCCL_DEBUG, ...). Never secrets: use secret_env "
+        "or env_from_secrets. Names trainpipe or torchrun set, and those that redirect code, credentials or outputs "
+        "(MLFLOW_*, AWS_*, TRAINPIPE_*, LD_*, PYTHON*, KUBERNETES_*, PATH, HOME, MASTER_ADDR, RANK, ...) are refused.",
+        examples=[{"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "eth0"}],
     )
     secret_env: dict[str, SecretRef] = Field(
         default_factory=dict,
@@ -239,7 +246,7 @@ class KubernetesSpec(_Model):
     @classmethod
     def _no_literal_secrets(cls, env: dict[str, str]) -> dict[str, str]:
         for name in env:
-            if _SECRET_LIKE.search(name):
+            if looks_like_credential(name):
                 raise ValueError(
                     f"{name!r} looks like a credential; never put secrets in a spec: move it to "
                     f"secret_env ({name}: SECRET_NAME/KEY) or env_from_secrets"

@@ -15,7 +15,9 @@ from pydantic import BaseModel, ValidationError
 
 from trainpipe import metrics
 from trainpipe.errors import SpecError, SpecProblem
+from trainpipe.launch import reserved_env_reason
 from trainpipe.spec import expectations as expectation_table
+from trainpipe.spec.kubernetes import looks_like_credential
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
 from trainpipe.spec.models import (
     CATEGORICAL_ONLY_OPTIONS,
@@ -95,6 +97,8 @@ def _expectation_problems(loaded: LoadedYaml, index: int, item: Any) -> list[Spe
     # The arguments sit under the name ({expect_x: {column: a}}) or under kwargs ({name: expect_x, kwargs: ...}).
     at = (*here, "kwargs") if isinstance(item, dict) and "name" in item else (*here, name)
     arguments, missing = expectation_table.argument_problems(name, kwargs)
+    unsafe, refused = expectation_table.evaluated_text_problems(name, kwargs)
+    arguments, missing = [*arguments, *unsafe], [*refused, *missing]
     return [*(loaded.problem(here, message) for message in missing),
             *(loaded.problem((*at, *path), message) for path, message in arguments)]
 
@@ -411,6 +415,26 @@ def _launcher_problems(loaded: LoadedYaml) -> list[SpecProblem]:
         problems.append(loaded.problem(("training", "kubernetes", "resources", "gpus"),
             f"{gpus} GPU(s) per pod but training.distributed.nproc_per_node is {nproc}; torchrun starts one process "
             f"per GPU: set both to the same number"))
+    problems.extend(_environment_problems(loaded, kubernetes if isinstance(kubernetes, dict) else {}))
+    return problems
+
+
+def _environment_problems(loaded: LoadedYaml, kubernetes: dict[str, Any]) -> list[SpecProblem]:
+    """Variables a spec may not set (``trainpipe.launch.reserved_env_reason``): what trainpipe or
+    torchrun set, and what redirects code, credentials or outputs."""
+    problems: list[SpecProblem] = []
+    for key, from_secret in (("env", False), ("secret_env", True)):
+        variables = kubernetes.get(key)
+        for name in variables if isinstance(variables, dict) else {}:
+            reason = reserved_env_reason(str(name), from_secret=from_secret)
+            if reason is None or (not from_secret and looks_like_credential(str(name))):
+                continue  # a credential in plain env has its own message (spec.kubernetes)
+            fix = ("remove it" if from_secret else
+                   "remove it; credentials and endpoints come from a Secret the platform owns (secret_env or "
+                   "env_from_secrets)")
+            problems.append(loaded.problem(("training", "kubernetes", key, name),
+                                           f"{name!r} is reserved ({reason}); {fix}. Tuning variables such as "
+                                           "NCCL_DEBUG are allowed"))
     return problems
 
 
