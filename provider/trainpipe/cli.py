@@ -23,7 +23,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from trainpipe.policy import POLICY_ENV
 
     if not os.environ.get(POLICY_ENV):
-        print(f"note: no platform policy in force ({POLICY_ENV} is unset): specs are checked without team rules")
+        # On stderr: stdout stays one located problem per line, then the summary, for scripts.
+        print(f"note: no platform policy in force ({POLICY_ENV} is unset): specs are checked without team rules",
+              file=sys.stderr)
     for path in paths:
         if path.is_dir():
             result = compile_directory(path, relative_to=Path.cwd())

@@ -80,7 +80,7 @@ def test_validate_says_once_that_no_policy_is_in_force(capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
     assert main(["validate", "dag_configs/fraud_detector.yaml", "dag_configs/search_ranker_gpu.yaml"]) == 0
-    assert capsys.readouterr().out.count("no platform policy in force") == 1
+    assert capsys.readouterr().err.count("no platform policy in force") == 1
 
 
 @pytest.mark.parametrize(("value", "pattern", "expected"), [
