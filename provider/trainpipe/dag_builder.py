@@ -94,6 +94,10 @@ def _task(plan: PipelinePlan, planned: PlannedTask):  # noqa: ANN202 - an operat
     kwargs: dict[str, Any] = {"outlets": [Asset(uri) for uri in planned.outlets]}
     if planned.trigger_rule != "all_success":
         kwargs["trigger_rule"] = planned.trigger_rule
+    if planned.pool is not None:
+        # One pool slot per GPU held; the weight as given ("absolute"), comparable across DAGs.
+        kwargs.update(pool=planned.pool, pool_slots=planned.pool_slots, priority_weight=planned.priority_weight,
+                      weight_rule="absolute")
     if planned.mapped_slots is None:
         return _operator(plan, planned.task_id, **kwargs)
     # One task instance per slot; Airflow runs at most max_active_per_run of them at once in a DAG run.

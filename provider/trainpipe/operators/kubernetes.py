@@ -13,7 +13,10 @@ and need no Airflow), and return the trainer's ``TrainingResult`` as the task's 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
 
     from trainpipe.plan import PipelinePlan
 
+operator_log = logging.getLogger(__name__)
 # How long create_job waits for the Job controller to create every pod before monitoring starts.
 POD_DISCOVERY_TIMEOUT_SECONDS = 120
 
@@ -75,16 +79,61 @@ def prepare_launch(operator: Any, context: Context) -> builders.TrainerLaunch:
 
 def finish(operator: Any, context: Context) -> dict[str, Any]:
     """The trainer's result (written to storage by rank 0) becomes the task's return value."""
-    from trainpipe.operators.context import log_trained
+    from trainpipe.operators.context import leave_usage_note, log_trained
     from trainpipe.runtime.train import read_training_result, run_dir_for
     from trainpipe.settings import Settings
 
-    result = read_training_result(run_dir_for(operator.plan.dag_id, Settings.from_env(), context["run_id"]))
+    settings = Settings.from_env()
+    run_dir = run_dir_for(operator.plan.dag_id, settings, context["run_id"])
+    result = read_training_result(run_dir)
     log_trained(operator.log, result)
+    account_kubernetes_try(operator.plan, context, outcome="succeeded", mlflow_run_id=result.mlflow_run_id)
+    leave_usage_note(context, operator.plan, settings)
     value = asdict(result)
     # do_xcom_push stays False (it would add the provider's XCom sidecar): push the result ourselves.
     context["ti"].xcom_push(key="return_value", value=value)
     return value
+
+
+def account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None) -> None:
+    """This try's pods held their devices from the try's start (status.json) until now: record it."""
+    from datetime import datetime, timezone
+
+    from trainpipe.checkpoint_state import read_training_status
+    from trainpipe.hooks.mlflow import MlflowHook
+    from trainpipe.runtime.train import run_dir_for
+    from trainpipe.runtime.usage import account_try
+    from trainpipe.settings import Settings
+
+    settings = Settings.from_env()
+    run_dir = run_dir_for(plan.dag_id, settings, context["run_id"])
+    try_number = context["ti"].try_number
+    hook = MlflowHook(settings)
+    if mlflow_run_id is None:  # a failed try: the DAG run's MLflow run (prepare_launch made it)
+        try:
+            mlflow_run_id = hook.run_for_dag_run(pipeline_id=plan.dag_id, dag_id=context["ti"].dag_id,
+                                                 airflow_run_id=context["run_id"], tags={})
+        except Exception as err:  # noqa: BLE001 - the ledger is still written; MLflow gets it with the next try
+            operator_log.warning("MLflow unreachable: the failed try's hours are only in usage.json (%s)", err)
+    status = read_training_status(run_dir)
+    started_at = (status.started_at if status is not None and status.try_number == try_number
+                  else datetime.now(timezone.utc))
+    account_try(run_dir, resources=plan.resources, pipeline_id=plan.dag_id, try_number=try_number,
+                started_at=started_at, outcome=outcome, client=hook.client, mlflow_run_id=mlflow_run_id)
+
+
+@contextlib.contextmanager
+def failed_try_accounted(operator: Any, context: Context) -> Iterator[None]:
+    """A try that ends in an error still held its devices: record them (a deferral is no end)."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    try:
+        yield
+    except TaskDeferred:
+        raise
+    except BaseException:
+        account_kubernetes_try(operator.plan, context, outcome="failed", mlflow_run_id=None)
+        raise
 
 
 class KubernetesTrainPodOperator(KubernetesPodOperator):
@@ -116,7 +165,8 @@ class KubernetesTrainPodOperator(KubernetesPodOperator):
         return finish(self, context)
 
     def trigger_reentry(self, context: Context, event: dict[str, Any]) -> Any:
-        super().trigger_reentry(context, event)  # raises if the pod failed, re-defers while it runs
+        with failed_try_accounted(self, context):
+            super().trigger_reentry(context, event)  # raises if the pod failed, re-defers while it runs
         return finish(self, context)
 
 
@@ -246,7 +296,8 @@ class KubernetesTrainJobOperator(KubernetesJobOperator, _PodTemplateDryRun):
     def execute_complete(self, context: Context, event: dict, **kwargs: Any) -> Any:
         self.job = None
         try:
-            super().execute_complete(context, event, **kwargs)
+            with failed_try_accounted(self, context):
+                super().execute_complete(context, event, **kwargs)
         finally:
             self.delete_job_and_service(name=event["name"], namespace=event["namespace"],
                                         succeeded=event["status"] == "success")
