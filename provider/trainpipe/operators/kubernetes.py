@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import TrainpipeError
@@ -192,6 +193,8 @@ class KubernetesTrainJobOperator(KubernetesJobOperator, _PodTemplateDryRun):
     """
 
     ui_color = "#fde9c9"
+    # The running try's context, for the status written while the Job waits for quota.
+    _launch_context: Any = None
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
         options = {**builders.static_operator_kwargs(plan), **builders.job_operator_kwargs(plan), **kwargs}
@@ -231,12 +234,14 @@ class KubernetesTrainJobOperator(KubernetesJobOperator, _PodTemplateDryRun):
 
         launch = prepare_launch(self, context)
         self.bind_launch(launch)
+        self._launch_context = context  # create_job records the queued status of this try
         self.delete_leftovers(builders.run_label(launch.dag_id, launch.airflow_run_id))
         try:
             super().execute(context)  # creates Service + Job (create_job below), then defers
         except TaskDeferred:
             raise
         except BaseException:
+            account_kubernetes_try(self.plan, context, outcome="failed", mlflow_run_id=None)
             self.delete_job_and_service(succeeded=False)
             raise
         self.delete_job_and_service(succeeded=True)
@@ -256,8 +261,43 @@ class KubernetesTrainJobOperator(KubernetesJobOperator, _PodTemplateDryRun):
                                         uid=created.metadata.uid, block_owner_deletion=False)
         core.patch_namespaced_service(name=service.metadata.name, namespace=namespace,
                                       body={"metadata": {"ownerReferences": [builders.to_manifest(owner)]}})
+        if self.plan.kubernetes.queue is not None:
+            self._await_admission(job_request_obj)
         self._await_pods(job_request_obj)
         return job_request_obj
+
+    def _await_admission(self, job: k8s.V1Job) -> None:
+        """A queued Job has no pods until Kueue admits it: say so (task log, status.json) instead of
+        timing out on pods; the try's clock (stall watch, cost) starts at admission."""
+        from trainpipe.checkpoint_state import queue_wait_text
+        from trainpipe.kubernetes.admission import wait_for_admission
+
+        queue = self.plan.kubernetes.queue
+        name, namespace = job.metadata.name, job.metadata.namespace
+
+        def waiting(since: datetime) -> None:
+            self.log.info("%s (Job %s/%s is suspended until it fits the quota)", queue_wait_text(queue, since),
+                          namespace, name)
+            self._record_status("queued", queue=queue)
+
+        _, since = wait_for_admission(
+            lambda: self.hook.batch_v1_client.read_namespaced_job(name=name, namespace=namespace),
+            on_waiting=waiting)
+        if since is not None:
+            self.log.info("queue %s admitted Job %s/%s (waited since %s)", queue, namespace, name, since.isoformat())
+            self._record_status("running")
+
+    def _record_status(self, state: str, *, queue: str | None = None) -> None:
+        from trainpipe.runtime.train import dag_run_clear_number, record_training_status
+        from trainpipe.settings import Settings
+
+        context = self._launch_context
+        try:
+            record_training_status(self.plan.dag_id, settings=Settings.from_env(), airflow_run_id=context["run_id"],
+                                   state=state, try_number=context["ti"].try_number,
+                                   clear_number=dag_run_clear_number(context), queue=queue)
+        except Exception as err:  # noqa: BLE001 - the sensor then sees an older status; the wait goes on
+            self.log.warning("could not record the %s status for the checkpoint sensor: %s", state, err)
 
     def _await_pods(self, job: k8s.V1Job) -> None:
         # KubernetesJobOperator.get_pods lists the pods right after creation without waiting.

@@ -251,18 +251,24 @@ class TrainerReasons:
 
 
 def record_training_status(pipeline_id: str, *, settings: Settings, airflow_run_id: str, state: str,
-                           try_number: int, final: bool = False, clear_number: int = 0) -> None:
-    from datetime import datetime, timezone
-
+                           try_number: int, final: bool = False, clear_number: int = 0,
+                           queue: str | None = None) -> None:
     from trainpipe.checkpoint_state import TrainingStatus, read_training_status, write_training_status
 
     run_dir = run_dir_for(pipeline_id, settings, airflow_run_id)
     now = datetime.now(timezone.utc)
     previous = read_training_status(run_dir)
-    # A try keeps its start time (a deferred task runs its execute callback again on each resume).
-    started_at = previous.started_at if previous is not None and previous.try_number == try_number else now
+    same_try = previous is not None and previous.try_number == try_number
+    # A try keeps its start time (a deferred task runs its execute callback again on each resume); a try
+    # that waited for quota starts when it is admitted (from then on its devices are held and a stall counts).
+    started_at = previous.started_at if same_try and previous.state != "queued" else now
+    queued_since = None
+    if state == "queued":
+        queued_since = previous.queued_since if same_try and previous.state == "queued" else now
     write_training_status(run_dir, TrainingStatus(state=state, try_number=try_number, final=final,
-                                                  started_at=started_at, updated_at=now, clear_number=clear_number))
+                                                  started_at=started_at, updated_at=now, clear_number=clear_number,
+                                                  queue=queue if state == "queued" else None,
+                                                  queued_since=queued_since))
 
 
 def _status_callback(context: Any, *, pipeline_id: str, state: str, final: bool = False) -> None:
