@@ -357,6 +357,9 @@ class ResourcePlan:
     # Placed on spot capacity only (a node selector or required affinity on a spot label): priced with the discount.
     spot: bool
     priority: str = DEFAULT_PRIORITY
+    # Set when the spec sets `priority`: the pods' default PriorityClass and, in a queue, Kueue's
+    # WorkloadPriorityClass (trainpipe-<priority>, created by the platform).
+    priority_class: str | None = None
     # Cost is grouped by team: the spec's owner.
     team: str = ""
 
@@ -401,8 +404,6 @@ class KubernetesPlan:
     rendezvous_port: int
     # Kueue LocalQueue: the Job/pod is labelled for it and created suspended.
     queue: str | None = None
-    # Kueue WorkloadPriorityClass (label), set with `priority` and `queue`.
-    workload_priority_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -493,7 +494,8 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
     priority = capped_priority(spec.priority or DEFAULT_PRIORITY, priority_cap)
     kubernetes = (_kubernetes(training.kubernetes, priority=priority if spec.priority else None)
                   if training.kubernetes is not None else None)
-    resources = _resources(spec, kubernetes, priority)
+    resources = _resources(spec, kubernetes, priority,
+                           priority_class=priority_class_for(priority) if spec.priority else None)
     distributed = training.distributed
     multinode = training.launcher == "kubernetes" and distributed.nnodes > 1 and kubernetes is not None
     launch = plan_launch(
@@ -740,18 +742,17 @@ def _feature_transforms(spec: PipelineSpec) -> tuple[FeatureTransform, ...]:
 
 def _kubernetes(section: KubernetesSpec, *, priority: str | None = None) -> KubernetesPlan:
     """``priority``: the spec's (capped) priority when it sets one: the pods' PriorityClass unless the
-    section names its own, and with a queue the Kueue WorkloadPriorityClass."""
+    section names its own."""
     raw = section.model_dump()
     for name in ("image_pull_secrets", "tolerations", "env_from_secrets"):
         raw[name] = tuple(raw[name])
     if priority is not None:
         raw["priority_class"] = raw["priority_class"] or priority_class_for(priority)
-        if raw["queue"] is not None:
-            raw["workload_priority_class"] = priority_class_for(priority)
     return KubernetesPlan(**raw)
 
 
-def _resources(spec: PipelineSpec, kubernetes: KubernetesPlan | None, priority: str) -> ResourcePlan:
+def _resources(spec: PipelineSpec, kubernetes: KubernetesPlan | None, priority: str, *,
+               priority_class: str | None) -> ResourcePlan:
     from trainpipe.costs import cpu_quantity, selects_spot_only
 
     distributed = spec.training.distributed
@@ -761,9 +762,9 @@ def _resources(spec: PipelineSpec, kubernetes: KubernetesPlan | None, priority: 
         return ResourcePlan(gpus=gpus, cpus=nodes * cpu_quantity(kubernetes.resources["cpu"]),
                             gpu_resource=kubernetes.resources["gpu_resource"] if gpus else None,
                             spot=selects_spot_only(kubernetes.node_selector, kubernetes.affinity["required"]),
-                            priority=priority, team=spec.owner)
+                            priority=priority, priority_class=priority_class, team=spec.owner)
     return ResourcePlan(gpus=0, cpus=float(distributed.nnodes * distributed.nproc_per_node), gpu_resource=None,
-                        spot=False, priority=priority, team=spec.owner)
+                        spot=False, priority=priority, priority_class=priority_class, team=spec.owner)
 
 
 def _schedule(spec: PipelineSpec) -> str | AssetSchedule | None:

@@ -56,7 +56,7 @@ def test_the_platform_names_the_pool_and_caps_the_priority():
     plan = build_plan(spec, spec_file="f.yaml", spec_text="x", pool="team-a", priority_cap="normal")
     assert (plan.task("train").pool, plan.task("train").priority_weight) == ("team-a", PRIORITY_WEIGHTS["normal"])
     # The capped priority is the one Kubernetes sees too.
-    assert plan.kubernetes.priority_class == "trainpipe-normal" and plan.kubernetes.workload_priority_class == "trainpipe-normal"
+    assert plan.kubernetes.priority_class == "trainpipe-normal" and plan.resources.priority_class == "trainpipe-normal"
     low = build_plan(validate_loaded(load_yaml_text(_queued(priority="low"), "f.yaml")), spec_file="f.yaml",
                      spec_text="x", priority_cap="normal")
     assert low.task("train").priority_weight == PRIORITY_WEIGHTS["low"]

@@ -126,16 +126,17 @@ def _affinity(k: KubernetesPlan) -> k8s.V1Affinity | None:
     ))
 
 
-def kueue_labels(k: KubernetesPlan) -> dict[str, str]:
+def kueue_labels(plan: PipelinePlan) -> dict[str, str]:
     """With ``queue``: the LocalQueue label (and the WorkloadPriorityClass of the spec's priority). Both values
-    are validated spec data (DNS labels, or trainpipe's own class names), never templates."""
+    are validated spec data (a DNS label) or trainpipe's own class names, never templates."""
     from trainpipe.kubernetes.admission import PRIORITY_CLASS_LABEL, QUEUE_LABEL
 
-    if k.queue is None:
+    queue = _kubernetes(plan).queue
+    if queue is None:
         return {}
-    labels = {QUEUE_LABEL: k.queue}
-    if k.workload_priority_class:
-        labels[PRIORITY_CLASS_LABEL] = k.workload_priority_class
+    labels = {QUEUE_LABEL: queue}
+    if plan.resources.priority_class:
+        labels[PRIORITY_CLASS_LABEL] = plan.resources.priority_class
     return labels
 
 
@@ -160,7 +161,7 @@ def static_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
         ],
         "affinity": _affinity(k),
         "priority_class_name": k.priority_class,
-        "labels": {**k.labels, LABEL_PIPELINE: _label_value(plan.dag_id), **kueue_labels(k)},
+        "labels": {**k.labels, LABEL_PIPELINE: _label_value(plan.dag_id), **kueue_labels(plan)},
         # A training pod evicted by the cluster autoscaler loses the work since its last checkpoint.
         "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", **k.annotations},
         "env_from": [models.V1EnvFromSource(secret_ref=models.V1SecretEnvSource(name=s)) for s in k.env_from_secrets],
