@@ -60,6 +60,12 @@ def two_runs(configs: Path, monkeypatch_module: pytest.MonkeyPatch, tmp_path_fac
     policy.write_text("costs: {gpu_hour: {default: 3.0}, cpu_hour: 0.5}\n")
     monkeypatch_module.setenv("TRAINPIPE_POLICY", str(policy))
     monkeypatch_module.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
+    # A dataset version nothing refers to (snapshot taken, never accepted nor trained on), written before the runs.
+    spec = yaml.safe_load((configs / f"{PIPELINE}.yaml").read_text())
+    orphan = take_snapshot(PIPELINE, DataPlan(uri=spec["data"]["uri"], conn_id=None, format="parquet",
+                                              time_column="event_time", window=timedelta(days=10),
+                                              holdout_fraction=0.2, holdout_key=None),
+                           settings=Settings.from_env(), logical_date=END - timedelta(days=6))
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
     dag = bag.get_dag(PIPELINE)
@@ -67,7 +73,7 @@ def two_runs(configs: Path, monkeypatch_module: pytest.MonkeyPatch, tmp_path_fac
     for run in runs:
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}
         assert set(states.values()) == {"success"}, states
-    return runs
+    return (*runs, orphan)
 
 
 def test_train_task_takes_the_pool_with_its_priority(two_runs) -> None:
@@ -95,14 +101,8 @@ def test_gc_lists_without_deleting_then_deletes_what_it_listed(two_runs, configs
                                                                 capsys) -> None:
     import mlflow
 
-    settings = Settings.from_env()
     root = state_dir / "storage"
-    # A dataset version nothing refers to (snapshot taken, never accepted nor trained on).
-    spec = yaml.safe_load((configs / f"{PIPELINE}.yaml").read_text())
-    orphan = take_snapshot(PIPELINE, DataPlan(uri=spec["data"]["uri"], conn_id=None, format="parquet",
-                                              time_column="event_time", window=timedelta(days=10),
-                                              holdout_fraction=0.2, holdout_key=None),
-                           settings=settings, logical_date=END - timedelta(days=6))
+    orphan = two_runs[2]
     before = _storage_files(root)
     run_folders = sorted((root / "runs" / PIPELINE).iterdir(), key=lambda p: p.name)
     assert all((folder / "checkpoints").is_dir() for folder in run_folders)
