@@ -97,8 +97,16 @@ def finish(operator: Any, context: Context) -> dict[str, Any]:
 
 
 def account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None) -> None:
-    """This try's pods held their devices from the try's start (status.json) until now: record it."""
-    from datetime import datetime, timezone
+    """This try's pods held their devices from the try's start (status.json) until now: record it.
+    Never raises: it also runs while a failure propagates, which it must not replace."""
+    try:
+        _account_kubernetes_try(plan, context, outcome=outcome, mlflow_run_id=mlflow_run_id)
+    except Exception as err:  # noqa: BLE001 - see the docstring
+        operator_log.warning("could not record the GPU/CPU hours of this try: %s: %s", type(err).__name__, err)
+
+
+def _account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None) -> None:
+    from datetime import timezone
 
     from trainpipe.checkpoint_state import read_training_status
     from trainpipe.hooks.mlflow import MlflowHook
