@@ -7,7 +7,7 @@ the same space, trials one at a time) through the trial runner the ``trials`` ta
 (``trainpipe.runtime.tuning.run_trial``: real torchrun trainers, a journal-file study, MLflow on
 SQLite), once with ``pruner: hyperband`` and once with ``pruner: none`` (the baseline), in a
 temporary TRAINPIPE_HOME. It prints, per study: the trainer's compute (CPU seconds the trainers
-counted themselves, the ``cpu_hours`` metric, pruned trials included), the launches' wall seconds
+counted themselves, the ``trainer_cpu_hours`` metric, pruned trials included), the launches' wall seconds
 (torchrun start to exit: process start-up and model export included, so less is saved there), the
 best validation loss, and the trial states; then the compute saved by pruning and the gap between
 the best values. Target: >= 40% less compute with a best value within 1% of the unpruned study's.

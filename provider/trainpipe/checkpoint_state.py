@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainpipe.errors import TrainpipeError
@@ -32,7 +32,8 @@ from trainpipe_trainer.config import (
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
-TrainingState = Literal["running", "succeeded", "failed"]
+# queued: the train Job waits for quota in a Kueue queue (created suspended): not a stall.
+TrainingState = Literal["queued", "running", "succeeded", "failed"]
 
 
 class TrainingStalledError(TrainpipeError):
@@ -52,11 +53,15 @@ class TrainingStatus:
     # The DAG run's clear_number when written: a status from before the run (or task) was cleared
     # describes an earlier training and must not end the watch of the new one.
     clear_number: int = 0
+    # queued only: the Kueue LocalQueue and since when the Job waits in it.
+    queue: str | None = None
+    queued_since: datetime | None = None
 
     def to_json(self) -> str:
         raw = asdict(self)
         raw["started_at"] = self.started_at.isoformat()
         raw["updated_at"] = self.updated_at.isoformat()
+        raw["queued_since"] = self.queued_since.isoformat() if self.queued_since else None
         return json.dumps(raw, indent=2, sort_keys=True)
 
     @classmethod
@@ -64,7 +69,8 @@ class TrainingStatus:
         return cls(
             state=raw["state"], try_number=int(raw["try_number"]), final=bool(raw.get("final", False)),
             started_at=datetime.fromisoformat(raw["started_at"]), updated_at=datetime.fromisoformat(raw["updated_at"]),
-            clear_number=int(raw.get("clear_number", 0)),
+            clear_number=int(raw.get("clear_number", 0)), queue=raw.get("queue"),
+            queued_since=datetime.fromisoformat(raw["queued_since"]) if raw.get("queued_since") else None,
         )
 
 
@@ -197,6 +203,12 @@ def _duration_text(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def queue_wait_text(queue: str | None, since: datetime | None) -> str:
+    """The one wording of a Job waiting for quota, for the task log and the checkpoint sensor."""
+    when = f"{since.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC" if since else "an unknown time"
+    return f"waiting for quota in queue {queue} since {when}"
+
+
 def assess(state: CheckpointState, *, now: datetime, stall_timeout: timedelta) -> Progress:
     """Decide what a state means: the one rule the sensor and its trigger both apply."""
     latest = state.latest
@@ -218,6 +230,9 @@ def assess(state: CheckpointState, *, now: datetime, stall_timeout: timedelta) -
     status = state.status
     if status is None:
         return Progress(kind="waiting", message=f"training has not started; {checkpoint_text}", **common)
+    if status.state == "queued":
+        return Progress(kind="waiting", message=f"{queue_wait_text(status.queue, status.queued_since)} (try "
+                        f"{status.try_number}; not a stall); {checkpoint_text}", **common)
     if status.state == "succeeded":
         return Progress(kind="finished", succeeded=True,
                         message=f"training succeeded (try {status.try_number}); {checkpoint_text}", **common)

@@ -376,6 +376,50 @@ def _cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _duration(text: str):  # noqa: ANN202 - timedelta
+    from trainpipe.spec.types import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def _cmd_cost(args: argparse.Namespace) -> int:
+    from trainpipe.hooks.mlflow import MlflowHook
+    from trainpipe.runtime.cost_report import summarize_costs
+
+    since = datetime.now(timezone.utc) - args.since if args.since else None
+    summary = summarize_costs(MlflowHook().client, by=args.by, since=since)
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+        return 0
+    window = f"since {since:%Y-%m-%d %H:%M} UTC" if since else "all time"
+    print(f"training usage by {args.by}, runs started {window} (trainings, trials and reproductions):")
+    print(summary.as_text())
+    return 0
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from trainpipe.errors import TrainpipeError
+    from trainpipe.runtime.retention import collect, delete, format_plan
+    from trainpipe.settings import Settings
+
+    settings = Settings.from_env()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # provider deprecation notices from reading storage
+            plan = collect(settings, older_than=args.older_than, keep_runs=args.keep_runs)
+            print(format_plan(plan, applying=args.apply))
+            if args.apply and plan.items:
+                deleted = delete(plan)
+                print(f"deleted {len(deleted)} item(s), {sum(i.size_bytes for i in deleted)} bytes")
+    except TrainpipeError as err:
+        print(f"trainpipe gc: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainpipe", description="YAML specs -> Airflow ML training pipelines")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -417,6 +461,22 @@ def build_parser() -> argparse.ArgumentParser:
     datasets.add_argument("pipeline")
     datasets.add_argument("--json", action="store_true", help="the full records as JSON")
     datasets.set_defaults(func=_cmd_datasets)
+
+    cost = commands.add_parser("cost", help="sum the GPU-hours, CPU-hours and cost of the trainings recorded in MLflow")
+    cost.add_argument("--since", type=_duration, default=_duration("30d"),
+                      help="runs started within this long (30d, 12h, 2w; default: 30d)")
+    cost.add_argument("--by", choices=["pipeline", "team"], default="pipeline", help="group by (default: pipeline)")
+    cost.add_argument("--json", action="store_true", help="the sums as JSON")
+    cost.set_defaults(func=_cmd_cost)
+
+    gc = commands.add_parser("gc", help="list (and with --apply delete) old checkpoints, unreferenced snapshots and "
+                             "stale plan-cache entries, with their sizes")
+    gc.add_argument("--older-than", type=_duration, default=_duration("30d"),
+                    help="only what was last written longer ago than this (default: 30d)")
+    gc.add_argument("--keep-runs", type=int, default=3, metavar="N",
+                    help="keep the checkpoints of the last N finished runs of each pipeline (default: 3)")
+    gc.add_argument("--apply", action="store_true", help="delete what is listed (without it nothing is deleted)")
+    gc.set_defaults(func=_cmd_gc)
 
     schema = commands.add_parser("schema", help="print the JSON Schema (draft 2020-12) of a spec")
     schema.set_defaults(func=_cmd_schema)

@@ -72,8 +72,6 @@ def _operator(plan: PipelinePlan, task_id: str, **kwargs: Any) -> BaseOperator:
         # No team execution timeout: it waits for a person (its own timeout) and holds no worker.
         return ApproveOperator(task_id=task_id, plan=plan, retries=0, **kwargs, **(
             {"execution_timeout": None} if plan.team is not None and plan.team.execution_timeout else {}))
-    if task_id == TRAIN_TASK and plan.team is not None and plan.team.pool:
-        kwargs["pool"] = plan.team.pool
     if task_id == "promote" and plan.notify.for_event(PROMOTION):
         from trainpipe.notifications import PromotionNotification
 
@@ -98,11 +96,13 @@ def _task(plan: PipelinePlan, planned: PlannedTask):  # noqa: ANN202 - an operat
     kwargs: dict[str, Any] = {"outlets": [Asset(uri) for uri in planned.outlets]}
     if planned.trigger_rule != "all_success":
         kwargs["trigger_rule"] = planned.trigger_rule
+    if planned.pool is not None:
+        # One pool slot per GPU held; the weight as given ("absolute"), comparable across DAGs.
+        kwargs.update(pool=planned.pool, pool_slots=planned.pool_slots, priority_weight=planned.priority_weight,
+                      weight_rule="absolute")
     if planned.mapped_slots is None:
         return _operator(plan, planned.task_id, **kwargs)
     # One task instance per slot; Airflow runs at most max_active_per_run of them at once in a DAG run.
-    if plan.team is not None and plan.team.pool:  # the trials train too: the team's pool
-        kwargs["pool"] = plan.team.pool
     return _OPERATORS[planned.task_id].partial(
         task_id=planned.task_id, plan=plan, max_active_tis_per_dagrun=planned.max_active_per_run, **kwargs,
     ).expand(slot=list(range(planned.mapped_slots)))

@@ -93,6 +93,28 @@ WAITING_POKE = timedelta(seconds=15)
 TRAIN_START_GRACE = timedelta(seconds=30)
 
 
+# Fair sharing of GPUs (docs/cost-and-retention.md). The spec's `priority` -> Airflow priority_weight, the
+# one mapping; train and trials use the "absolute" weight rule so that the weight is compared as given.
+PRIORITY_WEIGHTS: dict[str, int] = {"low": 1, "normal": 10, "high": 100}
+DEFAULT_PRIORITY = "normal"
+DEFAULT_POOL = "default_pool"  # Airflow's own pool, until the platform policy names the team's
+# Tasks that hold GPUs: they take the pool with one slot per GPU.
+GPU_TASKS: tuple[str, ...] = ("train", "trials")
+# Kubernetes: the PriorityClass (and Kueue WorkloadPriorityClass) of a priority; the platform creates them.
+PRIORITY_CLASS_PREFIX = "trainpipe-"
+
+
+def priority_class_for(priority: str) -> str:
+    return f"{PRIORITY_CLASS_PREFIX}{priority}"
+
+
+def capped_priority(priority: str, cap: str | None) -> str:
+    """The lower of the spec's priority and the platform's cap."""
+    if cap is None or PRIORITY_WEIGHTS[priority] <= PRIORITY_WEIGHTS[cap]:
+        return priority
+    return cap
+
+
 def run_key(airflow_run_id: str) -> str:
     """A DAG run id made safe for paths; stable across task tries, distinct across runs."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", airflow_run_id).strip("_")
@@ -124,6 +146,10 @@ class PlannedTask:
     max_active_per_run: int | None = None
     # Airflow's trigger rule; pick_best runs once every trial is done, so that none is left running.
     trigger_rule: str = "all_success"
+    # GPU tasks (train, trials): the Airflow pool, its slots (GPUs held), and the absolute priority weight.
+    pool: str | None = None
+    pool_slots: int = 1
+    priority_weight: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -325,6 +351,29 @@ class FaultPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ResourcePlan:
+    """What one try of the training holds while it runs: the pool slots it takes and what it costs."""
+
+    # GPUs of all nodes (Kubernetes: nodes x resources.gpus; the local launcher asks for none).
+    gpus: int
+    # CPU cores of all nodes (Kubernetes: nodes x the CPU request; local: one per trainer process).
+    cpus: float
+    gpu_resource: str | None
+    # Placed on spot capacity only (a node selector or required affinity on a spot label): priced with the discount.
+    spot: bool
+    priority: str = DEFAULT_PRIORITY
+    # Set when the spec sets `priority`: the pods' default PriorityClass and, in a queue, Kueue's
+    # WorkloadPriorityClass (trainpipe-<priority>, created by the platform).
+    priority_class: str | None = None
+    # Cost is grouped by team: the spec's owner.
+    team: str = ""
+
+    @property
+    def pool_slots(self) -> int:
+        return self.gpus or 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class KubernetesPlan:
     """``training.kubernetes`` as plain data; ``trainpipe.kubernetes.builders`` makes the API objects.
 
@@ -358,6 +407,8 @@ class KubernetesPlan:
     max_pod_restarts: int
     ttl_after_finished: timedelta
     rendezvous_port: int
+    # Kueue LocalQueue: the Job/pod is labelled for it and created suspended.
+    queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -438,6 +489,7 @@ class PipelinePlan:
     tuning: TuningPlan | None = None
     # Under a platform policy: the team the spec belongs to (None without a policy).
     team: TeamPlan | None = None
+    resources: ResourcePlan = ResourcePlan(gpus=0, cpus=1.0, gpu_resource=None, spot=False)
     # Where the spec file is on the machine that compiled it: for git lineage only, never shown.
     source_path: str = dataclasses.field(default="", repr=False, compare=False)
     # The spec file's text (what spec_sha256 hashes), logged on the training run as an artifact.
@@ -455,12 +507,18 @@ class PipelinePlan:
 
 def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_path: str = "",
                spec_relative_path: str | None = None, loaded: LoadedYaml | None = None,
-               team: TeamPlan | None = None) -> PipelinePlan:
+               team: TeamPlan | None = None, priority_cap: str | None = None) -> PipelinePlan:
     """``loaded`` (the spec's YAML with positions) locates run parameters for later messages;
     ``spec_relative_path`` is the file relative to its configs root (default: its base name); ``team``
-    is the spec's team under the platform policy (owner, tag, pool, run-time checks)."""
+    is the spec's team under the platform policy (owner, tag, pool of the GPU tasks, run-time checks);
+    ``priority_cap`` the highest priority it may use."""
+    pool = team.pool if team is not None and team.pool else DEFAULT_POOL
     training = spec.training
-    kubernetes = _kubernetes(training.kubernetes) if training.kubernetes is not None else None
+    priority = capped_priority(spec.priority or DEFAULT_PRIORITY, priority_cap)
+    kubernetes = (_kubernetes(training.kubernetes, priority=priority if spec.priority else None)
+                  if training.kubernetes is not None else None)
+    resources = _resources(spec, kubernetes, priority,
+                           priority_class=priority_class_for(priority) if spec.priority else None)
     distributed = training.distributed
     multinode = training.launcher == "kubernetes" and distributed.nnodes > 1 and kubernetes is not None
     launch = plan_launch(
@@ -485,7 +543,9 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         retries=spec.retries,
         retry_delay=spec.retry_delay,
         tasks=_tasks(spec.pipeline_id, on_gate_failure=spec.evaluation.on_gate_failure,
-                     approval_required=spec.registration.approval.mode == "required", tuning=_tuning(spec)),
+                     approval_required=spec.registration.approval.mode == "required", tuning=_tuning(spec),
+                     gpu_queue={"pool": pool, "pool_slots": resources.pool_slots,
+                                "priority_weight": PRIORITY_WEIGHTS[priority]}),
         params=_params(spec, loaded),
         data=DataPlan(
             uri=spec.data.uri, conn_id=spec.data.conn_id, format=spec.data.resolved_format,
@@ -538,6 +598,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         notify=_notify(spec),
         tuning=_tuning(spec),
         team=team,
+        resources=resources,
         source_path=source_path,
         spec_text=spec_text,
     )
@@ -572,7 +633,7 @@ def task_order(*, approval_required: bool = False) -> tuple[str, ...]:
 
 
 def _tasks(pipeline_id: str, *, on_gate_failure: str = "skip", approval_required: bool = False,
-           tuning: TuningPlan | None = None) -> tuple[PlannedTask, ...]:
+           tuning: TuningPlan | None = None, gpu_queue: dict[str, Any] | None = None) -> tuple[PlannedTask, ...]:
     """The chain snapshot -> ... -> promote, with the sensor beside train (same upstream); with
     tuning, create_study -> trials -> pick_best between validate and train."""
     # The model asset is updated where the production alias moves: downstream pipelines follow the champion.
@@ -584,9 +645,10 @@ def _tasks(pipeline_id: str, *, on_gate_failure: str = "skip", approval_required
         order[train_at:train_at] = TUNING_TASKS
     mapped = {TRIALS_TASK: {"mapped_slots": tuning.n_trials, "max_active_per_run": tuning.max_parallel},
               "pick_best": {"trigger_rule": "all_done"}} if tuning else {}
+    queued = {task_id: gpu_queue for task_id in GPU_TASKS} if gpu_queue else {}
     tasks = [
         PlannedTask(task_id=task_id, upstream=(order[i - 1],) if i else (), summary=summaries[task_id],
-                    outlets=outlets.get(task_id, ()), **mapped.get(task_id, {}))
+                    outlets=outlets.get(task_id, ()), **mapped.get(task_id, {}), **queued.get(task_id, {}))
         for i, task_id in enumerate(order)
     ]
     train = order.index(TRAIN_TASK)
@@ -705,11 +767,31 @@ def _feature_transforms(spec: PipelineSpec) -> tuple[FeatureTransform, ...]:
     return tuple(transforms)
 
 
-def _kubernetes(section: KubernetesSpec) -> KubernetesPlan:
+def _kubernetes(section: KubernetesSpec, *, priority: str | None = None) -> KubernetesPlan:
+    """``priority``: the spec's (capped) priority when it sets one: the pods' PriorityClass unless the
+    section names its own."""
     raw = section.model_dump()
     for name in ("image_pull_secrets", "tolerations", "env_from_secrets"):
         raw[name] = tuple(raw[name])
+    if priority is not None:
+        raw["priority_class"] = raw["priority_class"] or priority_class_for(priority)
     return KubernetesPlan(**raw)
+
+
+def _resources(spec: PipelineSpec, kubernetes: KubernetesPlan | None, priority: str, *,
+               priority_class: str | None) -> ResourcePlan:
+    from trainpipe.costs import cpu_quantity, selects_spot_only
+
+    distributed = spec.training.distributed
+    if spec.training.launcher == "kubernetes" and kubernetes is not None:
+        nodes = distributed.nnodes
+        gpus = nodes * kubernetes.resources["gpus"]
+        return ResourcePlan(gpus=gpus, cpus=nodes * cpu_quantity(kubernetes.resources["cpu"]),
+                            gpu_resource=kubernetes.resources["gpu_resource"] if gpus else None,
+                            spot=selects_spot_only(kubernetes.node_selector, kubernetes.affinity["required"]),
+                            priority=priority, priority_class=priority_class, team=spec.owner)
+    return ResourcePlan(gpus=0, cpus=float(distributed.nnodes * distributed.nproc_per_node), gpu_resource=None,
+                        spot=False, priority=priority, priority_class=priority_class, team=spec.owner)
 
 
 def _schedule(spec: PipelineSpec) -> str | AssetSchedule | None:

@@ -35,6 +35,8 @@ class FakeApiServer:
     # (kind, name) whose deletion fails with a server error.
     failing: set[tuple[str, str]] = field(default_factory=set)
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    # The first this-many reads of the Job show it suspended (waiting for Kueue's admission).
+    suspended_reads: int = 0
     port: int = 0
     _reads: int = 0
 
@@ -54,10 +56,12 @@ class FakeApiServer:
         if request.method == "DELETE":
             return self._deleted_or_404("Job", name)
         status = self.job_statuses[min(self._reads, len(self.job_statuses) - 1)]
+        suspended = self._reads < self.suspended_reads
         self._reads += 1
         return web.json_response({"apiVersion": "batch/v1", "kind": "Job",
                                   "metadata": {"name": name, "namespace": namespace, "uid": "u-1"},
-                                  "status": status})
+                                  "spec": {"suspend": suspended, "template": {}},
+                                  "status": {} if suspended else status})
 
     async def _service(self, request: web.Request) -> web.Response:
         self._record(request)

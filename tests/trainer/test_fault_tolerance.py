@@ -298,5 +298,5 @@ def test_every_metric_arrives_when_the_tracking_server_comes_back(
     assert [m.step for m in client.get_metric_history(run_id, "train_loss")] == list(range(1, 52))
     assert [m.step for m in client.get_metric_history(run_id, "learning_rate")] == list(range(1, 52))
     metrics = client.get_run(run_id).data.metrics
-    assert metrics["cpu_hours"] > 0
+    assert metrics["trainer_cpu_hours"] > 0
     assert "system/samples_per_second" in metrics and "system/cpu_utilization_percent" in metrics

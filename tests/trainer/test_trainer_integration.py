@@ -82,7 +82,7 @@ def test_binary_classification_on_two_ranks(
     # Every checkpoint: its validation loss and how long the loop was blocked.
     assert [m.step for m in client.get_metric_history(run.info.run_id, "validation_loss")] == [4, 8, 12, 16, 18]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "checkpoint_blocked_ms")] == [4, 8, 12, 16, 18]
-    assert run.data.metrics["cpu_hours"] > 0
+    assert run.data.metrics["trainer_cpu_hours"] > 0
 
     # every_n_steps=4 saved 4, 8, 12, 16 and the end (18); keep_last=2 leaves the newest two plus the best.
     root = binary_run.workdir / "checkpoints"

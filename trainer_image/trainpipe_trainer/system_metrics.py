@@ -23,7 +23,9 @@ LogFn = Callable[[str, float, int], None]
 @dataclass(kw_only=True, slots=True)
 class ComputeClock:
     """What this rank used since it started: CPU seconds of the process (all threads) on CPU, or
-    device-seconds (wall time, one device per rank) on GPU. Summed over ranks for ``cpu_hours``/``gpu_hours``."""
+    device-seconds (wall time, one device per rank) on GPU. Summed over ranks for ``trainer_cpu_hours`` /
+    ``trainer_gpu_hours`` (the trainer's own count; ``cpu_hours``/``gpu_hours`` are the platform's: devices held x
+    wall time of every try, logged by the train task)."""
 
     device: torch.device
     _start_wall: float = field(init=False, default_factory=time.monotonic)
@@ -31,7 +33,7 @@ class ComputeClock:
 
     @property
     def metric_name(self) -> str:
-        return "gpu_hours" if self.device.type == "cuda" else "cpu_hours"
+        return "trainer_gpu_hours" if self.device.type == "cuda" else "trainer_cpu_hours"
 
     def seconds(self) -> float:
         if self.device.type == "cuda":

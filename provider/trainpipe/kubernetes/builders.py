@@ -126,6 +126,20 @@ def _affinity(k: KubernetesPlan) -> k8s.V1Affinity | None:
     ))
 
 
+def kueue_labels(plan: PipelinePlan) -> dict[str, str]:
+    """With ``queue``: the LocalQueue label (and the WorkloadPriorityClass of the spec's priority). Both values
+    are validated spec data (a DNS label) or trainpipe's own class names, never templates."""
+    from trainpipe.kubernetes.admission import PRIORITY_CLASS_LABEL, QUEUE_LABEL
+
+    queue = _kubernetes(plan).queue
+    if queue is None:
+        return {}
+    labels = {QUEUE_LABEL: queue}
+    if plan.resources.priority_class:
+        labels[PRIORITY_CLASS_LABEL] = plan.resources.priority_class
+    return labels
+
+
 def static_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
     """Arguments of KubernetesPodOperator (and, by inheritance, KubernetesJobOperator) that depend on
     the plan only: image, resources, scheduling, identity, volumes, security, lifecycle."""
@@ -147,7 +161,7 @@ def static_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
         ],
         "affinity": _affinity(k),
         "priority_class_name": k.priority_class,
-        "labels": {**k.labels, LABEL_PIPELINE: _label_value(plan.dag_id)},
+        "labels": {**k.labels, LABEL_PIPELINE: _label_value(plan.dag_id), **kueue_labels(plan)},
         # A training pod evicted by the cluster autoscaler loses the work since its last checkpoint.
         "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", **k.annotations},
         "env_from": [models.V1EnvFromSource(secret_ref=models.V1SecretEnvSource(name=s)) for s in k.env_from_secrets],
@@ -211,6 +225,8 @@ def job_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
         "wait_until_job_complete": True,
         # The Job name is chosen per run and try (it is also the rendezvous host's subdomain).
         "random_name_suffix": False,
+        # Queued: created suspended, Kueue unsuspends it when all its pods fit the quota (all-or-nothing).
+        **({"suspend": True} if k.queue is not None else {}),
     }
 
 

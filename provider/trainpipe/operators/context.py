@@ -74,3 +74,14 @@ def failed_for_good_on_refused_resume() -> Iterator[None]:
 def log_trained(log: Any, result: TrainingResult) -> None:
     log.info("trained: model %s, weights sha256 %s, %d steps on %d processes",
              result.model_uri, result.weights_sha256, result.global_step, result.world_size)
+
+
+def leave_usage_note(context: Any, plan: PipelinePlan, settings: Any) -> None:
+    """The run's note says what its training cost: every try's GPU and CPU hours, and the money."""
+    from trainpipe.run_notes import leave_note
+    from trainpipe.runtime.train import run_dir_for
+    from trainpipe.runtime.usage import run_usage, usage_note
+
+    usage = run_usage(run_dir_for(plan.dag_id, settings, context["run_id"]), plan.resources)
+    if usage is not None and usage.tries:
+        leave_note(context["ti"], usage_note(usage))

@@ -13,8 +13,12 @@ and need no Airflow), and return the trainer's ``TrainingResult`` as the task's 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import TrainpipeError
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
 
     from trainpipe.plan import PipelinePlan
 
+operator_log = logging.getLogger(__name__)
 # How long create_job waits for the Job controller to create every pod before monitoring starts.
 POD_DISCOVERY_TIMEOUT_SECONDS = 120
 
@@ -76,16 +81,69 @@ def prepare_launch(operator: Any, context: Context) -> builders.TrainerLaunch:
 
 def finish(operator: Any, context: Context) -> dict[str, Any]:
     """The trainer's result (written to storage by rank 0) becomes the task's return value."""
-    from trainpipe.operators.context import log_trained
+    from trainpipe.operators.context import leave_usage_note, log_trained
     from trainpipe.runtime.train import read_training_result, run_dir_for
     from trainpipe.settings import Settings
 
-    result = read_training_result(run_dir_for(operator.plan.dag_id, Settings.from_env(), context["run_id"]))
+    settings = Settings.from_env()
+    run_dir = run_dir_for(operator.plan.dag_id, settings, context["run_id"])
+    result = read_training_result(run_dir)
     log_trained(operator.log, result)
+    account_kubernetes_try(operator.plan, context, outcome="succeeded", mlflow_run_id=result.mlflow_run_id)
+    leave_usage_note(context, operator.plan, settings)
     value = asdict(result)
     # do_xcom_push stays False (it would add the provider's XCom sidecar): push the result ourselves.
     context["ti"].xcom_push(key="return_value", value=value)
     return value
+
+
+def account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None) -> None:
+    """This try's pods held their devices from the try's start (status.json) until now: record it.
+    Never raises: it also runs while a failure propagates, which it must not replace."""
+    try:
+        _account_kubernetes_try(plan, context, outcome=outcome, mlflow_run_id=mlflow_run_id)
+    except Exception as err:  # noqa: BLE001 - see the docstring
+        operator_log.warning("could not record the GPU/CPU hours of this try: %s: %s", type(err).__name__, err)
+
+
+def _account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None) -> None:
+    from datetime import timezone
+
+    from trainpipe.checkpoint_state import read_training_status
+    from trainpipe.hooks.mlflow import MlflowHook
+    from trainpipe.runtime.train import run_dir_for
+    from trainpipe.runtime.usage import account_try
+    from trainpipe.settings import Settings
+
+    settings = Settings.from_env()
+    run_dir = run_dir_for(plan.dag_id, settings, context["run_id"])
+    try_number = context["ti"].try_number
+    hook = MlflowHook(settings)
+    if mlflow_run_id is None:  # a failed try: the DAG run's MLflow run (prepare_launch made it)
+        try:
+            mlflow_run_id = hook.run_for_dag_run(pipeline_id=plan.dag_id, dag_id=context["ti"].dag_id,
+                                                 airflow_run_id=context["run_id"], tags={})
+        except Exception as err:  # noqa: BLE001 - the ledger is still written; MLflow gets it with the next try
+            operator_log.warning("MLflow unreachable: the failed try's hours are only in usage.json (%s)", err)
+    status = read_training_status(run_dir)
+    started_at = (status.started_at if status is not None and status.try_number == try_number
+                  else datetime.now(timezone.utc))
+    account_try(run_dir, resources=plan.resources, pipeline_id=plan.dag_id, try_number=try_number,
+                started_at=started_at, outcome=outcome, client=hook.client, mlflow_run_id=mlflow_run_id)
+
+
+@contextlib.contextmanager
+def failed_try_accounted(operator: Any, context: Context) -> Iterator[None]:
+    """A try that ends in an error still held its devices: record them (a deferral is no end)."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    try:
+        yield
+    except TaskDeferred:
+        raise
+    except BaseException:
+        account_kubernetes_try(operator.plan, context, outcome="failed", mlflow_run_id=None)
+        raise
 
 
 class KubernetesTrainPodOperator(LiteralFields, KubernetesPodOperator):
@@ -117,7 +175,8 @@ class KubernetesTrainPodOperator(LiteralFields, KubernetesPodOperator):
         return finish(self, context)
 
     def trigger_reentry(self, context: Context, event: dict[str, Any]) -> Any:
-        super().trigger_reentry(context, event)  # raises if the pod failed, re-defers while it runs
+        with failed_try_accounted(self, context):
+            super().trigger_reentry(context, event)  # raises if the pod failed, re-defers while it runs
         return finish(self, context)
 
 
@@ -143,6 +202,8 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
     """
 
     ui_color = "#fde9c9"
+    # The running try's context, for the status written while the Job waits for quota.
+    _launch_context: Any = None
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
         options = {**builders.static_operator_kwargs(plan), **builders.job_operator_kwargs(plan), **kwargs}
@@ -182,12 +243,14 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
 
         launch = prepare_launch(self, context)
         self.bind_launch(launch)
+        self._launch_context = context  # create_job records the queued status of this try
         self.delete_leftovers(builders.run_label(launch.dag_id, launch.airflow_run_id))
         try:
             super().execute(context)  # creates Service + Job (create_job below), then defers
         except TaskDeferred:
             raise
         except BaseException:
+            account_kubernetes_try(self.plan, context, outcome="failed", mlflow_run_id=None)
             self.delete_job_and_service(succeeded=False)
             raise
         self.delete_job_and_service(succeeded=True)
@@ -207,8 +270,43 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
                                         uid=created.metadata.uid, block_owner_deletion=False)
         core.patch_namespaced_service(name=service.metadata.name, namespace=namespace,
                                       body={"metadata": {"ownerReferences": [builders.to_manifest(owner)]}})
+        if self.plan.kubernetes.queue is not None:
+            self._await_admission(job_request_obj)
         self._await_pods(job_request_obj)
         return job_request_obj
+
+    def _await_admission(self, job: k8s.V1Job) -> None:
+        """A queued Job has no pods until Kueue admits it: say so (task log, status.json) instead of
+        timing out on pods; the try's clock (stall watch, cost) starts at admission."""
+        from trainpipe.checkpoint_state import queue_wait_text
+        from trainpipe.kubernetes.admission import wait_for_admission
+
+        queue = self.plan.kubernetes.queue
+        name, namespace = job.metadata.name, job.metadata.namespace
+
+        def waiting(since: datetime) -> None:
+            self.log.info("%s (Job %s/%s is suspended until it fits the quota)", queue_wait_text(queue, since),
+                          namespace, name)
+            self._record_status("queued", queue=queue)
+
+        _, since = wait_for_admission(
+            lambda: self.hook.batch_v1_client.read_namespaced_job(name=name, namespace=namespace),
+            on_waiting=waiting)
+        if since is not None:
+            self.log.info("queue %s admitted Job %s/%s (waited since %s)", queue, namespace, name, since.isoformat())
+            self._record_status("running")
+
+    def _record_status(self, state: str, *, queue: str | None = None) -> None:
+        from trainpipe.runtime.train import dag_run_clear_number, record_training_status
+        from trainpipe.settings import Settings
+
+        context = self._launch_context
+        try:
+            record_training_status(self.plan.dag_id, settings=Settings.from_env(), airflow_run_id=context["run_id"],
+                                   state=state, try_number=context["ti"].try_number,
+                                   clear_number=dag_run_clear_number(context), queue=queue)
+        except Exception as err:  # noqa: BLE001 - the sensor then sees an older status; the wait goes on
+            self.log.warning("could not record the %s status for the checkpoint sensor: %s", state, err)
 
     def _await_pods(self, job: k8s.V1Job) -> None:
         # KubernetesJobOperator.get_pods lists the pods right after creation without waiting.
@@ -247,7 +345,8 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
     def execute_complete(self, context: Context, event: dict, **kwargs: Any) -> Any:
         self.job = None
         try:
-            super().execute_complete(context, event, **kwargs)
+            with failed_try_accounted(self, context):
+                super().execute_complete(context, event, **kwargs)
         finally:
             self.delete_job_and_service(name=event["name"], namespace=event["namespace"],
                                         succeeded=event["status"] == "success")

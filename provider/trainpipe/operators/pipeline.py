@@ -14,6 +14,7 @@ from airflow.sdk import BaseOperator
 from trainpipe.lineage import git_commit
 from trainpipe.operators.context import (
     failed_for_good_on_refused_resume,
+    leave_usage_note,
     log_trained,
     run_plan,
     snapshot_info,
@@ -118,6 +119,7 @@ class TrainOperator(_PipelineStepOperator):
                                   hook=self.hook, on_line=lambda line: self.log.info("%s", line),
                                   param_overrides=inputs.param_overrides, run_tags=inputs.run_tags)
         log_trained(self.log, result)
+        leave_usage_note(context, self.plan, self.settings)
         return asdict(result)
 
 
@@ -207,8 +209,12 @@ class RegisterModelOperator(_PipelineStepOperator):
 
         trained = context["ti"].xcom_pull(task_ids="train")
         evaluation = context["ti"].xcom_pull(task_ids="evaluate")
+        from trainpipe.runtime.usage import version_usage_tags
+
+        # What the training cost (gpu_hours, cpu_hours, cost) goes on the version with its lineage.
+        tags = {**self.lineage_tags(context, trained), **version_usage_tags(self.hook.client, trained["mlflow_run_id"])}
         return register_candidate(self.plan.registration, model_uri=trained["model_uri"],
-                                  mlflow_run_id=trained["mlflow_run_id"], tags=self.lineage_tags(context, trained),
+                                  mlflow_run_id=trained["mlflow_run_id"], tags=tags,
                                   evaluation=evaluation, hook=self.hook)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from trainpipe import uris
 from trainpipe.errors import SpecProblem
-from trainpipe.plan import TeamPlan
+from trainpipe.plan import PRIORITY_WEIGHTS, TeamPlan
 from trainpipe.policy import globs
 from trainpipe.policy.model import FAULT_INJECTION_ENV, Policy, TeamPolicy, fault_injection_allowed_by_env
 from trainpipe.spec.loader import FieldPath, LoadedYaml
@@ -175,10 +175,9 @@ def _limits(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
         if not highs or highs[0] > limits.max_epochs:
             judge.refuse(("params", "epochs"), "limits.max_epochs", highs[0] if highs else "no maximum",
                          f"a maximum of at most {limits.max_epochs} (set params.epochs.maximum)")
-    # `priority` is a spec field only where the spec has it (another feature adds it).
-    priority = getattr(spec, "priority", None)
-    if isinstance(priority, int) and not isinstance(priority, bool):
-        judge.at_most(("priority",), "limits.max_priority", priority, limits.max_priority)
+    if (spec.priority is not None and limits.max_priority is not None
+            and PRIORITY_WEIGHTS[spec.priority] > PRIORITY_WEIGHTS[limits.max_priority]):
+        judge.refuse(("priority",), "limits.max_priority", spec.priority, f"at most {limits.max_priority!r}")
     if limits.min_schedule_interval is not None and isinstance(spec.schedule, str):
         gap = schedule_min_gap(spec.schedule, limits.min_schedule_interval, spec.start_date)
         if gap is not None and gap < limits.min_schedule_interval:

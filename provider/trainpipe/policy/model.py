@@ -13,7 +13,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -82,8 +82,8 @@ class LimitRules(_Model):
     max_nproc_per_node: int | None = Field(default=None, ge=1, description="training.distributed.nproc_per_node.",
                                            examples=[8])
     max_retries: int | None = Field(default=None, ge=0, description="retries (per task) at most.", examples=[3])
-    max_priority: int | None = Field(default=None, description="A spec's `priority` at most (where the spec has one).",
-                                     examples=[10])
+    max_priority: Literal["low", "normal", "high"] | None = Field(
+        default=None, description="A spec's `priority` at most (low < normal < high).", examples=["normal"])
 
 
 class AirflowRules(_Model):

@@ -15,6 +15,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from trainpipe import storage
@@ -25,6 +26,7 @@ from trainpipe.launchers.local import local_torchrun, run_local
 from trainpipe.lineage import log_spec_text
 from trainpipe.plan import FaultPlan, PipelinePlan, run_key
 from trainpipe.runtime.snapshot import SnapshotInfo
+from trainpipe.runtime.usage import account_try
 from trainpipe.settings import Settings
 from trainpipe_trainer.config import (
     CHECKPOINT_MANIFEST,
@@ -194,20 +196,31 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
                  run_dir=None, param_overrides: dict | None = None,  # noqa: ANN001
                  run_tags: dict[str, str] | None = None, trial: TrialLaunch | None = None) -> TrainingResult:
     """The one local launch: the train task and every trial of a study run it."""
+    hook = hook or MlflowHook(settings)
     prepared = prepare_training_run(plan, snapshot, settings=settings, run=run, hook=hook, run_dir=run_dir,
                                     param_overrides=param_overrides, run_tags=run_tags, trial=trial)
     launch = resolve(plan.launch, LaunchValues(config_uri=prepared.config_uri,
                                                mlflow_tracking_uri=settings.mlflow_tracking_uri))
     reasons = TrainerReasons(on_line)
+    started_at = datetime.now(timezone.utc)
+    outcome = "failed"
     try:
         # The plan's argv as it stands ("torchrun ..."), run by this environment's torchrun.
         run_local(launch.argv, env=launch.env, on_line=reasons.line, executable=local_torchrun())
+        outcome = "succeeded"
     except TrainingFailedError as err:
+        if any("preempt" in message for message in reasons.messages):
+            outcome = "preempted"
         if not reasons.messages:
             raise
         # The trainer's own one-line reason (every rank prints it) instead of the command line.
         raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}",
                                   reasons=tuple(reasons.messages)) from err
+    finally:
+        # Every try counts, whatever its outcome: devices x wall time (docs/cost-and-retention.md).
+        account_try(prepared.run_dir, resources=plan.resources, pipeline_id=plan.dag_id, try_number=run.try_number,
+                    started_at=started_at, outcome=outcome, client=hook.client,
+                    mlflow_run_id=prepared.mlflow_run_id)
     return read_training_result(prepared.run_dir)
 
 
@@ -238,18 +251,24 @@ class TrainerReasons:
 
 
 def record_training_status(pipeline_id: str, *, settings: Settings, airflow_run_id: str, state: str,
-                           try_number: int, final: bool = False, clear_number: int = 0) -> None:
-    from datetime import datetime, timezone
-
+                           try_number: int, final: bool = False, clear_number: int = 0,
+                           queue: str | None = None) -> None:
     from trainpipe.checkpoint_state import TrainingStatus, read_training_status, write_training_status
 
     run_dir = run_dir_for(pipeline_id, settings, airflow_run_id)
     now = datetime.now(timezone.utc)
     previous = read_training_status(run_dir)
-    # A try keeps its start time (a deferred task runs its execute callback again on each resume).
-    started_at = previous.started_at if previous is not None and previous.try_number == try_number else now
+    same_try = previous is not None and previous.try_number == try_number
+    # A try keeps its start time (a deferred task runs its execute callback again on each resume); a try
+    # that waited for quota starts when it is admitted (from then on its devices are held and a stall counts).
+    started_at = previous.started_at if same_try and previous.state != "queued" else now
+    queued_since = None
+    if state == "queued":
+        queued_since = previous.queued_since if same_try and previous.state == "queued" else now
     write_training_status(run_dir, TrainingStatus(state=state, try_number=try_number, final=final,
-                                                  started_at=started_at, updated_at=now, clear_number=clear_number))
+                                                  started_at=started_at, updated_at=now, clear_number=clear_number,
+                                                  queue=queue if state == "queued" else None,
+                                                  queued_since=queued_since))
 
 
 def _status_callback(context: Any, *, pipeline_id: str, state: str, final: bool = False) -> None:

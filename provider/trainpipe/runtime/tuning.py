@@ -266,7 +266,7 @@ def _trainer_compute_seconds(hook: MlflowHook, run_id: str) -> float | None:
     """The trainer's own count of the compute it used (CPU seconds, or device seconds on GPU), pruned
     trials included: the trainer logs it before it stops."""
     metrics = hook.client.get_run(run_id).data.metrics
-    hours = metrics.get("gpu_hours", metrics.get("cpu_hours"))
+    hours = metrics.get("trainer_gpu_hours", metrics.get("trainer_cpu_hours"))
     return None if hours is None else hours * 3600
 
 

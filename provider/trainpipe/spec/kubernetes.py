@@ -180,6 +180,13 @@ class KubernetesSpec(_Model):
         examples=[{"preferred": [{"key": "cloud.google.com/gke-spot", "values": ["true"]}]}],
     )
     priority_class: str | None = Field(default=None, description="PriorityClass of the pods.", examples=["training-high"])
+    queue: str | None = Field(
+        default=None, max_length=63, pattern=_DNS_LABEL,
+        description="Kueue LocalQueue (in the pods' namespace) the training waits in: the Job or pod is labelled "
+        "kueue.x-k8s.io/queue-name and created suspended, and Kueue starts it when the whole of it fits the "
+        "ClusterQueue's quota (all pods at once).",
+        examples=["team-a-gpus"],
+    )
     labels: dict[str, str] = Field(
         default_factory=dict, description="Extra pod labels (cost allocation, Kueue queue name).",
         examples=[{"kueue.x-k8s.io/queue-name": "gpu-training"}],

@@ -800,6 +800,13 @@ class PipelineSpec(_Model):
         description="First logical date; runs are not back-filled (catchup off).",
         examples=["2025-01-01"],
     )
+    priority: Literal["low", "normal", "high"] | None = Field(
+        default=None,
+        description="Share of contended GPUs: the train and trial tasks' Airflow priority_weight and, on "
+        "Kubernetes, the PriorityClass trainpipe-<priority> (and Kueue's WorkloadPriorityClass of the same name "
+        "with training.kubernetes.queue). The platform may cap it. Unset: normal in Airflow, no class on Kubernetes.",
+        examples=["high"],
+    )
     retries: int = Field(default=1, ge=0, description="Airflow retries per task.", examples=[1])
     retry_delay: Duration = Field(default=timedelta(minutes=5), description="Wait between task tries.", examples=["5m"])
     data: DataSpec = Field(description="The input dataset.", examples=[{"uri": "demo/transactions/transactions.parquet"}])

@@ -1,0 +1,145 @@
+"""What a training used: every try's wall time x its devices, kept in the run folder and on the MLflow run.
+
+Each try of the train task (and of a trial, and of ``trainpipe reproduce``) appends one entry to
+``<run_dir>/usage.json``: when it started and ended and the GPUs and CPUs it held, whatever its
+outcome (succeeded, failed, preempted). After each try the totals over all entries go on the MLflow
+run as the metrics ``gpu_hours``, ``cpu_hours`` and, with a price table (``trainpipe.costs``),
+``cost``; a later try logs larger totals, so the latest value is the run's. ``register`` copies
+them onto the model version as tags and ``trainpipe cost`` sums them.
+
+Accounting never fails a training: a problem is logged as a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from trainpipe.costs import COST, CPU_HOURS, GPU_HOURS, USAGE_KEYS, PriceTable, format_usage, load_price_table
+
+if TYPE_CHECKING:
+    from trainpipe.plan import ResourcePlan
+
+log = logging.getLogger(__name__)
+
+USAGE_FILE = "usage.json"
+# Tags on the MLflow run that `trainpipe cost --by` groups by.
+PIPELINE_TAG = "trainpipe.pipeline"
+TEAM_TAG = "trainpipe.team"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TryUsage:
+    try_number: int
+    started_at: str
+    ended_at: str
+    seconds: float
+    gpus: int
+    cpus: float
+    outcome: str  # succeeded | failed | preempted
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.seconds / 3600
+
+    @property
+    def cpu_hours(self) -> float:
+        return self.cpus * self.seconds / 3600
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunUsage:
+    gpu_hours: float
+    cpu_hours: float
+    cost: float | None
+    tries: int
+
+    def describe(self) -> str:
+        return f"{format_usage(self.gpu_hours, self.cpu_hours, self.cost)} over {self.tries} tr{'y' if self.tries == 1 else 'ies'}"
+
+
+def usage_path(run_dir: Any) -> Any:  # ObjectStoragePath in and out
+    return run_dir / USAGE_FILE
+
+
+def read_tries(run_dir: Any) -> list[TryUsage]:
+    path = usage_path(run_dir)
+    if not path.exists():
+        return []
+    raw = json.loads(path.read_text())
+    return [TryUsage(**entry) for entry in raw.get("tries", [])]
+
+
+def record_try(run_dir: Any, *, try_number: int, started_at: datetime, ended_at: datetime, resources: ResourcePlan,
+               outcome: str) -> list[TryUsage]:
+    """Append this try (once: a try already recorded keeps its first entry) and return every try."""
+    tries = read_tries(run_dir)
+    if any(t.try_number == try_number for t in tries):
+        return tries
+    seconds = max(0.0, (ended_at - started_at).total_seconds())
+    tries.append(TryUsage(try_number=try_number, started_at=started_at.isoformat(), ended_at=ended_at.isoformat(),
+                          seconds=seconds, gpus=resources.gpus, cpus=resources.cpus, outcome=outcome))
+    path = usage_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"tries": [asdict(t) for t in tries]}, indent=2))
+    return tries
+
+
+def totals(tries: list[TryUsage], resources: ResourcePlan, prices: PriceTable | None) -> RunUsage:
+    gpu_hours = sum(t.gpu_hours for t in tries)
+    cpu_hours = sum(t.cpu_hours for t in tries)
+    cost = (prices.cost(gpu_hours=gpu_hours, cpu_hours=cpu_hours, gpu_resource=resources.gpu_resource,
+                        spot=resources.spot) if prices is not None else None)
+    return RunUsage(gpu_hours=gpu_hours, cpu_hours=cpu_hours, cost=cost, tries=len(tries))
+
+
+def log_usage(client: Any, mlflow_run_id: str, usage: RunUsage, *, pipeline_id: str, team: str) -> None:
+    """The totals as metrics, and the tags ``trainpipe cost`` groups by, in one request."""
+    import time
+
+    from mlflow.entities import Metric, RunTag
+
+    now = int(time.time() * 1000)
+    values = {GPU_HOURS: usage.gpu_hours, CPU_HOURS: usage.cpu_hours, COST: usage.cost}
+    metrics = [Metric(key, value, now, 0) for key, value in values.items() if value is not None]
+    tags = [RunTag(PIPELINE_TAG, pipeline_id), RunTag(TEAM_TAG, team)]
+    client.log_batch(mlflow_run_id, metrics=metrics, tags=tags)
+
+
+def account_try(run_dir: Any, *, resources: ResourcePlan, pipeline_id: str, try_number: int, started_at: datetime,
+                outcome: str, client: Any, mlflow_run_id: str | None) -> RunUsage | None:
+    """Record one ended try and log the run's totals; None (and a warning) when that failed."""
+    try:
+        tries = record_try(run_dir, try_number=try_number, started_at=started_at, ended_at=datetime.now(timezone.utc),
+                           resources=resources, outcome=outcome)
+        usage = totals(tries, resources, load_price_table())
+        if mlflow_run_id is not None:
+            log_usage(client, mlflow_run_id, usage, pipeline_id=pipeline_id, team=resources.team)
+        log.info("this training used %s", usage.describe())
+        return usage
+    except Exception as err:  # noqa: BLE001 - accounting must not turn a finished try into a failure
+        log.warning("could not record the GPU/CPU hours of try %d: %s: %s", try_number, type(err).__name__, err)
+        return None
+
+
+def version_usage_tags(client: Any, mlflow_run_id: str) -> dict[str, str]:
+    """The training run's usage metrics as registered-version tags (none when it has none)."""
+    metrics = client.get_run(mlflow_run_id).data.metrics
+    return {key: f"{metrics[key]:.6g}" for key in USAGE_KEYS if key in metrics}
+
+
+def run_usage(run_dir: Any, resources: ResourcePlan) -> RunUsage | None:
+    """The totals of every try recorded so far; None when the ledger or the price table cannot be read."""
+    try:
+        return totals(read_tries(run_dir), resources, load_price_table())
+    except Exception as err:  # noqa: BLE001 - a missing figure is reported, never fatal
+        log.warning("could not read the GPU/CPU hours of %s: %s: %s", run_dir, type(err).__name__, err)
+        return None
+
+
+def usage_note(usage: RunUsage) -> str:
+    """The run-note line (ADR 0009) that says what the training cost."""
+    return f"training used {usage.describe()}"
