@@ -15,25 +15,19 @@ when its pods are placed on spot capacity only).
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainpipe.errors import TrainpipeError
+from trainpipe.policy import POLICY_ENV
 
 # MLflow metric names on the training run (and tag names on the registered version): exact, the issue names them.
 GPU_HOURS = "gpu_hours"
 CPU_HOURS = "cpu_hours"
 COST = "cost"
 USAGE_KEYS = (GPU_HOURS, CPU_HOURS, COST)
-POLICY_ENV = "TRAINPIPE_POLICY"
 DEFAULT_GPU_PRICE = "default"
-
-
-class PolicyError(TrainpipeError, ValueError):
-    """The platform policy file (its ``costs:`` mapping) is unreadable or malformed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,59 +53,19 @@ class PriceTable:
         return total * (1.0 - self.spot_discount) if spot else total
 
 
-def _price(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise PolicyError(f"{where}: must be a number >= 0 (a price per hour), got {value!r}")
-    return float(value)
-
-
-def price_table_from_mapping(costs: Any, *, source: str) -> PriceTable:
-    """The ``costs:`` mapping of the policy -> a ``PriceTable``; a ``PolicyError`` names the field and the fix."""
-    if not isinstance(costs, dict):
-        raise PolicyError(f"{source}: costs: must be a mapping with gpu_hour, cpu_hour, spot_discount, "
-                          f"got {type(costs).__name__}")
-    unknown = sorted(set(costs) - {"gpu_hour", "cpu_hour", "spot_discount"})
-    if unknown:
-        raise PolicyError(f"{source}: costs: unknown key(s) {', '.join(map(str, unknown))}; "
-                          "allowed: gpu_hour, cpu_hour, spot_discount")
-    gpu = costs.get("gpu_hour", {})
-    if isinstance(gpu, int | float) and not isinstance(gpu, bool):
-        gpu = {DEFAULT_GPU_PRICE: gpu}  # one price for every GPU
-    if not isinstance(gpu, dict):
-        raise PolicyError(f"{source}: costs.gpu_hour: must be a mapping {{default: PRICE, <gpu resource>: PRICE}}, "
-                          f"got {gpu!r}")
-    gpu_hour = {str(name): _price(value, f"{source}: costs.gpu_hour.{name}") for name, value in gpu.items()}
-    discount = costs.get("spot_discount", 0.0)
-    if isinstance(discount, bool) or not isinstance(discount, int | float) or not 0 <= discount < 1:
-        raise PolicyError(f"{source}: costs.spot_discount: must be a fraction in [0, 1) (0.7: spot costs 30% of the "
-                          f"price), got {discount!r}")
-    return PriceTable(gpu_hour=gpu_hour, cpu_hour=_price(costs.get("cpu_hour", 0.0), f"{source}: costs.cpu_hour"),
-                      spot_discount=float(discount))
-
-
 def load_price_table(path: str | os.PathLike[str] | None = None) -> PriceTable | None:
-    """The price table of the policy file (``path``, else ``$TRAINPIPE_POLICY``); None without a file or
-    without a ``costs:`` mapping in it (then runs record device-hours but no money)."""
-    import yaml
+    """The price table of the policy file (``path``, else ``$TRAINPIPE_POLICY``), read and validated by the
+    policy's own loader; None without a file or without ``costs:`` in it (runs record device-hours, no money)."""
+    from trainpipe.policy.model import load_policy
 
     path = path or os.environ.get(POLICY_ENV)
     if not path:
         return None
-    source = Path(path).name
-    try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as err:
-        raise PolicyError(f"{POLICY_ENV}: cannot read the policy file {source} ({err.strerror}); "
-                          "set it to a readable YAML file or unset it") from err
-    except yaml.YAMLError as err:
-        raise PolicyError(f"{source}: not valid YAML ({err}); fix the file") from err
-    if document is None:
+    costs = load_policy(Path(path)).spec.costs
+    if costs is None:
         return None
-    if not isinstance(document, dict):
-        raise PolicyError(f"{source}: the policy must be a mapping at the top level")
-    if document.get("costs") is None:
-        return None
-    return price_table_from_mapping(document["costs"], source=source)
+    return PriceTable(gpu_hour=dict(costs.gpu_hour or {}), cpu_hour=costs.cpu_hour or 0.0,
+                      spot_discount=costs.spot_discount or 0.0)
 
 
 # Node labels that place a pod on spot (preemptible) capacity, with the value meaning spot.

@@ -108,13 +108,6 @@ def priority_class_for(priority: str) -> str:
     return f"{PRIORITY_CLASS_PREFIX}{priority}"
 
 
-def capped_priority(priority: str, cap: str | None) -> str:
-    """The lower of the spec's priority and the platform's cap."""
-    if cap is None or PRIORITY_WEIGHTS[priority] <= PRIORITY_WEIGHTS[cap]:
-        return priority
-    return cap
-
-
 def run_key(airflow_run_id: str) -> str:
     """A DAG run id made safe for paths; stable across task tries, distinct across runs."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", airflow_run_id).strip("_")
@@ -507,18 +500,19 @@ class PipelinePlan:
 
 def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_path: str = "",
                spec_relative_path: str | None = None, loaded: LoadedYaml | None = None,
-               team: TeamPlan | None = None, priority_cap: str | None = None) -> PipelinePlan:
+               team: TeamPlan | None = None) -> PipelinePlan:
     """``loaded`` (the spec's YAML with positions) locates run parameters for later messages;
     ``spec_relative_path`` is the file relative to its configs root (default: its base name); ``team``
-    is the spec's team under the platform policy (owner, tag, pool of the GPU tasks, run-time checks);
-    ``priority_cap`` the highest priority it may use."""
+    is the spec's team under the platform policy (owner, tag, pool of the GPU tasks, run-time checks;
+    a priority above the team's `limits.max_priority` is refused at the spec stage, not capped here)."""
     pool = team.pool if team is not None and team.pool else DEFAULT_POOL
     training = spec.training
-    priority = capped_priority(spec.priority or DEFAULT_PRIORITY, priority_cap)
+    priority = spec.priority or DEFAULT_PRIORITY
     kubernetes = (_kubernetes(training.kubernetes, priority=priority if spec.priority else None)
                   if training.kubernetes is not None else None)
     resources = _resources(spec, kubernetes, priority,
-                           priority_class=priority_class_for(priority) if spec.priority else None)
+                           priority_class=priority_class_for(priority) if spec.priority else None,
+                           team=team.name if team is not None else spec.owner)
     distributed = training.distributed
     multinode = training.launcher == "kubernetes" and distributed.nnodes > 1 and kubernetes is not None
     launch = plan_launch(
@@ -779,7 +773,7 @@ def _kubernetes(section: KubernetesSpec, *, priority: str | None = None) -> Kube
 
 
 def _resources(spec: PipelineSpec, kubernetes: KubernetesPlan | None, priority: str, *,
-               priority_class: str | None) -> ResourcePlan:
+               priority_class: str | None, team: str) -> ResourcePlan:
     from trainpipe.costs import cpu_quantity, selects_spot_only
 
     distributed = spec.training.distributed
@@ -789,9 +783,9 @@ def _resources(spec: PipelineSpec, kubernetes: KubernetesPlan | None, priority: 
         return ResourcePlan(gpus=gpus, cpus=nodes * cpu_quantity(kubernetes.resources["cpu"]),
                             gpu_resource=kubernetes.resources["gpu_resource"] if gpus else None,
                             spot=selects_spot_only(kubernetes.node_selector, kubernetes.affinity["required"]),
-                            priority=priority, priority_class=priority_class, team=spec.owner)
+                            priority=priority, priority_class=priority_class, team=team)
     return ResourcePlan(gpus=0, cpus=float(distributed.nnodes * distributed.nproc_per_node), gpu_resource=None,
-                        spot=False, priority=priority, priority_class=priority_class, team=spec.owner)
+                        spot=False, priority=priority, priority_class=priority_class, team=team)
 
 
 def _schedule(spec: PipelineSpec) -> str | AssetSchedule | None:

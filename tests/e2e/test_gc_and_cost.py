@@ -57,7 +57,8 @@ def two_runs(configs: Path, monkeypatch_module: pytest.MonkeyPatch, tmp_path_fac
     from airflow.dag_processing.dagbag import DagBag
 
     policy = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    policy.write_text("costs: {gpu_hour: {default: 3.0}, cpu_hour: 0.5}\n")
+    # A platform policy with one team (every spec is its) and a price table.
+    policy.write_text("default_team: team-gc\nteams: {team-gc: {}}\ncosts: {gpu_hour: {default: 3.0}, cpu_hour: 0.5}\n")
     monkeypatch_module.setenv("TRAINPIPE_POLICY", str(policy))
     monkeypatch_module.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
     # A dataset version nothing refers to (snapshot taken, never accepted nor trained on), written before the runs.

@@ -16,7 +16,7 @@ from trainpipe.factory import compile_text
 from trainpipe.kubernetes.admission import wait_for_admission
 from trainpipe.kubernetes.builders import TrainerLaunch
 from trainpipe.kubernetes.render import render_manifests
-from trainpipe.plan import PRIORITY_WEIGHTS, build_plan
+from trainpipe.plan import PRIORITY_WEIGHTS, TeamPlan, build_plan
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
 
@@ -50,16 +50,13 @@ def test_gpu_tasks_take_the_pool_with_one_slot_per_gpu_and_the_priority_weight()
     assert plain.task("train").priority_weight == PRIORITY_WEIGHTS["normal"] and plain.kubernetes.queue is None
 
 
-def test_the_platform_names_the_pool_and_caps_the_priority():
+def test_the_team_pool_of_the_policy_is_the_gpu_tasks_pool():
     loaded = load_yaml_text(_queued(), "fraud_detector_multinode.yaml")
     spec = validate_loaded(loaded)
-    plan = build_plan(spec, spec_file="f.yaml", spec_text="x", pool="team-a", priority_cap="normal")
-    assert (plan.task("train").pool, plan.task("train").priority_weight) == ("team-a", PRIORITY_WEIGHTS["normal"])
-    # The capped priority is the one Kubernetes sees too.
-    assert plan.kubernetes.priority_class == "trainpipe-normal" and plan.resources.priority_class == "trainpipe-normal"
-    low = build_plan(validate_loaded(load_yaml_text(_queued(priority="low"), "f.yaml")), spec_file="f.yaml",
-                     spec_text="x", priority_cap="normal")
-    assert low.task("train").priority_weight == PRIORITY_WEIGHTS["low"]
+    plan = build_plan(spec, spec_file="f.yaml", spec_text="x", team=TeamPlan(name="team-a", pool="team-a-gpu"))
+    assert (plan.task("train").pool, plan.task("train").priority_weight) == ("team-a-gpu", PRIORITY_WEIGHTS["high"])
+    assert plan.resources.team == "team-a" and plan.kubernetes.priority_class == "trainpipe-high"
+    # A policy's limits.max_priority refuses a higher priority at the spec stage (tests/policy/test_spec_rules.py).
 
 
 def test_dag_train_task_carries_pool_slots_and_absolute_priority_weight():

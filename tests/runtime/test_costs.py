@@ -11,7 +11,8 @@ import mlflow
 import pytest
 
 from trainpipe.cli import main
-from trainpipe.costs import PolicyError, PriceTable, load_price_table, selects_spot_only
+from trainpipe.costs import PriceTable, load_price_table, selects_spot_only
+from trainpipe.policy.model import PolicyError
 from trainpipe.plan import ResourcePlan
 from trainpipe.runtime.usage import RunUsage, account_try, log_usage, read_tries, run_usage, version_usage_tags
 
@@ -25,7 +26,7 @@ def _policy(tmp_path: Path, text: str) -> Path:
 
 
 def test_price_table_is_read_from_the_policy_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = _policy(tmp_path, "teams: {}\ncosts:\n  gpu_hour: {default: 2.0, nvidia.com/gpu: 3.0}\n"
+    path = _policy(tmp_path, "teams: {risk: {folders: ['risk/**']}}\ncosts:\n  gpu_hour: {default: 2.0, nvidia.com/gpu: 3.0}\n"
                              "  cpu_hour: 0.05\n  spot_discount: 0.7\n")
     monkeypatch.setenv("TRAINPIPE_POLICY", str(path))
     prices = load_price_table()
@@ -39,12 +40,14 @@ def test_price_table_is_read_from_the_policy_file(tmp_path: Path, monkeypatch: p
 
 
 def test_a_malformed_price_table_names_the_field(tmp_path: Path) -> None:
-    with pytest.raises(PolicyError, match=r"policy.yaml: costs.spot_discount: must be a fraction in \[0, 1\)"):
-        load_price_table(_policy(tmp_path, "costs: {spot_discount: 1.5}\n"))
-    with pytest.raises(PolicyError, match=r"policy.yaml: costs.gpu_hour.default: must be a number >= 0"):
-        load_price_table(_policy(tmp_path, "costs: {gpu_hour: {default: -1}}\n"))
-    with pytest.raises(PolicyError, match=r"costs: unknown key\(s\) gpu_hours; allowed: gpu_hour"):
-        load_price_table(_policy(tmp_path, "costs: {gpu_hours: 1}\n"))
+    # Read by the policy's own loader: located errors naming the field.
+    team = "teams: {risk: {folders: ['risk/**']}}\n"
+    with pytest.raises(PolicyError, match=r"policy.yaml:2:\d+: costs.spot_discount: .*less than or equal to 1"):
+        load_price_table(_policy(tmp_path, team + "costs: {spot_discount: 1.5}\n"))
+    with pytest.raises(PolicyError, match=r"policy.yaml:2:\d+: costs.gpu_hour: .*prices must be >= 0: default"):
+        load_price_table(_policy(tmp_path, team + "costs: {gpu_hour: {default: -1}}\n"))
+    with pytest.raises(PolicyError, match=r"policy.yaml:2:\d+: costs.gpu_hours: .*gpu_hour"):
+        load_price_table(_policy(tmp_path, team + "costs: {gpu_hours: 1}\n"))
     # No price for the GPU and no default: no money is made up.
     assert PriceTable(gpu_hour={"amd.com/gpu": 1.0}).cost(gpu_hours=1, cpu_hours=0, gpu_resource="nvidia.com/gpu",
                                                           spot=False) is None
@@ -61,7 +64,7 @@ def test_spot_only_placement_is_recognised() -> None:
 def test_every_try_counts_and_the_run_gets_the_totals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.sdk import ObjectStoragePath
 
-    monkeypatch.setenv("TRAINPIPE_POLICY", str(_policy(tmp_path, "costs: {gpu_hour: {default: 2.0}, cpu_hour: 0.5}\n")))
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(_policy(tmp_path, "teams: {risk: {folders: ['risk/**']}}\ncosts: {gpu_hour: {default: 2.0}, cpu_hour: 0.5}\n")))
     run_dir = ObjectStoragePath(f"file://{tmp_path / 'run'}")
     client = mlflow.MlflowClient()
     run_id = client.create_run(client.create_experiment("usage-ledger")).info.run_id
