@@ -1,71 +1,96 @@
-"""Which DAG file compiles which spec: the shard layout of ``dags/`` (ADR 0012).
+"""Compiled plans bound to Airflow DAG files: which DAG file compiles which spec (shards, ADR 0012),
+pipeline ids across shards, the task run's parsing context, and the plan cache. ``trainpipe.load_dags``
+is the public entry point; the compiler (``trainpipe.factory``) stays Airflow-free.
 
-``dags/`` holds ``SHARD_FILES`` DAG files, shard 0 (``trainpipe_dags.py``) to shard 63
-(``trainpipe_dags_63.py``). A folder of at most ``SINGLE_FILE_MAX`` specs is compiled by shard 0
-alone, as one file always did; above that, each spec belongs to the shard named by a hash of its
-path relative to the configs folder, so a spec never moves when others are added or removed, and
-each file compiles about 1/64 of the folder.
+With ``shards=N`` (the repository's ``dags/`` uses 64: ``trainpipe_dags.py`` and ``shards/``), a
+folder of at most ``SINGLE_FILE_MAX`` specs is compiled by shard 0 alone, as one file always did;
+above that, each spec belongs to the shard named by a hash of its path relative to the configs
+folder, so a spec never moves when others are added or removed, and each file compiles about 1/N of
+the folder.
 
-Standard library only: a shard file with nothing to compile returns before the compiler (pydantic,
-the spec models, Airflow operators) is imported.
+Standard library only at import: a shard file with nothing to compile returns before the compiler
+(pydantic, the spec models, Airflow operators) is imported.
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trainpipe.errors import DagFileError
+from trainpipe.spec_files import list_specs
+
+if TYPE_CHECKING:
+    from trainpipe.factory import CompileResult
+    from trainpipe.plan_cache import PlanCache
+
+log = logging.getLogger(__name__)
+
+# The layout measured in benchmarks/parse_scale.py (ADR 0012): 64 DAG files for a large folder.
 SHARD_FILES = 64
 # Up to this many specs one file compiles them all (about 1 s of parse): a small folder keeps one
-# DAG file doing the work and the other 63 return after listing the folder.
+# DAG file doing the work and the others return after listing the folder.
 SINGLE_FILE_MAX = 300
-SPEC_SUFFIXES = (".yaml", ".yml")
+SPECS_FOLDER_NAME = "dag_configs"
 # Set by Airflow when a worker parses a DAG file to run one task (airflow.sdk.get_parsing_context).
 _PARSING_CONTEXT_DAG_ID = "_AIRFLOW_PARSING_CONTEXT_DAG_ID"
 
 
-def configs_folder(dag_file: str) -> Path:
-    """``TRAINPIPE_DAG_CONFIGS``, else the ``dag_configs/`` folder beside the DAG file's ``dags/``."""
-    return Path(os.environ.get("TRAINPIPE_DAG_CONFIGS") or Path(dag_file).resolve().parent.parent / "dag_configs")
+def load_dags(namespace: dict[str, Any], *, specs_folder: str | os.PathLike[str] | None = None, shards: int = 1,
+              shard: int = 0) -> None:
+    """``trainpipe.load_dags`` (documented there)."""
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise DagFileError(f"load_dags: shards must be a whole number >= 1 (the DAG files sharing the folder), "
+                           f"got {shards!r}; use shards={SHARD_FILES} for a large folder")
+    if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards:
+        raise DagFileError(f"load_dags: shard must be this file's number, 0 to {shards - 1} with shards={shards}, "
+                           f"got {shard!r}")
+    with _cyclic_gc_paused():
+        root = specs_folder_for(namespace.get("__file__"), specs_folder)
+        if shards == 1:
+            register_dags(namespace, root)
+            return
+        mine, others = split(list_specs(root.resolve()), shard, shards)
+        # A task run compiles its one spec whatever the shard (it may look in the other shards' files).
+        if not mine and not os.environ.get(_PARSING_CONTEXT_DAG_ID):
+            return
+        register_dags(namespace, root, shard=(shard, mine, others))
 
 
-def list_specs(root: Path) -> list[tuple[str, str]]:
-    """Every spec under ``root`` as (path relative to it with ``/``, path), sorted as paths sort.
-
-    ``*.yaml``/``*.yml`` entries of any kind (a folder or pipe so named is reported by the compiler,
-    not skipped), excluding ``_``-prefixed ones (defaults, drafts); symlinked folders are not
-    followed. One ``os.scandir`` walk, plain strings (no ``Path`` per file): it runs at every parse
-    of every shard file, over the whole folder.
-    """
-    found: list[tuple[str, str]] = []
-    pending: list[tuple[str, str]] = [("", str(root))]
-    while pending:
-        prefix, folder = pending.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:  # missing or unreadable: no specs there, as rglob would say
-            continue
-        for entry in entries:
-            name = entry.name
-            if name.endswith(SPEC_SUFFIXES) and not name.startswith("_"):
-                found.append((prefix + name, entry.path))
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append((prefix + name + "/", entry.path))
-            except OSError:
-                continue
-    # Path order compares part by part: "a/b" before "a-b". NUL sorts below any character of a name.
-    found.sort(key=lambda item: item[0].replace("/", "\0"))
-    return found
+def specs_folder_for(dag_file: str | None, specs_folder: str | os.PathLike[str] | None) -> Path:
+    """The configs folder a DAG file compiles: ``specs_folder`` (relative to the DAG file's folder),
+    else ``TRAINPIPE_DAG_CONFIGS``, else the nearest ``dag_configs/`` in the DAG file's folder or
+    one of its parents (``dags/../dag_configs`` in this repository and beside an Airflow home's
+    ``dags/``)."""
+    here = Path(dag_file).resolve().parent if dag_file else None
+    if specs_folder is not None:
+        folder = Path(specs_folder)
+        if folder.is_absolute():
+            return folder
+        if here is None:
+            raise DagFileError("load_dags: a relative specs_folder needs the DAG file's __file__ in the globals "
+                               "passed; call load_dags(globals(), ...) from the DAG file")
+        return here / folder
+    configured = os.environ.get("TRAINPIPE_DAG_CONFIGS")
+    if configured:
+        return Path(configured)
+    for folder in (here, *here.parents) if here is not None else ():
+        if (folder / SPECS_FOLDER_NAME).is_dir():
+            return folder / SPECS_FOLDER_NAME
+    raise DagFileError(f"load_dags: found no {SPECS_FOLDER_NAME}/ folder beside the DAG file or in its parent "
+                       "folders; set TRAINPIPE_DAG_CONFIGS to the folder of your specs, or pass "
+                       "load_dags(globals(), specs_folder=...)")
 
 
-def shard_count(spec_count: int) -> int:
-    return 1 if spec_count <= SINGLE_FILE_MAX else SHARD_FILES
+def shard_count(spec_count: int, files: int = SHARD_FILES) -> int:
+    """How many of the ``files`` DAG files share a folder of ``spec_count`` specs: 1 up to ``SINGLE_FILE_MAX``."""
+    return 1 if spec_count <= SINGLE_FILE_MAX else files
 
 
 def shard_of(relative_path: str, count: int) -> int:
@@ -77,9 +102,9 @@ def shard_of(relative_path: str, count: int) -> int:
     return int.from_bytes(digest, "big") % count
 
 
-def split(specs: list[tuple[str, str]], shard: int) -> tuple[list[Path], list[str]]:
+def split(specs: list[tuple[str, str]], shard: int, files: int = SHARD_FILES) -> tuple[list[Path], list[str]]:
     """(this shard's spec files, every other spec file), each in path order."""
-    count = shard_count(len(specs))
+    count = shard_count(len(specs), files)
     mine: list[Path] = []
     others: list[str] = []
     for relative, path in specs:
@@ -90,20 +115,111 @@ def split(specs: list[tuple[str, str]], shard: int) -> tuple[list[Path], list[st
     return mine, others
 
 
-def register_shard(namespace: dict[str, Any], shard: int, dag_file: str) -> None:
-    """What each DAG file in ``dags/`` calls: build this shard's DAGs into ``namespace``."""
-    if not 0 <= shard < SHARD_FILES:
-        raise ValueError(f"shard {shard} is outside 0..{SHARD_FILES - 1}; dags/ holds one file per shard")
-    with _cyclic_gc_paused():
-        root = configs_folder(dag_file)
-        specs = list_specs(root.resolve())
-        mine, others = split(specs, shard)
-        # A task run compiles its one spec whatever the shard (it may look in the other shards' files).
-        if not mine and not os.environ.get(_PARSING_CONTEXT_DAG_ID):
-            return
-        from trainpipe.factory import register_dags
+def register_dags(namespace: dict[str, Any], directory: Path, *,
+                  shard: tuple[int, list[Path], list[str]] | None = None) -> CompileResult:
+    """Build one DAG per valid spec into ``namespace`` (a DAG file's globals); each broken spec is
+    reported to Airflow as an import error of that spec file (``trainpipe.airflow_compat``).
 
-        register_dags(namespace, root, shard=(shard, mine, others))
+    ``shard`` is (number, its spec files, every other spec file) from ``split``; without it the whole
+    folder is compiled. Plans and DAGs come from the plan cache when their spec is unchanged; a task
+    run's parse compiles its one spec and leaves the cache as it is.
+    """
+    from airflow.sdk import get_parsing_context
+
+    from trainpipe.plan_cache import PlanCache
+
+    root = directory.resolve()
+    number, mine, others = shard if shard is not None else (0, None, [])
+    only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
+    cache = PlanCache(root, f"shard{number:02d}" if shard is not None else "all").load()
+    try:
+        return _register(namespace, directory, root, only, mine, others, cache)
+    except BaseException:
+        # Interrupted (Airflow's import timeout is a BaseException): keep what this parse compiled,
+        # so that the next parse of an overloaded dag-processor starts further on.
+        if only is None:
+            cache.save(complete=False)
+        raise
+
+
+def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str | None, mine: list[Path] | None,
+              others: list[str], cache: PlanCache) -> CompileResult:
+    from trainpipe.airflow_compat import report_spec_errors
+    from trainpipe.dag_builder import build_dag
+    from trainpipe.factory import compile_directory, unexpected_failure
+    from trainpipe.plan_cache import airflow_fingerprint
+
+    result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only, files=mine, cache=cache)
+    if only is not None and only not in result.plans and others:
+        # The spec is in another shard now (the folder crossed SINGLE_FILE_MAX since the run started):
+        # the worker still finds it here.
+        elsewhere = compile_directory(directory, relative_to=directory.parent, only_pipeline=only,
+                                      files=[Path(path) for path in others], cache=cache)
+        result.plans.update(elsewhere.plans)
+        result.errors.update(elsewhere.errors)
+        result.files.update(elsewhere.files)
+        result.cache_keys.update(elsewhere.cache_keys)
+        result.cached.update(elsewhere.cached)
+    elif only is None:
+        _drop_cross_shard_duplicates(result, mine or [], others, root, cache)
+    airflow = airflow_fingerprint()
+    for dag_id, plan in list(result.plans.items()):
+        key = result.cache_keys.get(plan.spec_file)
+        try:
+            dag = cache.get_dag(key, plan, airflow) if key else None
+            if dag is None:
+                dag = build_dag(plan)
+                if key:
+                    cache.put_dag(key, dag, airflow)
+            namespace[dag_id] = dag
+        except Exception as err:  # the DAG file must not raise: that would drop every DAG
+            del result.plans[dag_id]
+            result.errors[plan.spec_file] = unexpected_failure(err, plan.spec_file, Path(plan.source_path),
+                                                               directory.parent.resolve(), root)
+    if only is None:
+        cache.save()
+        log.info("trainpipe: %d DAGs (%d plans from the cache), %d broken specs", len(result.plans),
+                 len(result.cached & {p.spec_file for p in result.plans.values()}), len(result.errors))
+    if result.errors:
+        report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()})
+    return result
+
+
+def declared_pipeline_id(path: str) -> str | None:
+    """The id a file's top-level ``pipeline_id:`` line names (the quick look of a task run), or None
+    (no such line, or unreadable: the file's own shard reports it)."""
+    from trainpipe.factory import _PIPELINE_ID_LINE
+
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            head = handle.read(1 << 20)
+    except OSError:
+        return None
+    match = _PIPELINE_ID_LINE.search(head.decode("utf-8", "replace"))
+    return match.group(1) if match is not None else None
+
+
+def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others: list[str], root: Path,
+                                 cache: PlanCache) -> None:
+    """A pipeline id this shard compiled that a file of another shard, earlier in path order, also
+    declares is an error here (the earlier file's shard owns the id), as within one folder."""
+    from trainpipe.factory import _display, _duplicate
+
+    if not result.plans or not others:
+        return
+    ids = cache.declared_ids([*map(str, mine), *others], declared_pipeline_id)
+    first: dict[str, Path] = {}
+    for path in others:  # in path order
+        if ids.get(path) is not None:
+            first.setdefault(ids[path], path)
+    for dag_id, plan in list(result.plans.items()):
+        earlier = Path(first[dag_id]) if dag_id in first else None
+        path = result.files[plan.spec_file]
+        if earlier is None or earlier.relative_to(root).parts > path.relative_to(root).parts:
+            continue
+        del result.plans[dag_id]
+        result.errors[plan.spec_file] = _duplicate(None, path, plan.spec_file, dag_id,
+                                                   f"is already declared in {_display(earlier, root.parent)}")
 
 
 @contextmanager
