@@ -67,15 +67,15 @@ stack-deps:
 	fi
 
 stack: install stack-deps
-	$(BIN)/python -m trainpipe.stack up
+	$(BIN)/python tools/stack/trainpipe_stack.py up
 
 stack-down:
-	$(BIN)/python -m trainpipe.stack down
+	$(BIN)/python tools/stack/trainpipe_stack.py down
 
 stack-status:
-	$(BIN)/python -m trainpipe.stack status
+	$(BIN)/python tools/stack/trainpipe_stack.py status
 
 clean:
 	@# a running stack keeps its state in $(TRAINPIPE_HOME)/stack: stop it first
-	@if [ -x $(BIN)/python ]; then $(BIN)/python -m trainpipe.stack down >/dev/null 2>&1 || true; fi
+	@if [ -x $(BIN)/python ]; then $(BIN)/python tools/stack/trainpipe_stack.py down >/dev/null 2>&1 || true; fi
 	rm -rf $(TRAINPIPE_HOME)

@@ -6,7 +6,9 @@ and Airflow's api-server, scheduler, dag-processor, triggerer and a Celery worke
 under ``TRAINPIPE_STACK_HOME`` (``.trainpipe/stack/``); each service logs to ``logs/<service>.log``
 and is tracked by ``pids/<service>.pid``, so ``down`` stops exactly what ``up`` started.
 
-    python -m trainpipe.stack up | down | status | restart SERVICE
+    python tools/stack/trainpipe_stack.py up | down | status | restart SERVICE   (make stack, stack-down, stack-status)
+
+A developer tool of this repository, not part of the provider package (the wheel does not ship it).
 
 The service list and environment match ``docker-compose.yaml``; both follow
 ``docs/ARCHITECTURE.md`` ("The stack").
@@ -918,7 +920,7 @@ def _print_urls(urls: Mapping[str, str], config: StackConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainpipe.stack", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python tools/stack/trainpipe_stack.py", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("up", help="start every service (reusing the state) and wait until all are healthy")
     commands.add_parser("down", help="stop every process the stack started; keeps the state")
