@@ -147,7 +147,6 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
     from trainpipe.airflow_compat import report_spec_errors
     from trainpipe.dag_builder import build_dag
     from trainpipe.factory import compile_directory, unexpected_failure
-    from trainpipe.plan_cache import airflow_fingerprint
 
     result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only, files=mine, cache=cache)
     if only is not None and only not in result.plans and others:
@@ -183,6 +182,20 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
     if result.errors:
         report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()})
     return result
+
+
+def airflow_fingerprint() -> str:
+    """What a built DAG depends on beyond the plan: Airflow's version and configuration (read once
+    per parse; a config change takes effect at the next parse, as it does without the cache)."""
+    from importlib import metadata
+
+    from airflow.sdk.configuration import conf
+
+    config = conf.as_dict(display_source=False, display_sensitive=True, raw=True, include_env=True,
+                          include_cmds=False, include_secret=False)
+    digest = hashlib.sha256(f"{metadata.version('apache-airflow')}\0".encode())
+    digest.update(repr(sorted((section, sorted(values.items())) for section, values in config.items())).encode())
+    return digest.hexdigest()
 
 
 def declared_pipeline_id(path: str) -> str | None:
