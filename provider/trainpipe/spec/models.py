@@ -659,18 +659,24 @@ class NotifySpec(_Model):
 # ---------------------------------------------------------------------------------------------
 # run parameters
 
+# The settings a run parameter or a hyperparameter search may change, each once: name -> (path in the
+# spec, JSON Schema type of a run parameter or None when only a search sets it, the search's kind or
+# None when only a run parameter sets it). A search's kind: "float", "int", or "layers" (a list of sizes).
+_RUN_SETTINGS: dict[str, tuple[tuple[str, ...], str | None, str | None]] = {
+    "epochs": (("training", "epochs"), "integer", None),
+    "batch_size": (("training", "batch_size"), "integer", "int"),
+    "learning_rate": (("training", "learning_rate"), "number", "float"),
+    "seed": (("training", "seed"), "integer", None),
+    "dropout": (("training", "model", "dropout"), "number", "float"),
+    "hidden_layers": (("training", "model", "hidden_layers"), None, "layers"),
+    "gradient_clip_norm": (("training", "optimization", "gradient_clip_norm"), "number", "float"),
+    "warmup_steps": (("training", "optimization", "warmup_steps"), "integer", "int"),
+    "weight_decay": (("training", "optimization", "weight_decay"), "number", "float"),
+    "decision_threshold": (("evaluation", "decision_threshold"), "number", None),
+}
 # Param name -> (path in the spec, JSON Schema type). Only these can be overridden per run.
 OVERRIDABLE_PARAMS: dict[str, tuple[tuple[str, ...], str]] = {
-    "epochs": (("training", "epochs"), "integer"),
-    "batch_size": (("training", "batch_size"), "integer"),
-    "learning_rate": (("training", "learning_rate"), "number"),
-    "seed": (("training", "seed"), "integer"),
-    "dropout": (("training", "model", "dropout"), "number"),
-    "gradient_clip_norm": (("training", "optimization", "gradient_clip_norm"), "number"),
-    "warmup_steps": (("training", "optimization", "warmup_steps"), "integer"),
-    "weight_decay": (("training", "optimization", "weight_decay"), "number"),
-    "decision_threshold": (("evaluation", "decision_threshold"), "number"),
-}
+    name: (path, json_type) for name, (path, json_type, _) in _RUN_SETTINGS.items() if json_type is not None}
 
 
 class ParamSpec(_Model):
@@ -685,16 +691,9 @@ class ParamSpec(_Model):
 # ---------------------------------------------------------------------------------------------
 # hyperparameter search
 
-# Hyperparameter -> (path in the spec, kind). kind: "float", "int", or "layers" (a list of sizes).
+# Hyperparameter -> (path in the spec, kind), from the same table.
 TUNABLE_PARAMS: dict[str, tuple[tuple[str, ...], str]] = {
-    "learning_rate": (("training", "learning_rate"), "float"),
-    "batch_size": (("training", "batch_size"), "int"),
-    "dropout": (("training", "model", "dropout"), "float"),
-    "hidden_layers": (("training", "model", "hidden_layers"), "layers"),
-    "warmup_steps": (("training", "optimization", "warmup_steps"), "int"),
-    "weight_decay": (("training", "optimization", "weight_decay"), "float"),
-    "gradient_clip_norm": (("training", "optimization", "gradient_clip_norm"), "float"),
-}
+    name: (path, kind) for name, (path, _, kind) in _RUN_SETTINGS.items() if kind is not None}
 DISTRIBUTIONS = ("log_uniform", "uniform", "int", "choice")
 
 
@@ -754,7 +753,7 @@ class TuningSpec(_Model):
     space: dict[str, DistributionSpec] = Field(
         min_length=1,
         description="The hyperparameters to search and their ranges: {log_uniform: [lo, hi]}, {uniform: [lo, hi]}, "
-        f"{{int: [lo, hi]}} or {{choice: [...]}}. Names: {', '.join(TUNABLE_PARAMS)}.",
+        f"{{int: [lo, hi]}} or {{choice: [...]}}. Names: {', '.join(sorted(TUNABLE_PARAMS))}.",
         examples=[{"learning_rate": {"log_uniform": [0.0001, 0.1]}, "batch_size": {"choice": [32, 64, 128]}}])
 
 
