@@ -41,6 +41,7 @@ def test_make_demo_installs_no_development_or_benchmark_extra():
     assert "bench" not in re.search(r"^\$\(DEV_STAMP\):.*?(?=^\S)", makefile, re.MULTILINE | re.DOTALL).group(0)
 
 
+@pytest.mark.integration
 def test_a_tuned_spec_parses_into_its_dag_without_optuna():
     code = ("import sys; sys.modules['optuna'] = None; from pathlib import Path; "
             "from trainpipe.factory import compile_directory; from trainpipe.dag_builder import build_dag; "

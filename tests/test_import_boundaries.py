@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 BLOCK = """
@@ -85,6 +87,7 @@ def test_a_broken_contract_fails(tmp_path):
     assert "dag_builder imports no plan (false on purpose) BROKEN" in result.stdout
 
 
+@pytest.mark.integration
 def test_the_factory_dag_files_cycle_would_break_the_contracts(tmp_path):
     """The cycle issue 21 cut (the compiler importing the DAG-file binding back) fails `make test`:
     a copy of the provider with that one import added breaks the cycle, layer and Airflow-free contracts."""

@@ -220,6 +220,7 @@ def test_a_wrong_sharding_argument_is_named_with_its_fix_before_anything_is_comp
     assert list(namespace) == ["__file__"]
 
 
+@pytest.mark.integration
 def test_importing_trainpipe_for_load_dags_imports_neither_the_compiler_nor_airflow():
     code = ("import sys; from trainpipe import load_dags; "
             "print(sorted(m for m in ('trainpipe.factory', 'trainpipe.dag_files', 'airflow', 'pydantic', 'yaml') "

@@ -55,6 +55,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"provider": provider, "trainer": trainer}
 
 
+@pytest.mark.integration
 def test_the_provider_wheel_ships_the_package_and_no_developer_tools(wheels: dict[str, Path]):
     names = zipfile.ZipFile(wheels["provider"]).namelist()
     modules = {name for name in names if name.startswith("trainpipe/")}
