@@ -16,8 +16,9 @@ ARG AIRFLOW_VERSION
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # Provider extras: amazon (s3:// storage, the MinIO connection), kubernetes (launcher: kubernetes),
-# stack (the Celery provider and the Postgres driver that Airflow and the MLflow server use).
-ARG PROVIDER_EXTRAS=amazon,kubernetes,stack
+# tuning (optuna, for tuning: specs), stack (the Celery provider and the Postgres driver that Airflow and
+# the MLflow server use).
+ARG PROVIDER_EXTRAS=amazon,kubernetes,tuning,stack
 
 # /opt/airflow/auth: the admin password file (a named volume, which takes this owner when created).
 USER root
@@ -44,7 +45,7 @@ RUN --mount=type=bind,source=.,target=/src,rw \
     && pip check \
     && python -c "import trainpipe, trainpipe_trainer, torch, mlflow"
 
-# dags/ is baked in (64 three-line shard files that compile dag_configs/); dag_configs/ is bind-mounted by
+# dags/ is baked in (trainpipe_dags.py and its shard files in dags/shards/, ADR 0012); dag_configs/ is bind-mounted by
 # docker-compose.yaml so that dropping a YAML file there is all it takes to add a pipeline.
 COPY --chown=airflow:0 dags/ /opt/airflow/dags/
 

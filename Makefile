@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
 export TRAINPIPE_HOME := $(CURDIR)/.trainpipe
 export AIRFLOW_HOME := $(TRAINPIPE_HOME)/airflow
@@ -35,9 +36,16 @@ $(STAMP): pyproject.toml trainer_image/pyproject.toml requirements.lock
 	@echo "installing into $(VENV) (a few minutes on a fresh machine; log: $(TRAINPIPE_HOME)/install.log)"
 	$(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install --progress-bar off -c requirements.lock "torch==2.13.0" $(AIRFLOW_QUIET) \
-		-e "./trainer_image[deepspeed,tracking,tuning]" -e ".[kubernetes,amazon,dev,bench,stack]" > $(TRAINPIPE_HOME)/install.log 2>&1 \
+		-e "./trainer_image[deepspeed,tracking,tuning]" -e ".[kubernetes,amazon,tuning]" > $(TRAINPIPE_HOME)/install.log 2>&1 \
 		|| { tail -40 $(TRAINPIPE_HOME)/install.log; exit 1; }
 	touch $(STAMP)
+
+# What only `make test` and `make stack` need: test tools and the stack's Celery/Postgres clients. The
+# benchmark extra (dag-factory) is installed by hand (benchmarks/parse_specs.py), never by make.
+$(DEV_STAMP): $(STAMP)
+	@$(BIN)/pip install --progress-bar off -c requirements.lock -e ".[kubernetes,amazon,tuning,dev,stack]" \
+		>> $(TRAINPIPE_HOME)/install.log 2>&1 || { tail -40 $(TRAINPIPE_HOME)/install.log; exit 1; }
+	touch $(DEV_STAMP)
 
 demo: install
 	mkdir -p $(AIRFLOW_HOME)
@@ -52,16 +60,16 @@ demo: install
 	@echo "Evaluation report (per region too): MLflow UI -> experiment trainpipe/fraud_detector -> the run -> Artifacts -> evaluation/report.html"
 
 # The `stack` tier (tests/stack) starts its own stack (temporary state, free ports) and stops it at the end.
-test: install stack-deps
+test: $(DEV_STAMP) stack-deps
 	$(BIN)/python -m pytest tests -q
 
-test-fast: install
+test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests -q -m "not integration and not slow and not stack"
 
 # The docs site (mkdocs.yml): the spec field reference regenerated from the schema, then a strict
 # build (a broken link or anchor fails) into .trainpipe/site/. NO_MKDOCS_2_WARNING: the theme's
 # end-of-life banner is not about this site.
-docs: install
+docs: $(DEV_STAMP)
 	$(BIN)/python tools/gen_spec_reference.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	@echo "site: $(TRAINPIPE_HOME)/site/index.html"
@@ -80,16 +88,16 @@ stack-deps:
 		fi; \
 	fi
 
-stack: install stack-deps
-	$(BIN)/python -m trainpipe.stack up
+stack: $(DEV_STAMP) stack-deps
+	$(BIN)/python tools/stack/trainpipe_stack.py up
 
 stack-down:
-	$(BIN)/python -m trainpipe.stack down
+	$(BIN)/python tools/stack/trainpipe_stack.py down
 
 stack-status:
-	$(BIN)/python -m trainpipe.stack status
+	$(BIN)/python tools/stack/trainpipe_stack.py status
 
 clean:
 	@# a running stack keeps its state in $(TRAINPIPE_HOME)/stack: stop it first
-	@if [ -x $(BIN)/python ]; then $(BIN)/python -m trainpipe.stack down >/dev/null 2>&1 || true; fi
+	@if [ -x $(BIN)/python ]; then $(BIN)/python tools/stack/trainpipe_stack.py down >/dev/null 2>&1 || true; fi
 	rm -rf $(TRAINPIPE_HOME)

@@ -104,12 +104,12 @@ def _one_file_baseline(folder: Path):
 
 def _listing(folder: Path):
     def work() -> dict:
-        from trainpipe.shards import list_specs
+        from trainpipe.spec_files import list_specs
 
         start = time.perf_counter()
         specs = list_specs(folder)
         listed = time.perf_counter() - start
-        from trainpipe.factory import declared_pipeline_id
+        from trainpipe.dag_files import declared_pipeline_id
         from trainpipe.plan_cache import PlanCache
 
         cache = PlanCache(folder, "benchmark")
@@ -148,7 +148,8 @@ def main() -> int:
     import airflow.sdk  # noqa: F401
     from airflow.dag_processing.dagbag import DagBag  # noqa: F401
 
-    from trainpipe.shards import SHARD_FILES, list_specs, shard_count, shard_of
+    from trainpipe.dag_files import SHARD_FILES, shard_count, shard_of
+    from trainpipe.spec_files import list_specs
 
     # Bytecode as an installed package has it (pip compiles on install; PYTHONDONTWRITEBYTECODE or a
     # fresh editable checkout would otherwise make every child compile trainpipe's sources again).
@@ -156,7 +157,7 @@ def main() -> int:
     compileall.compile_dir(str(REPO / "provider" / "trainpipe"), quiet=1)
     compileall.compile_file(trainpipe_trainer.config.__file__, quiet=1)
 
-    dag_files = [REPO / "dags" / ("trainpipe_dags.py" if shard == 0 else f"trainpipe_dags_{shard:02d}.py")
+    dag_files = [REPO / "dags" / ("trainpipe_dags.py" if shard == 0 else f"shards/trainpipe_dags_{shard:02d}.py")
                  for shard in range(SHARD_FILES)]
     assert all(dag_file.is_file() for dag_file in dag_files)
     parent_rss_mb = _in_child(dict)[1] / 1024

@@ -1,7 +1,10 @@
-"""Airflow DAG file, shard 0 of trainpipe: every spec of ``dag_configs/`` (or ``TRAINPIPE_DAG_CONFIGS``)
-becomes one DAG. This file compiles them all while there are at most 300 specs; above that each of
-``trainpipe_dags.py`` and ``trainpipe_dags_01.py`` .. ``_63.py`` compiles its own share (ADR 0012)."""
+"""Airflow DAG file: every spec in dag_configs/ (or TRAINPIPE_DAG_CONFIGS) becomes one trainpipe DAG.
 
-from trainpipe.shards import register_shard
+This call is all a DAG file of trainpipe holds (docs/install.md). shards=64: above 300 specs, the 63 files
+in shards/ each compile a share of the folder, so no one file parses for too long (ADR 0012); up to
+300 specs this file compiles them all and those return at once.
+"""
 
-register_shard(globals(), 0, __file__)
+from trainpipe import load_dags
+
+load_dags(globals(), shards=64)

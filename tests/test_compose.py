@@ -5,7 +5,7 @@ The unit tests read the files as Docker Compose would (``yaml.safe_load`` with m
 ``${VAR}`` interpolation) and hold them to the rules of the stack: services, health checks,
 dependencies, volumes, the shared Airflow environment, pinned images, no inline secret, every
 variable documented in ``.env.example``, and the same topology and settings as the native stack
-(``trainpipe.stack``, what ``make stack`` runs). The integration tests run the two programs of the
+(``tools/stack/trainpipe_stack.py``, what ``make stack`` runs). The integration tests run the two programs of the
 compose file that can run here, with the arguments and environment the compose file gives them:
 the airflow-init script (``deploy/airflow/init.py``) and the MLflow server command.
 """
@@ -207,7 +207,7 @@ def services(raw: dict) -> dict[str, dict]:
 
 
 def test_services_are_the_native_stack_plus_init_steps(raw: dict) -> None:
-    from trainpipe.stack import SERVICES
+    from trainpipe_stack import SERVICES
 
     expected = {NATIVE_NAMES.get(name, name) for name in SERVICES} | INIT_SERVICES
     assert set(raw["services"]) == expected
@@ -244,7 +244,7 @@ def test_health_checks_probe_the_documented_endpoints(services: dict) -> None:
     assert "http://localhost:8080/api/v2/version" in services["airflow-apiserver"]["healthcheck"]["test"]
     assert "http://localhost:5000/health" in services["mlflow"]["healthcheck"]["test"]
     worker_probe = " ".join(services["airflow-worker"]["healthcheck"]["test"])
-    from trainpipe.stack import CELERY_APP
+    from trainpipe_stack import CELERY_APP
 
     assert f"celery --app {CELERY_APP} inspect ping" in worker_probe
 
@@ -344,7 +344,7 @@ def test_shared_airflow_environment(raw: dict, services: dict) -> None:
 
 
 def test_airflow_environment_matches_the_native_stack(raw: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainpipe import stack
+    import trainpipe_stack as stack
 
     class AnyKey(dict):
         def __missing__(self, key: str) -> str:

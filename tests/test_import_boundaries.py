@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 BLOCK = """
@@ -83,3 +85,26 @@ def test_a_broken_contract_fails(tmp_path):
 
     assert result.returncode == 1
     assert "dag_builder imports no plan (false on purpose) BROKEN" in result.stdout
+
+
+@pytest.mark.integration
+def test_the_factory_dag_files_cycle_would_break_the_contracts(tmp_path):
+    """The cycle issue 21 cut (the compiler importing the DAG-file binding back) fails `make test`:
+    a copy of the provider with that one import added breaks the cycle, layer and Airflow-free contracts."""
+    import os
+    import shutil
+
+    shutil.copytree(REPO / "provider" / "trainpipe", tmp_path / "trainpipe",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    factory = tmp_path / "trainpipe" / "factory.py"
+    factory.write_text(factory.read_text() + "\n\ndef _register_back():\n    from trainpipe.dag_files import register_dags\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO / "trainer_image")])}
+
+    result = subprocess.run([str(LINT_IMPORTS), "--config", str(REPO / ".importlinter"), "--no-cache"],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+
+    assert result.returncode == 1
+    for contract in ("No import cycles between the modules of either package BROKEN",
+                     "imports a later one BROKEN"):
+        assert contract in result.stdout, result.stdout
+    assert "trainpipe.factory is not allowed to import airflow" in result.stdout

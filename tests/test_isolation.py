@@ -52,7 +52,7 @@ def test_good_dags_load_and_exactly_the_broken_spec_is_an_import_error(configs_w
 
 
 def test_parsing_for_one_task_compiles_only_that_spec(configs_with_one_broken, monkeypatch):
-    from trainpipe.factory import register_dags
+    from trainpipe.dag_files import register_dags
 
     monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "search_ranker_nightly")
     namespace: dict = {}
@@ -65,7 +65,7 @@ def test_parsing_for_one_task_compiles_only_that_spec(configs_with_one_broken, m
 def test_parsing_for_one_task_still_finds_a_spec_the_quick_look_cannot_read(configs_with_one_broken, monkeypatch):
     """The parse for one task skips files by a regex on their `pipeline_id:` line; a file it cannot
     read must be compiled, never skipped, or the task's DAG would be missing on the worker."""
-    from trainpipe.factory import register_dags
+    from trainpipe.dag_files import register_dags
 
     spec = configs_with_one_broken / "search_ranker_nightly.yaml"
     text = spec.read_text()
@@ -118,7 +118,7 @@ def test_a_dag_that_fails_to_build_is_its_spec_files_error(configs_with_one_brok
     """No valid spec is known to fail in Airflow's DAG constructor, so one failure is injected; the
     DAG file must still define every other DAG instead of raising."""
     import trainpipe.dag_builder
-    from trainpipe.factory import register_dags
+    from trainpipe.dag_files import register_dags
 
     real_build_dag = trainpipe.dag_builder.build_dag
 

@@ -14,7 +14,8 @@ import pytest
 
 import trainpipe.plan
 import trainpipe.spec.models
-from trainpipe.factory import compile_directory, register_dags
+from trainpipe.dag_files import register_dags
+from trainpipe.factory import compile_directory
 from trainpipe.plan_cache import PlanCache, _package_sources, code_fingerprint
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,7 +76,7 @@ def test_a_changed_spec_or_defaults_file_is_compiled_again(configs: Path):
 def test_a_warm_parse_neither_validates_nor_imports_the_spec_models(configs: Path, tmp_path: Path):
     # What makes a warm parse cheap: plans and DAGs come out of the cache without the validator and its
     # pydantic models (most of a small shard's import time), in a fresh process as Airflow parses.
-    code = ("import sys; from pathlib import Path; from trainpipe.factory import register_dags; dags = {}; "
+    code = ("import sys; from pathlib import Path; from trainpipe.dag_files import register_dags; dags = {}; "
             f"result = register_dags(dags, Path({str(configs)!r})); "
             "print(len(dags), len(result.cached), len(result.errors), "
             "sorted(m for m in ('trainpipe.spec.models', 'trainpipe.spec.validate') if m in sys.modules))")
@@ -172,7 +173,7 @@ def test_bundles_are_per_configs_folder_and_shard(tmp_path: Path):
 
 
 def test_the_pipeline_id_index_follows_edits_and_survives_a_damaged_index(tmp_path: Path):
-    from trainpipe.factory import declared_pipeline_id
+    from trainpipe.dag_files import declared_pipeline_id
 
     files = []
     for i in range(3):

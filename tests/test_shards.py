@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe.shards import SHARD_FILES, SINGLE_FILE_MAX, list_specs, shard_count, shard_of
+from trainpipe.dag_files import SHARD_FILES, SINGLE_FILE_MAX, shard_count, shard_of
+from trainpipe.errors import DagFileError
+from trainpipe.spec_files import list_specs
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
@@ -23,7 +25,7 @@ def _spec(pipeline_id: str) -> str:
 
 
 def _shard_file(shard: int) -> Path:
-    return REPO / "dags" / ("trainpipe_dags.py" if shard == 0 else f"trainpipe_dags_{shard:02d}.py")
+    return REPO / "dags" / ("trainpipe_dags.py" if shard == 0 else f"shards/trainpipe_dags_{shard:02d}.py")
 
 
 def _assignment(root: Path) -> dict[str, int]:
@@ -32,12 +34,16 @@ def _assignment(root: Path) -> dict[str, int]:
     return {relative: shard_of(relative, count) for relative, _ in specs}
 
 
-def test_dags_holds_one_file_per_shard_each_calling_its_own_shard():
-    files = sorted(p.name for p in (REPO / "dags").glob("*.py"))
-    assert files == sorted(_shard_file(shard).name for shard in range(SHARD_FILES))
+def test_dags_shows_one_file_and_keeps_one_file_per_shard_out_of_the_way_each_calling_its_own_shard():
+    assert sorted(p.name for p in (REPO / "dags").iterdir()) == ["shards", "trainpipe_dags.py"]
+    files = sorted(p.relative_to(REPO / "dags") for p in (REPO / "dags").rglob("*.py"))
+    assert files == sorted(_shard_file(shard).relative_to(REPO / "dags") for shard in range(SHARD_FILES))
+    assert "load_dags(globals(), shards=64)\n" in _shard_file(0).read_text()
     for shard in range(SHARD_FILES):
         text = _shard_file(shard).read_text()
-        assert f"register_shard(globals(), {shard}, __file__)" in text
+        assert "from trainpipe import load_dags\n" in text
+        if shard:
+            assert text.endswith(f"\nload_dags(globals(), shards={SHARD_FILES}, shard={shard})\n")
         # Airflow's safe mode parses only files that mention both.
         assert "airflow" in text.lower() and "dag" in text.lower()
 
@@ -147,7 +153,7 @@ def test_a_sharded_folder_loads_each_dag_once_with_broken_specs_as_their_own_err
 
 def test_a_task_run_compiles_only_its_spec_even_from_another_shards_file(sharded_configs: Path, tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch):
-    from trainpipe.shards import register_shard
+    from trainpipe import load_dags
 
     monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(sharded_configs))
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
@@ -155,12 +161,12 @@ def test_a_task_run_compiles_only_its_spec_even_from_another_shards_file(sharded
     count = shard_count(len(list_specs(sharded_configs)))
     own = shard_of("p0042.yaml", count)
 
-    in_its_shard: dict = {}
-    register_shard(in_its_shard, own, str(_shard_file(own)))
+    in_its_shard: dict = {"__file__": str(_shard_file(own))}
+    load_dags(in_its_shard, shards=SHARD_FILES, shard=own)
     # A worker parsing a file that no longer holds the spec (the folder crossed SINGLE_FILE_MAX since
     # the DAG was listed) still finds it.
-    elsewhere: dict = {}
-    register_shard(elsewhere, (own + 1) % SHARD_FILES, str(_shard_file((own + 1) % SHARD_FILES)))
+    elsewhere: dict = {"__file__": str(_shard_file((own + 1) % SHARD_FILES))}
+    load_dags(elsewhere, shards=SHARD_FILES, shard=(own + 1) % SHARD_FILES)
 
     assert [k for k in in_its_shard if not k.startswith("__")] == ["p0042"]
     assert [k for k in elsewhere if not k.startswith("__")] == ["p0042"]
@@ -172,8 +178,8 @@ def test_a_shard_with_nothing_to_compile_does_not_import_the_compiler(tmp_path: 
     configs = tmp_path / "dag_configs"
     configs.mkdir()
     (configs / "only.yaml").write_text(_spec("only"))
-    code = ("import sys; from trainpipe.shards import register_shard; namespace = {}; "
-            f"register_shard(namespace, 5, {str(_shard_file(5))!r}); "
+    code = (f"import sys; from trainpipe import load_dags; namespace = {{'__file__': {str(_shard_file(5))!r}}}; "
+            "load_dags(namespace, shards=64, shard=5); "
             "print(sorted(k for k in namespace if not k.startswith('__')), 'trainpipe.factory' in sys.modules)")
     env = {**os.environ, "TRAINPIPE_DAG_CONFIGS": str(configs), "TRAINPIPE_HOME": str(tmp_path / "home")}
     env.pop("_AIRFLOW_PARSING_CONTEXT_DAG_ID", None)
@@ -181,3 +187,47 @@ def test_a_shard_with_nothing_to_compile_does_not_import_the_compiler(tmp_path: 
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
 
     assert out.stdout.strip() == "[] False"
+
+
+def test_a_dag_file_finds_the_nearest_dag_configs_folder_or_says_how_to_name_one(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch):
+    from trainpipe.dag_files import specs_folder_for
+
+    monkeypatch.delenv("TRAINPIPE_DAG_CONFIGS", raising=False)
+    (tmp_path / "home" / "dags" / "shards").mkdir(parents=True)
+    main, shard = tmp_path / "home" / "dags" / "trainpipe_dags.py", tmp_path / "home" / "dags" / "shards" / "t.py"
+    with pytest.raises(DagFileError, match=r"found no dag_configs/ folder beside the DAG file .* set TRAINPIPE_DAG_CONFIGS"):
+        specs_folder_for(str(main), None)
+
+    (tmp_path / "home" / "dag_configs").mkdir()
+    # The main file and the shard files below it find the same folder.
+    assert specs_folder_for(str(main), None) == specs_folder_for(str(shard), None) == tmp_path / "home" / "dag_configs"
+    assert specs_folder_for(str(main), "../teams") == tmp_path / "home" / "dags" / ".." / "teams"
+    assert specs_folder_for(str(main), tmp_path / "abs") == tmp_path / "abs"
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(tmp_path / "configured"))
+    assert specs_folder_for(str(main), None) == tmp_path / "configured"
+    assert specs_folder_for(str(main), "specs") == tmp_path / "home" / "dags" / "specs"  # the DAG file's own choice wins
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"shards": 0}, r"shards must be a whole number >= 1 .* got 0; use shards=64 for a large folder"),
+    ({"shards": True}, r"shards must be a whole number >= 1 .* got True"),
+    ({"shards": 64, "shard": 64}, r"shard must be this file's number, 0 to 63 with shards=64, got 64"),
+    ({"shard": 1}, r"shard must be this file's number, 0 to 0 with shards=1, got 1"),
+])
+def test_a_wrong_sharding_argument_is_named_with_its_fix_before_anything_is_compiled(arguments: dict, message: str):
+    from trainpipe import load_dags
+
+    namespace: dict = {"__file__": str(_shard_file(0))}
+    with pytest.raises(DagFileError, match=message):
+        load_dags(namespace, **arguments)
+    assert list(namespace) == ["__file__"]
+
+
+@pytest.mark.integration
+def test_importing_trainpipe_for_load_dags_imports_neither_the_compiler_nor_airflow():
+    code = ("import sys; from trainpipe import load_dags; "
+            "print(sorted(m for m in ('trainpipe.factory', 'trainpipe.dag_files', 'airflow', 'pydantic', 'yaml') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]"

@@ -58,7 +58,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
         return 1
     if args.k8s:
         from trainpipe.errors import TrainpipeError
-        from trainpipe.kubernetes.render import render_manifests_yaml
+        from trainpipe.operators.kubernetes_render import render_manifests_yaml
 
         try:
             print(render_manifests_yaml(plan), end="")

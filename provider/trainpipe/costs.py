@@ -15,12 +15,9 @@ when its pods are placed on spot capacity only).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from trainpipe.policy import POLICY_ENV
 
 # MLflow metric names on the training run (and tag names on the registered version): exact, the issue names them.
 GPU_HOURS = "gpu_hours"
@@ -51,21 +48,6 @@ class PriceTable:
             return None
         total = gpu_hours * (gpu_price or 0.0) + cpu_hours * self.cpu_hour
         return total * (1.0 - self.spot_discount) if spot else total
-
-
-def load_price_table(path: str | os.PathLike[str] | None = None) -> PriceTable | None:
-    """The price table of the policy file (``path``, else ``$TRAINPIPE_POLICY``), read and validated by the
-    policy's own loader; None without a file or without ``costs:`` in it (runs record device-hours, no money)."""
-    from trainpipe.policy.model import load_policy
-
-    path = path or os.environ.get(POLICY_ENV)
-    if not path:
-        return None
-    costs = load_policy(Path(path)).spec.costs
-    if costs is None:
-        return None
-    return PriceTable(gpu_hour=dict(costs.gpu_hour or {}), cpu_hour=costs.cpu_hour or 0.0,
-                      spot_discount=costs.spot_discount or 0.0)
 
 
 # Node labels that place a pod on spot (preemptible) capacity, with the value meaning spot.

@@ -43,6 +43,10 @@ class SpecError(TrainpipeError, ValueError):
         super().__init__("\n".join(str(p).lstrip(": ") if not p.file else str(p) for p in problems))
 
 
+class DagFileError(TrainpipeError, ValueError):
+    """A DAG file's ``load_dags`` call is wrong, or finds no specs folder (the platform's setup, not a spec)."""
+
+
 class TrainingFailedError(TrainpipeError):
     """The trainer process (local torchrun or pod) exited non-zero."""
 

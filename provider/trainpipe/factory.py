@@ -1,8 +1,7 @@
 """Compile every spec of a folder; one bad spec never hides the others.
 
-``compile_directory`` is Airflow-free (used by ``trainpipe validate``/``render`` and tests);
-``register_dags`` is what each DAG file in ``dags/`` calls for its shard (``trainpipe.shards``),
-with the compiled-plan cache (``trainpipe.plan_cache``).
+The compiler, Airflow-free: ``compile_directory`` is used by the DAG files (through
+``trainpipe.dag_files``, with the compiled-plan cache), by ``trainpipe validate``/``render`` and by tests.
 
 Defaults: ``_defaults.yaml`` files are merged under each spec, the nearest folder's on top of its
 parents' (precedence: spec file > nearest ``_defaults.yaml`` > ... > the configs root's).
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.plan import PipelinePlan, build_plan
 from trainpipe.policy import FAULT_INJECTION_ENV, POLICY_ENV
-from trainpipe.shards import list_specs
+from trainpipe.spec_files import list_specs
 from trainpipe.spec.loader import LoadedYaml, load_yaml_text, merge_defaults, read_spec_text
 
 if TYPE_CHECKING:
@@ -331,38 +330,6 @@ def _duplicate(loaded: LoadedYaml | None, path: Path, name: str, dag_id: str, wh
         "loaded: rename one"))])
 
 
-def declared_pipeline_id(path: str) -> str | None:
-    """The id a file's top-level ``pipeline_id:`` line names (the quick look of a task run), or None
-    (no such line, or unreadable: the file's own shard reports it)."""
-    try:
-        with open(path, "rb", buffering=0) as handle:
-            head = handle.read(1 << 20)
-    except OSError:
-        return None
-    match = _PIPELINE_ID_LINE.search(head.decode("utf-8", "replace"))
-    return match.group(1) if match is not None else None
-
-
-def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others: list[str], root: Path,
-                                 cache: PlanCache) -> None:
-    """A pipeline id this shard compiled that a file of another shard also declares is an error here,
-    whatever their path order (that file's shard refuses its own the same way), as within one folder."""
-    if not result.plans or not others:
-        return
-    ids = cache.declared_ids([*map(str, mine), *others], declared_pipeline_id)
-    elsewhere: dict[str, list[str]] = {}
-    for path in others:  # in path order
-        if ids.get(path) is not None:
-            elsewhere.setdefault(ids[path], []).append(path)
-    for dag_id, plan in list(result.plans.items()):
-        if dag_id not in elsewhere:
-            continue
-        del result.plans[dag_id]
-        names = ", ".join(_display(Path(other), root.parent) for other in elsewhere[dag_id])
-        result.errors[plan.spec_file] = _duplicate(None, result.files[plan.spec_file], plan.spec_file, dag_id,
-                                                   f"is also declared in {names}")
-
-
 def unexpected_failure(err: Exception, name: str, spec_path: Path, base: Path, root: Path) -> SpecError:
     """A located error for an exception trainpipe did not expect while handling spec ``name``: its
     type and message, with no traceback (that goes to the log) and paths shown relative to ``base``
@@ -374,75 +341,6 @@ def unexpected_failure(err: Exception, name: str, spec_path: Path, base: Path, r
     return SpecError([SpecProblem(name, 1, 1, "", (
         f"trainpipe could not compile this file ({type(err).__name__}: {detail}); this is a trainpipe bug: "
         "please report it with the file (the traceback is in the log)"))])
-
-
-def register_dags(namespace: dict[str, Any], directory: Path, *,
-                  shard: tuple[int, list[Path], list[str]] | None = None) -> CompileResult:
-    """Build one DAG per valid spec into ``namespace`` (a DAG file's globals); each broken spec is
-    reported to Airflow as an import error of that spec file (``trainpipe.airflow_compat``).
-
-    ``shard`` is (number, its spec files, every other spec file) from ``trainpipe.shards``; without
-    it the whole folder is compiled. Plans and DAGs come from the plan cache when their spec is
-    unchanged; a task run's parse compiles its one spec and leaves the cache as it is.
-    """
-    from airflow.sdk import get_parsing_context
-
-    from trainpipe.plan_cache import PlanCache
-
-    root = directory.resolve()
-    number, mine, others = shard if shard is not None else (0, None, [])
-    only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
-    cache = PlanCache(root, f"shard{number:02d}" if shard is not None else "all").load()
-    try:
-        return _register(namespace, directory, root, only, mine, others, cache)
-    except BaseException:
-        # Interrupted (Airflow's import timeout is a BaseException): keep what this parse compiled,
-        # so that the next parse of an overloaded dag-processor starts further on.
-        if only is None:
-            cache.save(complete=False)
-        raise
-
-
-def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str | None, mine: list[Path] | None,
-              others: list[str], cache: PlanCache) -> CompileResult:
-    from trainpipe.airflow_compat import report_spec_errors
-    from trainpipe.dag_builder import build_dag
-    from trainpipe.plan_cache import airflow_fingerprint
-
-    result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only, files=mine, cache=cache)
-    if only is not None and only not in result.plans and others:
-        # The spec is in another shard now (the folder crossed SINGLE_FILE_MAX since the run started):
-        # the worker still finds it here.
-        elsewhere = compile_directory(directory, relative_to=directory.parent, only_pipeline=only,
-                                      files=[Path(path) for path in others], cache=cache)
-        result.plans.update(elsewhere.plans)
-        result.errors.update(elsewhere.errors)
-        result.files.update(elsewhere.files)
-        result.cache_keys.update(elsewhere.cache_keys)
-        result.cached.update(elsewhere.cached)
-    elif only is None:
-        _drop_cross_shard_duplicates(result, mine or [], others, root, cache)
-    airflow = airflow_fingerprint()
-    for dag_id, plan in list(result.plans.items()):
-        key = result.cache_keys.get(plan.spec_file)
-        try:
-            dag = cache.get_dag(key, plan, airflow) if key else None
-            if dag is None:
-                dag = build_dag(plan)
-                if key:
-                    cache.put_dag(key, dag, airflow)
-            namespace[dag_id] = dag
-        except Exception as err:  # the DAG file must not raise: that would drop every DAG
-            del result.plans[dag_id]
-            result.errors[plan.spec_file] = unexpected_failure(err, plan.spec_file, Path(plan.source_path),
-                                                               directory.parent.resolve(), root)
-    if only is None:
-        cache.save()
-        log.info("trainpipe: %d DAGs (%d plans from the cache), %d broken specs", len(result.plans),
-                 len(result.cached & {p.spec_file for p in result.plans.values()}), len(result.errors))
-    if result.errors:
-        report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()})
-    return result
 
 
 def compile_text(text: str, spec_relative_path: str, *, configs_root: Path) -> PipelinePlan:

@@ -32,6 +32,11 @@ class LaunchPlan:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
 
+    @property
+    def world_size(self) -> int:
+        """Trainer processes of one run: what the resume guard and reproduce compare."""
+        return self.nnodes * self.nproc_per_node
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LaunchValues:

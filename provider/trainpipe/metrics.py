@@ -33,16 +33,14 @@ import difflib
 import math
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import SpecError, TrainpipeError
+from trainpipe_trainer.config import TASK_TYPES
 
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import ArrayLike
-
-TaskType = Literal["binary_classification", "regression", "ranking"]
-TASK_TYPES: tuple[str, ...] = get_args(TaskType)
 
 _PLAIN_METRICS: dict[str, tuple[str, ...]] = {
     "binary_classification": ("auc", "f1", "accuracy", "precision", "recall", "log_loss", "pr_auc"),

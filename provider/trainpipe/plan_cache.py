@@ -40,7 +40,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import trainpipe
 from trainpipe.plan import PipelinePlan
 from trainpipe.settings import Settings
 
@@ -50,43 +49,33 @@ _MAGIC = b"trainpipe-plan-cache\n"
 # Fingerprint folders nobody has written for this long are removed (other versions' leftovers).
 _STALE_FOLDER_SECONDS = 7 * 24 * 3600
 _LIBRARIES = ("pydantic", "pydantic-core", "PyYAML", "croniter")
+# The trainpipe package's folder (not through ``import trainpipe``: its root holds the DAG files' entry point).
+_PACKAGE = Path(__file__).resolve().parent
 
 
 def _package_sources() -> list[Path]:
     import trainpipe_trainer.config
 
-    package = Path(trainpipe.__file__).resolve().parent
+    package = _PACKAGE
     files = sorted(p for p in package.rglob("*") if p.suffix in (".py", ".json") and "__pycache__" not in p.parts)
     return [*files, Path(trainpipe_trainer.config.__file__).resolve()]
 
 
 @functools.cache
 def code_fingerprint() -> str:
-    """trainpipe's version, the Python and library versions, and a hash of every trainpipe source:
-    any code change gives a new fingerprint, bumped version or not."""
+    """The Python and library versions and a hash of every trainpipe source (``__version__`` is one
+    of them): any code change gives a new fingerprint, bumped version or not."""
     digest = hashlib.sha256()
-    digest.update(f"{trainpipe.__version__}\0{sys.version}\0".encode())
+    digest.update(f"{sys.version}\0".encode())
     for name in _LIBRARIES:
         try:
             digest.update(f"{name}={metadata.version(name)}\0".encode())
         except metadata.PackageNotFoundError:
             digest.update(f"{name}=-\0".encode())
-    package = Path(trainpipe.__file__).resolve().parent
+    package = _PACKAGE
     for path in _package_sources():
         digest.update(str(path.relative_to(package) if path.is_relative_to(package) else path.name).encode())
         digest.update(b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def airflow_fingerprint() -> str:
-    """What a built DAG depends on beyond the plan: Airflow's version and configuration (read once
-    per parse; a config change takes effect at the next parse, as it does without the cache)."""
-    from airflow.sdk.configuration import conf
-
-    config = conf.as_dict(display_source=False, display_sensitive=True, raw=True, include_env=True,
-                          include_cmds=False, include_secret=False)
-    digest = hashlib.sha256(f"{metadata.version('apache-airflow')}\0".encode())
-    digest.update(repr(sorted((section, sorted(values.items())) for section, values in config.items())).encode())
     return digest.hexdigest()
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from trainpipe.demo.synthetic import drift_feature, generate_transactions
 
+from .dags import load_dag, run_dag
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,13 +50,7 @@ def _day(state_dir: Path, frame) -> None:  # noqa: ANN001 - DataFrame
 
 
 def _run(pipelines: Path, monkeypatch: pytest.MonkeyPatch, logical_date: datetime):
-    from airflow.dag_processing.dagbag import DagBag
-
-    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(pipelines))
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    dag_run = bag.get_dag(PIPELINE).test(logical_date=logical_date)
-    return dag_run, {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    return run_dag(load_dag(pipelines, PIPELINE, monkeypatch), logical_date=logical_date)
 
 
 def _baseline() -> str | None:

@@ -13,6 +13,8 @@ import pytest
 
 from trainpipe.demo.synthetic import TRANSACTION_REGIONS, generate_transactions
 
+from .dags import load_dag, run_dag
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,14 +61,8 @@ def fraud_run(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPa
             .replace("model_name: fraud_detector", "model_name: fraud_report"))
     (configs / "fraud_report.yaml").write_text(spec)
 
-    from airflow.dag_processing.dagbag import DagBag
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
-        bag = DagBag(dag_folder=str(REPO / "dags"))
-        assert bag.import_errors == {}
-        dag_run = bag.get_dag("fraud_report").test(logical_date=END)
-    states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+        dag_run, states = run_dag(load_dag(configs, "fraud_report", patch), logical_date=END)
     assert states["evaluate"] == "success", states
     import mlflow
 

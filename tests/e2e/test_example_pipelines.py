@@ -10,6 +10,8 @@ import pytest
 
 from trainpipe.demo.synthetic import generate_clicks, generate_transactions
 
+from .dags import load_dag, run_dag
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,13 +46,7 @@ def pipelines(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPa
 
 
 def _run(pipelines: Path, monkeypatch: pytest.MonkeyPatch, dag_id: str, logical_date: datetime):
-    from airflow.dag_processing.dagbag import DagBag
-
-    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(pipelines))
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    dag_run = bag.get_dag(dag_id).test(logical_date=logical_date)
-    return dag_run, {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    return run_dag(load_dag(pipelines, dag_id, monkeypatch), logical_date=logical_date)
 
 
 def _client():

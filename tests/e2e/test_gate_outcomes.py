@@ -14,9 +14,10 @@ import pytest
 
 from trainpipe.demo.synthetic import generate_transactions
 
+from .dags import load_dag, run_dag
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 7, 31, tzinfo=timezone.utc)
 SMTP_CONN = "trainpipe_test_smtp"
 
@@ -93,13 +94,7 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
 
 
 def _run(configs: Path, monkeypatch: pytest.MonkeyPatch, dag_id: str):
-    from airflow.dag_processing.dagbag import DagBag
-
-    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    dag_run = bag.get_dag(dag_id).test(logical_date=END)
-    return dag_run, {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    return run_dag(load_dag(configs, dag_id, monkeypatch), logical_date=END)
 
 
 def _note(dag_id: str, run_id: str) -> str | None:

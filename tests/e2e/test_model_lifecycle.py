@@ -17,6 +17,8 @@ import pytest
 
 from trainpipe.demo.synthetic import generate_transactions
 
+from .dags import load_dag, run_dag
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,13 +51,7 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
 
 
 def _run(configs: Path, monkeypatch: pytest.MonkeyPatch, logical_date: datetime):
-    from airflow.dag_processing.dagbag import DagBag
-
-    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    dag_run = bag.get_dag(MODEL).test(logical_date=logical_date, run_conf={"epochs": 2})
-    return dag_run, {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    return run_dag(load_dag(configs, MODEL, monkeypatch), logical_date=logical_date, run_conf={"epochs": 2})
 
 
 def _command(configs: Path, *argv: str) -> subprocess.CompletedProcess:

@@ -36,12 +36,10 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
     return folder
 
 
-def test_trigger_with_params_overrides_hyperparameters_for_that_run(configs, monkeypatch):
+def test_trigger_with_params_overrides_hyperparameters_for_that_run(configs, dag_from):
     import mlflow
-    from airflow.dag_processing.dagbag import DagBag
 
-    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
-    dag = DagBag(dag_folder=str(REPO / "dags")).get_dag("fraud_params")
+    dag = dag_from(configs, "fraud_params")
 
     dag_run = dag.test(logical_date=END, run_conf={"epochs": 1, "learning_rate": 0.01, "seed": 7})
 

@@ -45,20 +45,16 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
     return folder
 
 
-def test_retried_train_task_resumes_from_the_previous_try_checkpoint(configs, monkeypatch):
+def test_retried_train_task_resumes_from_the_previous_try_checkpoint(configs, dag_from, monkeypatch):
     import mlflow
-    from airflow.dag_processing.dagbag import DagBag
 
     from trainpipe.checkpoint_state import read_checkpoint_state
     from trainpipe.runtime.train import run_dir_for
     from trainpipe.settings import Settings
 
-    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
     # training.testing is refused unless the platform allows fault injection (ADR 0014).
     monkeypatch.setenv("TRAINPIPE_ALLOW_FAULT_INJECTION", "1")
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    dag = bag.get_dag("fraud_retry")
+    dag = dag_from(configs, "fraud_retry")
 
     dag_run = dag.test(logical_date=END)
 

@@ -18,6 +18,8 @@ from trainpipe.errors import ReproduceError
 from trainpipe.runtime.reproduce import parse_reference, snapshot_by_digest
 from trainpipe.settings import Settings
 
+from .dags import load_dag, run_dag
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,13 +56,7 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
 
 @pytest.fixture(scope="module")
 def registered(configs: Path, monkeypatch_module: pytest.MonkeyPatch):
-    from airflow.dag_processing.dagbag import DagBag
-
-    monkeypatch_module.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    dag_run = bag.get_dag(PIPELINE).test(logical_date=END)
-    return {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    return run_dag(load_dag(configs, PIPELINE, monkeypatch_module), logical_date=END)[1]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from tests.runtime.test_tuning import END, tiny_tuned_spec, write_data
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 N_TRIALS = 5
 
 
@@ -30,9 +29,8 @@ def tuned_configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.Te
     return configs
 
 
-def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, monkeypatch):
+def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, dag_from):
     import mlflow
-    from airflow.dag_processing.dagbag import DagBag
 
     from trainpipe.factory import compile_directory
     from trainpipe.plan import with_trial_params
@@ -40,10 +38,7 @@ def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, monkeypatch):
     from trainpipe.runtime.tuning import study_name as study_name_of
     from trainpipe.settings import Settings
 
-    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(tuned_configs))
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    dag = bag.get_dag("fraud_tuned_e2e")
+    dag = dag_from(tuned_configs, "fraud_tuned_e2e")
     assert dag.get_task("trials").max_active_tis_per_dagrun == 2
     dag_run = dag.test(logical_date=END)
 

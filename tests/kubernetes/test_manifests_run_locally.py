@@ -22,7 +22,7 @@ import pytest
 from trainpipe.demo.synthetic import generate_clicks, generate_transactions
 from trainpipe.factory import compile_file
 from trainpipe.kubernetes.builders import TrainerLaunch
-from trainpipe.kubernetes.render import render_manifests
+from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.plan import PipelinePlan, build_plan
 from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.runtime.train import RunContext, prepare_training_run, read_training_result

@@ -15,7 +15,7 @@ from trainpipe.errors import SpecError
 from trainpipe.factory import compile_text
 from trainpipe.kubernetes.admission import wait_for_admission
 from trainpipe.kubernetes.builders import TrainerLaunch
-from trainpipe.kubernetes.render import render_manifests
+from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.plan import PRIORITY_WEIGHTS, TeamPlan, build_plan
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded

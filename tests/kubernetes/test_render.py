@@ -14,7 +14,7 @@ from trainpipe.cli import main
 from trainpipe.errors import SpecError
 from trainpipe.factory import compile_file
 from trainpipe.kubernetes.builders import TrainerLaunch
-from trainpipe.kubernetes.render import render_manifests
+from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.launch import LaunchValues, resolve
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded

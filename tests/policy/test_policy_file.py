@@ -3,7 +3,6 @@ example policy of the stack admits every example spec, and its patterns mean wha
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

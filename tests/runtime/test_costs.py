@@ -11,8 +11,8 @@ import mlflow
 import pytest
 
 from trainpipe.cli import main
-from trainpipe.costs import PriceTable, load_price_table, selects_spot_only
-from trainpipe.policy.model import PolicyError
+from trainpipe.costs import PriceTable, selects_spot_only
+from trainpipe.policy.model import PolicyError, load_price_table
 from trainpipe.plan import ResourcePlan
 from trainpipe.runtime.usage import RunUsage, account_try, log_usage, read_tries, run_usage, version_usage_tags
 

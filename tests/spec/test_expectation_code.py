@@ -114,7 +114,7 @@ def test_spec_stage_refuses_the_payload_located(payload: str, tmp_path: Path):
 
     problems = _spec_problems(_yaml(kwargs))
 
-    assert any(p.startswith(f"specs/x.yaml:14:") and
+    assert any(p.startswith("specs/x.yaml:14:") and
                f"validation.expectations[0].expect_column_values_to_not_be_null.{at}: " in p for p in problems), problems
     assert any("Great Expectations' condition grammar" in p or "backtick" in p for p in problems), problems
     assert not marker.exists()

@@ -1,4 +1,4 @@
-"""The `stack` tier: one real stack for this package's tests (``trainpipe.stack``, the code behind
+"""The `stack` tier: one real stack for this package's tests (``tools/stack/trainpipe_stack.py``, the code behind
 ``make stack``), stopped after its last test so that it does not load the machine for the rest of the suite.
 
 It runs on free loopback ports with its state in a temporary folder, so it never touches a developer's
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainpipe.stack import Ports, Stack, StackConfig, s3_client
+from trainpipe_stack import Ports, Stack, StackConfig, s3_client
 
 from .helpers import DATA_KEY, REPO, SPECS, AirflowClient, RunningStack
 

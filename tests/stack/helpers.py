@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from trainpipe.stack import Stack, StackConfig, s3_client
+from trainpipe_stack import Stack, StackConfig, s3_client
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_KEY = "stack_tests/transactions.parquet"  # under the storage root (s3://<bucket>/storage/)

@@ -20,14 +20,23 @@ from typing import Any, Literal
 # 4: transforms (declared feature transforms, fitted on the train split and shipped in the model).
 CONFIG_VERSION = 4
 
-# The names both sides use: the spec's choices, the provider's metrics and the trainer's code paths.
+# The names both sides use, each choice list once: the spec models' fields (and so the JSON Schema),
+# the provider's metrics and plan, and the trainer's code paths read them from here.
 TaskType = Literal["binary_classification", "regression", "ranking"]
 TASK_TYPES: tuple[str, ...] = typing.get_args(TaskType)
-RANKING_LOSSES: tuple[str, ...] = ("pointwise", "listwise")
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
-LR_SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
+ModelType = Literal["mlp"]
+RankingLoss = Literal["pointwise", "listwise"]
+RANKING_LOSSES: tuple[str, ...] = typing.get_args(RankingLoss)
+Precision = Literal["fp32", "bf16"]
+PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+LrSchedule = Literal["constant", "linear", "cosine"]
+LR_SCHEDULES: tuple[str, ...] = typing.get_args(LrSchedule)
 StrategyName = Literal["ddp", "deepspeed"]
 STRATEGIES: tuple[str, ...] = typing.get_args(StrategyName)
+ZeroStage = Literal[0, 1, 2, 3]
+ZERO_STAGES: tuple[int, ...] = typing.get_args(ZeroStage)
+Direction = Literal["minimize", "maximize"]
+PrunerName = Literal["hyperband", "median", "none"]
 FeatureType = Literal["numeric", "categorical"]
 FEATURE_TYPES: tuple[str, ...] = typing.get_args(FeatureType)
 ImputeStrategy = Literal["mean", "median", "constant"]
@@ -76,11 +85,11 @@ def _require(condition: bool, message: str) -> None:
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class ModelConfig:
-    type: Literal["mlp"] = "mlp"
+    type: ModelType = "mlp"
     hidden_layers: tuple[int, ...] = (64, 32)
     dropout: float = 0.0
     # Ranking only: pointwise regresses the relevance, listwise optimises a softmax over each query.
-    ranking_loss: Literal["pointwise", "listwise"] = "listwise"
+    ranking_loss: RankingLoss = "listwise"
 
     def __post_init__(self) -> None:
         _require(self.type == "mlp", f"model.type: only 'mlp' is built in, got {self.type!r}")
@@ -94,8 +103,8 @@ class OptimizationConfig:
     gradient_clip_norm: float | None = None
     gradient_accumulation_steps: int = 1
     # bf16 autocast where the device supports it; fp32 otherwise.
-    precision: Literal["fp32", "bf16"] = "fp32"
-    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    precision: Precision = "fp32"
+    lr_schedule: LrSchedule = "constant"
     warmup_steps: int = 0
     weight_decay: float = 0.0
 
@@ -110,12 +119,12 @@ class OptimizationConfig:
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class DeepSpeedConfig:
-    zero_stage: int = 0
+    zero_stage: ZeroStage = 0
     offload_optimizer: bool = False
     offload_param: bool = False
 
     def __post_init__(self) -> None:
-        _require(self.zero_stage in (0, 1, 2, 3), f"deepspeed.zero_stage: one of 0, 1, 2, 3, got {self.zero_stage}")
+        _require(self.zero_stage in ZERO_STAGES, f"deepspeed.zero_stage: one of 0, 1, 2, 3, got {self.zero_stage}")
         _require(not self.offload_param or self.zero_stage == 3, "deepspeed.offload_param: needs zero_stage 3")
         _require(not self.offload_optimizer or self.zero_stage >= 1, "deepspeed.offload_optimizer: needs zero_stage >= 1")
 
@@ -266,8 +275,8 @@ class TuningTrial:
     study_name: str
     trial_number: int
     metric: str = "validation_loss"
-    direction: Literal["minimize", "maximize"] = "minimize"
-    pruner: Literal["hyperband", "median", "none"] = "hyperband"
+    direction: Direction = "minimize"
+    pruner: PrunerName = "hyperband"
     # Keyword arguments of the pruner (the same in every process that loads the study).
     pruner_options: dict[str, Any] = field(default_factory=dict)
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from trainpipe.costs import PriceTable
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.policy import FAULT_INJECTION_ENV, POLICY_ENV, globs
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_text, read_spec_text
@@ -304,6 +305,19 @@ def policy_from_env() -> Policy | None:
     """The policy in force (``TRAINPIPE_POLICY``), or None without one; ``PolicyError`` when broken."""
     path = os.environ.get(POLICY_ENV)
     return load_policy(Path(path)) if path else None
+
+
+def load_price_table(path: str | os.PathLike[str] | None = None) -> PriceTable | None:
+    """The price table of the policy file (``path``, else ``$TRAINPIPE_POLICY``); None without a file or
+    without ``costs:`` in it (runs then record device-hours, no money). ``PolicyError`` when broken."""
+    path = path or os.environ.get(POLICY_ENV)
+    if not path:
+        return None
+    costs = load_policy(Path(path)).spec.costs
+    if costs is None:
+        return None
+    return PriceTable(gpu_hour=dict(costs.gpu_hour or {}), cpu_hour=costs.cpu_hour or 0.0,
+                      spot_discount=costs.spot_discount or 0.0)
 
 
 def fault_injection_allowed_by_env() -> bool:

@@ -143,7 +143,7 @@ def plan_for(lineage: Lineage, *, configs_root: Path) -> PipelinePlan:
     if lineage.seed is not None and str(plan.trainer.seed) != lineage.seed:
         raise ReproduceError(f"the rebuilt training would use seed {plan.trainer.seed}, the version records seed "
                              f"{lineage.seed}; its run parameters were not all recorded")
-    world_size = plan.launch.nnodes * plan.launch.nproc_per_node
+    world_size = plan.launch.world_size
     if lineage.world_size is not None and str(world_size) != lineage.world_size:
         raise ReproduceError(f"the spec launches {world_size} processes, the version was trained by "
                              f"{lineage.world_size}; the weights would differ")

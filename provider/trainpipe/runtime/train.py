@@ -130,7 +130,7 @@ def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings
         tags["trainpipe.study_airflow_run_id"] = tags.pop("trainpipe.airflow_run_id")
         config = dataclasses.replace(config, tuning=trial.tuning, tags=tags)
     # First: a refused run must not retag the MLflow run nor overwrite the config that wrote the checkpoints.
-    check_resumable(run_dir, config, world_size=plan.launch.nnodes * plan.launch.nproc_per_node)
+    check_resumable(run_dir, config, world_size=plan.launch.world_size)
     hook = hook or MlflowHook(settings)
     if trial is not None:
         mlflow_run_id = trial.mlflow_run_id

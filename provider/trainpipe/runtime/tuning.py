@@ -27,12 +27,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.errors import TrainingFailedError, TuningFailedError
+from trainpipe.errors import TrainingFailedError, TrainpipeError, TuningFailedError
 from trainpipe.plan import PipelinePlan, TuningPlan, run_key, with_trial_params
 from trainpipe.runtime.train import RunContext, TrialLaunch, run_dir_for, run_training
 from trainpipe.settings import Settings
 from trainpipe_trainer.config import TuningTrial, is_trial_pruned
-from trainpipe_trainer.tuning import import_optuna, make_pruner, open_storage, storage_for_config
+from trainpipe_trainer.tuning import import_optuna as _import_optuna
+from trainpipe_trainer.tuning import make_pruner, open_storage, storage_for_config
 
 if TYPE_CHECKING:
     import optuna
@@ -47,6 +48,17 @@ TRIAL_TAG = "trainpipe.trial_number"
 STATE_TAG = "trainpipe.trial_state"
 SLOT_ATTR = "slot"
 STARTED_ATTR = "started_at"
+
+
+TUNING_INSTALL_HINT = "pip install 'airflow-provider-trainpipe[tuning]'"
+
+
+def import_optuna():  # noqa: ANN201 - the optuna module
+    """optuna, an extra of the provider: a tuned spec parses without it, its tasks need it."""
+    try:
+        return _import_optuna()
+    except ImportError as err:
+        raise TrainpipeError(f"a tuning: spec's study tasks need optuna on this worker: {TUNING_INSTALL_HINT}") from err
 
 
 def study_name(dag_id: str, airflow_run_id: str) -> str:

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.costs import COST, CPU_HOURS, GPU_HOURS, USAGE_KEYS, PriceTable, format_usage, load_price_table
+from trainpipe.costs import COST, CPU_HOURS, GPU_HOURS, USAGE_KEYS, PriceTable, format_usage
+from trainpipe.policy.model import load_price_table
 
 if TYPE_CHECKING:
     from trainpipe.plan import ResourcePlan

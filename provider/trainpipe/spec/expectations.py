@@ -9,7 +9,7 @@ checks names, unknown and missing arguments and argument types against it, in mi
 regenerates the table from the installed GE and requires it to equal the committed file, so a GE
 upgrade that changes an expectation fails that test until the table is regenerated with::
 
-    python -m trainpipe.spec.expectations
+    python tools/gen_expectation_table.py
 
 Type checks follow pydantic v1's own coercion rules for the values YAML can produce (``"1.5"`` is
 a valid float, ``1`` a valid bool, a list of pairs a valid mapping), so nothing GE accepts is
@@ -609,17 +609,16 @@ def _entry(cls: Any, types: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return {"arguments": arguments, "required": sorted(required), "one_of": one_of}
 
 
-def generate_table() -> dict[str, Any]:
-    """The table from the installed Great Expectations (imports it: seconds)."""
+def generate_table(classes: dict[str, type]) -> dict[str, Any]:
+    """The table from the installed Great Expectations' expectation ``classes`` by snake_case name
+    (``trainpipe.quality`` finds them; passed in, so the spec stage never imports the run-time module)."""
     from importlib.metadata import version
 
-    from trainpipe.quality import expectation_class, expectation_names
-
     types: dict[str, list[dict[str, Any]]] = {}
-    expectations = {name: _entry(expectation_class(name), types) for name in sorted(expectation_names())}
+    expectations = {name: _entry(classes[name], types) for name in sorted(classes)}
     return {
         "great_expectations": version("great_expectations"),
-        "generated_by": "python -m trainpipe.spec.expectations",
+        "generated_by": "python tools/gen_expectation_table.py",
         "expectations": expectations,
         "types": types,
     }
@@ -632,8 +631,3 @@ def render_table(table: dict[str, Any]) -> str:
     for name, kinds in types.items():
         text = text.replace(json.dumps(f"@{name}@"), kinds, 1)
     return text + "\n"
-
-
-if __name__ == "__main__":
-    TABLE_FILE.write_text(render_table(generate_table()), encoding="utf-8")
-    print(f"wrote {TABLE_FILE.name}")

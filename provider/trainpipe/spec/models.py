@@ -14,12 +14,27 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from trainpipe import uris
+from trainpipe.launch import Launcher
 
 from trainpipe.spec.bounds import ParamBound
 from trainpipe.spec.kubernetes import KubernetesSpec
 from trainpipe.spec.types import Duration, parse_duration  # noqa: F401 - parse_duration re-exported
-
-TaskType = Literal["binary_classification", "regression", "ranking"]
+# The choice lists the trainer also reads: defined once, in the trainer contract (ADR 0002).
+from trainpipe_trainer.config import (
+    CategoricalEncoding,
+    Direction,
+    FeatureType,
+    ImputeStrategy,
+    LrSchedule,
+    ModelType,
+    NumericTransform,
+    Precision,
+    PrunerName,
+    RankingLoss,
+    StrategyName,
+    TaskType,
+    ZeroStage,
+)
 
 
 class _Model(BaseModel):
@@ -229,12 +244,12 @@ class ValidationSpec(_Model):
 
 
 class ModelSpec(_Model):
-    type: Literal["mlp"] = Field(default="mlp", description="Built-in model.", examples=["mlp"])
+    type: ModelType = Field(default="mlp", description="Built-in model.", examples=["mlp"])
     hidden_layers: list[Annotated[int, Field(gt=0)]] = Field(
         default_factory=lambda: [64, 32], description="Hidden layer sizes.", examples=[[64, 32]]
     )
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout after each hidden layer.", examples=[0.1])
-    ranking_loss: Literal["pointwise", "listwise"] = Field(
+    ranking_loss: RankingLoss = Field(
         default="listwise",
         description="Ranking only: pointwise regresses relevance, listwise optimises a softmax per query.",
         examples=["listwise"],
@@ -244,8 +259,8 @@ class ModelSpec(_Model):
 class DistributedSpec(_Model):
     nproc_per_node: int = Field(default=1, ge=1, description="Processes per node (GPUs per node on a cluster).", examples=[2])
     nnodes: int = Field(default=1, ge=1, description="Number of nodes.", examples=[1])
-    strategy: Literal["ddp", "deepspeed"] = Field(default="ddp", description="PyTorch DDP, or DeepSpeed ZeRO.", examples=["ddp"])
-    zero_stage: Literal[0, 1, 2, 3] = Field(default=0, description="DeepSpeed only: ZeRO stage.", examples=[2])
+    strategy: StrategyName = Field(default="ddp", description="PyTorch DDP, or DeepSpeed ZeRO.", examples=["ddp"])
+    zero_stage: ZeroStage = Field(default=0, description="DeepSpeed only: ZeRO stage.", examples=[2])
     offload_optimizer: bool = Field(default=False, description="DeepSpeed only: optimizer state in CPU memory (ZeRO >= 1).", examples=[False])
     offload_param: bool = Field(default=False, description="DeepSpeed only: parameters in CPU memory (ZeRO 3).", examples=[False])
 
@@ -253,8 +268,8 @@ class DistributedSpec(_Model):
 class OptimizationSpec(_Model):
     gradient_clip_norm: float | None = Field(default=None, gt=0, description="Clip the global gradient norm to this value.", examples=[1.0])
     gradient_accumulation_steps: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.", examples=[1])
-    precision: Literal["fp32", "bf16"] = Field(default="fp32", description="bf16 autocast where the device supports it.", examples=["fp32"])
-    lr_schedule: Literal["constant", "linear", "cosine"] = Field(default="constant", description="Learning-rate decay after warmup.", examples=["cosine"])
+    precision: Precision = Field(default="fp32", description="bf16 autocast where the device supports it.", examples=["fp32"])
+    lr_schedule: LrSchedule = Field(default="constant", description="Learning-rate decay after warmup.", examples=["cosine"])
     warmup_steps: int = Field(default=0, ge=0, description="Linear warmup steps.", examples=[100])
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.", examples=[0.01])
 
@@ -304,13 +319,13 @@ NUMERIC_ONLY_OPTIONS: tuple[str, ...] = ("impute", "fill_value", "missing_indica
 class TransformSpec(_Model):
     """How one feature column becomes model inputs. Fitted on the train split only, shipped inside the model."""
 
-    type: Literal["numeric", "categorical"] | None = Field(
+    type: FeatureType | None = Field(
         default=None,
         description="numeric, or categorical (values compared as text). Omitted: categorical when encode, "
         "max_categories or hash_buckets is given, else numeric.",
         examples=["categorical"],
     )
-    impute: Literal["mean", "median", "constant"] | None = Field(
+    impute: ImputeStrategy | None = Field(
         default=None,
         description="Numeric: fill missing values with the train split's mean or median, or fill_value. "
         "Without it a missing value is an error.",
@@ -328,14 +343,14 @@ class TransformSpec(_Model):
             ClipSpec.model_json_schema(), {"type": "null"}],
             "description": "Numeric: clip to [min, max] (after imputing, before log1p); either may be null."}),
     ] = Field(default=None, description="Numeric: clip to [min, max].", examples=[{"min": 0}])
-    transform: Literal["log1p"] | None = Field(
+    transform: NumericTransform | None = Field(
         default=None, description="Numeric: log(1 + x), after clipping (values must be > -1).", examples=["log1p"]
     )
     standardize: bool = Field(
         default=True, description="Numeric: subtract the train split's mean, divide by its standard deviation (last).",
         examples=[True],
     )
-    encode: Literal["one_hot", "hashing"] | None = Field(
+    encode: CategoricalEncoding | None = Field(
         default=None,
         description="Categorical: one_hot (the max_categories most frequent values of the train split, plus an "
         "'other' input for the rest and for values unseen at serving) or hashing (hash_buckets inputs). "
@@ -383,7 +398,7 @@ class TrainingSpec(_Model):
     distributed: DistributedSpec = Field(default_factory=DistributedSpec, description="How training is spread.", examples=[{"nproc_per_node": 2}])
     optimization: OptimizationSpec = Field(default_factory=OptimizationSpec, description="Optimizer step details.", examples=[{"gradient_clip_norm": 1.0}])
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="When checkpoints are written.", examples=[{"every_n_steps": 100}])
-    launcher: Literal["local", "kubernetes"] = Field(
+    launcher: Launcher = Field(
         default="local",
         description="Where torchrun runs: 'local' (a subprocess on the Airflow worker) or 'kubernetes' (pods; see training.kubernetes).",
         examples=["local"],
@@ -647,18 +662,24 @@ class NotifySpec(_Model):
 # ---------------------------------------------------------------------------------------------
 # run parameters
 
+# The settings a run parameter or a hyperparameter search may change, each once: name -> (path in the
+# spec, JSON Schema type of a run parameter or None when only a search sets it, the search's kind or
+# None when only a run parameter sets it). A search's kind: "float", "int", or "layers" (a list of sizes).
+_RUN_SETTINGS: dict[str, tuple[tuple[str, ...], str | None, str | None]] = {
+    "epochs": (("training", "epochs"), "integer", None),
+    "batch_size": (("training", "batch_size"), "integer", "int"),
+    "learning_rate": (("training", "learning_rate"), "number", "float"),
+    "seed": (("training", "seed"), "integer", None),
+    "dropout": (("training", "model", "dropout"), "number", "float"),
+    "hidden_layers": (("training", "model", "hidden_layers"), None, "layers"),
+    "gradient_clip_norm": (("training", "optimization", "gradient_clip_norm"), "number", "float"),
+    "warmup_steps": (("training", "optimization", "warmup_steps"), "integer", "int"),
+    "weight_decay": (("training", "optimization", "weight_decay"), "number", "float"),
+    "decision_threshold": (("evaluation", "decision_threshold"), "number", None),
+}
 # Param name -> (path in the spec, JSON Schema type). Only these can be overridden per run.
 OVERRIDABLE_PARAMS: dict[str, tuple[tuple[str, ...], str]] = {
-    "epochs": (("training", "epochs"), "integer"),
-    "batch_size": (("training", "batch_size"), "integer"),
-    "learning_rate": (("training", "learning_rate"), "number"),
-    "seed": (("training", "seed"), "integer"),
-    "dropout": (("training", "model", "dropout"), "number"),
-    "gradient_clip_norm": (("training", "optimization", "gradient_clip_norm"), "number"),
-    "warmup_steps": (("training", "optimization", "warmup_steps"), "integer"),
-    "weight_decay": (("training", "optimization", "weight_decay"), "number"),
-    "decision_threshold": (("evaluation", "decision_threshold"), "number"),
-}
+    name: (path, json_type) for name, (path, json_type, _) in _RUN_SETTINGS.items() if json_type is not None}
 
 
 class ParamSpec(_Model):
@@ -673,16 +694,9 @@ class ParamSpec(_Model):
 # ---------------------------------------------------------------------------------------------
 # hyperparameter search
 
-# Hyperparameter -> (path in the spec, kind). kind: "float", "int", or "layers" (a list of sizes).
+# Hyperparameter -> (path in the spec, kind), from the same table.
 TUNABLE_PARAMS: dict[str, tuple[tuple[str, ...], str]] = {
-    "learning_rate": (("training", "learning_rate"), "float"),
-    "batch_size": (("training", "batch_size"), "int"),
-    "dropout": (("training", "model", "dropout"), "float"),
-    "hidden_layers": (("training", "model", "hidden_layers"), "layers"),
-    "warmup_steps": (("training", "optimization", "warmup_steps"), "int"),
-    "weight_decay": (("training", "optimization", "weight_decay"), "float"),
-    "gradient_clip_norm": (("training", "optimization", "gradient_clip_norm"), "float"),
-}
+    name: (path, kind) for name, (path, _, kind) in _RUN_SETTINGS.items() if kind is not None}
 DISTRIBUTIONS = ("log_uniform", "uniform", "int", "choice")
 
 
@@ -727,14 +741,14 @@ class TuningSpec(_Model):
         default="validation_loss",
         description="What a trial optimises, reported by the trainer at each checkpoint (the evaluation point).",
         examples=["validation_loss"])
-    direction: Literal["minimize", "maximize"] = Field(default="minimize", description="Optimisation direction.", examples=["minimize"])
+    direction: Direction = Field(default="minimize", description="Optimisation direction.", examples=["minimize"])
     n_trials: int = Field(ge=1, le=1000, description="Trials in the study (one mapped Airflow task each).", examples=[20])
     max_parallel: int = Field(default=1, ge=1, description="Trials running at once.", examples=[2])
     timeout: Duration | None = Field(
         default=None, description="No trial starts once the study is this old; the ones running finish.", examples=["2h"])
     sampler: Literal["tpe", "random"] = Field(default="tpe", description="Optuna sampler: TPE (Bayesian) or random.", examples=["tpe"])
     seed: int = Field(default=0, ge=0, description="The sampler's seed (a study is reproducible when trials run one at a time).", examples=[0])
-    pruner: Literal["hyperband", "median", "none"] = Field(
+    pruner: PrunerName = Field(
         default="hyperband", description="Stops poor trials at the trainer's evaluation points.", examples=["hyperband"])
     trial_epochs: int | None = Field(
         default=None, ge=1, description="Epochs of each trial; training.epochs when omitted. The final training always runs training.epochs.",
@@ -742,7 +756,7 @@ class TuningSpec(_Model):
     space: dict[str, DistributionSpec] = Field(
         min_length=1,
         description="The hyperparameters to search and their ranges: {log_uniform: [lo, hi]}, {uniform: [lo, hi]}, "
-        f"{{int: [lo, hi]}} or {{choice: [...]}}. Names: {', '.join(TUNABLE_PARAMS)}.",
+        f"{{int: [lo, hi]}} or {{choice: [...]}}. Names: {', '.join(sorted(TUNABLE_PARAMS))}.",
         examples=[{"learning_rate": {"log_uniform": [0.0001, 0.1]}, "batch_size": {"choice": [32, 64, 128]}}])
 
 

@@ -1,5 +1,0 @@
-"""Airflow DAG file, shard 24 of trainpipe (see trainpipe_dags.py and ADR 0012)."""
-
-from trainpipe.shards import register_shard
-
-register_shard(globals(), 24, __file__)

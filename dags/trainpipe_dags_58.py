@@ -1,5 +1,0 @@
-"""Airflow DAG file, shard 58 of trainpipe (see trainpipe_dags.py and ADR 0012)."""
-
-from trainpipe.shards import register_shard
-
-register_shard(globals(), 58, __file__)

@@ -1,0 +1,248 @@
+"""Compiled plans bound to Airflow DAG files: which DAG file compiles which spec (shards, ADR 0012),
+pipeline ids across shards, the task run's parsing context, and the plan cache. ``trainpipe.load_dags``
+is the public entry point; the compiler (``trainpipe.factory``) stays Airflow-free.
+
+With ``shards=N`` (the repository's ``dags/`` uses 64: ``trainpipe_dags.py`` and ``shards/``), a
+folder of at most ``SINGLE_FILE_MAX`` specs is compiled by shard 0 alone, as one file always did;
+above that, each spec belongs to the shard named by a hash of its path relative to the configs
+folder, so a spec never moves when others are added or removed, and each file compiles about 1/N of
+the folder.
+
+Standard library only at import: a shard file with nothing to compile returns before the compiler
+(pydantic, the spec models, Airflow operators) is imported.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainpipe.errors import DagFileError
+from trainpipe.spec_files import list_specs
+
+if TYPE_CHECKING:
+    from trainpipe.factory import CompileResult
+    from trainpipe.plan_cache import PlanCache
+
+log = logging.getLogger(__name__)
+
+# The layout measured in benchmarks/parse_scale.py (ADR 0012): 64 DAG files for a large folder.
+SHARD_FILES = 64
+# Up to this many specs one file compiles them all (about 1 s of parse): a small folder keeps one
+# DAG file doing the work and the others return after listing the folder.
+SINGLE_FILE_MAX = 300
+SPECS_FOLDER_NAME = "dag_configs"
+# Set by Airflow when a worker parses a DAG file to run one task (airflow.sdk.get_parsing_context).
+_PARSING_CONTEXT_DAG_ID = "_AIRFLOW_PARSING_CONTEXT_DAG_ID"
+
+
+def load_dags(namespace: dict[str, Any], *, specs_folder: str | os.PathLike[str] | None = None, shards: int = 1,
+              shard: int = 0) -> None:
+    """``trainpipe.load_dags`` (documented there)."""
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise DagFileError(f"load_dags: shards must be a whole number >= 1 (the DAG files sharing the folder), "
+                           f"got {shards!r}; use shards={SHARD_FILES} for a large folder")
+    if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards:
+        raise DagFileError(f"load_dags: shard must be this file's number, 0 to {shards - 1} with shards={shards}, "
+                           f"got {shard!r}")
+    with _cyclic_gc_paused():
+        root = specs_folder_for(namespace.get("__file__"), specs_folder)
+        if shards == 1:
+            register_dags(namespace, root)
+            return
+        mine, others = split(list_specs(root.resolve()), shard, shards)
+        # A task run compiles its one spec whatever the shard (it may look in the other shards' files).
+        if not mine and not os.environ.get(_PARSING_CONTEXT_DAG_ID):
+            return
+        register_dags(namespace, root, shard=(shard, mine, others))
+
+
+def specs_folder_for(dag_file: str | None, specs_folder: str | os.PathLike[str] | None) -> Path:
+    """The configs folder a DAG file compiles: ``specs_folder`` (relative to the DAG file's folder),
+    else ``TRAINPIPE_DAG_CONFIGS``, else the nearest ``dag_configs/`` in the DAG file's folder or
+    one of its parents (``dags/../dag_configs`` in this repository and beside an Airflow home's
+    ``dags/``)."""
+    here = Path(dag_file).resolve().parent if dag_file else None
+    if specs_folder is not None:
+        folder = Path(specs_folder)
+        if folder.is_absolute():
+            return folder
+        if here is None:
+            raise DagFileError("load_dags: a relative specs_folder needs the DAG file's __file__ in the globals "
+                               "passed; call load_dags(globals(), ...) from the DAG file")
+        return here / folder
+    configured = os.environ.get("TRAINPIPE_DAG_CONFIGS")
+    if configured:
+        return Path(configured)
+    for folder in (here, *here.parents) if here is not None else ():
+        if (folder / SPECS_FOLDER_NAME).is_dir():
+            return folder / SPECS_FOLDER_NAME
+    raise DagFileError(f"load_dags: found no {SPECS_FOLDER_NAME}/ folder beside the DAG file or in its parent "
+                       "folders; set TRAINPIPE_DAG_CONFIGS to the folder of your specs, or pass "
+                       "load_dags(globals(), specs_folder=...)")
+
+
+def shard_count(spec_count: int, files: int = SHARD_FILES) -> int:
+    """How many of the ``files`` DAG files share a folder of ``spec_count`` specs: 1 up to ``SINGLE_FILE_MAX``."""
+    return 1 if spec_count <= SINGLE_FILE_MAX else files
+
+
+def shard_of(relative_path: str, count: int) -> int:
+    """The shard of a spec: a hash of its relative path alone (stable across processes, Python
+    versions and machines), so it depends on no other spec."""
+    if count == 1:
+        return 0
+    digest = hashlib.blake2b(relative_path.encode("utf-8", "surrogateescape"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % count
+
+
+def split(specs: list[tuple[str, str]], shard: int, files: int = SHARD_FILES) -> tuple[list[Path], list[str]]:
+    """(this shard's spec files, every other spec file), each in path order."""
+    count = shard_count(len(specs), files)
+    mine: list[Path] = []
+    others: list[str] = []
+    for relative, path in specs:
+        if shard_of(relative, count) == shard:
+            mine.append(Path(path))
+        else:
+            others.append(path)
+    return mine, others
+
+
+def register_dags(namespace: dict[str, Any], directory: Path, *,
+                  shard: tuple[int, list[Path], list[str]] | None = None) -> CompileResult:
+    """Build one DAG per valid spec into ``namespace`` (a DAG file's globals); each broken spec is
+    reported to Airflow as an import error of that spec file (``trainpipe.airflow_compat``).
+
+    ``shard`` is (number, its spec files, every other spec file) from ``split``; without it the whole
+    folder is compiled. Plans and DAGs come from the plan cache when their spec is unchanged; a task
+    run's parse compiles its one spec and leaves the cache as it is.
+    """
+    from airflow.sdk import get_parsing_context
+
+    from trainpipe.plan_cache import PlanCache
+
+    root = directory.resolve()
+    number, mine, others = shard if shard is not None else (0, None, [])
+    only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
+    cache = PlanCache(root, f"shard{number:02d}" if shard is not None else "all").load()
+    try:
+        return _register(namespace, directory, root, only, mine, others, cache)
+    except BaseException:
+        # Interrupted (Airflow's import timeout is a BaseException): keep what this parse compiled,
+        # so that the next parse of an overloaded dag-processor starts further on.
+        if only is None:
+            cache.save(complete=False)
+        raise
+
+
+def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str | None, mine: list[Path] | None,
+              others: list[str], cache: PlanCache) -> CompileResult:
+    from trainpipe.airflow_compat import report_spec_errors
+    from trainpipe.dag_builder import build_dag
+    from trainpipe.factory import compile_directory, unexpected_failure
+
+    result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only, files=mine, cache=cache)
+    if only is not None and only not in result.plans and others:
+        # The spec is in another shard now (the folder crossed SINGLE_FILE_MAX since the run started):
+        # the worker still finds it here.
+        elsewhere = compile_directory(directory, relative_to=directory.parent, only_pipeline=only,
+                                      files=[Path(path) for path in others], cache=cache)
+        result.plans.update(elsewhere.plans)
+        result.errors.update(elsewhere.errors)
+        result.files.update(elsewhere.files)
+        result.cache_keys.update(elsewhere.cache_keys)
+        result.cached.update(elsewhere.cached)
+    elif only is None:
+        _drop_cross_shard_duplicates(result, mine or [], others, root, cache)
+    airflow = airflow_fingerprint()
+    for dag_id, plan in list(result.plans.items()):
+        key = result.cache_keys.get(plan.spec_file)
+        try:
+            dag = cache.get_dag(key, plan, airflow) if key else None
+            if dag is None:
+                dag = build_dag(plan)
+                if key:
+                    cache.put_dag(key, dag, airflow)
+            namespace[dag_id] = dag
+        except Exception as err:  # the DAG file must not raise: that would drop every DAG
+            del result.plans[dag_id]
+            result.errors[plan.spec_file] = unexpected_failure(err, plan.spec_file, Path(plan.source_path),
+                                                               directory.parent.resolve(), root)
+    if only is None:
+        cache.save()
+        log.info("trainpipe: %d DAGs (%d plans from the cache), %d broken specs", len(result.plans),
+                 len(result.cached & {p.spec_file for p in result.plans.values()}), len(result.errors))
+    if result.errors:
+        report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()})
+    return result
+
+
+def airflow_fingerprint() -> str:
+    """What a built DAG depends on beyond the plan: Airflow's version and configuration (read once
+    per parse; a config change takes effect at the next parse, as it does without the cache)."""
+    from importlib import metadata
+
+    from airflow.sdk.configuration import conf
+
+    config = conf.as_dict(display_source=False, display_sensitive=True, raw=True, include_env=True,
+                          include_cmds=False, include_secret=False)
+    digest = hashlib.sha256(f"{metadata.version('apache-airflow')}\0".encode())
+    digest.update(repr(sorted((section, sorted(values.items())) for section, values in config.items())).encode())
+    return digest.hexdigest()
+
+
+def declared_pipeline_id(path: str) -> str | None:
+    """The id a file's top-level ``pipeline_id:`` line names (the quick look of a task run), or None
+    (no such line, or unreadable: the file's own shard reports it)."""
+    from trainpipe.factory import _PIPELINE_ID_LINE
+
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            head = handle.read(1 << 20)
+    except OSError:
+        return None
+    match = _PIPELINE_ID_LINE.search(head.decode("utf-8", "replace"))
+    return match.group(1) if match is not None else None
+
+
+def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others: list[str], root: Path,
+                                 cache: PlanCache) -> None:
+    """A pipeline id this shard compiled that a file of another shard also declares is an error here,
+    whatever their path order (that file's shard refuses its own the same way), as within one folder."""
+    from trainpipe.factory import _display, _duplicate
+
+    if not result.plans or not others:
+        return
+    ids = cache.declared_ids([*map(str, mine), *others], declared_pipeline_id)
+    elsewhere: dict[str, list[str]] = {}
+    for path in others:  # in path order
+        if ids.get(path) is not None:
+            elsewhere.setdefault(ids[path], []).append(path)
+    for dag_id, plan in list(result.plans.items()):
+        if dag_id not in elsewhere:
+            continue
+        del result.plans[dag_id]
+        names = ", ".join(_display(Path(other), root.parent) for other in elsewhere[dag_id])
+        result.errors[plan.spec_file] = _duplicate(None, result.files[plan.spec_file], plan.spec_file, dag_id,
+                                                   f"is also declared in {names}")
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Compiling or unpickling hundreds of DAGs allocates hundreds of thousands of containers, none of
+    them garbage before the parse ends; the cyclic collector's sweeps over them cost a third of a warm parse
+    (measured in benchmarks/parse_scale.py). Reference counting still frees everything else."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -1,0 +1,39 @@
+"""Which files of a configs folder are specs. Standard library only: every parse of every DAG file
+lists the whole folder, before (and often instead of) importing the compiler."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def list_specs(root: Path) -> list[tuple[str, str]]:
+    """Every spec under ``root`` as (path relative to it with ``/``, path), sorted as paths sort.
+
+    ``*.yaml``/``*.yml`` entries of any kind (a folder or pipe so named is reported by the compiler,
+    not skipped), excluding ``_``-prefixed ones (defaults, drafts); symlinked folders are not
+    followed. One ``os.scandir`` walk, plain strings (no ``Path`` per file): it runs at every parse
+    of every shard file, over the whole folder.
+    """
+    found: list[tuple[str, str]] = []
+    pending: list[tuple[str, str]] = [("", str(root))]
+    while pending:
+        prefix, folder = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:  # missing or unreadable: no specs there, as rglob would say
+            continue
+        for entry in entries:
+            name = entry.name
+            if name.endswith(SPEC_SUFFIXES) and not name.startswith("_"):
+                found.append((prefix + name, entry.path))
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((prefix + name + "/", entry.path))
+            except OSError:
+                continue
+    # Path order compares part by part: "a/b" before "a-b". NUL sorts below any character of a name.
+    found.sort(key=lambda item: item[0].replace("/", "\0"))
+    return found

@@ -1,0 +1,10 @@
+"""Regenerate provider/trainpipe/spec/expectation_arguments.json from the installed Great Expectations
+(after a GE upgrade: tests/spec/test_expectation_arguments.py says when)."""
+
+from trainpipe.quality import expectation_class, expectation_names
+from trainpipe.spec.expectations import TABLE_FILE, generate_table, render_table
+
+if __name__ == "__main__":
+    classes = {name: expectation_class(name) for name in expectation_names()}
+    TABLE_FILE.write_text(render_table(generate_table(classes)), encoding="utf-8")
+    print(f"wrote {TABLE_FILE.name}")
