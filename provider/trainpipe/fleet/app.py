@@ -52,6 +52,8 @@ def readable_dag_ids(user: GetUserDep) -> set[str]:
 
 
 ReadableDags = Annotated[set[str], Depends(readable_dag_ids)]
+Team = Annotated[str | None, Query(description="only this team")]
+Outcome = Annotated[str | None, Query(description="an outcome, or needs_attention")]
 
 
 @functools.cache
@@ -176,8 +178,6 @@ def _one(session: Any, readable: ReadableDags, pipeline_id: str) -> PipelineFact
 
 def create_app() -> FastAPI:
     app = FastAPI(title="trainpipe fleet view", description="Every trainpipe pipeline: last outcome, champion, cost.")
-    Team = Annotated[str | None, Query(description="only this team")]
-    Outcome = Annotated[str | None, Query(description="an outcome, or needs_attention")]
 
     @app.get("/api/pipelines")
     def list_pipelines(request: Request, session: SessionDep, readable: ReadableDags, team: Team = None,
