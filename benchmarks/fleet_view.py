@@ -122,11 +122,11 @@ def pipeline_facts(pipelines: int, now: datetime, *, changed: set[int] = frozens
     return out
 
 
-def assemble(reader, facts: list, now: datetime) -> tuple[float, list]:
+def assemble(reader, facts: list, now: datetime, *, wait: bool = False) -> tuple[float, list]:
     from trainpipe.fleet.collect import pipeline_row, sort_rows
 
     started = time.perf_counter()
-    mlflow = reader.facts(facts, now=now)
+    mlflow = reader.facts(facts, now=now, wait=wait)
     rows = sort_rows([pipeline_row(p, mlflow[p.pipeline_id], now=now) for p in facts])
     return time.perf_counter() - started, rows
 
@@ -152,22 +152,38 @@ def main() -> None:
         print(f"store: {args.pipelines} pipelines x {args.nights} nights = {args.pipelines * args.nights:,} versions "
               f"and runs, built in {built:.0f} s ({store.stat().st_size / 1e9:.1f} GB)")
     client = mlflow.MlflowClient(f"sqlite:///{store}")
-    reader = FleetReader(client, ttl_seconds=3600)
+    reader = FleetReader(client, ttl_seconds=3600)  # sync_limit: 100 pipelines read in the request
     facts = pipeline_facts(args.pipelines, now)
-    cold, rows = assemble(reader, facts, now)
+    # The api-server's first request: answered at once, MLflow read in the background.
+    first, first_rows = assemble(reader, facts, now)
+    started = time.perf_counter()
+    reader.wait_for_refresh()
+    cold = time.perf_counter() - started + first
     cold_requests = reader.requests
-    warm, _ = assemble(reader, facts, now)
+    warm, rows = assemble(reader, facts, now)
+    assert len(rows) == args.pipelines and all(r["champion"] for r in rows), "every pipeline has a champion"
+    # 5% of the pipelines ran (read in the request), then the whole fleet ran (read in the background).
     changed = set(random.Random(1).sample(range(args.pipelines), args.pipelines // 20))
     before = reader.requests
-    after_runs, rows_after = assemble(reader, pipeline_facts(args.pipelines, now, changed=changed), now)
+    some, _ = assemble(reader, pipeline_facts(args.pipelines, now, changed=changed), now, wait=True)
+    some_requests = reader.requests - before
+    everyone = set(range(args.pipelines))
+    later = now + timedelta(minutes=1)
+    night, night_rows = assemble(reader, pipeline_facts(args.pipelines, later, changed=everyone), later)
+    started = time.perf_counter()
+    reader.wait_for_refresh()
+    night_refresh = time.perf_counter() - started + night
     load = os.getloadavg()
-    assert len(rows) == args.pipelines and all(r["champion"] for r in rows), "every pipeline has a champion"
-    print(f"list data assembly for {args.pipelines} pipelines (target < {TARGET_SECONDS:.0f} s):")
-    print(f"  cold (empty cache, every pipeline read):  {cold:6.2f} s  ({cold_requests} MLflow requests)")
-    print(f"  warm (no DAG run changed):                {warm:6.3f} s  (0 MLflow requests)")
-    print(f"  after {len(changed)} new runs (5%):              {after_runs:6.2f} s  "
-          f"({reader.requests - before} MLflow requests)")
-    print(f"  needs attention first: {sum(r['needs_attention'] for r in rows_after)} rows")
+    print(f"list data assembly for {args.pipelines} pipelines (target: the list answers in < {TARGET_SECONDS:.0f} s):")
+    print(f"  first request after start:  {first:7.3f} s  ({sum(r['refreshing'] for r in first_rows)} rows marked "
+          "refreshing; MLflow read in the background)")
+    print(f"    background read, cold:    {cold:7.1f} s  ({cold_requests} MLflow requests)")
+    print(f"  warm (no DAG run changed):  {warm:7.3f} s  (0 MLflow requests)")
+    print(f"  {len(changed)} pipelines ran (5%), read before answering (as the pipeline page does): {some:7.3f} s  "
+          f"({some_requests} MLflow requests)")
+    print(f"  every pipeline ran:         {night:7.3f} s  (answered at once, rows marked refreshing)")
+    print(f"    background read:          {night_refresh:7.1f} s  ({reader.requests - before - some_requests} MLflow "
+          "requests; only the runs of the last 2 days and the new versions)")
     print(f"load average while measured: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)")
     if args.store is None and not args.keep:
         shutil.rmtree(folder, ignore_errors=True)

@@ -84,6 +84,8 @@ class MlflowFacts:
     has_drift_report: bool = False
     # None: no run in the window logged that metric (shown as "—").
     cost_30d: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(COST_METRICS))
+    # Being read from MLflow in the background: what is shown may be from before the last DAG run.
+    refreshing: bool = False
 
 
 def _quoted(value: str) -> str:
@@ -138,20 +140,60 @@ def drift_facts(run: Run) -> DriftFacts | None:
         ks={k.removeprefix("drift_ks."): v for k, v in metrics.items() if k.startswith("drift_ks.")})
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
+    """What the fleet keeps of one MLflow run (a finished run does not change)."""
+
+    run_id: str
+    start_ms: int
+    airflow_run_id: str | None
+    cost: dict[str, float]
+    drift: DriftFacts | None
+    dataset_digest: str | None
+    has_evaluation_report: bool
+    has_drift_report: bool
+
+    @classmethod
+    def of(cls, run: Run) -> RunRecord:
+        tags, metrics = run.data.tags, run.data.metrics
+        return cls(run_id=run.info.run_id, start_ms=run.info.start_time or 0, airflow_run_id=tags.get(RUN_ID_TAG),
+                   cost={k: metrics[k] for k in COST_METRICS if k in metrics}, drift=drift_facts(run),
+                   dataset_digest=tags.get("trainpipe.dataset_digest"),
+                   has_evaluation_report="trainpipe.gates_passed" in tags,
+                   has_drift_report="trainpipe.drift_verdict" in tags)
+
+
 class FleetReader:
-    """Reads MLflow for many pipelines at once and keeps the answers per DAG-run change."""
+    """Reads MLflow for many pipelines at once and keeps the answers per DAG-run change.
+
+    A pipeline is read again when its last DAG run changed (or ``ttl_seconds`` passed), and then only what can
+    have changed: its versions from the last known one on (one search per chunk of models) and its runs of the
+    last ``RECENT_RUNS`` (one search per chunk of experiments); older runs are kept from before. When more than
+    ``sync_limit`` pipelines are stale (the first request after the api-server started, or the first after a
+    night in which every pipeline ran), they are read in a background thread and the request answers at once
+    with what is known, the rows marked ``refreshing``: a page load never waits for thousands of MLflow runs.
+    """
+
+    RECENT_RUNS = timedelta(days=2)
 
     def __init__(self, client: MlflowClient, *, ttl_seconds: float = 300.0, clock=time.monotonic,
-                 baseline: Callable[[str], dict[str, Any] | None] | None = None) -> None:
+                 baseline: Callable[[str], dict[str, Any] | None] | None = None, sync_limit: int = 100) -> None:
         self.client = client
         # pipeline_id -> its last accepted dataset version (trainpipe.runtime.snapshot.baseline_version)
         self.baseline = baseline
         self.ttl_seconds = ttl_seconds
+        self.sync_limit = sync_limit
         self._clock = clock
         self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
+        self._background: threading.Thread | None = None
         # pipeline_id -> (signature of its last DAG run, when read, facts)
         self._cache: dict[str, tuple[Any, float, MlflowFacts]] = {}
         self._experiments: dict[str, str] = {}
+        self._points: dict[str, dict[int, VersionPoint]] = {}  # model -> its last versions read
+        # pipeline -> its registered model: the one its versions' dag_id tag names, else the one of its name
+        self._model_of: dict[str, str] = {}
+        self._runs: dict[str, dict[str, RunRecord]] = {}  # experiment -> run id -> record
         self.requests = 0  # MLflow requests made (the benchmark and the tests read it)
 
     @staticmethod
@@ -162,25 +204,66 @@ class FleetReader:
         return (run.run_id, run.state, run.end_date, run.note, run.awaiting_input_since,
                 tuple((t.task_id, t.state, t.try_number) for t in run.tasks))
 
-    def facts(self, pipelines: Sequence[PipelineFacts], *, now: datetime | None = None) -> dict[str, MlflowFacts]:
+    def _stale(self, pipelines: Sequence[PipelineFacts]) -> list[PipelineFacts]:
+        now = self._clock()
+        stale = []
+        for p in pipelines:
+            cached = self._cache.get(p.pipeline_id)
+            if cached is None or cached[0] != self.signature(p) or now - cached[1] >= self.ttl_seconds:
+                stale.append(p)
+        return stale
+
+    def facts(self, pipelines: Sequence[PipelineFacts], *, now: datetime | None = None,
+              wait: bool = False) -> dict[str, MlflowFacts]:
+        """Facts for every pipeline. Stale ones are read in this call when ``wait``, or when none of them was
+        read before and they are few (a small fleet's first look); otherwise in the background, and until then
+        their rows show what was read before, marked ``refreshing``."""
         now = now or datetime.now(UTC)
         with self._lock:
-            stale = []
-            out: dict[str, MlflowFacts] = {}
+            stale = self._stale(pipelines)
+            never_read = all(p.pipeline_id not in self._cache for p in stale)
+        in_request = bool(stale) and (wait or (never_read and len(stale) <= self.sync_limit))
+        if in_request:
+            self.refresh(stale, now=now)
+        elif stale:
+            self._refresh_in_background(stale, now)
+        behind = set() if in_request else {p.pipeline_id for p in stale}
+        with self._lock:
+            out = {}
             for p in pipelines:
                 cached = self._cache.get(p.pipeline_id)
-                if (cached is not None and cached[0] == self.signature(p)
-                        and self._clock() - cached[1] < self.ttl_seconds):
-                    out[p.pipeline_id] = cached[2]
+                if cached is None:
+                    out[p.pipeline_id] = MlflowFacts(refreshing=True)
                 else:
-                    stale.append(p)
-            if stale:
-                fresh = self._read(stale, now=now)
-                read_at = self._clock()
-                for p in stale:
-                    self._cache[p.pipeline_id] = (self.signature(p), read_at, fresh[p.pipeline_id])
-                out.update(fresh)
+                    out[p.pipeline_id] = replace(cached[2], refreshing=True) if p.pipeline_id in behind else cached[2]
             return out
+
+    def _refresh_in_background(self, stale: Sequence[PipelineFacts], now: datetime) -> None:
+        with self._lock:
+            if self._background is not None and self._background.is_alive():
+                return
+
+            def run() -> None:
+                try:
+                    self.refresh(stale, now=now)
+                except Exception:  # the next request tries again; the page shows what is known meanwhile
+                    log.exception("reading MLflow for %d pipelines failed", len(stale))
+
+            self._background = threading.Thread(target=run, name="trainpipe-fleet-refresh", daemon=True)
+            self._background.start()
+
+    def wait_for_refresh(self, timeout: float | None = None) -> None:
+        thread = self._background
+        if thread is not None:
+            thread.join(timeout)
+
+    def refresh(self, pipelines: Sequence[PipelineFacts], *, now: datetime) -> None:
+        with self._refresh_lock:
+            fresh = self._read(pipelines, now=now)
+            read_at = self._clock()
+            with self._lock:
+                for p in pipelines:
+                    self._cache[p.pipeline_id] = (self.signature(p), read_at, fresh[p.pipeline_id])
 
     def invalidate(self, pipeline_id: str | None = None) -> None:
         with self._lock:
@@ -206,82 +289,103 @@ class FleetReader:
                     break
         return {p: self._experiments[p] for p in pipeline_ids if p in self._experiments}
 
-    def _models(self, names: set[str]) -> dict[str, Any]:
-        """Registered models by name, paged through once (their aliases and latest version)."""
-        found: dict[str, Any] = {}
+    def _list_models(self, pipeline_ids: set[str]) -> dict[str, Any]:
+        """Every registered model, paged (MLflow's search returns aliases and the latest version only here);
+        maps each pipeline to its model: the one whose latest version's ``dag_id`` tag names it, else its
+        namesake."""
+        models: dict[str, Any] = {}
         token = None
         while True:
             self.requests += 1
             page = self.client.search_registered_models(max_results=1000, page_token=token)
             for model in page:
-                if model.name in names:
-                    found[model.name] = model
+                models[model.name] = model
+                for version in model.latest_versions or ():
+                    dag_id = (version.tags or {}).get(VERSION_DAG_ID_TAG)
+                    if dag_id in pipeline_ids:
+                        self._model_of[dag_id] = model.name
+                if model.name in pipeline_ids:
+                    self._model_of.setdefault(model.name, model.name)
             token = page.token
             if not token:
                 break
-        return found
+        return models
 
-    def _recent_versions(self, models: dict[str, Any]) -> dict[str, list[ModelVersion]]:
-        """The last SPARKLINE_VERSIONS versions of each model: one search per chunk of models whose latest
-        version falls in the same band of 8 (so one floor serves them all)."""
+    def _versions(self, models: dict[str, Any]) -> dict[str, dict[int, VersionPoint]]:
+        """The last SPARKLINE_VERSIONS versions of each model. Only what is new is searched: from the second
+        newest version read before (its tags may have been completed since) to the latest; one search per chunk
+        of models whose floor falls in the same band of 8."""
         floors: dict[int, list[str]] = {}
         for name, model in models.items():
             latest = max((int(v.version) for v in (model.latest_versions or ())), default=0)
+            known = self._points.get(name, {})
+            floor = max(1, latest - SPARKLINE_VERSIONS + 1)
+            if known:
+                floor = max(floor, min(max(known) - 1, latest))
             if latest:
-                floor = max(1, latest - SPARKLINE_VERSIONS + 1)
-                floors.setdefault(floor - floor % 8, []).append(name)
-        out: dict[str, list[ModelVersion]] = {}
-        for floor, names in sorted(floors.items()):
-            for chunk in _chunks(sorted(names)):
-                filter_string = f"name IN {_in_list(chunk)} AND version_number >= {max(1, floor)}"
+                floors.setdefault(max(1, floor - floor % 8), []).append(name)
+        for floor, group in sorted(floors.items()):
+            for chunk in _chunks(sorted(group)):
+                filter_string = f"name IN {_in_list(chunk)} AND version_number >= {floor}"
                 token = None
                 while True:
                     self.requests += 1
                     page = self.client.search_model_versions(filter_string, max_results=10_000, page_token=token)
                     for version in page:
-                        out.setdefault(version.name, []).append(version)
+                        self._points.setdefault(version.name, {})[int(version.version)] = _point(version)
                     token = page.token
                     if not token:
                         break
-        return out
+        for name in models:
+            points = self._points.get(name, {})
+            for number in sorted(points)[:-SPARKLINE_VERSIONS]:
+                del points[number]
+        return {name: self._points.get(name, {}) for name in models}
 
-    def _runs(self, experiment_ids: dict[str, str], since: datetime) -> dict[str, list[Run]]:
-        by_experiment: dict[str, list[Run]] = {}
-        ids = sorted(set(experiment_ids.values()))
-        start_ms = int(since.timestamp() * 1000)
-        for chunk in _chunks(ids, 100):
-            token = None
-            while True:
-                self.requests += 1
-                page = self.client.search_runs(list(chunk), filter_string=f"attributes.start_time >= {start_ms}",
-                                               max_results=50_000, page_token=token)
-                for run in page:
-                    by_experiment.setdefault(run.info.experiment_id, []).append(run)
-                token = page.token
-                if not token:
-                    break
-        return by_experiment
+    def _load_runs(self, experiment_ids: Sequence[str], now: datetime) -> None:
+        """Runs of the cost window for experiments not loaded before, the recent ones for the others."""
+        window_ms = int((now - COST_WINDOW).timestamp() * 1000)
+        recent_ms = int((now - self.RECENT_RUNS).timestamp() * 1000)
+        groups = {window_ms: [e for e in experiment_ids if e not in self._runs],
+                  recent_ms: [e for e in experiment_ids if e in self._runs]}
+        for since, ids in groups.items():
+            for chunk in _chunks(sorted(ids), 100):
+                token = None
+                while True:
+                    self.requests += 1
+                    page = self.client.search_runs(list(chunk), filter_string=f"attributes.start_time >= {since}",
+                                                   max_results=50_000, page_token=token)
+                    for run in page:
+                        self._runs.setdefault(run.info.experiment_id, {})[run.info.run_id] = RunRecord.of(run)
+                    token = page.token
+                    if not token:
+                        break
+                for experiment_id in chunk:
+                    kept = self._runs.setdefault(experiment_id, {})
+                    for run_id in [r for r, record in kept.items() if record.start_ms < window_ms]:
+                        del kept[run_id]
 
-    def _run_of(self, experiment_id: str, airflow_run_id: str) -> Run | None:
+    def _run_of(self, experiment_id: str, airflow_run_id: str) -> RunRecord | None:
         self.requests += 1
         found = self.client.search_runs([experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = {_quoted(airflow_run_id)}",
                                         max_results=1)
-        return found[0] if found else None
+        return RunRecord.of(found[0]) if found else None
 
     def _read(self, pipelines: Sequence[PipelineFacts], *, now: datetime) -> dict[str, MlflowFacts]:
         ids = [p.pipeline_id for p in pipelines]
         experiments = self._experiment_ids(ids)
-        models = self._models(set(ids))
-        recent = self._recent_versions(models)
-        runs = self._runs(experiments, now - COST_WINDOW) if experiments else {}
+        registered = self._list_models(set(ids))
+        models = {p: self._model_of[p] for p in ids if self._model_of.get(p) in registered}
+        recent = self._versions({m: registered[m] for m in set(models.values())})
+        self._load_runs(sorted(set(experiments.values())), now)
         out = {}
         for p in pipelines:
             facts = MlflowFacts(experiment_id=experiments.get(p.pipeline_id))
             model = models.get(p.pipeline_id)
             if model is not None:
-                facts = self._model_facts(facts, model, recent.get(model.name, []))
+                facts = self._model_facts(facts, registered[model], recent[model])
             if facts.experiment_id is not None:
-                facts = self._run_facts(facts, runs.get(facts.experiment_id, []), p)
+                facts = self._run_facts(facts, self._runs.get(facts.experiment_id, {}), p, now)
             if self.baseline is not None:
                 try:
                     accepted = self.baseline(p.pipeline_id)
@@ -294,40 +398,41 @@ class FleetReader:
             out[p.pipeline_id] = facts
         return out
 
-    def _model_facts(self, facts: MlflowFacts, model: Any, versions: list[ModelVersion]) -> MlflowFacts:
+    def _model_facts(self, facts: MlflowFacts, model: Any, points: dict[int, VersionPoint]) -> MlflowFacts:
         aliases = {alias: int(v) for alias, v in (model.aliases or {}).items()}
-        points = sorted((_point(v) for v in versions), key=lambda p: p.version)
-        by_number = {p.version: p for p in points}
+        by_version: dict[int, list[str]] = {}
+        for alias, number in aliases.items():
+            by_version.setdefault(number, []).append(alias)
+        ordered = [replace(p, aliases=tuple(sorted(by_version.get(n, ())))) for n, p in sorted(points.items())]
         champion = None
         if "champion" in aliases:
-            champion = by_number.get(aliases["champion"])
+            number = aliases["champion"]
+            champion = next((p for p in ordered if p.version == number), None)
             if champion is None:  # older than the sparkline's versions: one read, for this model only
                 self.requests += 1
-                champion = _point(self.client.get_model_version(model.name, str(aliases["champion"])))
-        metric = main_metric(champion.metrics if champion else (points[-1].metrics if points else ()))
+                champion = replace(_point(self.client.get_model_version(model.name, str(number))),
+                                   aliases=tuple(sorted(by_version[number])))
+        metric = main_metric(champion.metrics if champion else (ordered[-1].metrics if ordered else ()))
         return replace(facts, model_name=model.name, champion=champion, challenger=aliases.get("challenger"),
-                       main_metric=metric, recent=tuple(points[-SPARKLINE_VERSIONS:]))
+                       main_metric=metric, recent=tuple(ordered[-SPARKLINE_VERSIONS:]))
 
-    def _run_facts(self, facts: MlflowFacts, runs: list[Run], pipeline: PipelineFacts) -> MlflowFacts:
+    def _run_facts(self, facts: MlflowFacts, runs: dict[str, RunRecord], pipeline: PipelineFacts,
+                   now: datetime) -> MlflowFacts:
         totals: dict[str, float | None] = dict.fromkeys(COST_METRICS)
-        for run in runs:
-            for key in COST_METRICS:
-                if key in run.data.metrics:
-                    totals[key] = (totals[key] or 0.0) + run.data.metrics[key]
+        for record in runs.values():
+            for key, value in record.cost.items():
+                totals[key] = (totals[key] or 0.0) + value
         facts = replace(facts, cost_30d=totals)
         last = pipeline.last_run
         if last is None:
             return facts
-        mine = next((r for r in runs if r.data.tags.get(RUN_ID_TAG) == last.run_id), None)
-        if mine is None and (last.start_date is None or last.start_date < datetime.now(UTC) - COST_WINDOW):
+        mine = next((r for r in runs.values() if r.airflow_run_id == last.run_id), None)
+        if mine is None and (last.start_date is None or last.start_date < now - COST_WINDOW):
             mine = self._run_of(facts.experiment_id, last.run_id)
         if mine is None:
             return facts
-        tags = mine.data.tags
-        return replace(facts, run_id=mine.info.run_id, drift=drift_facts(mine),
-                       dataset_digest=tags.get("trainpipe.dataset_digest"),
-                       has_evaluation_report="trainpipe.gates_passed" in tags,
-                       has_drift_report="trainpipe.drift_verdict" in tags)
+        return replace(facts, run_id=mine.run_id, drift=mine.drift, dataset_digest=mine.dataset_digest,
+                       has_evaluation_report=mine.has_evaluation_report, has_drift_report=mine.has_drift_report)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,6 +486,7 @@ def pipeline_row(pipeline: PipelineFacts, facts: MlflowFacts, *, now: datetime, 
         "cost_30d": {"gpu_hours": facts.cost_30d.get("gpu_hours"), "cpu_hours": facts.cost_30d.get("cpu_hours"),
                      "cost": facts.cost_30d.get("cost")},
         "links": links or {},
+        "refreshing": facts.refreshing,
     }
 
 
