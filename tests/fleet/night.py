@@ -108,8 +108,12 @@ def _versions(client: Any, pipeline_id: str, aucs: list[float], *, now: datetime
     client.create_registered_model(pipeline_id)
     for number, auc in enumerate(aucs, start=1):
         day = now - timedelta(days=len(aucs) - number, hours=1)
+        # Each version's run: its validation's drift (small, passing) and its cost.
         run_id = _mlflow_run(client, pipeline_id, f"scheduled__v{number}", started=day,
-                             metrics={"gpu_hours": 0.5, "cpu_hours": 2.0, "cost": 1.25}, tags={})
+                             metrics={"gpu_hours": 0.5, "cpu_hours": 2.0, "cost": 1.25,
+                                      "drift_psi.amount": 0.01 * number, "drift_psi.hour_of_day": 0.03},
+                             tags={"trainpipe.drift_verdict": "pass", "trainpipe.drift_failed_features": "",
+                                   "trainpipe.dataset_digest": f"{number:02d}" * 32})
         client.create_model_version(pipeline_id, f"runs:/{run_id}/model", run_id=run_id,
                                     tags={"dag_id": pipeline_id, "airflow_run_id": f"scheduled__v{number}",
                                           "holdout_auc": f"{auc:.6f}", "holdout_f1": f"{auc - 0.4:.6f}"})

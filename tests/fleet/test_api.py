@@ -103,6 +103,7 @@ def test_detail_history_log_drift_and_pending_approval(fleet) -> None:
     assert detail["pending_approval"] is None
     drift = fleet.client.get("/trainpipe/api/pipelines/churn_drift", headers=headers).json()
     assert drift["drift_history"][0]["psi"] == {"amount": 6.84, "hour_of_day": 0.02}
+    assert [r["verdict"] for r in drift["drift_history"]] == ["fail", "pass", "pass", "pass"]
     waiting = fleet.client.get("/trainpipe/api/pipelines/fraud_approval", headers=headers).json()["pending_approval"]
     assert (waiting["run_id"], waiting["task_id"], waiting["map_index"], waiting["options"]) == (
         fleet.night.runs["fraud_approval"], "approve", -1, ["Approve", "Reject"])

@@ -63,12 +63,12 @@ def sparkline(values: list[float], *, width: int = 90, height: int = 22) -> str:
             f"stroke-width='1.5' points='{line}'/><circle cx='{x:.1f}' cy='{y:.1f}' r='2.2' fill='#2c5282'/></svg>")
 
 
-def line_chart(series: dict[str, list[tuple[int, float]]], *, width: int = 640, height: int = 220) -> str:
+def line_chart(series: dict[str, list[tuple[int, float]]], *, width: int = 420, height: int = 170) -> str:
     """Metric history: one line per metric over version numbers, with axes and a legend."""
     points = [p for values in series.values() for p in values]
     if not points:
         return "<p class='muted'>No versions with metrics yet.</p>"
-    left, right, top, bottom = 48, 120, 10, 28
+    left, right, top, bottom = 48, 70, 10, 28
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     x0, x1 = min(xs), max(xs)
     y0, y1 = min(ys), max(ys)
@@ -83,7 +83,7 @@ def line_chart(series: dict[str, list[tuple[int, float]]], *, width: int = 640, 
         return top + (1 - (y - y0) / (y1 - y0)) * (height - top - bottom)
 
     colours = ["#3182ce", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795"]
-    parts = [f"<svg id='metric-history' width='{width}' height='{height}' role='img' aria-label='metric history'>",
+    parts = [f"<svg class='metric-history' width='{width}' height='{height}' role='img' aria-label='metric history'>",
              f"<line x1='{left}' y1='{height - bottom}' x2='{width - right}' y2='{height - bottom}' stroke='#a0aec0'/>",
              f"<line x1='{left}' y1='{top}' x2='{left}' y2='{height - bottom}' stroke='#a0aec0'/>"]
     for value in (y0, (y0 + y1) / 2, y1):
@@ -143,7 +143,10 @@ def fleet_page(rows: list[dict[str, Any]], *, teams: list[str], team: str | None
                            "</option>" for t in teams)
     options_outcome = "".join(f"<option value='{o}'{' selected' if o == outcome else ''}>{o.replace('_', ' ')}"
                               "</option>" for o in ("needs_attention", *OUTCOMES))
-    body = [f"<h1>Training pipelines</h1><p class='muted'>{len(rows)} pipelines; needs attention first.</p>",
+    refreshing = sum(1 for r in rows if r.get("refreshing"))
+    behind = (f" MLflow is being read for {refreshing} of them (their champion and cost may be from before their "
+              "last run); reload in a moment." if refreshing else "")
+    body = [f"<h1>Training pipelines</h1><p class='muted'>{len(rows)} pipelines; needs attention first.{behind}</p>",
             f"<form class='filters' method='get' action='{escape(base, quote=True)}/'>"
             f"<label>Team <select name='team' onchange='this.form.submit()'><option value=''>all</option>"
             f"{options_team}</select></label><label>Outcome <select name='outcome' onchange='this.form.submit()'>"
@@ -163,7 +166,7 @@ def fleet_page(rows: list[dict[str, Any]], *, teams: list[str], team: str | None
             champ = (f"v{champion['version']} <span class='muted'>{_age(champion['age_days'])} old</span><br>"
                      f"<span class='muted'>{escape(shown)}</span> {spark}")
         else:
-            champ = DASH
+            champ = "<span class='muted'>reading MLflow…</span>" if r.get("refreshing") else DASH
         dataset = r.get("accepted_dataset") or {}
         data = (f"<code>{_e((dataset.get('digest') or '')[:12])}</code><div class='muted'>{_num(dataset.get('rows'), 0)}"
                 " rows</div>") if dataset else DASH
@@ -213,7 +216,11 @@ def pipeline_page(detail: dict[str, Any], *, base: str, airflow_api: str) -> str
     for point in history:
         for name, value in point["metrics"].items():
             series.setdefault(name, []).append((point["version"], value))
-    parts.append(f"<h2>Metric history ({len(history)} versions)</h2>{line_chart(series)}")
+    # One chart per metric, each on its own scale (auc and log_loss on one axis would flatten both).
+    charts = "".join(f"<div>{line_chart({name: values})}</div>" for name, values in sorted(series.items()))
+    parts.append(f"<h2>Metric history ({len(history)} versions)</h2><div style='display:flex;flex-wrap:wrap;gap:16px'>"
+                 f"{charts or line_chart({})}</div>")
+    parts.append(f"<h2>Drift per feature</h2>{heatmap(detail['drift_history'])}")
     log_rows = "".join(f"<tr><td>v{_e(e.get('version'))}</td><td>{_e(e.get('at'))}</td><td>{_e(e.get('by'))}</td>"
                        f"<td>{_e(e.get('reason'))}</td><td>{_e(e.get('replaced_version'))}</td></tr>"
                        for e in detail["promotion_log"])
@@ -227,7 +234,6 @@ def pipeline_page(detail: dict[str, Any], *, base: str, airflow_api: str) -> str
     parts.append("<h2>Dataset versions</h2>" + (
         f"<table id='dataset-versions'><tr><th>version</th><th>created</th><th class='num'>rows</th><th>validation</th>"
         f"<th>schema</th></tr>{versions}</table>" if versions else "<p class='muted'>No dataset version stored.</p>"))
-    parts.append(f"<h2>Drift per feature</h2>{heatmap(detail['drift_history'])}")
     return page(f"{row['pipeline_id']}: training pipeline", "".join(parts))
 
 
