@@ -29,6 +29,7 @@ from trainpipe.fleet.collect import (
     drift_facts,
     pipeline_row,
     promotion_log,
+    quoted,
     sort_rows,
     version_metrics,
 )
@@ -133,7 +134,7 @@ def detail_for(pipeline: PipelineFacts, session: Any, request: Request) -> dict[
     try:
         model = client.get_registered_model(model_name)
         log_entries = promotion_log(model)
-        versions = client.search_model_versions(f"name = '{model_name}'", max_results=10_000)
+        versions = client.search_model_versions(f"name = {quoted(model_name)}", max_results=10_000)
         history = [{"version": int(v.version), "created_at": datetime.fromtimestamp(
             v.creation_timestamp / 1000, UTC).isoformat(timespec="seconds"), "metrics": version_metrics(v),
             "aliases": sorted(v.aliases or ())} for v in sorted(versions, key=lambda v: int(v.version))]

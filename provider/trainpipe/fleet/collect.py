@@ -88,12 +88,13 @@ class MlflowFacts:
     refreshing: bool = False
 
 
-def _quoted(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def quoted(value: str) -> str:
+    """A filter-string literal; MLflow's filter parser takes either quote (as ``trainpipe.registry`` does)."""
+    return f'"{value}"' if "'" in value else f"'{value}'"
 
 
 def _in_list(values: Iterable[str]) -> str:
-    return "(" + ", ".join(_quoted(v) for v in values) + ")"
+    return "(" + ", ".join(quoted(v) for v in values) + ")"
 
 
 def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
@@ -176,7 +177,7 @@ class FleetReader:
 
     RECENT_RUNS = timedelta(days=2)
 
-    def __init__(self, client: MlflowClient, *, ttl_seconds: float = 300.0, clock=time.monotonic,
+    def __init__(self, client: MlflowClient, *, ttl_seconds: float = 600.0, clock=time.monotonic,
                  baseline: Callable[[str], dict[str, Any] | None] | None = None, sync_limit: int = 100) -> None:
         self.client = client
         # pipeline_id -> its last accepted dataset version (trainpipe.runtime.snapshot.baseline_version)
@@ -367,7 +368,7 @@ class FleetReader:
 
     def _run_of(self, experiment_id: str, airflow_run_id: str) -> RunRecord | None:
         self.requests += 1
-        found = self.client.search_runs([experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = {_quoted(airflow_run_id)}",
+        found = self.client.search_runs([experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = {quoted(airflow_run_id)}",
                                         max_results=1)
         return RunRecord.of(found[0]) if found else None
 
