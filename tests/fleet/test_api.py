@@ -132,3 +132,17 @@ def test_a_new_dag_run_state_is_seen_at_once(fleet) -> None:
                            json={"new_state": "success"})
         fleet.client.patch(f"/api/v2/dags/fraud_nightly/dagRuns/{run_id}", headers=headers,
                            json={"state": "success", "note": PROMOTED_NOTE})
+
+
+def test_trainpipe_tasks_carry_the_fleet_buttons(fleet) -> None:
+    """Airflow lists the operators' extra links on each task instance (their URLs are computed when the task ends)."""
+    headers = fleet.headers()
+    run_id = quote(fleet.night.runs["fraud_nightly"], safe="")
+    expected = {"validate": {"MLflow run", "Drift report"}, "train": {"MLflow run"},
+                "evaluate": {"MLflow run", "Evaluation report"}, "register": {"Model version", "Evaluation report"},
+                "promote": {"Model version", "Evaluation report"}}
+    for task_id, names in expected.items():
+        answer = fleet.client.get(f"/api/v2/dags/fraud_nightly/dagRuns/{run_id}/taskInstances/{task_id}/links",
+                                  headers=headers)
+        assert answer.status_code == 200, answer.text
+        assert set(answer.json()["extra_links"]) == names, task_id
