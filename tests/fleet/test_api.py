@@ -146,3 +146,29 @@ def test_trainpipe_tasks_carry_the_fleet_buttons(fleet) -> None:
                                   headers=headers)
         assert answer.status_code == 200, answer.text
         assert set(answer.json()["extra_links"]) == names, task_id
+
+
+def test_reports_are_served_sandboxed_to_readers_of_the_dag_only(fleet, tmp_path) -> None:
+    import mlflow
+
+    page = tmp_path / "drift" / "drift_report.html"
+    page.parent.mkdir()
+    page.write_text("<html><script>document.title='ran'</script>drift of amount</html>")
+    secret = tmp_path / "model" / "MLmodel"
+    secret.parent.mkdir()
+    secret.write_text("not a report")
+    client = mlflow.MlflowClient()
+    for run in ("churn_drift", "fraud_nightly"):
+        client.log_artifacts(fleet.night.mlflow_runs[run], str(tmp_path))
+    churn = fleet.night.mlflow_runs["churn_drift"]
+    url = f"/trainpipe/runs/{churn}/artifacts/drift/drift_report.html"
+    answer = fleet.client.get(url, headers=fleet.headers())
+    assert answer.status_code == 200 and "drift of amount" in answer.text
+    assert answer.headers["content-security-policy"] == "sandbox"  # the report's script never runs
+    # Another run's file, a reader of other DAGs only, no token: nothing of it is served.
+    assert fleet.client.get(f"/trainpipe/runs/{churn}/artifacts/model/MLmodel", headers=fleet.headers()).status_code == 404
+    refused = fleet.client.get(url, headers=fleet.headers(VIEWER, VIEWER_PASSWORD))
+    assert refused.status_code == 404 and "drift of amount" not in refused.text
+    allowed = f"/trainpipe/runs/{fleet.night.mlflow_runs['fraud_nightly']}/artifacts/drift/drift_report.html"
+    assert fleet.client.get(allowed, headers=fleet.headers(VIEWER, VIEWER_PASSWORD)).status_code == 200
+    assert fleet.client.get(url).status_code == 401
