@@ -145,7 +145,7 @@ def main() -> None:
     from trainpipe.fleet.collect import FleetReader
 
     now = datetime.now(UTC)
-    folder = Path(tempfile.mkdtemp(prefix="fleet-view-bench-"))
+    folder = None if args.store else Path(tempfile.mkdtemp(prefix="fleet-view-bench-"))
     store = args.store or folder / "mlflow.db"
     if not store.exists():
         built = build_store(store, args.pipelines, args.nights, now)
@@ -185,9 +185,9 @@ def main() -> None:
     print(f"    background read:          {night_refresh:7.1f} s  ({reader.requests - before - some_requests} MLflow "
           "requests; only the runs of the last 2 days and the new versions)")
     print(f"load average while measured: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)")
-    if args.store is None and not args.keep:
+    if folder is not None and not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
-    elif args.store is None:
+    elif folder is not None:
         print(f"store kept at {store}")
 
 
