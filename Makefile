@@ -19,7 +19,7 @@ export TORCH_EXTENSIONS_DIR := $(TRAINPIPE_HOME)/torch_extensions
 
 DEMO_DATE ?= $(shell date -u +%Y-%m-%d)
 
-.PHONY: install demo test test-fast docs clean stack stack-down stack-status stack-deps
+.PHONY: install demo test test-fast docs clean stack stack-down stack-status stack-deps browser-deps
 
 install: $(STAMP)
 
@@ -60,7 +60,7 @@ demo: install
 	@echo "Evaluation report (per region too): MLflow UI -> experiment trainpipe/fraud_detector -> the run -> Artifacts -> evaluation/report.html"
 
 # The `stack` tier (tests/stack) starts its own stack (temporary state, free ports) and stops it at the end.
-test: $(DEV_STAMP) stack-deps
+test: $(DEV_STAMP) stack-deps browser-deps
 	$(BIN)/python -m pytest tests -q
 
 test-fast: $(DEV_STAMP)
@@ -85,6 +85,18 @@ stack-deps:
 				--no-install-recommends postgresql redis-server >/dev/null; \
 		else \
 			echo "the stack needs PostgreSQL and Redis: install the postgresql and redis-server packages"; exit 1; \
+		fi; \
+	fi
+
+# The fleet view's browser test drives Debian's chromium through its chromium-driver (never a downloaded browser).
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing chromium and chromium-driver with apt-get"; \
+			apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+				--no-install-recommends chromium chromium-driver >/dev/null; \
+		else \
+			echo "the browser test needs Debian's chromium and chromium-driver packages"; exit 1; \
 		fi; \
 	fi
 

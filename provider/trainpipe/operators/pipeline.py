@@ -12,6 +12,7 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator
 
 from trainpipe.lineage import git_commit
+from trainpipe.operators.links import DriftReportLink, EvaluationReportLink, MlflowRunLink, ModelVersionLink
 from trainpipe.operators.context import (
     failed_for_good_on_refused_resume,
     leave_usage_note,
@@ -88,6 +89,8 @@ class ValidateDataOperator(_PipelineStepOperator):
     """Great Expectations suite from the spec, the volume, schema and drift checks vs the baseline
     version; fails the run before training, else accepts the version as the next baseline."""
 
+    operator_extra_links = (MlflowRunLink(), DriftReportLink())
+
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
@@ -107,6 +110,7 @@ class TrainOperator(_PipelineStepOperator):
     """Launch the trainer (torchrun) for this DAG run; retries resume from its latest checkpoint."""
 
     ui_color = "#fde9c9"
+    operator_extra_links = (MlflowRunLink(),)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from dataclasses import asdict
@@ -126,6 +130,8 @@ class TrainOperator(_PipelineStepOperator):
 class EvaluateOperator(_PipelineStepOperator):
     """Holdout metrics (whole and per slice) of the new model and of the current champion, on the same
     rows; the evaluation report and the snapshot's dataset inputs on the MLflow run."""
+
+    operator_extra_links = (MlflowRunLink(), EvaluationReportLink())
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trainpipe.runtime.evaluate import evaluate
@@ -203,6 +209,7 @@ class RegisterModelOperator(_PipelineStepOperator):
     the challenger alias."""
 
     ui_color = "#dff5e1"
+    operator_extra_links = (ModelVersionLink(), EvaluationReportLink())
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trainpipe.registry import register_candidate
@@ -223,6 +230,7 @@ class PromoteOperator(_PipelineStepOperator):
     previous alias, tagging who, when and why (the gate results). Once per version: a re-run moves nothing."""
 
     ui_color = "#c8ecd0"
+    operator_extra_links = (ModelVersionLink(), EvaluationReportLink())
 
     def promotion_reason(self, context: Context) -> tuple[str, str, dict[str, Any]]:
         """Who promotes, a one-line why, and the details (JSON on the version)."""
