@@ -8,7 +8,6 @@ approval (parked 3 h ago), one crashed in train after retries, one never ran.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
