@@ -67,6 +67,14 @@ class ValidationReport:
         return "\n".join([header, *(outcome.line() for outcome in self.outcomes)])
 
 
+def note_text(outcome: ExpectationOutcome) -> str:
+    """A failed expectation in a few words, for the run's note: its name, its column, what was observed
+    (without the examples): ``expect_column_values_to_be_between(amount): 12 of 3000 values unexpected (0.4%)``."""
+    column = outcome.kwargs.get("column")
+    observed = outcome.observed.split(", e.g. ", 1)[0].split("; columns present: ", 1)[0]
+    return f"{outcome.name}({column if column is not None else ''})" + (f": {observed}" if observed else "")
+
+
 def _snake_case(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
