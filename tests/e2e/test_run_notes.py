@@ -183,3 +183,25 @@ def test_a_nan_stop_names_the_guard_and_the_step(configs, monkeypatch):
 
     assert dag_run.state == "failed" and states["train"] == "failed", states
     assert _note(dag_run) == "training failed: NaN guard at step 3 (non-finite loss (nan))"
+
+
+def test_a_successful_run_logs_no_warning_or_error(configs, state_dir, monkeypatch, capfd, caplog):
+    """Every task's log of a clean run: no foreign warnings, no library chatter shown as errors."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    _data(state_dir, "notes_quiet", generate_transactions(rows=3000, days=20, end=END))
+    (configs / "notes_quiet.yaml").write_text(_spec("notes_quiet", validation=CHECKED))
+    capfd.readouterr()
+
+    dag_run, states = _run(configs, monkeypatch, "notes_quiet")
+
+    assert dag_run.state == "success" and states["promote"] == "success", states
+    # dag.test() prints each task's log to stdout (structlog's "[warning  ]" form); stdlib records reach caplog.
+    printed = capfd.readouterr()
+    lines = (printed.out + printed.err).splitlines()
+    flagged = [line for line in lines if any(mark in line for mark in ("[warning", "[error", "[critical", " WARNING ",
+                                                                       " ERROR ", "Warning:", "Traceback"))]
+    flagged += [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.WARNING]
+    assert flagged == []
+    assert not [line for line in lines if "because it is a closure" in line]
