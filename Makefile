@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml trainer_image/pyproject.toml requirements.lock
 	@echo "installing into $(VENV) (a few minutes on a fresh machine; log: $(TRAINPIPE_HOME)/install.log)"
 	$(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install --progress-bar off -c requirements.lock "torch==2.13.0" \
-		-e "./trainer_image[deepspeed,tracking,tuning]" -e ".[kubernetes,amazon,dev,bench,stack]" > $(TRAINPIPE_HOME)/install.log 2>&1 \
+		-e "./trainer_image[deepspeed,tracking,tuning]" -e ".[kubernetes,amazon,dev,stack]" > $(TRAINPIPE_HOME)/install.log 2>&1 \
 		|| { tail -40 $(TRAINPIPE_HOME)/install.log; exit 1; }
 	touch $(STAMP)
 
