@@ -153,3 +153,39 @@ def test_refused_credentials_are_one_line_naming_the_connection(tmp_path):
     assert line.startswith(f"trainpipe demo-data: storage {ROOT}: the S3 endpoint refused the credentials (")
     assert f"check the login and password of the Airflow connection '{CONN_ID}' (TRAINPIPE_STORAGE_CONN_ID, " \
            "AIRFLOW_CONN_TRAINPIPE_S3)" in line
+
+
+@pytest.mark.slow
+def test_train_snapshots_and_checkpoints_on_the_s3_root_with_the_connection_only(endpoint, tmp_path):
+    """`trainpipe train` with nothing but the connection: the snapshot (this process) and the trainer (torchrun,
+    s3fs) both reach the bucket; no AWS_* variable is set by the user."""
+    env = _env(tmp_path, TRAINPIPE_STORAGE_CONN_ID=CONN_ID, AIRFLOW_CONN_TRAINPIPE_S3=_connection(endpoint))
+    work = tmp_path / "work"
+    work.mkdir()
+    assert _trainpipe(["demo-data", "--end", "2026-06-30", "--force"], env, work).returncode == 0
+    spec = work / "cli_s3_train.yaml"
+    spec.write_text("""\
+pipeline_id: cli_s3_train
+schedule: none
+data: {uri: demo/transactions/transactions.parquet, time_column: event_time, window: 30d}
+training:
+  task: binary_classification
+  model: {type: mlp, hidden_layers: [8]}
+  features: [amount, merchant_risk, hour_of_day]
+  label: is_fraud
+  epochs: 1
+  batch_size: 256
+  distributed: {nproc_per_node: 1}
+  checkpoint: {every_n_steps: 10}
+evaluation: {metrics: [auc], gates: ["auc >= 0.0"]}
+registration: {model_name: cli_s3_train}
+""")
+
+    trained = _trainpipe(["train", str(spec), "--logical-date", "2026-06-30", "--run-dir", "s3://trainpipe/storage/runs/cli"],
+                         env, work)
+
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    assert trained.stdout.splitlines()[-1].startswith("weights sha256: ")
+    assert _objects(endpoint, "storage/snapshots/cli_s3_train/")
+    assert any("/checkpoints/step-" in key for key in _objects(endpoint, "storage/runs/cli/"))
+    assert list(work.iterdir()) == [spec]

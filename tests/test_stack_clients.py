@@ -76,12 +76,14 @@ def test_mail_sent_through_smtp_default_lands_as_a_file_in_the_sink(tmp_path, mo
         from airflow.providers.smtp.hooks.smtp import SmtpHook
 
         with SmtpHook(smtp_conn_id="smtp_default") as hook:
-            hook.send_email_smtp(to="ml-oncall@example.com", from_email="trainpipe@example.com",
-                                 subject="[trainpipe] approve?", html_content="<p>version 3</p>")
+            # No sender given, as in the example specs: the connection's from_email.
+            hook.send_email_smtp(to="ml-oncall@example.com", subject="[trainpipe] approve?",
+                                 html_content="<p>version 3</p>")
     finally:
         sink.terminate()
         assert sink.wait(timeout=30) == 0
     [stored] = list(folder.glob("*.eml"))
     message = email.message_from_bytes(stored.read_bytes())
     assert message["Subject"] == "[trainpipe] approve?" and message["To"] == "ml-oncall@example.com"
+    assert message["From"] == "trainpipe@localhost"
     assert not list(folder.glob(".*.partial"))

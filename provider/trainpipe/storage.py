@@ -101,6 +101,25 @@ def storage_access(settings: Settings) -> Iterator[None]:
         raise StorageAccessError(f"storage {settings.storage_root}: {message}") from err
 
 
+def trainer_storage_env(settings: Settings) -> dict[str, str]:
+    """For a trainer started from here (the local launcher): the S3 endpoint and keys of the storage
+    connection, as the variables s3fs reads. Nothing when the root is local, no connection is set, or the
+    environment already has keys (the stack's workers do)."""
+    import os
+
+    if settings.storage_root.startswith("file://") or "://" not in settings.storage_root:
+        return {}
+    if settings.storage_conn_id is None or os.environ.get("AWS_ACCESS_KEY_ID"):
+        return {}
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(settings.storage_conn_id)
+    extra = conn.extra_dejson or {}
+    values = {"AWS_ACCESS_KEY_ID": conn.login or "", "AWS_SECRET_ACCESS_KEY": conn.password or "",
+              "AWS_ENDPOINT_URL": extra.get("endpoint_url") or "", "AWS_DEFAULT_REGION": extra.get("region_name") or ""}
+    return {name: value for name, value in values.items() if value}
+
+
 def _access_problem(err: Exception, settings: Settings) -> str | None:
     conn_id = settings.storage_conn_id
     where = (f"the Airflow connection {conn_id!r} (TRAINPIPE_STORAGE_CONN_ID, {_env_name(conn_id)})" if conn_id
