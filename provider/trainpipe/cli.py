@@ -389,11 +389,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Airflow's libraries (the S3 connection, the providers) log at INFO to stdout when a command reaches storage;
-    # a command's output is what it prints. Set before Airflow is imported (it reads its configuration then).
-    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    # Airflow's libraries (the S3 connection, the providers) log at INFO to stdout when a command reaches storage;
+    # a command's output is what it prints. Set before Airflow is imported (it reads its configuration then),
+    # and only while the command runs (main() may be called inside a longer-lived process).
+    level = "AIRFLOW__LOGGING__LOGGING_LEVEL"
+    if level in os.environ:
+        return args.func(args)
+    os.environ[level] = "WARNING"
+    try:
+        return args.func(args)
+    finally:
+        os.environ.pop(level, None)
 
 
 if __name__ == "__main__":

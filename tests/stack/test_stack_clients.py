@@ -4,6 +4,7 @@ bucket, a REST trigger, the run's note, and the approval mail in the stack's mai
 from __future__ import annotations
 
 import email
+import os
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -21,7 +22,8 @@ def _cli(running_stack: RunningStack, *args: str) -> subprocess.CompletedProcess
     """`source cli.env && trainpipe ARGS`, in a shell with nothing else of the stack's settings."""
     command = f"source {running_stack.config.cli_env_file} && {sys.executable} -m trainpipe.cli " + " ".join(args)
     return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(running_stack.config.home)})
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(running_stack.config.home),
+                               "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
 
 
 def _ended(airflow: AirflowClient, dag_id: str, run_id: str) -> dict:
