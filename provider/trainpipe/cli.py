@@ -75,9 +75,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from trainpipe.factory import compile_file
     from trainpipe.runtime.train_cli import train_spec
 
+    from trainpipe.settings import Settings
+    from trainpipe.storage import storage_access
+
     try:
         plan = compile_file(Path(args.spec))
-        result = train_spec(plan, run_dir=args.run_dir, logical_date=args.logical_date)
+        with storage_access(Settings.from_env()):
+            result = train_spec(plan, run_dir=args.run_dir, logical_date=args.logical_date)
     except (SpecError, TrainpipeError) as err:
         print(f"trainpipe train: {err}", file=sys.stderr)
         return 1
@@ -92,9 +96,13 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     from trainpipe.runtime.reproduce import reproduce
 
     configs = Path(args.configs or os.environ.get("TRAINPIPE_DAG_CONFIGS") or DEFAULT_CONFIGS)
+    from trainpipe.settings import Settings
+    from trainpipe.storage import storage_access
+
     try:
-        outcome = reproduce(args.model, configs_root=configs.resolve(),
-                            on_line=lambda line: print(line, flush=True))
+        with storage_access(Settings.from_env()):
+            outcome = reproduce(args.model, configs_root=configs.resolve(),
+                                on_line=lambda line: print(line, flush=True))
     except TrainpipeError as err:
         print(f"trainpipe reproduce: {err}", file=sys.stderr)
         return 1
@@ -106,18 +114,23 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo_data(args: argparse.Namespace) -> int:
+    from trainpipe import storage
     from trainpipe.demo.synthetic import write_demo_data
+    from trainpipe.errors import SpecError, StorageAccessError, StorageConflictError
     from trainpipe.settings import Settings
 
     settings = Settings.from_env()
-    out = Path(args.out) if args.out else Path(settings.storage_root.removeprefix("file://")) / "demo"
     end = datetime.strptime(args.end, "%Y-%m-%d").replace(tzinfo=timezone.utc) if args.end else \
         datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
-    from trainpipe.errors import SpecError, StorageConflictError
-
     try:
-        written = write_demo_data(out, end=end, force=args.force, drift=args.drift)
-    except (SpecError, StorageConflictError) as err:
+        with storage.storage_access(settings):
+            # The same path code as the tasks: an s3:// root stays an object-store path, never a local folder.
+            out = Path(args.out) if args.out and "://" not in args.out else \
+                storage.resolve_uri(args.out or "demo", settings, settings.storage_conn_id)
+            if not isinstance(out, Path) and out.protocol == "file":
+                out = Path(out.path)  # local: written atomically (a rename), as before
+            written = write_demo_data(out, end=end, force=args.force, drift=args.drift)
+    except (SpecError, StorageConflictError, StorageAccessError) as err:
         print(f"trainpipe demo-data: {err}", file=sys.stderr)
         return 1
     for name, path in written.items():
@@ -132,15 +145,23 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
     from trainpipe.runtime.snapshot import baseline_version, list_versions
     from trainpipe.settings import Settings
 
+    from trainpipe.errors import StorageAccessError
+    from trainpipe.storage import shown_uri, storage_access, storage_root
+
     settings = Settings.from_env()
-    with warnings.catch_warnings():
-        # Reading storage loads Airflow's providers; their deprecation notices would land in stdout (and --json).
-        warnings.simplefilter("ignore")
-        versions = list_versions(settings, args.pipeline)
-    if not versions:
-        print(f"{args.pipeline}: no dataset versions stored yet (the snapshot task writes them)")
+    try:
+        with warnings.catch_warnings(), storage_access(settings):
+            # Reading storage loads Airflow's providers; their deprecation notices would land in stdout (and --json).
+            warnings.simplefilter("ignore")
+            versions = list_versions(settings, args.pipeline)
+            baseline = baseline_version(settings, args.pipeline) if versions else None
+    except StorageAccessError as err:
+        print(f"trainpipe datasets: {err}", file=sys.stderr)
         return 1
-    baseline = baseline_version(settings, args.pipeline)
+    if not versions:
+        print(f"{args.pipeline}: no dataset versions stored yet in {shown_uri(storage_root(settings))} "
+              "(the snapshot task writes them)")
+        return 1
     baseline_digest = baseline["digest"] if baseline else None
     if args.json:
         print(json.dumps([{**info.to_dict(), "version": info.digest, "accepted": accepted,
@@ -526,7 +547,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    # Airflow's libraries (the S3 connection, the providers) log at INFO to stdout when a command reaches storage;
+    # a command's output is what it prints. Set before Airflow is imported (it reads its configuration then),
+    # and only while the command runs (main() may be called inside a longer-lived process).
+    level = "AIRFLOW__LOGGING__LOGGING_LEVEL"
+    if level in os.environ:
+        return args.func(args)
+    os.environ[level] = "WARNING"
+    try:
+        return args.func(args)
+    finally:
+        os.environ.pop(level, None)
 
 
 if __name__ == "__main__":

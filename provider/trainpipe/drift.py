@@ -384,6 +384,19 @@ def compare(reference: pd.DataFrame, current: pd.DataFrame, plan: DriftPlan, *, 
                        features=tuple(results), skipped=tuple(skipped))
 
 
+def note_text(report: DriftReport) -> str:
+    """``drift in amount (PSI 6.84 >= 0.25, KS 0.512 >= 0.1)``: the run note's words for the failed features."""
+    parts = []
+    for feature in report.failed():
+        crossed = []
+        for reason in feature.reasons:
+            statistic, value, _, level, threshold = reason.split()  # "psi 6.8400 >= fail 0.25"
+            if level == "fail":
+                crossed.append(f"{statistic.upper()} {float(value):.3g} >= {threshold}")
+        parts.append(f"{feature.feature} ({', '.join(crossed)})")
+    return "drift in " + ", ".join(parts)
+
+
 def failure_message(report: DriftReport) -> str:
     """``distribution drift in amount (psi 0.81 >= fail 0.25; ks ...), ...``"""
     parts = [f"{f.feature} ({'; '.join(r for r in f.reasons if 'fail' in r)})" for f in report.failed()]

@@ -68,6 +68,11 @@ class ResumeRefusedError(TrainingFailedError):
 class ValidationFailedError(TrainpipeError):
     """The dataset snapshot failed its data-quality checks; training is not started."""
 
+    def __init__(self, message: str, *, note_parts: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        # Each failed check in a few words, for the run's note (``trainpipe.run_notes.validation_note``).
+        self.note_parts = note_parts
+
 
 class GatesFailedError(TrainpipeError):
     """A candidate failed a gate and the spec says ``evaluation.on_gate_failure: fail``; the message is the table."""
@@ -75,6 +80,10 @@ class GatesFailedError(TrainpipeError):
 
 class StorageConflictError(TrainpipeError):
     """Writing would overwrite something already stored with different content."""
+
+
+class StorageAccessError(TrainpipeError):
+    """The storage root cannot be reached or refuses the credentials; the message names the setting to fix."""
 
 
 class OutsideStorageRootError(TrainpipeError, ValueError):

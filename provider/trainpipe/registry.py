@@ -49,10 +49,14 @@ REJECTION_REASON_TAG = "trainpipe.rejection_reason"
 ROLLED_BACK_BY_TAG = "trainpipe.rolled_back_by"
 ROLLED_BACK_AT_TAG = "trainpipe.rolled_back_at"
 ROLLBACK_REASON_TAG = "trainpipe.rollback_reason"
-# On the registered model: the last promotions and rollbacks as a JSON list, newest last (a version's
-# own tags keep only its latest promotion).
+# On the registered model: the last promotions and rollbacks, one short line each, newest last (a version's
+# own tags keep its latest promotion in full). Compact, because MLflow shows a model's tags at the top of its
+# page: ``<at>\t<version>\t<replaced or ->\t<by>\t<reason, cut>``.
+PROMOTION_HISTORY_TAG = "trainpipe.promotions"
+PROMOTION_HISTORY_LENGTH = 20
+PROMOTION_HISTORY_REASON_CHARS = 120
+# Before: a JSON list of up to 50 entries with reasons of up to 500 characters (read, never written).
 PROMOTION_LOG_TAG = "trainpipe.promotion_log"
-PROMOTION_LOG_LENGTH = 50
 # On the registered model, under a platform policy: the team that owns it (written when trainpipe
 # creates the model). Register, promote and rollback refuse a model another team owns (ADR 0014).
 OWNER_TAG = "trainpipe.owner"
@@ -289,18 +293,46 @@ def _promotion_tags(*, actor: str, at: str, reason: str, details: dict[str, Any]
             PROMOTION_DETAILS_TAG: json.dumps(details or {}, sort_keys=True, default=str)}
 
 
-def _log_promotion(client: MlflowClient, promotion: Promotion) -> None:
-    """Append to the model's promotion log (read, append, write: moves are rare and one at a time)."""
-    model = client.get_registered_model(promotion.model_name)
+def _history_field(text: str, limit: int | None = None) -> str:
+    flat = " ".join(str(text).split())
+    return flat if limit is None or len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _history_line(entry: dict[str, Any]) -> str:
+    replaced = entry.get("replaced_version")
+    return "\t".join([_history_field(entry["at"]), str(entry["version"]), str(replaced) if replaced is not None else "-",
+                      _history_field(entry["by"]), _history_field(entry["reason"], PROMOTION_HISTORY_REASON_CHARS)])
+
+
+def _read_history(tags: dict[str, str]) -> list[dict[str, Any]]:
+    """The model's moves, oldest first (from the compact tag, else the JSON tag written before it)."""
+    entries: list[dict[str, Any]] = []
+    if PROMOTION_HISTORY_TAG in tags:
+        for line in tags[PROMOTION_HISTORY_TAG].splitlines():
+            parts = line.split("\t")
+            if len(parts) == 5 and parts[1].isdigit():
+                entries.append({"at": parts[0], "version": int(parts[1]),
+                                "replaced_version": int(parts[2]) if parts[2].isdigit() else None,
+                                "by": parts[3], "reason": parts[4]})
+        return entries
     try:
-        entries = json.loads((model.tags or {}).get(PROMOTION_LOG_TAG, "[]"))
+        old = json.loads(tags.get(PROMOTION_LOG_TAG, "[]"))
     except json.JSONDecodeError:
-        entries = []
+        return []
+    return [e for e in old if isinstance(e, dict) and {"at", "version", "by", "reason"} <= set(e)]
+
+
+def _log_promotion(client: MlflowClient, promotion: Promotion) -> None:
+    """Append to the model's promotion history (read, append, write: moves are rare and one at a time)."""
+    model = client.get_registered_model(promotion.model_name)
+    tags = dict(model.tags or {})
+    entries = _read_history(tags)
     entries.append({"version": promotion.version, "replaced_version": promotion.replaced_version,
-                    "alias": promotion.alias, "at": promotion.at, "by": promotion.actor,
-                    "reason": promotion.reason[:500]})
-    client.set_registered_model_tag(promotion.model_name, PROMOTION_LOG_TAG,
-                                    json.dumps(entries[-PROMOTION_LOG_LENGTH:], sort_keys=True))
+                    "at": promotion.at, "by": promotion.actor, "reason": promotion.reason})
+    client.set_registered_model_tag(promotion.model_name, PROMOTION_HISTORY_TAG,
+                                    "\n".join(_history_line(e) for e in entries[-PROMOTION_HISTORY_LENGTH:]))
+    if PROMOTION_LOG_TAG in tags:  # carried over into the compact history: the long JSON goes
+        client.delete_registered_model_tag(promotion.model_name, PROMOTION_LOG_TAG)
 
 
 def _recorded_promotion(model_name: str, version: ModelVersion, *, alias: str, previous_alias: str) -> Promotion:
@@ -436,10 +468,7 @@ def describe(client: MlflowClient, model_name: str, *, last_promotions: int = 5)
                 dag_id=v.tags.get(DAG_ID_TAG), airflow_run_id=v.tags.get(AIRFLOW_RUN_ID_TAG),
                 metrics={k: val for k, val in sorted(v.tags.items()) if k.startswith("holdout_")},
                 rejected=v.tags.get(REJECTED_TAG) == "true"))
-    try:
-        entries = json.loads((model.tags or {}).get(PROMOTION_LOG_TAG, "[]"))
-    except json.JSONDecodeError:
-        entries = []
+    entries = _read_history(dict(model.tags or {}))
     promotions = [PromotionRecord(version=e["version"], at=e["at"], by=e["by"], reason=e["reason"],
                                   replaced_version=e["replaced_version"]) for e in reversed(entries)]
     return ModelSummary(name=model_name, version_count=len(versions), aliases=aliases, aliased_versions=tuple(aliased),

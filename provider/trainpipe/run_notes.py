@@ -5,13 +5,30 @@ such route, and task processes have no database access), and DAG callbacks run i
 same restriction. So a task leaves its line as an XCom under ``RUN_NOTE_KEY``, and trainpipe's listener
 (``trainpipe.listeners.run_notes``, loaded by the scheduler through the provider's plugin) writes the lines
 into the note when the run ends, in the scheduler's own session: no credentials, no REST call.
+
+The wording is stable: a note's first line is the run's reason, ``<outcome>: <facts>``, with one of the
+outcomes in ``OUTCOMES`` (a fleet page can show the first line, and split it at the first ``": "``). The lines
+are composed here (Airflow-free) so that every step words its facts the same way.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 RUN_NOTE_KEY = "trainpipe_run_note"
+
+# The first words of every line trainpipe writes, in the order a run meets them.
+VALIDATION_FAILED = "validation failed"
+TRAINING_FAILED = "training failed"
+TRAINING_STALLED = "training stalled"
+GATES_FAILED = "gates failed"  # followed by " (n of m)"
+APPROVAL_REJECTED = "approval rejected"
+APPROVAL_TIMED_OUT = "approval timed out"
+PROMOTED = "promoted"
+FAILED_AT = "failed at"  # the listener's own line, for a failure no step explained
+OUTCOMES = (VALIDATION_FAILED, TRAINING_FAILED, TRAINING_STALLED, GATES_FAILED, APPROVAL_REJECTED,
+            APPROVAL_TIMED_OUT, PROMOTED, FAILED_AT)
 # Airflow's limit on a note's length (dag_run_note.content is a String(1000)).
 NOTE_MAX_CHARS = 1000
 
@@ -31,3 +48,87 @@ def merged_note(existing: str | None, lines: list[str]) -> str | None:
         return existing
     note = "\n".join(kept)
     return note if len(note) <= NOTE_MAX_CHARS else note[: NOTE_MAX_CHARS - 1] + "…"
+
+
+def validation_note(parts: list[str]) -> str:
+    """``validation failed: drift in amount (PSI 6.84 >= 0.25); row count 3000 -> 1200 (-60.0%, limit 50%)``"""
+    return f"{VALIDATION_FAILED}: " + "; ".join(parts)
+
+
+def training_note(reasons: tuple[str, ...] | list[str], *, fallback: str, try_number: int, tries: int) -> str:
+    """The trainer's reason in a few words: NaN guard at step N, preempted (too often), out of memory.
+
+    ``reasons`` are the trainer's one-line messages (``TrainingFailedError.reasons``); ``fallback`` is the
+    error's text when the trainer gave none (a crash); ``tries`` is how many tries the task has in all.
+    """
+    texts = list(reasons) or [fallback]
+    facts: list[str] = []
+    for text in texts:
+        fact = _training_fact(text, last_try=try_number >= tries, try_number=try_number)
+        if fact not in facts:
+            facts.append(fact)
+    return f"{TRAINING_FAILED}: " + "; ".join(facts)
+
+
+_NAN = re.compile(r"^(?P<what>non-finite (?:loss|gradient norm) \([^)]*\)) at step (?P<step>\d+)")
+_PREEMPTED = re.compile(r"^received (?P<signal>\w+): committed checkpoint step-(?P<step>\d+)")
+_OOM = re.compile(r"out of memory|OutOfMemoryError|OOMKilled|exit code 137\b|exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\)",
+                  re.IGNORECASE)
+
+
+def _training_fact(text: str, *, last_try: bool, try_number: int) -> str:
+    if match := _NAN.match(text):
+        return f"NaN guard at step {match['step']} ({match['what']})"
+    if match := _PREEMPTED.match(text):
+        if last_try:
+            return f"preempted too often ({try_number} tries; the last at step {match['step']}, {match['signal']})"
+        return f"preempted at step {match['step']} ({match['signal']}); the retry resumes there"
+    if _OOM.search(text):
+        return f"out of memory ({_first_line(text)})"
+    return _first_line(text)
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = (text.strip().splitlines() or [""])[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def stall_note(message: str) -> str:
+    """From the checkpoint sensor's stall message (``training stalled: no checkpoint committed for ...``):
+    the facts, without the advice that follows them."""
+    facts = message.split(". ", 1)[0].removeprefix(f"{TRAINING_STALLED}: ")
+    return f"{TRAINING_STALLED}: {facts}"
+
+
+def promotion_note(*, model_name: str, version: str | int, alias: str, metric: str | None,
+                   value: float | None, champion_value: float | None, champion_version: int | None,
+                   approved_by: str | None = None) -> str:
+    """``promoted: fraud_detector version 4 is champion; auc 0.912345 vs 0.887654 of version 3 (+0.024691)``"""
+    line = f"{PROMOTED}: {model_name} version {version} is {alias}"
+    if metric is not None and value is not None:
+        if champion_version is None:
+            line += f"; {metric} {value:.6f} (no previous {alias})"
+        elif champion_value is None:
+            line += f"; {metric} {value:.6f} (version {champion_version} has no {metric})"
+        else:
+            line += (f"; {metric} {value:.6f} vs {champion_value:.6f} of version {champion_version} "
+                     f"({value - champion_value:+.6f})")
+    if approved_by:
+        line += f"; approved by {approved_by}"
+    return line
+
+
+def approval_note(*, model_name: str, version: str | int, at: str | None, challenger_alias: str,
+                  rejected_by: str | None = None, waited: str | None = None) -> str:
+    """``approval rejected: fraud_detector version 4 by alice at 2026-07-01T10:00:00+00:00; it stays challenger``
+    or, with ``waited`` (no answer; ``on_timeout: reject``), ``approval timed out: ... no answer within 1h ...``."""
+    when = f" at {at}" if at else ""
+    if waited is not None:
+        return (f"{APPROVAL_TIMED_OUT}: {model_name} version {version}: no answer within {waited}{when} "
+                f"(on_timeout: reject); it stays {challenger_alias}")
+    return f"{APPROVAL_REJECTED}: {model_name} version {version} by {rejected_by}{when}; it stays {challenger_alias}"
+
+
+def failed_at_note(task_ids: list[str]) -> str:
+    """The listener's line for a failed run whose steps left none: where to look."""
+    return f"{FAILED_AT}: {', '.join(task_ids)} (see the task log)"

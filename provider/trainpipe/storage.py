@@ -10,9 +10,11 @@ Layout under the storage root::
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import posixpath
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from trainpipe import uris
@@ -20,6 +22,7 @@ from trainpipe.errors import (
     DataReadError,
     OutsideStorageRootError,
     PolicyViolationError,
+    StorageAccessError,
     StorageConflictError,
     UnsupportedUriError,
 )
@@ -80,6 +83,94 @@ def fsspec_uri(path: ObjectStoragePath) -> str:
     """The URI a process without Airflow (the trainer) opens with fsspec: no connection id in it
     (``str()`` of a path with a ``conn_id`` reads ``s3://conn_id@bucket/key``)."""
     return path.as_uri() if path.protocol == "file" else f"{path.protocol}://{path.path}"
+
+
+def shown_uri(path: ObjectStoragePath) -> str:
+    """A path as people read it: the plain URI, the connection named apart
+    (``s3://trainpipe/storage/x (connection trainpipe_s3)``, never ``s3://trainpipe_s3@trainpipe/...``)."""
+    conn_id = getattr(path, "conn_id", None)
+    return fsspec_uri(path) + (f" (connection {conn_id})" if conn_id else "")
+
+
+def _env_name(conn_id: str) -> str:
+    return f"AIRFLOW_CONN_{conn_id.upper()}"
+
+
+STACK_HINT = "on the stack: source .trainpipe/stack/cli.env"
+
+
+def check_storage_settings(settings: Settings) -> None:
+    """Before a command touches an object-store root: its connection must be defined. (Airflow would fall
+    back to no connection and anonymous access against AWS itself, and fail later and less clearly.)"""
+    if settings.storage_root.startswith("file://") or "://" not in settings.storage_root:
+        return
+    if settings.storage_conn_id is None:
+        return  # the default credential chain (AWS_* variables, an instance role) may be meant
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        BaseHook.get_connection(settings.storage_conn_id)
+    except AirflowNotFoundException:
+        raise StorageAccessError(
+            f"storage {settings.storage_root}: the Airflow connection {settings.storage_conn_id!r} "
+            f"(TRAINPIPE_STORAGE_CONN_ID) is not defined; define it, e.g. in {_env_name(settings.storage_conn_id)} "
+            f"({STACK_HINT})") from None
+
+
+@contextlib.contextmanager
+def storage_access(settings: Settings) -> Iterator[None]:
+    """Turns a refused or unreachable object store into one line naming the setting to fix (a CLI prints it
+    instead of a traceback)."""
+    check_storage_settings(settings)
+    try:
+        yield
+    except Exception as err:
+        message = _access_problem(err, settings)
+        if message is None:
+            raise
+        raise StorageAccessError(f"storage {settings.storage_root}: {message}") from err
+
+
+def trainer_storage_env(settings: Settings) -> dict[str, str]:
+    """For a trainer started from here (the local launcher): the S3 endpoint and keys of the storage
+    connection, as the variables s3fs reads. Nothing when the root is local, no connection is set, or the
+    environment already has keys (the stack's workers do)."""
+    import os
+
+    if settings.storage_root.startswith("file://") or "://" not in settings.storage_root:
+        return {}
+    if settings.storage_conn_id is None or os.environ.get("AWS_ACCESS_KEY_ID"):
+        return {}
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(settings.storage_conn_id)
+    extra = conn.extra_dejson or {}
+    values = {"AWS_ACCESS_KEY_ID": conn.login or "", "AWS_SECRET_ACCESS_KEY": conn.password or "",
+              "AWS_ENDPOINT_URL": extra.get("endpoint_url") or "", "AWS_DEFAULT_REGION": extra.get("region_name") or ""}
+    return {name: value for name, value in values.items() if value}
+
+
+def _access_problem(err: Exception, settings: Settings) -> str | None:
+    conn_id = settings.storage_conn_id
+    where = (f"the Airflow connection {conn_id!r} (TRAINPIPE_STORAGE_CONN_ID, {_env_name(conn_id)})" if conn_id
+             else "TRAINPIPE_STORAGE_CONN_ID (not set)")
+    name = type(err).__name__
+    if name in ("NoCredentialsError", "PartialCredentialsError"):
+        fix = ("set its login (access key id) and password (secret key)" if conn_id else
+               "set it to an Airflow connection with the S3 endpoint and keys")
+        return f"no S3 credentials: {where}; {fix} ({STACK_HINT})"
+    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError"):
+        return (f"cannot reach the S3 endpoint ({err}); check the endpoint_url in the extra of {where} "
+                f"({STACK_HINT}: the stack must be running)")
+    code = ""
+    response = getattr(err, "response", None) or getattr(getattr(err, "__cause__", None), "response", None)
+    if isinstance(response, dict):
+        code = str((response.get("Error") or {}).get("Code") or "")
+    refused = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "403"}
+    if code in refused or isinstance(err, PermissionError):
+        return f"the S3 endpoint refused the credentials ({code or err}); check the login and password of {where}"
+    return None
 
 
 def read_table(path: ObjectStoragePath, file_format: str = "parquet") -> pd.DataFrame:

@@ -213,3 +213,25 @@ def test_gate_summary_is_one_line_with_every_gate():
     failed = [{**GATES[0], "passed": False, "value": 0.7}]
     assert registry.gate_summary(failed) == "gates failed (0/1): auc >= 0.8: 0.7000 FAIL"
     assert registry.gate_summary([]) == "no gates configured"
+
+
+def test_the_promotion_history_is_a_short_tag_and_takes_over_the_old_json_log(hook, model_name, train_and_register):
+    train_and_register("manual__1")
+    train_and_register("manual__2")
+    # A model promoted before the compact history: its JSON log is carried over, then removed.
+    old = [{"version": 1, "replaced_version": None, "alias": "champion", "at": "2026-01-01T00:00:00+00:00",
+            "by": "carol", "reason": "first, by hand"}]
+    hook.client.set_registered_model_tag(model_name, registry.PROMOTION_LOG_TAG, json.dumps(old))
+    long_reason = "gates passed (4/4): " + "; ".join(f"gate {i} >= 0.5: 0.9" for i in range(40))
+
+    registry.promote(hook.client, model_name, 2, actor="airflow DAG x (run manual__2)", reason=long_reason)
+
+    tags = hook.client.get_registered_model(model_name).tags
+    assert registry.PROMOTION_LOG_TAG not in tags
+    lines = tags[registry.PROMOTION_HISTORY_TAG].splitlines()
+    assert len(lines) == 2 and all(len(line) < 250 for line in lines)
+    assert lines[0] == "2026-01-01T00:00:00+00:00\t1\t-\tcarol\tfirst, by hand"
+    assert [(p.version, p.by, p.replaced_version) for p in registry.describe(hook.client, model_name).promotions] == [
+        (2, "airflow DAG x (run manual__2)", None), (1, "carol", None)]
+    # The full reason stays on the version itself.
+    assert hook.client.get_model_version(model_name, "2").tags[registry.PROMOTION_REASON_TAG] == long_reason

@@ -63,3 +63,24 @@ def test_summary_is_one_line_naming_each_failed_gate_and_its_value():
                     "-0.832% vs champion); min_slice(auc) >= 0.75 (got 0.700000, worst slice: region=eu); "
                     "nothing registered")
     assert "\n" not in line
+
+
+def test_a_worst_slice_gate_shows_its_slice_value_not_the_overall_metric():
+    # As evaluate returns it: a worst_slice gate names the plain metric, its value is the worst slice's.
+    evaluation = {
+        "candidate": {"auc": 0.436675}, "champion": None, "champion_version": None,
+        "gates": [{"gate": "worst_slice(auc) >= 0.75", "metric": "auc", "value": 0.402863, "baseline": None,
+                   "compared": 0.402863, "threshold": 0.75, "passed": False,
+                   "note": "absolute; worst slice region=eu (812 rows)"}],
+        "gates_passed": False,
+    }
+    table = gate_table(evaluation)
+
+    assert summary(table, consequence="nothing registered") == (
+        "gates failed (1 of 1): worst_slice(auc) >= 0.75 (got 0.402863, worst slice region=eu (812 rows)); "
+        "nothing registered")
+    assert as_text(table).splitlines()[1:] == [
+        "auc               0.436675   -                -       -",
+        "worst_slice(auc)  0.402863   -                -       FAIL worst_slice(auc) >= 0.75 (worst slice region=eu "
+        "(812 rows))",
+    ]

@@ -64,8 +64,19 @@ params:
 """
 
 
+# The demo data the CLI writes (`trainpipe demo-data`), with a drift check against the last accepted version.
+DRIFT_SPEC = spec_yaml("stack_drift", epochs=1).replace(f"uri: {DATA_KEY}", "uri: demo/transactions/transactions.parquet") \
+    .replace("  max_volume_change: 0.5\n", "  max_volume_change: 0.5\n  drift:\n    psi: {warn: 0.1, fail: 0.25}\n")
+# Waits for a person's answer and mails the request through smtp_default (the stack's mail sink).
+APPROVAL_SPEC = spec_yaml("stack_approval", epochs=1).replace(
+    "  alias: champion\n",
+    "  alias: champion\n  approval: {mode: required, timeout: 1h, on_timeout: reject}\n"
+    "notify:\n  email:\n    to: [ml-oncall@example.com]\n    conn_id: smtp_default\n    events: [approval]\n")
+
 # The specs in the watched folder when the stack starts (the tests drop more).
 SPECS = {
+    "stack_drift": DRIFT_SPEC,
+    "stack_approval": APPROVAL_SPEC,
     "stack_manual": spec_yaml("stack_manual", epochs=2),
     # Long enough to kill the worker after a committed checkpoint and well before the end.
     "stack_retry": spec_yaml("stack_retry", epochs=30, every_n_steps=50),

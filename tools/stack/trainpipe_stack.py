@@ -43,11 +43,13 @@ from trainpipe.errors import TrainpipeError
 HOST = "127.0.0.1"
 ADMIN_USER = "admin"
 S3_CONN_ID = "trainpipe_s3"
+# The connection the example specs' `notify.email` names: the stack's mail sink.
+SMTP_CONN_ID = "smtp_default"
 S3_REGION = "us-east-1"
 CELERY_APP = "airflow.providers.celery.executors.celery_executor.app"
 
 # Start order (stores, MLflow, Airflow); ``down`` stops them the other way round.
-BACKING = ("postgres", "redis", "s3")
+BACKING = ("postgres", "redis", "s3", "mail")
 AIRFLOW = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "airflow-worker")
 SERVICES = (*BACKING, "mlflow", *AIRFLOW)
 
@@ -74,6 +76,7 @@ class Ports:
     redis: int = 26379
     worker_log: int = 28793
     triggerer_log: int = 28794
+    smtp: int = 28025
 
     ENV = {
         "airflow": "TRAINPIPE_STACK_AIRFLOW_PORT",
@@ -83,6 +86,7 @@ class Ports:
         "redis": "TRAINPIPE_STACK_REDIS_PORT",
         "worker_log": "TRAINPIPE_STACK_WORKER_LOG_PORT",
         "triggerer_log": "TRAINPIPE_STACK_TRIGGERER_LOG_PORT",
+        "smtp": "TRAINPIPE_STACK_SMTP_PORT",
     }
 
     @classmethod
@@ -169,6 +173,16 @@ class StackConfig:
     def urls_file(self) -> Path:
         return self.home / "urls.json"
 
+    @property
+    def mail(self) -> Path:
+        """The mail sink's folder: one ``.eml`` file per message sent through ``smtp_default``."""
+        return self.home / "mail"
+
+    @property
+    def cli_env_file(self) -> Path:
+        """``export NAME=value`` lines pointing the trainpipe, airflow and MLflow clients at the stack."""
+        return self.home / "cli.env"
+
 
 def load_secrets(config: StackConfig) -> dict[str, str]:
     """Passwords and keys, generated on the first ``up`` and kept (the Fernet key encrypts what the DB holds)."""
@@ -234,6 +248,51 @@ def _stack_policy(env: Mapping[str, str], repo: Path) -> Path | None:
     return None if configured.strip().lower() in ("", "none") else Path(configured).resolve()
 
 
+def smtp_connection(host: str, port: int) -> str:
+    """``smtp_default`` as an ``AIRFLOW_CONN_`` JSON value: a local sink that takes mail without TLS or login."""
+    return json.dumps({"conn_type": "smtp", "host": host, "port": port,
+                       # The sender when a spec's notify.email names none (the examples do not).
+                       "extra": {"disable_tls": True, "disable_ssl": True, "retry_limit": 0, "timeout": 10,
+                                 "from_email": "trainpipe@localhost"}})
+
+
+def s3_connection(config: StackConfig, keys: Mapping[str, str]) -> dict[str, str]:
+    """``trainpipe_s3``: the stack's S3 endpoint and keys (imported into the services' DB, exported to clients)."""
+    return {
+        "conn_type": "aws",
+        "description": "trainpipe storage (the stack's S3 endpoint)",
+        "login": keys["s3_access_key"],
+        "password": keys["s3_secret_key"],
+        "extra": json.dumps({"endpoint_url": config.s3_url, "region_name": S3_REGION}),
+    }
+
+
+def cli_env(config: StackConfig, keys: Mapping[str, str]) -> dict[str, str]:
+    """What a shell needs for ``trainpipe``, ``airflow`` and MLflow clients to work on the stack: the same
+    storage root, connection, tracking server, specs folder and metadata database as the services.
+    S3 credentials travel only inside the Airflow connection (no ``AWS_*`` variables)."""
+    services = airflow_env(config, keys)
+    shared = ("AIRFLOW_HOME", "AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__CORE__LOAD_EXAMPLES",
+              "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__API__BASE_URL", "AIRFLOW__API_AUTH__JWT_SECRET",
+              "TRAINPIPE_HOME", "TRAINPIPE_DAG_CONFIGS", "TRAINPIPE_STORAGE_ROOT", "TRAINPIPE_STORAGE_CONN_ID",
+              "TRAINPIPE_OPTUNA_STORAGE", "TRAINPIPE_MLFLOW_ARTIFACT_ROOT", "MLFLOW_TRACKING_URI",
+              "MLFLOW_DISABLE_TELEMETRY", "GX_ANALYTICS_ENABLED", f"AIRFLOW_CONN_{SMTP_CONN_ID.upper()}",
+              "TRAINPIPE_POLICY")
+    values = {key: services[key] for key in shared if key in services}
+    values[f"AIRFLOW_CONN_{S3_CONN_ID.upper()}"] = json.dumps(
+        {**s3_connection(config, keys), "extra": json.loads(s3_connection(config, keys)["extra"])})
+    return values
+
+
+def cli_env_text(values: Mapping[str, str]) -> str:
+    import shlex
+
+    lines = ["# Written by `make stack`: point the trainpipe, airflow and MLflow clients at the stack.",
+             "# Use: source .trainpipe/stack/cli.env   (holds the stack's keys: keep it private)"]
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in values.items()]
+    return "\n".join(lines) + "\n"
+
+
 def airflow_env(config: StackConfig, keys: Mapping[str, str]) -> dict[str, str]:
     """The environment of every Airflow service; docker-compose.yaml sets the same variables.
 
@@ -273,6 +332,8 @@ def airflow_env(config: StackConfig, keys: Mapping[str, str]) -> dict[str, str]:
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(ports.worker_log),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(ports.triggerer_log),
+        # The connection the examples' notify.email names: the stack's mail sink (no TLS, no login).
+        f"AIRFLOW_CONN_{SMTP_CONN_ID.upper()}": smtp_connection(HOST, ports.smtp),
         "TRAINPIPE_HOME": str(config.home / "trainpipe"),
         "TRAINPIPE_DAG_CONFIGS": str(config.dag_configs),
         "TRAINPIPE_STORAGE_ROOT": config.storage_root,
@@ -351,6 +412,51 @@ def _postgres_user() -> str | None:
         raise StackError("running as root, and there is no `postgres` user to run PostgreSQL as; "
                          "install the postgresql package (it creates the user)") from None
     return "postgres"
+
+
+def _smtp_ready(port: int) -> bool:
+    import smtplib
+
+    try:
+        with smtplib.SMTP(HOST, port, timeout=3) as smtp:
+            return smtp.noop()[0] == 250
+    except OSError:
+        return False
+
+
+class MailFolder:
+    """aiosmtpd handler: each message becomes ``<UTC time>-<n>.eml`` in the folder (written whole, then renamed)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.count = 0
+
+    async def handle_DATA(self, server, session, envelope) -> str:  # noqa: ANN001, N802 - aiosmtpd's handler API
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.count += 1
+        name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-{self.count}.eml"
+        partial = self.folder / f".{name}.partial"
+        partial.write_bytes(envelope.original_content or envelope.content)
+        os.replace(partial, self.folder / name)
+        return "250 OK"
+
+
+def run_mail_sink(port: int, folder: Path) -> None:
+    """The stack's SMTP server on loopback until SIGTERM (aiosmtpd, from the dev extra)."""
+    import threading
+
+    from aiosmtpd.controller import Controller
+
+    folder.mkdir(parents=True, exist_ok=True)
+    controller = Controller(MailFolder(folder), hostname=HOST, port=port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    controller.start()
+    try:
+        stop.wait()
+    finally:
+        controller.stop()
 
 
 def _http_ok(url: str, timeout: float = 3.0) -> bool:
@@ -435,6 +541,16 @@ def services(config: StackConfig, keys: Mapping[str, str]) -> dict[str, Service]
             port=ports.s3,
             healthy=lambda: _http_ok(f"{config.s3_url}/moto-api/data.json"),
             start_timeout=60,
+        ),
+        "mail": Service(
+            name="mail",
+            # smtp_default's server: keeps every message as a file (the approval example's mails can be read).
+            argv=(sys.executable, "-m", "trainpipe.stack", "mail-sink", "--port", str(ports.smtp),
+                  "--folder", str(config.mail)),
+            env=_base_env(),
+            port=ports.smtp,
+            healthy=lambda: _smtp_ready(ports.smtp),
+            start_timeout=30,
         ),
         "mlflow": Service(
             name="mlflow",
@@ -637,6 +753,7 @@ class Stack:
             "dag_configs": str(config.dag_configs),
         }
         config.urls_file.write_text(json.dumps(urls, indent=2) + "\n")
+        _write_private(config.cli_env_file, cli_env_text(cli_env(config, keys)))
         (config.home / "running.json").write_text(json.dumps(self._identity(), indent=2))
         log(f"stack healthy in {time.monotonic() - started:.0f} s")
         return urls
@@ -699,15 +816,7 @@ class Stack:
             marker.write_text(json.dumps({**current, "revision": _db_revision(config, keys)}))
         passwords = config.airflow_home / "passwords.json"
         _write_private(passwords, json.dumps({ADMIN_USER: keys["admin_password"]}) + "\n")
-        connections = {
-            S3_CONN_ID: {
-                "conn_type": "aws",
-                "description": "trainpipe storage (the stack's S3 endpoint)",
-                "login": keys["s3_access_key"],
-                "password": keys["s3_secret_key"],
-                "extra": json.dumps({"endpoint_url": config.s3_url, "region_name": S3_REGION}),
-            }
-        }
+        connections = {S3_CONN_ID: s3_connection(config, keys)}
         # Imported again (another Airflow start-up) only when it changed or is gone from the database.
         digest = hashlib.sha256(json.dumps(connections, sort_keys=True).encode()).hexdigest()
         imported = config.airflow_home / "connections.sha256"
@@ -919,6 +1028,14 @@ def _upload_demo_data(config: StackConfig, keys: Mapping[str, str]) -> None:
 # command line
 
 
+def _shown_path(path: Path) -> str:
+    """Relative to the working directory when inside it (no machine-specific absolute path in the output)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def _print_urls(urls: Mapping[str, str], config: StackConfig) -> None:
     print()
     print(f"Airflow   {urls['airflow']}   (login: {urls['username']} / {urls['password']})")
@@ -926,7 +1043,9 @@ def _print_urls(urls: Mapping[str, str], config: StackConfig) -> None:
     print(f"S3        {urls['s3']}   (bucket {config.bucket}; storage root {config.storage_root})")
     print(f"watching  {urls['dag_configs']}")
     print(f"written to {config.urls_file}; logs in {config.logs}/; stop with `make stack-down`")
-    print(f"client:   export MLFLOW_TRACKING_URI={urls['mlflow']}")
+    print(f"mail      {_shown_path(config.mail)}/   (smtp_default: one .eml file per message)")
+    print(f"CLI       source {_shown_path(config.cli_env_file)}   (then trainpipe, airflow and MLflow clients use "
+          "the stack's storage, connections and tracking server)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -937,7 +1056,13 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("status", help="which services run, and whether each is healthy")
     restart = commands.add_parser("restart", help="restart one service")
     restart.add_argument("service", choices=SERVICES)
+    sink = commands.add_parser("mail-sink", help="(a service of the stack) the SMTP server that keeps mail as files")
+    sink.add_argument("--port", type=int, required=True)
+    sink.add_argument("--folder", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.command == "mail-sink":
+        run_mail_sink(args.port, args.folder)
+        return 0
     try:
         stack = Stack(StackConfig.from_env())
         if args.command == "up":

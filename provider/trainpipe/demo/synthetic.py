@@ -19,13 +19,14 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainpipe.errors import SpecError, StorageConflictError
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
+    from airflow.sdk import ObjectStoragePath
 
 TRANSACTION_FEATURES: tuple[str, ...] = (
     "amount",
@@ -290,32 +291,45 @@ def _same_content(path: Path, data: bytes) -> bool:
     The table comparison keeps a file written by another pyarrow version (different footer) from
     counting as a conflict.
     """
-    if path.read_bytes() == data:
+    existing_bytes = path.read_bytes()
+    if existing_bytes == data:
         return True
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        existing = pq.read_table(str(path), use_threads=False)
+        existing = pq.read_table(pa.BufferReader(existing_bytes), use_threads=False)
     except (pa.ArrowException, OSError):
         return False
     return existing.equals(pq.read_table(pa.BufferReader(data), use_threads=False))
 
 
-def _conflict(path: Path) -> StorageConflictError:
+def _shown(path: Any) -> str:
+    """A local path as it is; an object-store path as its plain URI with the connection named apart."""
+    if isinstance(path, Path):
+        return str(path)
+    from trainpipe.storage import shown_uri
+
+    return shown_uri(path)
+
+
+def _conflict(path: Any) -> StorageConflictError:
     return StorageConflictError(
-        f"{path}: already exists with different content; "
+        f"{_shown(path)}: already exists with different content; "
         "pass --force (force=True) to overwrite it, or choose another output directory"
     )
 
 
-def _write_file(path: Path, data: bytes, *, force: bool) -> WriteStatus:
+def _write_file(path: Any, data: bytes, *, force: bool) -> WriteStatus:
     existed = path.exists()
     if existed and _same_content(path, data):
         return "unchanged"
     if existed and not force:
         raise _conflict(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not isinstance(path, Path):  # an object store: a put replaces the object whole
+        path.write_bytes(data)
+        return "overwritten" if existed else "written"
     partial = path.with_name(f".{path.name}.partial")
     partial.write_bytes(data)
     os.replace(partial, path)
@@ -323,9 +337,10 @@ def _write_file(path: Path, data: bytes, *, force: bool) -> WriteStatus:
 
 
 def _write_demo_data(
-    root: str | os.PathLike[str], *, end: datetime, force: bool, drift: str | None = None
+    root: str | os.PathLike[str] | ObjectStoragePath, *, end: datetime, force: bool, drift: str | None = None
 ) -> dict[str, tuple[str, WriteStatus, int]]:
-    root_path = Path(root)
+    # A local folder, or an object-store root (the storage root's ObjectStoragePath, with its connection).
+    root_path = root if hasattr(root, "protocol") else Path(root)
     frames = {
         "transactions": generate_transactions(end=end),
         "clicks": generate_clicks(end=end),
@@ -343,11 +358,11 @@ def _write_demo_data(
                 raise _conflict(path)
     for name, data in encoded.items():
         path = root_path / DEMO_FILES[name]
-        results[name] = (str(path), _write_file(path, data, force=force), len(frames[name]))
+        results[name] = (_shown(path), _write_file(path, data, force=force), len(frames[name]))
     return results
 
 
-def write_demo_data(root: str | os.PathLike[str], *, end: datetime, force: bool = False,
+def write_demo_data(root: str | os.PathLike[str] | ObjectStoragePath, *, end: datetime, force: bool = False,
                     drift: str | None = None) -> dict[str, str]:
     """Write ``transactions/transactions.parquet`` and ``clicks/clicks.parquet`` under ``root``.
 

@@ -20,6 +20,24 @@ RUN_ID_TAG = "trainpipe.airflow_run_id"
 DAG_ID_TAG = "trainpipe.dag_id"
 
 
+# The loggers MLflow gives a stderr handler of its own at import (mlflow.utils.logging_utils), which stops them
+# propagating. In a task, stderr is shown as ERROR: an INFO line of MLflow's would read as a failure.
+_MLFLOW_OWNED_LOGGERS = ("mlflow", "alembic", "huey", "sqlalchemy.engine")
+
+
+def route_mlflow_logging() -> None:
+    """MLflow's log records go to the process's own logging (Airflow's task logger in a task) at their own
+    level, instead of MLflow's stderr handler. The levels MLflow set are kept. Idempotent."""
+    import logging
+
+    import mlflow  # noqa: F401 - its import installs the handlers this removes
+
+    for name in _MLFLOW_OWNED_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.handlers = []
+        logger.propagate = True
+
+
 def mlflow_metric_key(name: str) -> str:
     """MLflow keys allow no '@': ``ndcg@10`` is logged as ``ndcg_at_10``."""
     return re.sub(r"[^\w./ -]", "_", name.replace("@", "_at_"))
@@ -35,6 +53,7 @@ class MlflowHook:
     def client(self) -> MlflowClient:
         import mlflow
 
+        route_mlflow_logging()
         mlflow.set_tracking_uri(self.settings.mlflow_tracking_uri)
         return mlflow.MlflowClient(tracking_uri=self.settings.mlflow_tracking_uri)
 

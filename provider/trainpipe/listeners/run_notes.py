@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     from airflow.models.dagrun import DagRun
 
 
-def _write_note(dag_run: DagRun) -> None:
+def _write_note(dag_run: DagRun, *, failed: bool = False) -> None:
     from sqlalchemy.orm import object_session
 
     session = object_session(dag_run)
     if session is not None:  # the scheduler: its session commits the run's new state, and the note with it
-        _write_note_in(session, dag_run)
+        _write_note_in(session, dag_run, failed=failed)
         return
     # dag.test() hands over a run detached from any session: write it in one of our own.
     from sqlalchemy import select
@@ -33,10 +33,10 @@ def _write_note(dag_run: DagRun) -> None:
     with create_session() as own:
         attached = own.scalar(select(DagRun).where(DagRun.dag_id == dag_run.dag_id, DagRun.run_id == dag_run.run_id))
         if attached is not None:
-            _write_note_in(own, attached)
+            _write_note_in(own, attached, failed=failed)
 
 
-def _write_note_in(session: Session, dag_run: DagRun) -> None:
+def _write_note_in(session: Session, dag_run: DagRun, *, failed: bool) -> None:
     from sqlalchemy import select
 
     from airflow.models.xcom import XComModel
@@ -48,11 +48,29 @@ def _write_note_in(session: Session, dag_run: DagRun) -> None:
         .order_by(XComModel.timestamp)
     ).all()
     lines = [str(XComModel.deserialize_value(row)) for row in rows]
+    if not lines and failed:
+        lines = _failed_tasks_line(session, dag_run)
     if not lines:
         return
     note = merged_note(dag_run.note, lines)
     if note != dag_run.note:
         dag_run.note = note
+
+
+def _failed_tasks_line(session: Session, dag_run: DagRun) -> list[str]:
+    """A failure no step explained (a crash, a lost worker) still says where it happened."""
+    from sqlalchemy import select
+
+    from airflow.models.taskinstance import TaskInstance
+    from trainpipe.run_notes import failed_at_note
+
+    failed = session.scalars(
+        select(TaskInstance.task_id)
+        .where(TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id,
+               TaskInstance.state == "failed")
+        .order_by(TaskInstance.end_date)
+    ).all()
+    return [failed_at_note(list(failed))] if failed else []
 
 
 @hookimpl
@@ -62,4 +80,4 @@ def on_dag_run_success(dag_run: DagRun, msg: str) -> None:
 
 @hookimpl
 def on_dag_run_failed(dag_run: DagRun, msg: str) -> None:
-    _write_note(dag_run)
+    _write_note(dag_run, failed=True)

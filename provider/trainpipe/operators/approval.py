@@ -103,11 +103,12 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
 
     def _record(self, context: Context, event: dict[str, Any], *, approved: bool) -> dict[str, Any]:
         from trainpipe.registry import reject
-        from trainpipe.run_notes import leave_note
+        from trainpipe.run_notes import approval_note, leave_note
 
         timed_out = bool(event.get("timedout"))
         user = event.get("responded_by_user") or {}
         approval = self.plan.registration.approval
+        waited = None
         if timed_out or not user:
             waited = _duration(approval.timeout.total_seconds()) if approval.timeout else "none"
             actor = f"timeout ({waited}, on_timeout: {approval.on_timeout})"
@@ -116,18 +117,20 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
         ti = context["ti"]
         registration = self.plan.registration
         name, version = registration.model_name, ti.xcom_pull(task_ids="register")["version"]
+        responded_at = event.get("responded_at")
+        at = responded_at.isoformat() if hasattr(responded_at, "isoformat") else responded_at
         if approved:
+            # The run's note names the approver in promote's line (the promotion is the run's outcome).
             self.log.info("%s version %s approved by %s", name, version, actor)
-            leave_note(ti, f"{name} version {version} approved by {actor}")
         else:
             reject(self.hook.client, name, version, actor=actor,
                    reason=f"approval rejected in Airflow (DAG {ti.dag_id}, run {ti.run_id})")
             self.log.warning("%s version %s rejected by %s: it stays %s, nothing is promoted", name, version, actor,
                              registration.challenger_alias)
-            leave_note(ti, f"{name} version {version} rejected by {actor}; it stays {registration.challenger_alias}")
-        responded_at = event.get("responded_at")
-        return {"approved": approved, "by": actor, "timed_out": timed_out, "version": version,
-                "responded_at": responded_at.isoformat() if hasattr(responded_at, "isoformat") else responded_at}
+            leave_note(ti, approval_note(model_name=name, version=version, at=at,
+                                         challenger_alias=registration.challenger_alias,
+                                         rejected_by=None if waited is not None else actor, waited=waited))
+        return {"approved": approved, "by": actor, "timed_out": timed_out, "version": version, "responded_at": at}
 
 
 def approval_body(plan: PipelinePlan, registered: dict[str, Any], evaluation: dict[str, Any], *,

@@ -71,6 +71,22 @@ def failed_for_good_on_refused_resume() -> Iterator[None]:
         raise AirflowFailException(str(err)) from err
 
 
+@contextlib.contextmanager
+def training_failure_noted(context: Any, retries: int | None) -> Iterator[None]:
+    """A failed training leaves the run's note (the trainer's reason, in a few words) before failing the try;
+    a later try that succeeds starts without it (Airflow clears a try's XComs)."""
+    from trainpipe.errors import TrainingFailedError
+    from trainpipe.run_notes import leave_note, training_note
+
+    try:
+        yield
+    except TrainingFailedError as err:
+        ti = context["ti"]
+        leave_note(ti, training_note(err.reasons, fallback=str(err), try_number=ti.try_number,
+                                     tries=(retries or 0) + 1))
+        raise
+
+
 def log_trained(log: Any, result: TrainingResult) -> None:
     log.info("trained: model %s, weights sha256 %s, %d steps on %d processes",
              result.model_uri, result.weights_sha256, result.global_step, result.world_size)

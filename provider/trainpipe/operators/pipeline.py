@@ -20,6 +20,7 @@ from trainpipe.operators.context import (
     run_plan,
     snapshot_info,
     train_inputs,
+    training_failure_noted,
 )
 from trainpipe.settings import Settings
 
@@ -102,6 +103,9 @@ class ValidateDataOperator(_PipelineStepOperator):
                                      settings=self.settings, dag_id=self.dag_id, run_id=context["run_id"],
                                      hook=self.hook)
         except ValidationFailedError as err:
+            from trainpipe.run_notes import leave_note, validation_note
+
+            leave_note(context["ti"], validation_note(list(err.note_parts) or [str(err)]))
             # The snapshot is immutable: a retry would fail the same way, so fail now.
             raise AirflowFailException(str(err)) from err
 
@@ -118,7 +122,7 @@ class TrainOperator(_PipelineStepOperator):
         from trainpipe.runtime.train import run_training
 
         inputs = train_inputs(self.plan, context)
-        with failed_for_good_on_refused_resume():
+        with failed_for_good_on_refused_resume(), training_failure_noted(context, self.retries):
             result = run_training(inputs.plan, inputs.snapshot, settings=self.settings, run=inputs.run,
                                   hook=self.hook, on_line=lambda line: self.log.info("%s", line),
                                   param_overrides=inputs.param_overrides, run_tags=inputs.run_tags)
@@ -250,6 +254,20 @@ class PromoteOperator(_PipelineStepOperator):
             reason = f"{reason}; approved by {approval.get('by', '?')}"
         return actor, reason, details
 
+    def leave_promotion_note(self, context: Context, version: Any, approval: dict[str, Any] | None) -> None:
+        """The run's note: the version and the main metric (the spec's first) against the replaced champion's."""
+        from trainpipe.run_notes import leave_note, promotion_note
+
+        evaluation = context["ti"].xcom_pull(task_ids="evaluate")
+        metric = self.plan.evaluation.metrics[0] if self.plan.evaluation.metrics else None
+        champion = evaluation.get("champion") or {}
+        champion_version = evaluation.get("champion_version")
+        leave_note(context["ti"], promotion_note(
+            model_name=self.plan.registration.model_name, version=version, alias=self.plan.registration.alias,
+            metric=metric, value=(evaluation.get("candidate") or {}).get(metric),
+            champion_value=champion.get(metric), champion_version=int(champion_version) if champion_version else None,
+            approved_by=approval.get("by") if approval else None))
+
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
 
@@ -267,6 +285,7 @@ class PromoteOperator(_PipelineStepOperator):
         if promotion.moved:
             self.log.info("%s version %s is now %s (%s: %s)", promotion.model_name, promotion.version, promotion.alias,
                           promotion.previous_alias, promotion.replaced_version or "none")
+            self.leave_promotion_note(context, registered["version"], details.get("approval"))
         elif promotion.at:
             self.log.info("%s version %s was promoted before (%s by %s): nothing moved", promotion.model_name,
                           promotion.version, promotion.at, promotion.actor)

@@ -16,6 +16,8 @@ class GateVerdict:
     gate: str
     passed: bool
     note: str
+    # The gate's own value: a worst_slice gate's is its worst slice's, not the candidate's overall metric.
+    value: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,17 +53,17 @@ def gate_table(evaluation: dict[str, Any]) -> GateTable:
     """From evaluate's XCom (keys ``candidate``, ``champion``, ``champion_version``, ``gates``, ``gates_passed``).
 
     A gate on a value that is not one of the candidate's metrics (a slice's worst value, say) gets a row of
-    its own, with the gate's value and baseline.
+    its own, with the gate's value and baseline: ``worst_slice(auc) >= 0.75`` is the row ``worst_slice(auc)``.
     """
     candidate: dict[str, float] = evaluation.get("candidate") or {}
     champion: dict[str, float] = evaluation.get("champion") or {}
     by_metric: dict[str, list[GateVerdict]] = {}
     extra: dict[str, tuple[float | None, float | None]] = {}
     for outcome in evaluation.get("gates") or []:
-        metric = outcome["metric"]
-        note = outcome.get("note") or ""
+        metric = _row_metric(outcome)
         by_metric.setdefault(metric, []).append(
-            GateVerdict(gate=outcome["gate"], passed=bool(outcome["passed"]), note="" if note == "absolute" else note))
+            GateVerdict(gate=outcome["gate"], passed=bool(outcome["passed"]), note=_shown_note(outcome.get("note")),
+                        value=outcome.get("value")))
         if metric not in candidate:
             extra.setdefault(metric, (outcome.get("value"), outcome.get("baseline")))
     rows = [MetricRow(metric=m, candidate=v, champion=champion.get(m), gates=tuple(by_metric.get(m, ())))
@@ -71,6 +73,19 @@ def gate_table(evaluation: dict[str, Any]) -> GateTable:
     version = evaluation.get("champion_version")
     return GateTable(rows=tuple(rows), champion_version=int(version) if version is not None else None,
                      passed=bool(evaluation.get("gates_passed", all(v.passed for r in rows for v in r.gates))))
+
+
+def _row_metric(outcome: dict[str, Any]) -> str:
+    """A worst_slice gate is on the worst slice's value (evaluate's outcome names the plain metric)."""
+    metric = outcome["metric"]
+    if str(outcome["gate"]).startswith("worst_slice(") and not metric.startswith("worst_slice("):
+        return f"worst_slice({metric})"
+    return metric
+
+
+def _shown_note(note: str | None) -> str:
+    """The outcome's note without the word ``absolute`` (every absolute gate has it: it says nothing)."""
+    return (note or "").removeprefix("absolute").removeprefix("; ")
 
 
 def _number(value: float | None, *, signed: bool = False) -> str:
@@ -126,5 +141,6 @@ def summary(table: GateTable, *, consequence: str) -> str:
     failed = table.failed
     if not failed:
         return f"gates passed ({table.gate_count}); {consequence}"
-    parts = [f"{v.gate} (got {_number(row.candidate)}{', ' + v.note if v.note else ''})" for row, v in failed]
+    parts = [f"{v.gate} (got {_number(v.value if v.value is not None else row.candidate)}"
+             f"{', ' + v.note.replace('; ', ', ') if v.note else ''})" for row, v in failed]
     return f"gates failed ({len(failed)} of {table.gate_count}): {'; '.join(parts)}; {consequence}"

@@ -143,7 +143,8 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
         schema = drift.frame_schema(window)
         info = SnapshotInfo(
             digest=digest,
-            uri=str(folder),
+            # Plain URIs (the connection is the setting's, not part of the text): other tools accept them.
+            uri=storage.fsspec_uri(folder),
             train_uri=storage.fsspec_uri(folder / "train.parquet"),
             holdout_uri=storage.fsspec_uri(folder / "holdout.parquet"),
             rows=len(window),
@@ -151,7 +152,7 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
             holdout_rows=len(holdout),
             window_start=window_start,
             window_end=window_end,
-            source_uri=str(source),
+            source_uri=storage.fsspec_uri(source),
             name=pipeline_id,
             size_bytes=sum((folder / part).stat().st_size for part in ("train.parquet", "holdout.parquet")),
             schema=[list(column) for column in schema],
@@ -167,7 +168,7 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
         storage.write_json(manifest, info.to_dict(), overwrite=False)
     log.info("dataset version %s of %s: %d rows (%d train, %d holdout), window %s .. %s, schema %s, stored at %s",
              digest[:16], pipeline_id, info.rows, info.train_rows, info.holdout_rows, info.window_start,
-             info.window_end, (info.schema_hash or "unknown")[:16], folder)
+             info.window_end, (info.schema_hash or "unknown")[:16], storage.shown_uri(folder))
     return info
 
 
@@ -238,6 +239,8 @@ def validate_snapshot(pipeline_id: str, validation: ValidationPlan, snapshot: Sn
         frame, expectations=list(validation.expectations), required_columns=list(validation.required_columns))
     log.info("data quality of snapshot %s:\n%s", snapshot.digest[:16], report.summary())
     failures = [] if report.success else ["Great Expectations suite failed (see the lines above)"]
+    # The same failures in a few words each, for the run's note.
+    notes = [quality.note_text(outcome) for outcome in report.failures]
 
     baseline = baseline_version(settings, pipeline_id)
     change = quality.volume_change(snapshot.rows, baseline["rows"] if baseline else None)
@@ -250,6 +253,9 @@ def validate_snapshot(pipeline_id: str, validation: ValidationPlan, snapshot: Sn
                  baseline["rows"], baseline["digest"][:16], change * 100, f"{limit:.0%}" if limit is not None else "none")
         if verdict == "FAIL":
             failures.append(f"row count changed by {change:.1%} vs the previous snapshot (limit {limit:.0%})")
+            signed = -change if snapshot.rows < baseline["rows"] else change
+            notes.append(f"row count {baseline['rows']} -> {snapshot.rows} ({signed:+.1%} vs version "
+                         f"{baseline['digest'][:16]}, limit {limit:.0%})")
 
     current_schema = snapshot.schema or [list(column) for column in drift.frame_schema(frame)]
     diff = None
@@ -268,18 +274,22 @@ def validate_snapshot(pipeline_id: str, validation: ValidationPlan, snapshot: Sn
             log.warning("schema change: %s", line)
         if schema_failures:
             failures.append(f"schema changed vs version {baseline['digest'][:16]}: " + "; ".join(schema_failures))
+            notes.append(f"schema changed vs version {baseline['digest'][:16]}: "
+                         + ", ".join(line.split(" (", 1)[0] for line in schema_failures))
 
     drift_report = None
     if validation.drift is not None:
         drift_report, problem = _check_drift(pipeline_id, validation, snapshot, frame, baseline, settings=settings)
         if problem:
             failures.append(problem)
+            notes.append(drift.note_text(drift_report) if drift_report is not None else problem)
         if drift_report is not None and hook is not None and run_id is not None:
             _log_drift(hook, drift_report, pipeline_id=pipeline_id, dag_id=dag_id or pipeline_id, run_id=run_id,
                        failed=bool(failures))
 
     if failures:
-        raise ValidationFailedError(f"snapshot {snapshot.digest[:16]} of {pipeline_id} failed validation: " + "; ".join(failures))
+        raise ValidationFailedError(f"snapshot {snapshot.digest[:16]} of {pipeline_id} failed validation: "
+                                    + "; ".join(failures), note_parts=tuple(notes))
     _accept(settings, pipeline_id, snapshot, current_schema, dag_id=dag_id, run_id=run_id)
     return {"success": True, "rows": snapshot.rows, "volume_change": change,
             "baseline": baseline["digest"] if baseline else None,

@@ -206,7 +206,9 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
     outcome = "failed"
     try:
         # The plan's argv as it stands ("torchrun ..."), run by this environment's torchrun.
-        run_local(launch.argv, env=launch.env, on_line=reasons.line, executable=local_torchrun())
+        # The trainer reads storage with s3fs: from the CLI, the keys come from the storage connection.
+        env = {**launch.env, **storage.trainer_storage_env(settings)}
+        run_local(launch.argv, env=env, on_line=reasons.line, executable=local_torchrun())
         outcome = "succeeded"
     except TrainingFailedError as err:
         if any("preempt" in message for message in reasons.messages):

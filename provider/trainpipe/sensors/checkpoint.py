@@ -89,6 +89,7 @@ class CheckpointSensor(BaseSensorOperator):
         if progress.kind == "finished":
             return True
         if progress.kind == "stalled":
+            self._leave_stall_note(context, progress.message)
             raise TrainingStalledError(progress.message)
         if progress.kind == "running":
             self.defer(
@@ -104,6 +105,13 @@ class CheckpointSensor(BaseSensorOperator):
             )
         return False
 
+    @staticmethod
+    def _leave_stall_note(context: Context, message: str) -> None:
+        from trainpipe.run_notes import leave_note, stall_note
+
+        if context.get("ti") is not None:  # absent only when the sensor is called outside a task
+            leave_note(context["ti"], stall_note(message))
+
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
         from trainpipe.checkpoint_state import TrainingStalledError
         from trainpipe.errors import TrainpipeError
@@ -112,5 +120,6 @@ class CheckpointSensor(BaseSensorOperator):
             self.log.info("%s", event["message"])
             return
         if event["status"] == "stalled":
+            self._leave_stall_note(context, event["message"])
             raise TrainingStalledError(event["message"])
         raise TrainpipeError(f"the checkpoint watch stopped: {event['message']}")
