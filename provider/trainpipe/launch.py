@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trainpipe_trainer.config import PREEMPTION_GRACE_SECONDS
+
 CONFIG_URI = "{config_uri}"
 TRACKING_URI = "{mlflow_tracking_uri}"
 # A multi-node Job's name: also its headless Service's, so node 0 is "<job>-0.<job>" in DNS.
@@ -31,6 +33,11 @@ class LaunchPlan:
     # torchrun's argv and the trainer's environment, with the placeholders above.
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    # Local launcher: how often a preempted trainer (it committed its step and exited) is launched
+    # again within one task try (training.preemption.max_restarts).
+    preemption_restarts: int = 0
+    # How long torchrun lets its workers finish a step and commit after SIGTERM before it kills them.
+    shutdown_timeout_seconds: int = PREEMPTION_GRACE_SECONDS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,7 +70,8 @@ def trainer_environment() -> tuple[tuple[str, str], ...]:
 
 def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strategy: str,
                 rendezvous_port: int | None = None, max_restarts: int = 0,
-                extra_env: tuple[tuple[str, str], ...] = ()) -> LaunchPlan:
+                extra_env: tuple[tuple[str, str], ...] = (), preemption_restarts: int = 0,
+                shutdown_timeout_seconds: int = PREEMPTION_GRACE_SECONDS) -> LaunchPlan:
     """``torchrun -m trainpipe_trainer --config <uri>``; several Kubernetes nodes rendezvous (c10d)
     at the Job's index-0 pod, one node runs ``--standalone``."""
     if launcher == "kubernetes" and nnodes > 1:
@@ -80,8 +88,12 @@ def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strateg
         rendezvous = ("--standalone",)
     argv = ("torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", *rendezvous,
             "-m", "trainpipe_trainer", "--config", CONFIG_URI)
+    # torchrun's own SIGTERM handling forwards the signal to its workers, waits this long, then
+    # SIGKILLs them (30 s by default): long enough for every rank to finish its step and commit.
+    shutdown = (("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(shutdown_timeout_seconds)),)
     return LaunchPlan(launcher=launcher, nproc_per_node=nproc_per_node, nnodes=nnodes, strategy=strategy,
-                      argv=argv, env=(*trainer_environment(), *extra_env))
+                      argv=argv, env=(*trainer_environment(), *shutdown, *extra_env),
+                      preemption_restarts=preemption_restarts, shutdown_timeout_seconds=shutdown_timeout_seconds)
 
 
 def resolve(launch: LaunchPlan, values: LaunchValues) -> ResolvedLaunch:

@@ -23,6 +23,7 @@ from trainpipe.launch import LaunchPlan, plan_launch
 from trainpipe.spec.bounds import ParamBound
 from trainpipe.spec.loader import format_path
 from trainpipe_trainer.config import (
+    PREEMPTION_GRACE_SECONDS,
     CheckpointConfig,
     DeepSpeedConfig,
     FeatureTransform,
@@ -36,7 +37,7 @@ from trainpipe_trainer.config import (
 # or DAG unpickled from the plan cache needs only this module (ADR 0012).
 if TYPE_CHECKING:
     from trainpipe.spec.kubernetes import KubernetesSpec
-    from trainpipe.spec.models import DriftSpec, PipelineSpec
+    from trainpipe.spec.models import DriftSpec, PipelineSpec, TrainingSpec
     from trainpipe.spec.loader import LoadedYaml
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register", "promote")
@@ -432,6 +433,15 @@ class PipelinePlan:
         return out
 
 
+def _shutdown_timeout(training: TrainingSpec) -> int:
+    """How long torchrun waits for its workers after a SIGTERM: a pod's grace period less a margin
+    for torchrun's own exit (the kubelet SIGKILLs everything at its end), else the local default."""
+    if training.launcher == "kubernetes" and training.kubernetes is not None:
+        grace = int(training.kubernetes.termination_grace_period.total_seconds())
+        return max(grace - max(grace // 10, 5), 1)
+    return PREEMPTION_GRACE_SECONDS
+
+
 def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_path: str = "",
                spec_relative_path: str | None = None, loaded: LoadedYaml | None = None) -> PipelinePlan:
     """``loaded`` (the spec's YAML with positions) locates run parameters for later messages;
@@ -446,6 +456,8 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         rendezvous_port=kubernetes.rendezvous_port if multinode else None,
         max_restarts=kubernetes.max_pod_restarts if multinode else 0,
         extra_env=tuple(kubernetes.env.items()) if kubernetes is not None and training.launcher == "kubernetes" else (),
+        preemption_restarts=training.preemption.max_restarts,
+        shutdown_timeout_seconds=_shutdown_timeout(training),
     )
     stall_timeout = training.checkpoint.stall_timeout
     return PipelinePlan(

@@ -65,6 +65,30 @@ def checkpoint_step(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+# -- preemption ----------------------------------------------------------------------------------
+# SIGTERM is a preemption notice: every rank finishes its step, a checkpoint of that step is
+# committed, and each rank exits with this code (EX_TEMPFAIL: "try again"; not 143, which is what
+# any process killed by SIGTERM reports). The local launcher relaunches on it, and a Job's
+# podFailurePolicy ignores it, so a preemption is never counted as a failure.
+PREEMPTED_EXIT_CODE = 75
+# torchrun forwards a SIGTERM to its workers and kills them this many seconds later; the local
+# launcher waits as long before it kills torchrun (a Pod uses its termination grace period instead).
+PREEMPTION_GRACE_SECONDS = 120
+_PREEMPTED = re.compile(r"^received (?P<signal>SIG[A-Z]+): committed checkpoint step-(?P<step>\d+);")
+
+
+def preempted_message(signal_name: str, step: int) -> str:
+    """What a preempted trainer says (every rank prints it); the launcher recognises it (``preempted_step``):
+    torchrun exits 1 whatever exit code its workers had."""
+    return f"received {signal_name}: committed checkpoint step-{step}; exiting so that the next attempt resumes there"
+
+
+def preempted_step(reason: str) -> int | None:
+    """The step a preempted trainer committed, from its message; None for any other reason."""
+    match = _PREEMPTED.match(reason)
+    return int(match["step"]) if match else None
+
+
 class TrainerConfigError(ValueError):
     """The training config is malformed; the message names the field and the fix."""
 

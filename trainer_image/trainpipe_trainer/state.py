@@ -22,6 +22,8 @@ class TrainState:
     interval_loss_count: int = 0
     # CPU seconds (device seconds on GPU) this rank spent in earlier attempts, up to this checkpoint.
     compute_seconds: float = 0.0
+    # SIGTERMs this training stopped for so far (each committed a checkpoint and ended an attempt).
+    preemptions: int = 0
 
     def __post_init__(self) -> None:
         if min(self.global_step, self.epoch, self.batch_in_epoch) < 0:

@@ -23,7 +23,13 @@ from torch.utils.data import DataLoader
 
 from trainpipe_trainer import rng, storage
 from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore
-from trainpipe_trainer.config import RESULT_FILE, TrainingConfig, TrainingResult, trial_pruned_message
+from trainpipe_trainer.config import (
+    RESULT_FILE,
+    TrainingConfig,
+    TrainingResult,
+    preempted_message,
+    trial_pruned_message,
+)
 from trainpipe_trainer.data import EpochLoader, TrainingData, load_training_data
 from trainpipe_trainer.distributed import (
     DistEnv,
@@ -93,6 +99,9 @@ class Trainer:
     total_steps: int = field(init=False)
     # Rank 0 of a hyperparameter-search trial: reports at each evaluation point (trainpipe_trainer.tuning).
     trial: TrialReporter | None = field(init=False, default=None)
+    # Installed by run_training before anything slow (imports, data, rendezvous), so a SIGTERM at
+    # any moment stops training at the end of a step; fit installs its own when none is given.
+    watcher: PreemptionWatcher | None = None
 
     def __post_init__(self) -> None:
         config, env = self.config, self.env
@@ -174,7 +183,7 @@ class Trainer:
             ).start()
             self.tracker.attach_monitor(monitor)
         try:
-            with PreemptionWatcher() as watcher:
+            with contextlib.nullcontext(self.watcher) if self.watcher is not None else PreemptionWatcher() as watcher:
                 started = time.perf_counter()
                 start_step = self.state.global_step
                 while self.state.epoch < self.config.epochs:
@@ -215,6 +224,9 @@ class Trainer:
         fault = self.config.fault_injection
         crash = fault is not None and fault.crash_after_step == step
         # After _end_epoch, so a save at an epoch boundary resumes at the next epoch's start.
+        if stop:
+            # Counted in the checkpoint, so it survives the relaunch (MLflow metric "preemptions").
+            self.state.preemptions += 1
         if self.checkpoints.due(step) or by_clock or stop or crash:
             self._save(wait=stop or crash)
         if stop:
@@ -284,9 +296,10 @@ class Trainer:
         # Every rank's save is done and rank 0 committed before anyone exits.
         barrier(self.env)
         name = watcher.received.name if watcher.received is not None else "SIGTERM"
-        message = f"received {name}: committed checkpoint step-{step}; exiting so that the next attempt resumes there"
+        message = preempted_message(name, step)
         if self.env.is_main:
             print(message, flush=True)
+            self.tracker.log_metric("preemptions", float(self.state.preemptions), step=step)
             self.tracker.failed(message, step=step, status="KILLED")
         raise PreemptedError(message, step=step)
 
@@ -429,13 +442,13 @@ class Trainer:
         return result
 
 
-def run_training(config: TrainingConfig) -> TrainingResult | None:
+def run_training(config: TrainingConfig, watcher: PreemptionWatcher | None = None) -> TrainingResult | None:
     env = init_distributed()
     try:
         with Tracker(config=config.tracking, enabled=env.is_main) as tracker:
             tracker.log_params(flatten_params(config, world_size=env.world_size))
             tracker.set_tags(config.tags)
-            result = Trainer(config=config, env=env, tracker=tracker).fit()
+            result = Trainer(config=config, env=env, tracker=tracker, watcher=watcher).fit()
     finally:
         destroy_distributed()
     if result is not None:

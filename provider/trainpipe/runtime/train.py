@@ -38,6 +38,7 @@ from trainpipe_trainer.config import (
     TrainingResult,
     TuningTrial,
     checkpoint_dir_name,
+    preempted_step,
     resume_refusal,
 )
 
@@ -198,16 +199,32 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
                                     param_overrides=param_overrides, run_tags=run_tags, trial=trial)
     launch = resolve(plan.launch, LaunchValues(config_uri=prepared.config_uri,
                                                mlflow_tracking_uri=settings.mlflow_tracking_uri))
-    reasons = TrainerReasons(on_line)
-    try:
-        # The plan's argv as it stands ("torchrun ..."), run by this environment's torchrun.
-        run_local(launch.argv, env=launch.env, on_line=reasons.line, executable=local_torchrun())
-    except TrainingFailedError as err:
-        if not reasons.messages:
-            raise
-        # The trainer's own one-line reason (every rank prints it) instead of the command line.
-        raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}",
-                                  reasons=tuple(reasons.messages)) from err
+    say = on_line or (lambda text: log.info("%s", text))
+    allowed = plan.launch.preemption_restarts
+    for attempt in range(allowed + 1):
+        reasons = TrainerReasons(on_line)
+        try:
+            # The plan's argv as it stands ("torchrun ..."), run by this environment's torchrun.
+            run_local(launch.argv, env=launch.env, on_line=reasons.line, executable=local_torchrun(),
+                      grace_seconds=plan.launch.shutdown_timeout_seconds)
+            break
+        except TrainingFailedError as err:
+            step = reasons.preempted_step
+            if step is not None and attempt < allowed:
+                # Not a failure: the step is committed; the same launch resumes there, in this try.
+                say(f"preempted: the trainer committed checkpoint step-{step} and stopped; launching it again to "
+                    f"resume there (preemption restart {attempt + 1} of {allowed}, training.preemption.max_restarts)")
+                continue
+            if not reasons.messages:
+                raise
+            if step is not None:
+                raise TrainingFailedError(
+                    f"the trainer was preempted {attempt + 1} times (checkpoint step-{step} committed), more than "
+                    f"training.preemption.max_restarts ({allowed}) allows in one try; a retry resumes at step {step}",
+                    reasons=tuple(reasons.messages)) from err
+            # The trainer's own one-line reason (every rank prints it) instead of the command line.
+            raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}",
+                                      reasons=tuple(reasons.messages)) from err
     return read_training_result(prepared.run_dir)
 
 
@@ -230,6 +247,11 @@ class TrainerReasons:
         match = _TRAINER_REASON.match(text)
         if match and match["message"] not in self.messages:
             self.messages.append(match["message"])
+
+    @property
+    def preempted_step(self) -> int | None:
+        """The step a preempted trainer committed before it stopped; None when it was not preempted."""
+        return next((step for step in map(preempted_step, self.messages) if step is not None), None)
 
 
 # ---------------------------------------------------------------------------------------------

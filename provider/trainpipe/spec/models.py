@@ -247,6 +247,16 @@ class DistributedSpec(_Model):
     offload_param: bool = Field(default=False, description="DeepSpeed only: parameters in CPU memory (ZeRO 3).", examples=[False])
 
 
+class PreemptionSpec(_Model):
+    max_restarts: int = Field(
+        default=3, ge=0,
+        description="Local launcher: how often a preempted trainer (SIGTERM: it finished its step, committed a checkpoint "
+        "of it and exited) is launched again within one task try, resuming at that step. A preemption beyond this "
+        "fails the try (the Airflow retry resumes there too). See docs/preemption.md.",
+        examples=[3],
+    )
+
+
 class OptimizationSpec(_Model):
     gradient_clip_norm: float | None = Field(default=None, gt=0, description="Clip the global gradient norm to this value.", examples=[1.0])
     gradient_accumulation_steps: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.", examples=[1])
@@ -380,6 +390,10 @@ class TrainingSpec(_Model):
     distributed: DistributedSpec = Field(default_factory=DistributedSpec, description="How training is spread.", examples=[{"nproc_per_node": 2}])
     optimization: OptimizationSpec = Field(default_factory=OptimizationSpec, description="Optimizer step details.", examples=[{"gradient_clip_norm": 1.0}])
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="When checkpoints are written.", examples=[{"every_n_steps": 100}])
+    preemption: PreemptionSpec = Field(
+        default_factory=PreemptionSpec, description="What a SIGTERM (spot preemption, eviction, a worker's shutdown) does.",
+        examples=[{"max_restarts": 3}],
+    )
     launcher: Literal["local", "kubernetes"] = Field(
         default="local",
         description="Where torchrun runs: 'local' (a subprocess on the Airflow worker) or 'kubernetes' (pods; see training.kubernetes).",
