@@ -318,6 +318,7 @@ class FaultPlan:
 
     inject_nan_at_step: int | None = None
     crash_first_try_after_step: int | None = None
+    step_delay_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -519,7 +520,8 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
                                       previous_alias=spec.registration.previous_alias,
                                       description=spec.description, approval=_approval(spec)),
         testing=FaultPlan(inject_nan_at_step=training.testing.inject_nan_at_step,
-                          crash_first_try_after_step=training.testing.crash_first_try_after_step),
+                          crash_first_try_after_step=training.testing.crash_first_try_after_step,
+                          step_delay_seconds=training.testing.step_delay_seconds),
         kubernetes=kubernetes,
         notify=_notify(spec),
         tuning=_tuning(spec),

@@ -59,9 +59,10 @@ class RunContext:
 
 def _fault_injection(testing: FaultPlan, run: RunContext) -> FaultInjection | None:
     crash = testing.crash_first_try_after_step if run.try_number == 1 else None
-    if testing.inject_nan_at_step is None and crash is None:
+    if testing.inject_nan_at_step is None and crash is None and not testing.step_delay_seconds:
         return None
-    return FaultInjection(nan_loss_at_step=testing.inject_nan_at_step, crash_after_step=crash)
+    return FaultInjection(nan_loss_at_step=testing.inject_nan_at_step, crash_after_step=crash,
+                          step_delay_seconds=testing.step_delay_seconds)
 
 
 def run_dir_for(pipeline_id: str, settings: Settings, airflow_run_id: str):  # noqa: ANN201 - ObjectStoragePath

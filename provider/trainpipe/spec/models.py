@@ -275,6 +275,11 @@ class TestingSpec(_Model):
         description="For tests of retry/resume only: the first try of the train task exits abruptly after this step's checkpoint.",
         examples=[None],
     )
+    step_delay_seconds: float = Field(
+        default=0.0, ge=0, le=10,
+        description="For tests of preemption only: the trainer sleeps this long after every step (changes no result).",
+        examples=[0.0],
+    )
 
 
 class CheckpointSpec(_Model):
