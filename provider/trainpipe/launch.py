@@ -22,6 +22,8 @@ JOB_NAME = "{job_name}"
 JOB_COMPLETION_INDEX = "$(JOB_COMPLETION_INDEX)"
 
 Launcher = Literal["local", "kubernetes"]
+# torchrun with an exit code that says "preempted" (trainpipe_trainer.elastic; ADR 0017): same options.
+TORCHRUN: tuple[str, ...] = ("python", "-m", "trainpipe_trainer.elastic")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,7 +74,7 @@ def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strateg
                 rendezvous_port: int | None = None, max_restarts: int = 0,
                 extra_env: tuple[tuple[str, str], ...] = (), preemption_restarts: int = 0,
                 shutdown_timeout_seconds: int = PREEMPTION_GRACE_SECONDS) -> LaunchPlan:
-    """``torchrun -m trainpipe_trainer --config <uri>``; several Kubernetes nodes rendezvous (c10d)
+    """``torchrun -m trainpipe_trainer --config <uri>`` (through ``TORCHRUN``); several Kubernetes nodes rendezvous (c10d)
     at the Job's index-0 pod, one node runs ``--standalone``."""
     if launcher == "kubernetes" and nnodes > 1:
         if rendezvous_port is None:
@@ -86,7 +88,7 @@ def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strateg
         )
     else:
         rendezvous = ("--standalone",)
-    argv = ("torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", *rendezvous,
+    argv = (*TORCHRUN, f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", *rendezvous,
             "-m", "trainpipe_trainer", "--config", CONFIG_URI)
     # torchrun's own SIGTERM handling forwards the signal to its workers, waits this long, then
     # SIGKILLs them (30 s by default): long enough for every rank to finish its step and commit.

@@ -18,6 +18,7 @@ from trainpipe.kubernetes.render import render_manifests
 from trainpipe.launch import LaunchValues, resolve
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parents[2]
 KUBERNETES_SPECS = sorted(
@@ -60,8 +61,8 @@ def test_single_node_pod_runs_the_trainer_command_with_gpus_shm_and_no_root():
     (container,) = pod["spec"]["containers"]
     # The plan's launch, resolved for the run: what the local launcher would run, byte for byte.
     assert container["command"] + container["args"] == [
-        "torchrun", "--nnodes=1", f"--nproc_per_node={k.resources['gpus']}", "--standalone", "-m", "trainpipe_trainer",
-        "--config", LAUNCH.config_uri]
+        "python", "-m", "trainpipe_trainer.elastic", "--nnodes=1", f"--nproc_per_node={k.resources['gpus']}",
+        "--standalone", "-m", "trainpipe_trainer", "--config", LAUNCH.config_uri]
     assert container["command"] == list(resolve(plan.launch, LaunchValues(
         config_uri=LAUNCH.config_uri, mlflow_tracking_uri=LAUNCH.mlflow_tracking_uri)).argv)
     assert container["image"] == k.image and container["imagePullPolicy"] == "IfNotPresent"
@@ -93,13 +94,19 @@ def test_multi_node_job_rendezvous_at_pod_zero_of_its_headless_service():
     assert job["spec"]["completionMode"] == "Indexed"
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2
     assert job["spec"]["backoffLimit"] == 0
+    # A preempted or evicted pod, or a trainer that committed its step on SIGTERM, is not a failure.
+    assert job["spec"]["podFailurePolicy"] == {"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [PREEMPTED_EXIT_CODE]}},
+    ]}
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # what podFailurePolicy requires
     template = job["spec"]["template"]
     assert template["spec"]["subdomain"] == name
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
     (container,) = template["spec"]["containers"]
     command = container["command"] + container["args"]
-    assert command[:2] == ["torchrun", "--nnodes=2"]
+    assert command[:4] == ["python", "-m", "trainpipe_trainer.elastic", "--nnodes=2"]
     assert "--node_rank=$(JOB_COMPLETION_INDEX)" in command
     assert "--rdzv_backend=c10d" in command
     assert f"--rdzv_endpoint={name}-0.{name}:29500" in command

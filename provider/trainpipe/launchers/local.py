@@ -9,14 +9,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 
 from trainpipe.errors import TrainingFailedError
@@ -25,18 +23,10 @@ from trainpipe_trainer.config import PREEMPTION_GRACE_SECONDS
 log = logging.getLogger(__name__)
 
 
-def local_torchrun() -> str:
-    """The torchrun of this interpreter's environment (the worker's venv), not whatever is on PATH."""
-    candidate = Path(sys.executable).with_name("torchrun")
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which("torchrun")
-    if not found:
-        raise TrainingFailedError(
-            "torchrun not found next to the Python interpreter or on PATH; install torch on the worker "
-            "(pip install torch) or use launcher: kubernetes"
-        )
-    return found
+def local_python() -> str:
+    """This interpreter (the worker's venv, which has torch and the trainer): it runs the plan's
+    ``python -m trainpipe_trainer.elastic ...`` rather than whatever ``python`` is on PATH."""
+    return sys.executable
 
 
 @dataclass(slots=True)
@@ -81,46 +71,12 @@ class _PreemptionNotice:
                  "of it and exits (preemption)")
 
 
-_SIGNAL_EXCEPTION = "torch.distributed.elastic.multiprocessing.api.SignalException: "
-
-
-@dataclass(slots=True)
-class _SignalTraceback:
-    """Holds back a traceback until its last line: torchrun's own for the SIGTERM it was passed
-    (``SignalException``) becomes one line, any other is emitted whole."""
-
-    emit: Callable[[str], None]
-    held: list[str] | None = None
-
-    def line(self, text: str) -> None:
-        if self.held is None:
-            if text == "Traceback (most recent call last):":
-                self.held = [text]
-            else:
-                self.emit(text)
-            return
-        self.held.append(text)
-        if text.startswith((" ", "\t")):
-            return
-        held, self.held = self.held, None
-        if text.startswith(_SIGNAL_EXCEPTION):
-            self.emit(f"torchrun stopped on the signal ({text.removeprefix(_SIGNAL_EXCEPTION)}; its traceback left out)")
-        else:
-            for kept in held:
-                self.emit(kept)
-
-    def flush(self) -> None:
-        held, self.held = self.held or [], None
-        for kept in held:
-            self.emit(kept)
-
-
 def run_local(command: Sequence[str], *, env: Mapping[str, str], on_line: Callable[[str], None] | None = None,
               cwd: str | None = None, executable: str | None = None,
               grace_seconds: int = PREEMPTION_GRACE_SECONDS) -> None:
     """Run the trainer command, streaming every output line; raise ``TrainingFailedError`` on failure.
 
-    ``executable`` runs ``command[0]`` from a known place (this venv's torchrun) while the argv
+    ``executable`` runs ``command[0]`` from a known place (this venv's Python) while the argv
     stays exactly the planned one. A SIGTERM is passed on to the trainer (``_PreemptionNotice``);
     the caller recognises the preempted trainer by its message and may launch it again."""
     emit = on_line or (lambda line: log.info("%s", line))
@@ -131,12 +87,10 @@ def run_local(command: Sequence[str], *, env: Mapping[str, str], on_line: Callab
         text=True, bufsize=1, start_new_session=True,
     )
     try:
-        output = _SignalTraceback(emit)
         with _PreemptionNotice(group=process.pid) as notice:
             for line in process.stdout or ():
                 notice.announce(emit)
-                output.line(line.rstrip("\n"))
-            output.flush()
+                emit(line.rstrip("\n"))
             code = process.wait()
             notice.announce(emit)
     except BaseException:
@@ -150,4 +104,4 @@ def run_local(command: Sequence[str], *, env: Mapping[str, str], on_line: Callab
             os.killpg(process.pid, signal.SIGKILL)
         raise
     if code != 0:
-        raise TrainingFailedError(f"trainer exited with code {code}: {' '.join(command)}")
+        raise TrainingFailedError(f"trainer exited with code {code}: {' '.join(command)}", exit_code=code)

@@ -21,7 +21,7 @@ from trainpipe import storage
 from trainpipe.errors import ResumeRefusedError, TrainingFailedError
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.launch import LaunchValues, resolve
-from trainpipe.launchers.local import local_torchrun, run_local
+from trainpipe.launchers.local import local_python, run_local
 from trainpipe.lineage import log_spec_text
 from trainpipe.plan import FaultPlan, PipelinePlan, run_key
 from trainpipe.runtime.snapshot import SnapshotInfo
@@ -30,6 +30,7 @@ from trainpipe_trainer.config import (
     CHECKPOINT_MANIFEST,
     CHECKPOINTS_DIR,
     OUTPUT_DIR,
+    PREEMPTED_EXIT_CODE,
     RESULT_FILE,
     TRAINER_CONFIG_FILE,
     FaultInjection,
@@ -205,24 +206,26 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
     for attempt in range(allowed + 1):
         reasons = TrainerReasons(on_line)
         try:
-            # The plan's argv as it stands ("torchrun ..."), run by this environment's torchrun.
-            run_local(launch.argv, env=launch.env, on_line=reasons.line, executable=local_torchrun(),
+            # The plan's argv as it stands ("python -m trainpipe_trainer.elastic ..."), run by this Python.
+            run_local(launch.argv, env=launch.env, on_line=reasons.line, executable=local_python(),
                       grace_seconds=plan.launch.shutdown_timeout_seconds)
             break
         except TrainingFailedError as err:
             step = reasons.preempted_step
-            if step is not None and attempt < allowed:
+            preempted = step is not None or err.exit_code == PREEMPTED_EXIT_CODE
+            saved = f"committed checkpoint step-{step}" if step is not None else "was stopped by SIGTERM before it reported a commit"
+            if preempted and attempt < allowed:
                 # Not a failure: the step is committed; the same launch resumes there, in this try.
-                say(f"preempted: the trainer committed checkpoint step-{step} and stopped; launching it again to "
-                    f"resume there (preemption restart {attempt + 1} of {allowed}, training.preemption.max_restarts)")
+                say(f"preempted: the trainer {saved} and stopped; launching it again to resume there "
+                    f"(preemption restart {attempt + 1} of {allowed}, training.preemption.max_restarts)")
                 continue
+            if preempted:
+                raise TrainingFailedError(
+                    f"the trainer was preempted {attempt + 1} times (it {saved}), more than "
+                    f"training.preemption.max_restarts ({allowed}) allows in one try; a retry resumes from the "
+                    "newest committed checkpoint", reasons=tuple(reasons.messages), exit_code=err.exit_code) from err
             if not reasons.messages:
                 raise
-            if step is not None:
-                raise TrainingFailedError(
-                    f"the trainer was preempted {attempt + 1} times (checkpoint step-{step} committed), more than "
-                    f"training.preemption.max_restarts ({allowed}) allows in one try; a retry resumes at step {step}",
-                    reasons=tuple(reasons.messages)) from err
             # The trainer's own one-line reason (every rank prints it) instead of the command line.
             raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}",
                                       reasons=tuple(reasons.messages)) from err
