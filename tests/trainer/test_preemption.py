@@ -89,3 +89,32 @@ def test_a_single_process_trainer_exits_with_the_preempted_code_after_committing
     assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.describe()
     step = next(s for s in map(preempted_step, stopped.stdout.splitlines()) if s is not None)
     assert committed_steps(tmp_path / "checkpoints")[-1] == step
+
+
+def test_a_checkpoint_of_two_ranks_resumes_on_one_and_continues_the_epoch_where_it_stopped(
+    tmp_path: Path, datasets: Datasets, make_config: Callable[..., Any]
+) -> None:
+    import math
+
+    root = tmp_path / "checkpoints"
+    config = make_config(tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES,
+                         fault_injection={"crash_after_step": 5})
+    crashed = launch(config, tmp_path, nproc=2)
+    assert committed_steps(root) == [4, 5], crashed.describe()
+    manifest = json.loads((root / "step-5" / "manifest.json").read_text())
+    assert manifest["world_size"] == 2
+
+    config["fault_injection"] = None
+    resumed = launch(config, tmp_path, nproc=1)
+    assert resumed.returncode == 0, resumed.describe()
+    result = resumed.result()
+    rows = int(re.search(r"of (\d+) \(nothing skipped or repeated\)", resumed.stdout)[1])
+    batch = config["batch_size"]
+    done = 5 * 2 * batch  # five steps of two ranks
+    assert (f"resharded: checkpoint step-5 was written by 2 processes, this run has 1; model and optimizer state "
+            f"loaded across them, and epoch 1 continues at its row {done} of {rows} (nothing skipped or repeated)"
+            in resumed.stdout.splitlines())
+    # The rest of epoch 1 at one rank, then epoch 2 whole: every row once per epoch.
+    assert result["global_step"] == 5 + math.ceil((rows - done) / batch) + math.ceil(rows / batch)
+    assert result["world_size_history"] == [[0, 2], [5, 1]]
+    assert result["world_size"] == 1

@@ -255,6 +255,8 @@ class TrackingConfig:
 
 
 PRUNERS: tuple[str, ...] = ("hyperband", "median", "none")
+# The MLflow run tag (JSON) with TrainingResult.world_size_history; `trainpipe reproduce` replays it.
+WORLD_SIZE_HISTORY_TAG = "trainpipe.world_size_history"
 # Where a trial's trainer finds the study storage's URL when the config leaves it out.
 OPTUNA_STORAGE_ENV = "TRAINPIPE_OPTUNA_STORAGE"
 DIRECTIONS: tuple[str, ...] = ("minimize", "maximize")
@@ -443,6 +445,9 @@ NOT_FINGERPRINTED_FIELDS: tuple[str, ...] = (
     # Where a trial reports; reporting and pruning stop a training early, never change its weights.
     "tuning",
 )
+# Strategies whose checkpoints resume at another world size (DCP reshards a replicated DDP model
+# and optimizer at load time); a change of world size is then no reason to refuse a resume.
+RESHARDABLE_STRATEGIES: tuple[str, ...] = ("ddp",)
 # Differences whose values are longer than this are named without their values.
 _SHORT_VALUE = 40
 
@@ -490,9 +495,16 @@ class ResumeIdentity:
         if self.snapshot != current.snapshot:
             changes.append(f"dataset snapshot {_short_digest(self.snapshot)} -> {_short_digest(current.snapshot)}")
         missing = object()
+        strategy = current.settings.get("strategy")
         for key in sorted(self.settings.keys() | current.settings.keys()):
             old, new = self.settings.get(key, missing), current.settings.get(key, missing)
-            if old != new:
+            if old == new or (key == "world_size" and strategy in RESHARDABLE_STRATEGIES):
+                continue
+            if key == "world_size":
+                changes.append(f"world_size {old} -> {new} (strategy {strategy} cannot reshard: DeepSpeed ZeRO "
+                               f"partitions the optimizer state per rank; resume with {old} processes, or use ddp, "
+                               "which resumes at any size)")
+            else:
                 changes.append(_describe_change(key, old, new, missing))
         return changes
 
@@ -548,6 +560,8 @@ class TrainingResult:
     global_step: int
     final_loss: float
     resumed_from_step: int | None = None
+    # [first step, world size] per change of world size (one entry when it never changed).
+    world_size_history: list[list[int]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -9,6 +9,7 @@ checkpoint. Checkpoints are taken only between optimizer steps, so no gradient i
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import sys
@@ -25,6 +26,7 @@ from trainpipe_trainer import rng, storage
 from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore
 from trainpipe_trainer.config import (
     RESULT_FILE,
+    WORLD_SIZE_HISTORY_TAG,
     TrainingConfig,
     TrainingResult,
     preempted_message,
@@ -168,9 +170,17 @@ class Trainer:
             self.state, resumed = restored, restored.global_step
             if self.env.is_main:
                 print(f"resumed from step {resumed}", flush=True)
+                written_by = self.checkpoints.resharded_from
+                if written_by is not None:
+                    print(f"resharded: checkpoint step-{resumed} was written by {written_by} processes, this run has "
+                          f"{self.env.world_size}; model and optimizer state loaded across them, and epoch "
+                          f"{self.state.epoch + 1} continues at its row {self.state.sample_in_epoch} of "
+                          f"{self.data.n_rows} (nothing skipped or repeated)", flush=True)
                 # A tag, not a param: each retry may resume from another step, and params are immutable.
                 self.tracker.set_tags({"resumed_from_step": str(resumed)})
                 self.tracker.log_metric("resumed_from_step", float(resumed), step=resumed)
+        if self.state.record_world_size(self.env.world_size) or resumed is None:
+            self.tracker.set_tags({WORLD_SIZE_HISTORY_TAG: json.dumps(self.state.world_size_history)})
         self.counters.step = self.state.global_step
         self.progress.start(self.state.global_step)
         monitor = None
@@ -200,7 +210,11 @@ class Trainer:
         return self._export(resumed)
 
     def _run_epoch(self, watcher: PreemptionWatcher) -> None:
-        loader = self.batches.epoch(self.state.epoch, skip_batches=self.state.batch_in_epoch)
+        loader = self.batches.epoch(self.state.epoch, position=self.state.sample_in_epoch)
+        if self.state.sample_in_epoch >= self.batches.epoch_end:
+            # Nothing left of this epoch at this world size (a checkpoint at its very end): close it.
+            self._end_epoch()
+            return
         self.strategy.train()
         durations = self.stats.step_seconds
         last = time.perf_counter()
@@ -219,7 +233,7 @@ class Trainer:
         self.counters.step = step
         if step % self.config.tracking.log_every_n_steps == 0:
             self._log_interval()
-        if self.state.batch_in_epoch == self.batches.batches_per_epoch:
+        if self.state.sample_in_epoch >= self.batches.epoch_end:
             self._end_epoch()
         fault = self.config.fault_injection
         crash = fault is not None and fault.crash_after_step == step
@@ -242,10 +256,11 @@ class Trainer:
         group: list[list[torch.Tensor]] = []
         for batch in loader:
             group.append(batch)
-            done = self.state.batch_in_epoch + len(group)
-            if len(group) == accumulation or done == self.batches.batches_per_epoch:
+            if len(group) == accumulation:
                 yield group
                 group = []
+        if group:
+            yield group
 
     def _optimizer_step(self, group: list[list[torch.Tensor]]) -> None:
         step = self.state.global_step + 1
@@ -269,8 +284,9 @@ class Trainer:
         loss = float(torch.stack(losses).mean()) if len(losses) > 1 else float(losses[0])
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             self._diverged(step, loss=loss, grad_norm=grad_norm)
-        self.state.finish_step(loss, micro_batches=len(group))
+        # Every rank's micro-batch has as many rows (data.GlobalOrderSampler).
         samples = sum(len(batch[0]) for batch in group) * self.env.world_size
+        self.state.finish_step(loss, micro_batches=len(group), samples=samples)
         self.counters.samples += samples
         self.progress.add_samples(samples)
 
@@ -433,6 +449,7 @@ class Trainer:
                 global_step=self.state.global_step,
                 final_loss=self.state.last_epoch_loss,
                 resumed_from_step=resumed,
+                world_size_history=self.state.world_size_history,
             )
             storage.write_text(
                 storage.join(self.config.output_uri, RESULT_FILE), result.to_json(), self.config.storage_options
