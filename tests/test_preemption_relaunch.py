@@ -101,3 +101,49 @@ def test_kill_term_of_the_launchers_process_group_relaunches_within_the_run_and_
     history = client.get_metric_history(result["mlflow_run_id"], "preemptions")
     assert [(m.step, m.value) for m in history] == [(step, 1.0)]
     assert client.get_run(result["mlflow_run_id"]).info.status == "FINISHED"
+
+
+def test_a_run_dir_of_two_processes_resumes_on_one_and_reproduce_replays_that_history(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    home = tmp_path / "home"
+    env = _env(home)
+    demo = subprocess.run([_trainpipe(), "demo-data", "--end", LOGICAL_DATE], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert demo.returncode == 0, demo.stderr
+    configs = tmp_path / "dag_configs"
+    configs.mkdir()
+    # The first (and, from the command line, every) try exits abruptly after committing step 20.
+    spec = _spec(configs / "fraud_detector.yaml", crash_first_try_after_step=20)
+    run_dir = tmp_path / "run"
+
+    def train(nproc: int) -> subprocess.CompletedProcess:
+        return subprocess.run([_trainpipe(), "train", str(spec), "--run-dir", str(run_dir), "--nproc-per-node",
+                               str(nproc), "--logical-date", LOGICAL_DATE], env=env, capture_output=True, text=True,
+                              timeout=900, check=False)
+
+    crashed = train(2)
+    assert crashed.returncode == 1 and "checkpoint step-20 committed" in crashed.stdout, crashed.stdout[-3000:]
+    resumed = train(1)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resharded: checkpoint step-20 was written by 2 processes, this run has 1" in resumed.stdout
+    assert "(nothing skipped or repeated)" in resumed.stdout
+    result = json.loads((run_dir / "output" / "result.json").read_text())
+    assert result["world_size_history"] == [[0, 2], [20, 1]]
+
+    # Register it as the DAG's register task would (lineage tags), then rebuild it from that lineage.
+    store = f"sqlite:///{home / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=store, registry_uri=store)
+    run = client.get_run(result["mlflow_run_id"])
+    assert json.loads(run.data.tags["trainpipe.world_size_history"]) == [[0, 2], [20, 1]]
+    client.create_registered_model("fraud_detector")
+    client.create_model_version("fraud_detector", result["model_uri"], run_id=result["mlflow_run_id"], tags={
+        "dag_id": "fraud_detector", "dataset_digest": run.data.tags["trainpipe.dataset_digest"],
+        "spec_file": "fraud_detector.yaml", "spec_file_sha256": run.data.tags["trainpipe.spec_sha256"],
+        "seed": "42", "weights_sha256": result["weights_sha256"]})
+    again = subprocess.run([_trainpipe(), "reproduce", "fraud_detector/1", "--configs", str(configs)], env=env,
+                           capture_output=True, text=True, timeout=1200, check=False)
+    assert "replaying the world-size history: 2 processes up to step 20" in again.stdout, again.stdout[-4000:]
+    assert "stopped after step 20 as asked (stop_after_step): committed checkpoint step-20" in again.stdout
+    assert "resharded: checkpoint step-20 was written by 2 processes, this run has 1" in again.stdout
+    assert again.stdout.strip().splitlines()[-1] == "weights match: yes", again.stdout[-4000:] + again.stderr[-3000:]

@@ -9,6 +9,7 @@ Airflow-free and torch-free.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -73,7 +74,7 @@ def trainer_environment() -> tuple[tuple[str, str], ...]:
 def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strategy: str,
                 rendezvous_port: int | None = None, max_restarts: int = 0,
                 extra_env: tuple[tuple[str, str], ...] = (), preemption_restarts: int = 0,
-                shutdown_timeout_seconds: int = PREEMPTION_GRACE_SECONDS) -> LaunchPlan:
+                shutdown_timeout_seconds: int = PREEMPTION_GRACE_SECONDS, min_nodes: int | None = None) -> LaunchPlan:
     """``torchrun -m trainpipe_trainer --config <uri>`` (through ``TORCHRUN``); several Kubernetes nodes rendezvous (c10d)
     at the Job's index-0 pod, one node runs ``--standalone``."""
     if launcher == "kubernetes" and nnodes > 1:
@@ -88,7 +89,9 @@ def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strateg
         )
     else:
         rendezvous = ("--standalone",)
-    argv = (*TORCHRUN, f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", *rendezvous,
+    # Elastic: torchrun goes on with at least min_nodes (and lets a replaced node rejoin, up to nnodes).
+    nodes = f"{min_nodes}:{nnodes}" if min_nodes is not None else str(nnodes)
+    argv = (*TORCHRUN, f"--nnodes={nodes}", f"--nproc_per_node={nproc_per_node}", *rendezvous,
             "-m", "trainpipe_trainer", "--config", CONFIG_URI)
     # torchrun's own SIGTERM handling forwards the signal to its workers, waits this long, then
     # SIGKILLs them (30 s by default): long enough for every rank to finish its step and commit.
@@ -96,6 +99,16 @@ def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strateg
     return LaunchPlan(launcher=launcher, nproc_per_node=nproc_per_node, nnodes=nnodes, strategy=strategy,
                       argv=argv, env=(*trainer_environment(), *shutdown, *extra_env),
                       preemption_restarts=preemption_restarts, shutdown_timeout_seconds=shutdown_timeout_seconds)
+
+
+def with_nproc_per_node(launch: LaunchPlan, nproc_per_node: int) -> LaunchPlan:
+    """The same launch with another number of processes per node (``trainpipe train --nproc-per-node``,
+    ``trainpipe reproduce`` replaying a world-size history)."""
+    if nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node must be >= 1, got {nproc_per_node}")
+    argv = tuple(f"--nproc_per_node={nproc_per_node}" if arg.startswith("--nproc_per_node=") else arg
+                 for arg in launch.argv)
+    return dataclasses.replace(launch, nproc_per_node=nproc_per_node, argv=argv)
 
 
 def resolve(launch: LaunchPlan, values: LaunchValues) -> ResolvedLaunch:

@@ -455,7 +455,12 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         launcher=training.launcher, nproc_per_node=distributed.nproc_per_node, nnodes=distributed.nnodes,
         strategy=distributed.strategy,
         rendezvous_port=kubernetes.rendezvous_port if multinode else None,
-        max_restarts=kubernetes.max_pod_restarts if multinode else 0,
+        # Elastic: each preemption of a node costs the other nodes' torchrun one restart (their ranks stop
+        # after committing the step and rejoin at the new size). Without it, a preempted step ends every
+        # pod with the preempted exit code, which the Job's podFailurePolicy ignores: they are recreated.
+        max_restarts=(kubernetes.max_pod_restarts
+                      + (training.preemption.max_restarts if distributed.elastic is not None else 0)) if multinode else 0,
+        min_nodes=distributed.elastic.min_nodes if multinode and distributed.elastic is not None else None,
         extra_env=tuple(kubernetes.env.items()) if kubernetes is not None and training.launcher == "kubernetes" else (),
         preemption_restarts=training.preemption.max_restarts,
         shutdown_timeout_seconds=_shutdown_timeout(training),

@@ -181,3 +181,37 @@ def test_literal_secret_in_env_is_refused_with_the_fix():
 ])
 def test_launcher_cross_field_checks(old, new, expected):
     assert any(expected in p for p in _problems(TEXT.replace(old, new)))
+
+
+ELASTIC = TEXT.replace("    nnodes: 2\n", "    elastic: {min_nodes: 2, max_nodes: 4}\n")
+
+
+def test_elastic_training_starts_max_nodes_pods_and_lets_torchrun_go_on_with_min_nodes(tmp_path):
+    from trainpipe.factory import compile_text
+
+    assert ELASTIC != TEXT
+    plan = compile_text(ELASTIC, "fraud_detector_multinode.yaml", configs_root=tmp_path)
+
+    service, job = render_manifests(plan, launch=LAUNCH)
+
+    for manifest in (service, job):
+        kubernetes_validate.validate(manifest, K8S_VERSIONS[-1], strict=True)
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4
+    assert job["spec"]["podFailurePolicy"]["rules"][0]["onPodConditions"][0]["type"] == "DisruptionTarget"
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--nnodes=2:4" in command
+    # Survivors of a preempted node rejoin: one torchrun restart per preemption, on top of real failures.
+    assert f"--max_restarts={plan.kubernetes.max_pod_restarts + plan.launch.preemption_restarts}" in command
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("  launcher: kubernetes", "  launcher: local", "training.distributed.elastic: elastic training needs launcher "
+                                                    "'kubernetes'"),
+    ("    strategy: ddp", "    strategy: deepspeed", "training.distributed.elastic: elastic training resumes at another "
+                                                      "world size, which strategy 'deepspeed' cannot"),
+    ("    elastic:", "    nnodes: 3\n    elastic:", "training.distributed.nnodes: nnodes 3 but elastic.max_nodes 4"),
+    ("max_nodes: 4", "max_nodes: 1", "max_nodes (1) must be >= min_nodes (2)"),
+])
+def test_elastic_cross_field_checks(old, new, expected):
+    assert old in ELASTIC
+    assert any(expected in p for p in _problems(ELASTIC.replace(old, new))), _problems(ELASTIC.replace(old, new))

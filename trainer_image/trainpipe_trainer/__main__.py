@@ -13,6 +13,7 @@ from trainpipe_trainer.errors import (
     EXIT_BAD_INPUT,
     USER_ERRORS,
     PreemptedError,
+    StoppedAtStepError,
     TrainerInputError,
     TrainingStopped,
     TrialPrunedError,
@@ -53,7 +54,8 @@ def _run(config_uri: str, watcher: PreemptionWatcher) -> int:
         return EXIT_BAD_INPUT
     except TrainingStopped as err:
         # Diverged (4), pruned (5) or preempted (config.PREEMPTED_EXIT_CODE): expected outcomes, one line, no traceback.
-        _report(err, label="stopped" if isinstance(err, PreemptedError | TrialPrunedError) else "error")
+        _report(err, label="stopped" if isinstance(err, PreemptedError | TrialPrunedError | StoppedAtStepError)
+                else "error")
         return err.exit_code
     return 0
 

@@ -18,7 +18,8 @@ from typing import Any, Literal
 # 2: dataset_digest (the resume guard records it in every checkpoint).
 # 3: tuning (a hyperparameter-search trial reports into its Optuna study).
 # 4: transforms (declared feature transforms, fitted on the train split and shipped in the model).
-CONFIG_VERSION = 4
+# 5: stop_after_step (`trainpipe reproduce` replays a world-size history segment by segment).
+CONFIG_VERSION = 5
 
 # The names both sides use: the spec's choices, the provider's metrics and the trainer's code paths.
 TaskType = Literal["binary_classification", "regression", "ranking"]
@@ -341,6 +342,9 @@ class TrainingConfig:
     fault_injection: FaultInjection | None = None
     # Set when this training is a trial of a hyperparameter search.
     tuning: TuningTrial | None = None
+    # Commit a checkpoint of this step and stop there (exit 0, no model): `trainpipe reproduce` runs
+    # each segment of a world-size history up to the step the size changed at.
+    stop_after_step: int | None = None
 
     def __post_init__(self) -> None:
         _require(
@@ -363,6 +367,7 @@ class TrainingConfig:
         _require(self.batch_size >= 1, "batch_size: must be >= 1")
         _require(self.learning_rate > 0, "learning_rate: must be > 0")
         _require(self.strategy in STRATEGIES, f"strategy: one of {STRATEGIES}, got {self.strategy!r}")
+        _require(self.stop_after_step is None or self.stop_after_step >= 1, "stop_after_step: must be >= 1")
         _require(
             self.strategy != "deepspeed" or self.deepspeed is not None,
             "deepspeed: required when strategy is 'deepspeed' (zero_stage, offload)",
@@ -444,6 +449,8 @@ NOT_FINGERPRINTED_FIELDS: tuple[str, ...] = (
     "fault_injection",
     # Where a trial reports; reporting and pruning stop a training early, never change its weights.
     "tuning",
+    # Where this launch stops; the next one resumes there.
+    "stop_after_step",
 )
 # Strategies whose checkpoints resume at another world size (DCP reshards a replicated DDP model
 # and optimizer at load time); a change of world size is then no reason to refuse a resume.

@@ -60,6 +60,16 @@ class PreemptedError(TrainingStopped):
         self.step = step
 
 
+class StoppedAtStepError(TrainingStopped):
+    """``stop_after_step`` was reached: its checkpoint is committed; the next launch resumes there."""
+
+    exit_code = 0
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
 class TrialPrunedError(TrainingStopped):
     """A hyperparameter-search trial the study's pruner stopped: its last checkpoint is committed."""
 

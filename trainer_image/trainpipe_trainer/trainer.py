@@ -42,7 +42,7 @@ from trainpipe_trainer.distributed import (
     destroy_distributed,
     init_distributed,
 )
-from trainpipe_trainer.errors import PreemptedError, TrainingDivergedError, TrialPrunedError
+from trainpipe_trainer.errors import PreemptedError, StoppedAtStepError, TrainingDivergedError, TrialPrunedError
 from trainpipe_trainer.export import log_pyfunc_model, weights_sha256
 from trainpipe_trainer.losses import LossFn, make_loss_fn
 from trainpipe_trainer.model import build_mlp
@@ -241,10 +241,13 @@ class Trainer:
         if stop:
             # Counted in the checkpoint, so it survives the relaunch (MLflow metric "preemptions").
             self.state.preemptions += 1
-        if self.checkpoints.due(step) or by_clock or stop or crash:
-            self._save(wait=stop or crash)
+        asked = self.config.stop_after_step == step
+        if self.checkpoints.due(step) or by_clock or stop or crash or asked:
+            self._save(wait=stop or crash or asked)
         if stop:
             self._stop_for_preemption(watcher)
+        if asked:
+            self._stop_as_asked()
         if crash:
             self._crash()
         if fault is not None and fault.step_delay_seconds:
@@ -318,6 +321,15 @@ class Trainer:
             self.tracker.log_metric("preemptions", float(self.state.preemptions), step=step)
             self.tracker.failed(message, step=step, status="KILLED")
         raise PreemptedError(message, step=step)
+
+    def _stop_as_asked(self) -> None:
+        step = self.state.global_step
+        barrier(self.env)
+        message = f"stopped after step {step} as asked (stop_after_step): committed checkpoint step-{step}"
+        if self.env.is_main:
+            print(message, flush=True)
+            self.tracker.failed(message, step=step, status="KILLED")
+        raise StoppedAtStepError(message, step=step)
 
     def _crash(self) -> None:
         step = self.state.global_step

@@ -72,11 +72,13 @@ def run_dir_for(pipeline_id: str, settings: Settings, airflow_run_id: str):  # n
 
 
 def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
-                           mlflow_run_id: str | None, run_dir) -> TrainingConfig:  # noqa: ANN001 - ObjectStoragePath
+                           mlflow_run_id: str | None, run_dir,  # noqa: ANN001 - ObjectStoragePath
+                           stop_after_step: int | None = None) -> TrainingConfig:
     """The plan's trainer config template with this run's values: data, folders, tracking, tags."""
     template = plan.trainer
     return dataclasses.replace(
         template,
+        stop_after_step=stop_after_step,
         train_data_uri=snapshot.train_uri,
         dataset_digest=snapshot.digest,
         checkpoint=dataclasses.replace(template.checkpoint, root_uri=storage.fsspec_uri(run_dir / CHECKPOINTS_DIR)),
@@ -118,13 +120,14 @@ class PreparedRun:
 def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
                          hook: MlflowHook | None = None, run_dir=None,  # noqa: ANN001 - ObjectStoragePath
                          param_overrides: dict | None = None, run_tags: dict[str, str] | None = None,
-                         trial: TrialLaunch | None = None) -> PreparedRun:
+                         trial: TrialLaunch | None = None, stop_after_step: int | None = None) -> PreparedRun:
     """Everything before torchrun, for every launcher: resume check, MLflow run, trainer config, no stale result.
 
     ``run_tags`` go on the DAG run's MLflow run when it is created; a ``trial`` (hyperparameter search)
     logs into its own MLflow run and reports to its study instead."""
     run_dir = run_dir if run_dir is not None else run_dir_for(plan.dag_id, settings, run.airflow_run_id)
-    config = trainer_config_for_run(plan, snapshot, settings=settings, run=run, mlflow_run_id=None, run_dir=run_dir)
+    config = trainer_config_for_run(plan, snapshot, settings=settings, run=run, mlflow_run_id=None, run_dir=run_dir,
+                                    stop_after_step=stop_after_step)
     if trial is not None:
         tags = dict(config.tags)
         # Only the DAG run's own training carries this tag: MlflowHook.run_for_dag_run finds its run by it.
@@ -195,10 +198,13 @@ def read_training_result(run_dir) -> TrainingResult:  # noqa: ANN001 - ObjectSto
 def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
                  hook: MlflowHook | None = None, on_line: Callable[[str], None] | None = None,
                  run_dir=None, param_overrides: dict | None = None,  # noqa: ANN001
-                 run_tags: dict[str, str] | None = None, trial: TrialLaunch | None = None) -> TrainingResult:
-    """The one local launch: the train task and every trial of a study run it."""
+                 run_tags: dict[str, str] | None = None, trial: TrialLaunch | None = None,
+                 stop_after_step: int | None = None) -> TrainingResult | None:
+    """The one local launch: the train task and every trial of a study run it. With ``stop_after_step``
+    the trainer commits that step and stops (no result: None); the next launch resumes there."""
     prepared = prepare_training_run(plan, snapshot, settings=settings, run=run, hook=hook, run_dir=run_dir,
-                                    param_overrides=param_overrides, run_tags=run_tags, trial=trial)
+                                    param_overrides=param_overrides, run_tags=run_tags, trial=trial,
+                                    stop_after_step=stop_after_step)
     launch = resolve(plan.launch, LaunchValues(config_uri=prepared.config_uri,
                                                mlflow_tracking_uri=settings.mlflow_tracking_uri))
     say = on_line or (lambda text: log.info("%s", text))
@@ -229,6 +235,8 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
             # The trainer's own one-line reason (every rank prints it) instead of the command line.
             raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}",
                                       reasons=tuple(reasons.messages)) from err
+    if stop_after_step is not None and not prepared.result_path.exists():
+        return None
     return read_training_result(prepared.run_dir)
 
 

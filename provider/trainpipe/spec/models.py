@@ -238,13 +238,41 @@ class ModelSpec(_Model):
     )
 
 
+class ElasticSpec(_Model):
+    min_nodes: int = Field(ge=1, description="Training goes on with this many nodes when others were preempted.", examples=[2])
+    max_nodes: int = Field(ge=1, description="Nodes (pods) the Job starts; a replaced pod rejoins.", examples=[4])
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ElasticSpec:
+        if self.max_nodes < self.min_nodes:
+            raise ValueError(f"max_nodes ({self.max_nodes}) must be >= min_nodes ({self.min_nodes})")
+        return self
+
+
 class DistributedSpec(_Model):
     nproc_per_node: int = Field(default=1, ge=1, description="Processes per node (GPUs per node on a cluster).", examples=[2])
-    nnodes: int = Field(default=1, ge=1, description="Number of nodes.", examples=[1])
+    nnodes: int = Field(default=1, ge=1, description="Number of nodes (with elastic: max_nodes).", examples=[1])
+    elastic: ElasticSpec | None = Field(
+        default=None,
+        description="Kubernetes, ddp: keep training on between min_nodes and max_nodes nodes (torchrun "
+        "--nnodes=MIN:MAX). Ranks of a preempted node stop after committing their step; the others rejoin, and "
+        "training resumes resharded at the new size. See docs/preemption.md.",
+        examples=[{"min_nodes": 2, "max_nodes": 4}],
+    )
     strategy: Literal["ddp", "deepspeed"] = Field(default="ddp", description="PyTorch DDP, or DeepSpeed ZeRO.", examples=["ddp"])
     zero_stage: Literal[0, 1, 2, 3] = Field(default=0, description="DeepSpeed only: ZeRO stage.", examples=[2])
     offload_optimizer: bool = Field(default=False, description="DeepSpeed only: optimizer state in CPU memory (ZeRO >= 1).", examples=[False])
     offload_param: bool = Field(default=False, description="DeepSpeed only: parameters in CPU memory (ZeRO 3).", examples=[False])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _elastic_nodes(cls, data: Any) -> Any:
+        # One canonical form: with elastic, nnodes is the number of pods the Job starts (spec.validate
+        # refuses an nnodes that says otherwise, with its position).
+        elastic = data.get("elastic") if isinstance(data, dict) else None
+        if isinstance(elastic, dict) and "nnodes" not in data and isinstance(elastic.get("max_nodes"), int):
+            return {**data, "nnodes": elastic["max_nodes"]}
+        return data
 
 
 class PreemptionSpec(_Model):
