@@ -76,14 +76,16 @@ def run_local(command: Sequence[str], *, env: Mapping[str, str], on_line: Callab
               grace_seconds: int = PREEMPTION_GRACE_SECONDS) -> None:
     """Run the trainer command, streaming every output line; raise ``TrainingFailedError`` on failure.
 
-    ``executable`` runs ``command[0]`` from a known place (this venv's Python) while the argv
-    stays exactly the planned one. A SIGTERM is passed on to the trainer (``_PreemptionNotice``);
+    ``executable`` runs in place of ``command[0]`` (this venv's Python for the planned ``python``);
+    the log shows the planned command. A SIGTERM is passed on to the trainer (``_PreemptionNotice``);
     the caller recognises the preempted trainer by its message and may launch it again."""
     emit = on_line or (lambda line: log.info("%s", line))
     full_env = {**os.environ, **env}
     emit("launching: " + " ".join(command))
+    # argv[0] too (not only Popen's executable): Python finds its environment (venv) from argv[0].
+    argv = [executable, *command[1:]] if executable else list(command)
     process = subprocess.Popen(
-        list(command), executable=executable, env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        argv, env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, bufsize=1, start_new_session=True,
     )
     try:
