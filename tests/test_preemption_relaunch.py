@@ -103,8 +103,12 @@ def test_kill_term_of_the_launchers_process_group_relaunches_within_the_run_and_
     assert client.get_run(result["mlflow_run_id"]).info.status == "FINISHED"
 
 
-def test_a_run_dir_of_two_processes_resumes_on_one_and_reproduce_replays_that_history(tmp_path: Path) -> None:
+def test_a_run_dir_of_two_processes_resumes_on_one_and_reproduce_replays_that_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mlflow
     from mlflow import MlflowClient
+    from mlflow.tracking._tracking_service import utils
 
     home = tmp_path / "home"
     env = _env(home)
@@ -133,6 +137,9 @@ def test_a_run_dir_of_two_processes_resumes_on_one_and_reproduce_replays_that_hi
 
     # Register it as the DAG's register task would (lineage tags), then rebuild it from that lineage.
     store = f"sqlite:///{home / 'mlflow.db'}"
+    # MLflow looks the logged model up through the process-wide tracking URI: this test's store, undone after.
+    monkeypatch.setattr(utils, "_tracking_uri", utils._tracking_uri)
+    mlflow.set_tracking_uri(store)
     client = MlflowClient(tracking_uri=store, registry_uri=store)
     run = client.get_run(result["mlflow_run_id"])
     assert json.loads(run.data.tags["trainpipe.world_size_history"]) == [[0, 2], [20, 1]]
