@@ -192,7 +192,8 @@ def main() -> int:
         outcomes.append(outcome)
         print(f"{model:>6} {outcome.parameters / 1e6:>7.1f}M {outcome.nproc:>5} {outcome.step_at_signal:>7} "
               f"{outcome.committed_step:>6} {outcome.steps_lost:>4} {outcome.exit_code:>4} "
-              f"{outcome.sigterm_to_commit:>7.1f}s {outcome.sigterm_to_exit:>6.1f}s {outcome.save_seconds:>6.1f}s {outcome.checkpoint_mb:>6.0f}MB "
+              f"{outcome.sigterm_to_commit:>7.1f}s {outcome.sigterm_to_exit:>6.1f}s "
+              f"{outcome.save_seconds:>6.1f}s {outcome.checkpoint_mb:>6.0f}MB "
               f"{outcome.resume_to_first_step:>6.1f}s", flush=True)
     print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"targets: steps lost 0 (worst {max(o.steps_lost for o in outcomes)}); save < {SAVE_TARGET_SECONDS:.0f} s "

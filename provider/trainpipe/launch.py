@@ -75,7 +75,8 @@ def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strateg
                 rendezvous_port: int | None = None, max_restarts: int = 0,
                 extra_env: tuple[tuple[str, str], ...] = (), preemption_restarts: int = 0,
                 shutdown_timeout_seconds: int = PREEMPTION_GRACE_SECONDS, min_nodes: int | None = None) -> LaunchPlan:
-    """``torchrun -m trainpipe_trainer --config <uri>`` (through ``TORCHRUN``); several Kubernetes nodes rendezvous (c10d)
+    """``torchrun -m trainpipe_trainer --config <uri>`` (through ``TORCHRUN``); several Kubernetes nodes
+    rendezvous (c10d)
     at the Job's index-0 pod, one node runs ``--standalone``."""
     if launcher == "kubernetes" and nnodes > 1:
         if rendezvous_port is None:

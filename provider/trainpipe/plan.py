@@ -434,6 +434,11 @@ class PipelinePlan:
         return out
 
 
+def _torchrun_restarts(training: TrainingSpec) -> int:
+    elastic = training.distributed.elastic is not None
+    return training.kubernetes.max_pod_restarts + (training.preemption.max_restarts if elastic else 0)
+
+
 def _shutdown_timeout(training: TrainingSpec) -> int:
     """How long torchrun waits for its workers after a SIGTERM: a pod's grace period less a margin
     for torchrun's own exit (the kubelet SIGKILLs everything at its end), else the local default."""
@@ -458,8 +463,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         # Elastic: each preemption of a node costs the other nodes' torchrun one restart (their ranks stop
         # after committing the step and rejoin at the new size). Without it, a preempted step ends every
         # pod with the preempted exit code, which the Job's podFailurePolicy ignores: they are recreated.
-        max_restarts=(kubernetes.max_pod_restarts
-                      + (training.preemption.max_restarts if distributed.elastic is not None else 0)) if multinode else 0,
+        max_restarts=_torchrun_restarts(training) if multinode else 0,
         min_nodes=distributed.elastic.min_nodes if multinode and distributed.elastic is not None else None,
         extra_env=tuple(kubernetes.env.items()) if kubernetes is not None and training.launcher == "kubernetes" else (),
         preemption_restarts=training.preemption.max_restarts,

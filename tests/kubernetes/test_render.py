@@ -207,8 +207,8 @@ def test_elastic_training_starts_max_nodes_pods_and_lets_torchrun_go_on_with_min
 @pytest.mark.parametrize(("old", "new", "expected"), [
     ("  launcher: kubernetes", "  launcher: local", "training.distributed.elastic: elastic training needs launcher "
                                                     "'kubernetes'"),
-    ("    strategy: ddp", "    strategy: deepspeed", "training.distributed.elastic: elastic training resumes at another "
-                                                      "world size, which strategy 'deepspeed' cannot"),
+    ("    strategy: ddp", "    strategy: deepspeed",
+     "training.distributed.elastic: elastic training resumes at another world size, which strategy 'deepspeed' cannot"),
     ("    elastic:", "    nnodes: 3\n    elastic:", "training.distributed.nnodes: nnodes 3 but elastic.max_nodes 4"),
     ("max_nodes: 4", "max_nodes: 1", "max_nodes (1) must be >= min_nodes (2)"),
 ])

@@ -76,8 +76,8 @@ def _env(rank: int, world_size: int) -> DistEnv:
 
 def _micro_batches(dataset: TensorDataset, world_size: int, epoch: int, position: int = 0) -> list[list[list[int]]]:
     """Each micro-batch as every rank's rows, rank by rank."""
-    per_rank = [[b[0].int().tolist() for b in EpochLoader(dataset=dataset, batch_size=4, seed=5, env=_env(r, world_size))
-                 .epoch(epoch, position=position)] for r in range(world_size)]
+    loaders = [EpochLoader(dataset=dataset, batch_size=4, seed=5, env=_env(r, world_size)) for r in range(world_size)]
+    per_rank = [[b[0].int().tolist() for b in loader.epoch(epoch, position=position)] for loader in loaders]
     return [list(batches) for batches in zip(*per_rank, strict=True)]
 
 

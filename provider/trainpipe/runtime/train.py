@@ -219,7 +219,8 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
         except TrainingFailedError as err:
             step = reasons.preempted_step
             preempted = step is not None or err.exit_code == PREEMPTED_EXIT_CODE
-            saved = f"committed checkpoint step-{step}" if step is not None else "was stopped by SIGTERM before it reported a commit"
+            saved = (f"committed checkpoint step-{step}" if step is not None
+                     else "was stopped by SIGTERM before it reported a commit")
             if preempted and attempt < allowed:
                 # Not a failure: the step is committed; the same launch resumes there, in this try.
                 say(f"preempted: the trainer {saved} and stopped; launching it again to resume there "

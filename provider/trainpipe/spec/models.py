@@ -239,7 +239,8 @@ class ModelSpec(_Model):
 
 
 class ElasticSpec(_Model):
-    min_nodes: int = Field(ge=1, description="Training goes on with this many nodes when others were preempted.", examples=[2])
+    min_nodes: int = Field(ge=1, description="Training goes on with this many nodes when others were preempted.",
+                           examples=[2])
     max_nodes: int = Field(ge=1, description="Nodes (pods) the Job starts; a replaced pod rejoins.", examples=[4])
 
     @model_validator(mode="after")
@@ -278,9 +279,9 @@ class DistributedSpec(_Model):
 class PreemptionSpec(_Model):
     max_restarts: int = Field(
         default=3, ge=0,
-        description="Local launcher: how often a preempted trainer (SIGTERM: it finished its step, committed a checkpoint "
-        "of it and exited) is launched again within one task try, resuming at that step. A preemption beyond this "
-        "fails the try (the Airflow retry resumes there too). See docs/preemption.md.",
+        description="Local launcher: how often a preempted trainer (SIGTERM: it finished its step, committed a "
+        "checkpoint of it and exited) is launched again within one task try, resuming at that step. A preemption "
+        "beyond this fails the try (the Airflow retry resumes there too). See docs/preemption.md.",
         examples=[3],
     )
 
@@ -424,7 +425,8 @@ class TrainingSpec(_Model):
     optimization: OptimizationSpec = Field(default_factory=OptimizationSpec, description="Optimizer step details.", examples=[{"gradient_clip_norm": 1.0}])
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="When checkpoints are written.", examples=[{"every_n_steps": 100}])
     preemption: PreemptionSpec = Field(
-        default_factory=PreemptionSpec, description="What a SIGTERM (spot preemption, eviction, a worker's shutdown) does.",
+        default_factory=PreemptionSpec,
+        description="What a SIGTERM (spot preemption, eviction, a worker's shutdown) does.",
         examples=[{"max_restarts": 3}],
     )
     launcher: Literal["local", "kubernetes"] = Field(

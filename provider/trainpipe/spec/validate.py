@@ -409,7 +409,8 @@ def _launcher_problems(loaded: LoadedYaml) -> list[SpecProblem]:
         where = ("training", "distributed", "elastic")
         if launcher != "kubernetes":
             problems.append(loaded.problem(where, "elastic training needs launcher 'kubernetes' (nodes are pods "
-                                                  "of an Indexed Job); remove elastic or set training.launcher: kubernetes"))
+                                                  "of an Indexed Job): remove elastic or set training.launcher: "
+                                                  "kubernetes"))
         strategy = _get(data, "training", "distributed", "strategy") or "ddp"
         if strategy != "ddp":
             problems.append(loaded.problem(where, f"elastic training resumes at another world size, which strategy "
