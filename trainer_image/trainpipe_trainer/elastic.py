@@ -5,9 +5,10 @@ torchrun itself exits 1 whatever ended its workers, and with a traceback when it
 (a pod's deletion or eviction, ``kill -TERM``). Its SIGTERM handling is kept as it is: it passes
 the signal on to every worker and waits ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (the launch sets
 it inside the grace period) before killing them, time in which each rank finishes its step and
-commits it. This wrapper only maps the outcome: a SIGTERM, or workers that all exited with
-``PREEMPTED_EXIT_CODE``, exit with that code, which the local launcher relaunches on and a Job's
-``podFailurePolicy`` ignores. Anything else exits as torchrun would.
+commits it. This wrapper only maps the outcome: a SIGTERM, or workers that exited with
+``PREEMPTED_EXIT_CODE`` (some perhaps killed by torchrun's SIGTERM while exiting after the commit),
+exit with that code, which the local launcher relaunches on and a Job's ``podFailurePolicy``
+ignores. Anything else exits as torchrun would.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + int(err.sigval)
     except ChildFailedError as err:
         codes = {failure.exitcode for failure in err.failures.values()}
-        if codes == {PREEMPTED_EXIT_CODE}:
+        # The first rank to exit preempted makes torchrun SIGTERM the others, which may still be tearing
+        # down after the same commit (every rank passed the barrier after the save before any exited).
+        if PREEMPTED_EXIT_CODE in codes and codes <= {PREEMPTED_EXIT_CODE, -signal.SIGTERM}:
             return PREEMPTED_EXIT_CODE
         # What torchrun prints for a failure (which rank, its exit code or signal, when).
         print(err.format_msg(), file=sys.stderr, flush=True)
