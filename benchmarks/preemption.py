@@ -165,8 +165,9 @@ def measure(model: str, nproc: int, work: Path) -> Outcome:
         if f"resumed from step {committed}" not in resumed_log.read_text():
             raise RuntimeError(f"the second launch did not resume at step {committed}")
     finally:
-        os.killpg(again.pid, signal.SIGKILL)
-        again.wait(timeout=60)
+        # SIGTERM, not SIGKILL: torchrun's workers run in sessions of their own, only torchrun stops them.
+        os.killpg(again.pid, signal.SIGTERM)
+        again.wait(timeout=600)
     inputs, hidden, _rows, _batch = MODELS[model]
     return Outcome(model=model, parameters=_parameters(inputs, hidden), nproc=nproc, step_at_signal=seen,
                    committed_step=committed, sigterm_to_commit=sigterm_to_commit,
