@@ -39,8 +39,9 @@ def test_plan_of_fraud_example():
     assert (plan.registration.alias, plan.registration.challenger_alias, plan.registration.previous_alias) == (
         "champion", "challenger", "previous_champion")
     assert plan.launch.launcher == "local"
-    assert plan.launch.argv == ("torchrun", "--nnodes=1", "--nproc_per_node=2", "--standalone",
-                                "-m", "trainpipe_trainer", "--config", "{config_uri}")
+    assert plan.launch.argv == ("python", "-m", "trainpipe_trainer.elastic", "--nnodes=1", "--nproc_per_node=2",
+                                "--standalone", "-m", "trainpipe_trainer", "--config", "{config_uri}")
+    assert plan.launch.preemption_restarts == 3  # training.preemption.max_restarts, by default
     assert plan.trainer.seed == 42 and plan.trainer.features[:3] == ("amount", "merchant_risk", "hour_of_day")
     assert plan.evaluation.metrics[:2] == ("auc", "f1") and str(plan.evaluation.gates[2]) == "auc >= +0.1% vs champion"
     assert plan.sensor.checkpoint_poll_seconds == checkpoint_poll_seconds(plan.sensor.stall_timeout)
@@ -54,8 +55,8 @@ def test_launch_resolves_every_placeholder_for_a_run():
 
     launch = resolve(plan.launch, LaunchValues(config_uri="s3://b/c.json", mlflow_tracking_uri="http://mlflow:5000"))
 
-    assert launch.argv == ("torchrun", "--nnodes=1", "--nproc_per_node=2", "--standalone", "-m", "trainpipe_trainer",
-                           "--config", "s3://b/c.json")
+    assert launch.argv == ("python", "-m", "trainpipe_trainer.elastic", "--nnodes=1", "--nproc_per_node=2",
+                           "--standalone", "-m", "trainpipe_trainer", "--config", "s3://b/c.json")
     assert launch.env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000" and launch.env["OMP_NUM_THREADS"] == "1"
 
 

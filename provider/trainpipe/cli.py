@@ -70,16 +70,25 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from trainpipe.errors import SpecError, TrainpipeError
     from trainpipe.factory import compile_file
-    from trainpipe.runtime.train_cli import train_spec
+    from trainpipe.runtime.train_cli import train_spec, with_nproc_per_node
 
     from trainpipe.settings import Settings
     from trainpipe.storage import storage_access
 
     try:
         plan = compile_file(Path(args.spec))
+        if args.nproc_per_node is not None:
+            plan = with_nproc_per_node(plan, args.nproc_per_node)
         with storage_access(Settings.from_env()):
             result = train_spec(plan, run_dir=args.run_dir, logical_date=args.logical_date)
     except (SpecError, TrainpipeError) as err:
@@ -460,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "were written with the same snapshot and settings, else stops and says what differs")
     train.add_argument("--logical-date", help="end of the data window, ISO date or datetime (default: the start of "
                        "the current UTC day, as today's @daily run; so runs on one day train on the same data)")
+    train.add_argument("--nproc-per-node", type=_positive_int, metavar="N",
+                       help="processes per node for this run instead of training.distributed.nproc_per_node; a run "
+                       "dir written with another number is resumed by resharding its checkpoint (ddp only)")
     train.set_defaults(func=_cmd_train)
 
     reproduce = commands.add_parser(

@@ -50,10 +50,12 @@ class DagFileError(TrainpipeError, ValueError):
 class TrainingFailedError(TrainpipeError):
     """The trainer process (local torchrun or pod) exited non-zero."""
 
-    def __init__(self, message: str, *, reasons: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, *, reasons: tuple[str, ...] = (), exit_code: int | None = None) -> None:
         super().__init__(message)
         # The trainer's own one-line reasons (torchrun exits 1 whatever its workers' exit codes were).
         self.reasons = reasons
+        # The launch's exit code when it ran and ended (config.PREEMPTED_EXIT_CODE: preempted).
+        self.exit_code = exit_code
 
 
 class TuningFailedError(TrainpipeError):

@@ -9,8 +9,11 @@ Airflow-free and torch-free.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
+
+from trainpipe_trainer.config import PREEMPTION_GRACE_SECONDS
 
 CONFIG_URI = "{config_uri}"
 TRACKING_URI = "{mlflow_tracking_uri}"
@@ -20,6 +23,8 @@ JOB_NAME = "{job_name}"
 JOB_COMPLETION_INDEX = "$(JOB_COMPLETION_INDEX)"
 
 Launcher = Literal["local", "kubernetes"]
+# torchrun with an exit code that says "preempted" (trainpipe_trainer.elastic; ADR 0017): same options.
+TORCHRUN: tuple[str, ...] = ("python", "-m", "trainpipe_trainer.elastic")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,6 +36,11 @@ class LaunchPlan:
     # torchrun's argv and the trainer's environment, with the placeholders above.
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    # Local launcher: how often a preempted trainer (it committed its step and exited) is launched
+    # again within one task try (training.preemption.max_restarts).
+    preemption_restarts: int = 0
+    # How long torchrun lets its workers finish a step and commit after SIGTERM before it kills them.
+    shutdown_timeout_seconds: int = PREEMPTION_GRACE_SECONDS
 
     @property
     def world_size(self) -> int:
@@ -113,8 +123,10 @@ def reserved_env_reason(name: str, *, from_secret: bool = False) -> str | None:
 
 def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strategy: str,
                 rendezvous_port: int | None = None, max_restarts: int = 0,
-                extra_env: tuple[tuple[str, str], ...] = ()) -> LaunchPlan:
-    """``torchrun -m trainpipe_trainer --config <uri>``; several Kubernetes nodes rendezvous (c10d)
+                extra_env: tuple[tuple[str, str], ...] = (), preemption_restarts: int = 0,
+                shutdown_timeout_seconds: int = PREEMPTION_GRACE_SECONDS, min_nodes: int | None = None) -> LaunchPlan:
+    """``torchrun -m trainpipe_trainer --config <uri>`` (through ``TORCHRUN``); several Kubernetes nodes
+    rendezvous (c10d)
     at the Job's index-0 pod, one node runs ``--standalone``."""
     if launcher == "kubernetes" and nnodes > 1:
         if rendezvous_port is None:
@@ -132,10 +144,26 @@ def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strateg
         reason = reserved_env_reason(name)
         if reason is not None:  # the spec stage refuses it with its line; a plan made another way too
             raise ValueError(f"environment variable {name!r} is reserved: {reason}")
-    argv = ("torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", *rendezvous,
+    # Elastic: torchrun goes on with at least min_nodes (and lets a replaced node rejoin, up to nnodes).
+    nodes = f"{min_nodes}:{nnodes}" if min_nodes is not None else str(nnodes)
+    argv = (*TORCHRUN, f"--nnodes={nodes}", f"--nproc_per_node={nproc_per_node}", *rendezvous,
             "-m", "trainpipe_trainer", "--config", CONFIG_URI)
+    # torchrun's own SIGTERM handling forwards the signal to its workers, waits this long, then
+    # SIGKILLs them (30 s by default): long enough for every rank to finish its step and commit.
+    shutdown = (("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(shutdown_timeout_seconds)),)
     return LaunchPlan(launcher=launcher, nproc_per_node=nproc_per_node, nnodes=nnodes, strategy=strategy,
-                      argv=argv, env=(*trainer_environment(), *extra_env))
+                      argv=argv, env=(*trainer_environment(), *shutdown, *extra_env),
+                      preemption_restarts=preemption_restarts, shutdown_timeout_seconds=shutdown_timeout_seconds)
+
+
+def with_nproc_per_node(launch: LaunchPlan, nproc_per_node: int) -> LaunchPlan:
+    """The same launch with another number of processes per node (``trainpipe train --nproc-per-node``,
+    ``trainpipe reproduce`` replaying a world-size history)."""
+    if nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node must be >= 1, got {nproc_per_node}")
+    argv = tuple(f"--nproc_per_node={nproc_per_node}" if arg.startswith("--nproc_per_node=") else arg
+                 for arg in launch.argv)
+    return dataclasses.replace(launch, nproc_per_node=nproc_per_node, argv=argv)
 
 
 def resolve(launch: LaunchPlan, values: LaunchValues) -> ResolvedLaunch:

@@ -23,6 +23,7 @@ from trainpipe.launch import LaunchPlan, plan_launch
 from trainpipe.spec.bounds import ParamBound
 from trainpipe.spec.loader import format_path
 from trainpipe_trainer.config import (
+    PREEMPTION_GRACE_SECONDS,
     CheckpointConfig,
     DeepSpeedConfig,
     FeatureTransform,
@@ -36,7 +37,7 @@ from trainpipe_trainer.config import (
 # or DAG unpickled from the plan cache needs only this module (ADR 0012).
 if TYPE_CHECKING:
     from trainpipe.spec.kubernetes import KubernetesSpec
-    from trainpipe.spec.models import DriftSpec, PipelineSpec
+    from trainpipe.spec.models import DriftSpec, PipelineSpec, TrainingSpec
     from trainpipe.spec.loader import LoadedYaml
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register", "promote")
@@ -341,6 +342,7 @@ class FaultPlan:
 
     inject_nan_at_step: int | None = None
     crash_first_try_after_step: int | None = None
+    step_delay_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -498,6 +500,20 @@ class PipelinePlan:
         return out
 
 
+def _torchrun_restarts(training: TrainingSpec) -> int:
+    elastic = training.distributed.elastic is not None
+    return training.kubernetes.max_pod_restarts + (training.preemption.max_restarts if elastic else 0)
+
+
+def _shutdown_timeout(training: TrainingSpec) -> int:
+    """How long torchrun waits for its workers after a SIGTERM: a pod's grace period less a margin
+    for torchrun's own exit (the kubelet SIGKILLs everything at its end), else the local default."""
+    if training.launcher == "kubernetes" and training.kubernetes is not None:
+        grace = int(training.kubernetes.termination_grace_period.total_seconds())
+        return max(grace - max(grace // 10, 5), 1)
+    return PREEMPTION_GRACE_SECONDS
+
+
 def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_path: str = "",
                spec_relative_path: str | None = None, loaded: LoadedYaml | None = None,
                team: TeamPlan | None = None) -> PipelinePlan:
@@ -519,8 +535,14 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         launcher=training.launcher, nproc_per_node=distributed.nproc_per_node, nnodes=distributed.nnodes,
         strategy=distributed.strategy,
         rendezvous_port=kubernetes.rendezvous_port if multinode else None,
-        max_restarts=kubernetes.max_pod_restarts if multinode else 0,
+        # Elastic: each preemption of a node costs the other nodes' torchrun one restart (their ranks stop
+        # after committing the step and rejoin at the new size). Without it, a preempted step ends every
+        # pod with the preempted exit code, which the Job's podFailurePolicy ignores: they are recreated.
+        max_restarts=_torchrun_restarts(training) if multinode else 0,
+        min_nodes=distributed.elastic.min_nodes if multinode and distributed.elastic is not None else None,
         extra_env=tuple(kubernetes.env.items()) if kubernetes is not None and training.launcher == "kubernetes" else (),
+        preemption_restarts=training.preemption.max_restarts,
+        shutdown_timeout_seconds=_shutdown_timeout(training),
     )
     stall_timeout = training.checkpoint.stall_timeout
     return PipelinePlan(
@@ -587,7 +609,8 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
                                       description=spec.description, approval=_approval(spec),
                                       owner_team=team.name if team is not None else None),
         testing=FaultPlan(inject_nan_at_step=training.testing.inject_nan_at_step,
-                          crash_first_try_after_step=training.testing.crash_first_try_after_step),
+                          crash_first_try_after_step=training.testing.crash_first_try_after_step,
+                          step_delay_seconds=training.testing.step_delay_seconds),
         kubernetes=kubernetes,
         notify=_notify(spec),
         tuning=_tuning(spec),

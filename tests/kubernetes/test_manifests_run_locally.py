@@ -71,9 +71,12 @@ def _process(container: dict, *, extra_env: dict[str, str], replace: dict[str, s
         for old, new in replace.items():
             arg = arg.replace(old, new)
         command.append(arg)
-    assert command[0] == "torchrun"
+    assert command[:3] == ["python", "-m", "trainpipe_trainer.elastic"]
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     env["HOME"] = os.environ.get("HOME", "/tmp")
+    # The image holds this checkout's trainer: here, the trainer the test session imports.
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

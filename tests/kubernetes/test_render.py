@@ -18,6 +18,7 @@ from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.launch import LaunchValues, resolve
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parents[2]
 KUBERNETES_SPECS = sorted(
@@ -60,8 +61,8 @@ def test_single_node_pod_runs_the_trainer_command_with_gpus_shm_and_no_root():
     (container,) = pod["spec"]["containers"]
     # The plan's launch, resolved for the run: what the local launcher would run, byte for byte.
     assert container["command"] + container["args"] == [
-        "torchrun", "--nnodes=1", f"--nproc_per_node={k.resources['gpus']}", "--standalone", "-m", "trainpipe_trainer",
-        "--config", LAUNCH.config_uri]
+        "python", "-m", "trainpipe_trainer.elastic", "--nnodes=1", f"--nproc_per_node={k.resources['gpus']}",
+        "--standalone", "-m", "trainpipe_trainer", "--config", LAUNCH.config_uri]
     assert container["command"] == list(resolve(plan.launch, LaunchValues(
         config_uri=LAUNCH.config_uri, mlflow_tracking_uri=LAUNCH.mlflow_tracking_uri)).argv)
     assert container["image"] == k.image and container["imagePullPolicy"] == "IfNotPresent"
@@ -93,13 +94,19 @@ def test_multi_node_job_rendezvous_at_pod_zero_of_its_headless_service():
     assert job["spec"]["completionMode"] == "Indexed"
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2
     assert job["spec"]["backoffLimit"] == 0
+    # A preempted or evicted pod, or a trainer that committed its step on SIGTERM, is not a failure.
+    assert job["spec"]["podFailurePolicy"] == {"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [PREEMPTED_EXIT_CODE]}},
+    ]}
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # what podFailurePolicy requires
     template = job["spec"]["template"]
     assert template["spec"]["subdomain"] == name
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
     (container,) = template["spec"]["containers"]
     command = container["command"] + container["args"]
-    assert command[:2] == ["torchrun", "--nnodes=2"]
+    assert command[:4] == ["python", "-m", "trainpipe_trainer.elastic", "--nnodes=2"]
     assert "--node_rank=$(JOB_COMPLETION_INDEX)" in command
     assert "--rdzv_backend=c10d" in command
     assert f"--rdzv_endpoint={name}-0.{name}:29500" in command
@@ -174,3 +181,37 @@ def test_literal_secret_in_env_is_refused_with_the_fix():
 ])
 def test_launcher_cross_field_checks(old, new, expected):
     assert any(expected in p for p in _problems(TEXT.replace(old, new)))
+
+
+ELASTIC = TEXT.replace("    nnodes: 2\n", "    elastic: {min_nodes: 2, max_nodes: 4}\n")
+
+
+def test_elastic_training_starts_max_nodes_pods_and_lets_torchrun_go_on_with_min_nodes(tmp_path):
+    from trainpipe.factory import compile_text
+
+    assert ELASTIC != TEXT
+    plan = compile_text(ELASTIC, "fraud_detector_multinode.yaml", configs_root=tmp_path)
+
+    service, job = render_manifests(plan, launch=LAUNCH)
+
+    for manifest in (service, job):
+        kubernetes_validate.validate(manifest, K8S_VERSIONS[-1], strict=True)
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4
+    assert job["spec"]["podFailurePolicy"]["rules"][0]["onPodConditions"][0]["type"] == "DisruptionTarget"
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--nnodes=2:4" in command
+    # Survivors of a preempted node rejoin: one torchrun restart per preemption, on top of real failures.
+    assert f"--max_restarts={plan.kubernetes.max_pod_restarts + plan.launch.preemption_restarts}" in command
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("  launcher: kubernetes", "  launcher: local", "training.distributed.elastic: elastic training needs launcher "
+                                                    "'kubernetes'"),
+    ("    strategy: ddp", "    strategy: deepspeed",
+     "training.distributed.elastic: elastic training resumes at another world size, which strategy 'deepspeed' cannot"),
+    ("    elastic:", "    nnodes: 3\n    elastic:", "training.distributed.nnodes: nnodes 3 but elastic.max_nodes 4"),
+    ("max_nodes: 4", "max_nodes: 1", "max_nodes (1) must be >= min_nodes (2)"),
+])
+def test_elastic_cross_field_checks(old, new, expected):
+    assert old in ELASTIC
+    assert any(expected in p for p in _problems(ELASTIC.replace(old, new))), _problems(ELASTIC.replace(old, new))

@@ -90,7 +90,8 @@ class Launch:
         return f"exit {self.returncode}\n--- stdout\n{self.stdout[-4000:]}\n--- stderr\n{self.stderr[-6000:]}"
 
 
-def _command(config: dict[str, Any], workdir: Path, nproc: int | None) -> tuple[list[str], dict[str, str]]:
+def _command(config: dict[str, Any], workdir: Path, nproc: int | None,
+             runner: str = "torch.distributed.run") -> tuple[list[str], dict[str, str]]:
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "config.json"
     config_path.write_text(json.dumps(config, indent=2))
@@ -98,7 +99,7 @@ def _command(config: dict[str, Any], workdir: Path, nproc: int | None) -> tuple[
     if nproc is None:
         command = [sys.executable, *trainer]
     else:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *trainer]
+        command = [sys.executable, "-m", runner, "--standalone", f"--nproc_per_node={nproc}", *trainer]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
     return command, env
@@ -149,8 +150,10 @@ class Running:
             self.process.wait(timeout=60)
 
 
-def start(config: dict[str, Any], workdir: Path, *, nproc: int | None, env: dict[str, str] | None = None) -> Running:
-    command, base_env = _command(config, workdir, nproc)
+def start(config: dict[str, Any], workdir: Path, *, nproc: int | None, env: dict[str, str] | None = None,
+          runner: str = "torch.distributed.run") -> Running:
+    """``runner``: torchrun's module, or ``trainpipe_trainer.elastic`` (what the launchers run)."""
+    command, base_env = _command(config, workdir, nproc, runner)
     process = subprocess.Popen(
         command,
         cwd=workdir,

@@ -70,14 +70,42 @@ def test_pad_queries_keeps_rows_with_their_query() -> None:
     assert mask.sum() == 3
 
 
+def _env(rank: int, world_size: int) -> DistEnv:
+    return DistEnv(rank=rank, local_rank=rank, world_size=world_size, device=torch.device("cpu"), backend="gloo")
+
+
+def _micro_batches(dataset: TensorDataset, world_size: int, epoch: int, position: int = 0) -> list[list[list[int]]]:
+    """Each micro-batch as every rank's rows, rank by rank."""
+    loaders = [EpochLoader(dataset=dataset, batch_size=4, seed=5, env=_env(r, world_size)) for r in range(world_size)]
+    per_rank = [[b[0].int().tolist() for b in loader.epoch(epoch, position=position)] for loader in loaders]
+    return [list(batches) for batches in zip(*per_rank, strict=True)]
+
+
 @pytest.mark.parametrize("rank", [0, 1])
-def test_loader_skipping_batches_replays_the_rest_of_the_epoch(rank: int) -> None:
+def test_loader_from_a_global_position_replays_the_rest_of_the_epoch(rank: int) -> None:
     dataset = TensorDataset(torch.arange(23, dtype=torch.float32))
-    env = DistEnv(rank=rank, local_rank=rank, world_size=2, device=torch.device("cpu"), backend="gloo")
-    full = EpochLoader(dataset=dataset, batch_size=4, seed=5, env=env)
-    resumed = EpochLoader(dataset=dataset, batch_size=4, seed=5, env=env)
+    full = EpochLoader(dataset=dataset, batch_size=4, seed=5, env=_env(rank, 2))
+    resumed = EpochLoader(dataset=dataset, batch_size=4, seed=5, env=_env(rank, 2))
     assert full.batches_per_epoch == 3
     all_batches = [b[0].tolist() for b in full.epoch(1)]
-    assert [b[0].tolist() for b in resumed.epoch(1, skip_batches=2)] == all_batches[2:]
+    # Two micro-batches of 4 rows on each of the 2 ranks: global position 16.
+    assert [b[0].tolist() for b in resumed.epoch(1, position=16)] == all_batches[2:]
     # Another epoch is another permutation.
     assert [b[0].tolist() for b in full.epoch(2)] != all_batches
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2), (2, 3)])
+def test_an_epoch_continued_at_another_world_size_sees_every_row_once(before: int, after: int) -> None:
+    rows = 23
+    dataset = TensorDataset(torch.arange(rows, dtype=torch.float32))
+    done = _micro_batches(dataset, before, epoch=1)[:2]
+    position = sum(len(share) for batch in done for share in batch)
+    rest = _micro_batches(dataset, after, epoch=1, position=position)
+    seen = [row for batch in done + rest for share in batch for row in share]
+    # Each row once; only the epoch's last micro-batch may repeat first rows so that every rank gets as many.
+    assert sorted(set(seen)) == list(range(rows))
+    assert len(seen) - rows < after
+    assert all(len({len(share) for share in batch}) == 1 for batch in done + rest)
+    # The order is the epoch's: what the old size would have trained next, the new size trains next.
+    uninterrupted = [row for batch in _micro_batches(dataset, 1, epoch=1) for share in batch for row in share]
+    assert seen[:rows] == uninterrupted

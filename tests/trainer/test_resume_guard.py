@@ -108,8 +108,13 @@ def test_a_result_changing_difference_is_named_with_its_values(changes: dict[str
 
 def test_world_size_and_strategy_are_in_the_fingerprint() -> None:
     recorded = _config().resume_identity(world_size=2)
-    assert recorded.differences(_config().resume_identity(world_size=4)) == ["world_size 2 -> 4"]
+    # Recorded, but ddp reshards its checkpoints (ADR 0017): another world size resumes.
+    assert recorded.settings["world_size"] == 2
+    assert recorded.differences(_config().resume_identity(world_size=4)) == []
     deepspeed = _config(strategy="deepspeed", deepspeed=DeepSpeedConfig(zero_stage=1))
+    (refused,) = deepspeed.resume_identity(world_size=2).differences(deepspeed.resume_identity(world_size=1))
+    assert refused.startswith("world_size 2 -> 1 (strategy deepspeed cannot reshard: DeepSpeed ZeRO partitions the "
+                              "optimizer state per rank; resume with 2 processes, or use ddp")
     assert recorded.differences(deepspeed.resume_identity(world_size=2)) == [
         "deepspeed.offload_optimizer null -> false",
         "deepspeed.offload_param null -> false",

@@ -13,10 +13,12 @@ from trainpipe_trainer.errors import (
     EXIT_BAD_INPUT,
     USER_ERRORS,
     PreemptedError,
+    StoppedAtStepError,
     TrainerInputError,
     TrainingStopped,
     TrialPrunedError,
 )
+from trainpipe_trainer.preemption import PreemptionWatcher
 
 
 def load_config(uri: str) -> TrainingConfig:
@@ -35,18 +37,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainpipe_trainer", description=__doc__)
     parser.add_argument("--config", required=True, help="training config JSON: local path or fsspec URI")
     args = parser.parse_args(argv)
+    # First: a SIGTERM while torch loads or ranks meet must still end in a checkpoint, not a kill.
+    with PreemptionWatcher() as watcher:
+        return _run(args.config, watcher)
+
+
+def _run(config_uri: str, watcher: PreemptionWatcher) -> int:
     try:
-        config = load_config(args.config)
+        config = load_config(config_uri)
         # Imported only now: a bad config fails fast, before torch loads.
         from trainpipe_trainer.trainer import run_training
 
-        run_training(config)
+        run_training(config, watcher)
     except USER_ERRORS as err:
         _report(err)
         return EXIT_BAD_INPUT
     except TrainingStopped as err:
-        # Diverged (4), pruned (5) or preempted (143): expected outcomes with a one-line reason, no traceback.
-        _report(err, label="stopped" if isinstance(err, PreemptedError | TrialPrunedError) else "error")
+        # Diverged (4), pruned (5) or preempted (config.PREEMPTED_EXIT_CODE): expected outcomes, one line, no traceback.
+        _report(err, label="stopped" if isinstance(err, PreemptedError | TrialPrunedError | StoppedAtStepError)
+                else "error")
         return err.exit_code
     return 0
 

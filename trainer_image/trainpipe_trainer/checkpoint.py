@@ -58,7 +58,7 @@ from trainpipe_trainer.config import (
 )
 from trainpipe_trainer.distributed import DistEnv, broadcast_object
 from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError, ResumeMismatchError
-from trainpipe_trainer.rng import capture_rng_state, restore_rng_state
+from trainpipe_trainer.rng import capture_rng_state, restore_rng_state, seed_all
 from trainpipe_trainer.state import TrainState
 
 
@@ -161,8 +161,8 @@ class CheckpointBackend(Protocol):
     def write(self, step: int, rank_blob: bytes) -> Future | None:
         """Start writing this rank's part of ``step-<step>`` (collective); a Future if asynchronous."""
 
-    def read(self, step: int) -> bytes:
-        """Load ``step-<step>`` into the live objects (collective); returns this rank's blob."""
+    def read(self, step: int, *, blob_rank: int) -> bytes:
+        """Load ``step-<step>`` into the live objects (collective); returns the blob rank ``blob_rank`` wrote."""
 
     def close(self) -> None: ...
 
@@ -259,9 +259,10 @@ class DcpBackend:
         dcp.save(payload, storage_writer=writer, process_group=self.group)
         return None
 
-    def read(self, step: int) -> bytes:
+    def read(self, step: int, *, blob_rank: int) -> bytes:
+        # The replicated model and optimizer load on any number of ranks (DCP reshards at load time).
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        key = rank_key(self.env.rank)
+        key = rank_key(blob_rank)
         payload: dict[str, Any] = {"model": model_sd, "optim": optim_sd, key: b""}
         dcp.load(payload, storage_reader=self._reader(self.store.step_path(step)), process_group=self.group)
         set_state_dict(self.model, self.optimizer, model_state_dict=payload["model"], optim_state_dict=payload["optim"])
@@ -296,6 +297,8 @@ class CheckpointManager:
     # Optional: its state goes into every rank's blob (DeepSpeed saves its scheduler itself).
     scheduler: LRScheduler | None = None
     resumed_step: int | None = field(init=False, default=None)
+    # The world size that wrote the resumed checkpoint, when it was not this run's (resharded).
+    resharded_from: int | None = field(init=False, default=None)
     last_saved_step: int | None = field(init=False, default=None)
     last_save_time: float = field(init=False, default_factory=time.monotonic)
     # Seconds the loop was blocked by each save (snapshot + start for async, everything for sync).
@@ -327,13 +330,29 @@ class CheckpointManager:
         if manifest is None:
             return None
         step = int(manifest["step"])
-        rank_state = pickle.loads(self.backend.read(step))
+        written_by = int(manifest.get("world_size", self.env.world_size))
+        mine = self.env.rank < written_by
+        rank_state = pickle.loads(self.backend.read(step, blob_rank=self.env.rank if mine else 0))
         if self.scheduler is not None and rank_state.get("scheduler") is not None:
             self.scheduler.load_state_dict(rank_state["scheduler"])
-        # Last, so nothing above (state-dict helpers, DCP, DeepSpeed) can draw from the restored generators.
-        restore_rng_state(rank_state["rng"])
+        state = TrainState.from_dict(rank_state["train_state"])
+        if "sample_in_epoch" not in rank_state["train_state"]:
+            # Written before checkpoints recorded the global position: every rank had done as many micro-batches.
+            state.sample_in_epoch = state.batch_in_epoch * int(manifest.get("batch_size", 0)) * written_by
         self.resumed_step = self.last_saved_step = step
-        return TrainState.from_dict(rank_state["train_state"])
+        self.resharded_from = written_by if written_by != self.env.world_size else None
+        if self.resharded_from is None:
+            # Last, so nothing above (state-dict helpers, DCP, DeepSpeed) can draw from the restored generators.
+            restore_rng_state(rank_state["rng"])
+            return state
+        # Another layout: this rank's generators and running loss sums were another rank's (or none). New
+        # streams from the seed, the step and the rank, so the same history always trains the same weights.
+        seed_all(int(self.identity.settings.get("seed") or 0) + 1_000_003 * step + self.env.rank)
+        if not mine:
+            state.epoch_loss_sum, state.epoch_loss_count = 0.0, 0
+            state.interval_loss_sum, state.interval_loss_count = 0.0, 0
+            state.compute_seconds = 0.0
+        return state
 
     def check_resumable(self, manifest: dict[str, Any]) -> None:
         """Raise if this run must not resume the checkpoint ``manifest`` commits (the resume guard)."""

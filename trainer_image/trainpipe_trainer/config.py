@@ -18,7 +18,8 @@ from typing import Any, Literal
 # 2: dataset_digest (the resume guard records it in every checkpoint).
 # 3: tuning (a hyperparameter-search trial reports into its Optuna study).
 # 4: transforms (declared feature transforms, fitted on the train split and shipped in the model).
-CONFIG_VERSION = 4
+# 5: stop_after_step (`trainpipe reproduce` replays a world-size history segment by segment).
+CONFIG_VERSION = 5
 
 # The names both sides use, each choice list once: the spec models' fields (and so the JSON Schema),
 # the provider's metrics and plan, and the trainer's code paths read them from here.
@@ -72,6 +73,30 @@ def checkpoint_step(name: str) -> int | None:
     """The step of a checkpoint folder name, None for anything else in the checkpoints folder."""
     match = _CHECKPOINT_DIR.match(name)
     return int(match.group(1)) if match else None
+
+
+# -- preemption ----------------------------------------------------------------------------------
+# SIGTERM is a preemption notice: every rank finishes its step, a checkpoint of that step is
+# committed, and each rank exits with this code (EX_TEMPFAIL: "try again"; not 143, which is what
+# any process killed by SIGTERM reports). The local launcher relaunches on it, and a Job's
+# podFailurePolicy ignores it, so a preemption is never counted as a failure.
+PREEMPTED_EXIT_CODE = 75
+# torchrun forwards a SIGTERM to its workers and kills them this many seconds later; the local
+# launcher waits as long before it kills torchrun (a Pod uses its termination grace period instead).
+PREEMPTION_GRACE_SECONDS = 120
+_PREEMPTED = re.compile(r"^received (?P<signal>SIG[A-Z]+): committed checkpoint step-(?P<step>\d+);")
+
+
+def preempted_message(signal_name: str, step: int) -> str:
+    """What a preempted trainer says (every rank prints it); the launcher recognises it (``preempted_step``):
+    torchrun exits 1 whatever exit code its workers had."""
+    return f"received {signal_name}: committed checkpoint step-{step}; exiting so that the next attempt resumes there"
+
+
+def preempted_step(reason: str) -> int | None:
+    """The step a preempted trainer committed, from its message; None for any other reason."""
+    match = _PREEMPTED.match(reason)
+    return int(match["step"]) if match else None
 
 
 class TrainerConfigError(ValueError):
@@ -240,6 +265,8 @@ class TrackingConfig:
 
 
 PRUNERS: tuple[str, ...] = ("hyperband", "median", "none")
+# The MLflow run tag (JSON) with TrainingResult.world_size_history; `trainpipe reproduce` replays it.
+WORLD_SIZE_HISTORY_TAG = "trainpipe.world_size_history"
 # Where a trial's trainer finds the study storage's URL when the config leaves it out.
 OPTUNA_STORAGE_ENV = "TRAINPIPE_OPTUNA_STORAGE"
 DIRECTIONS: tuple[str, ...] = ("minimize", "maximize")
@@ -324,6 +351,9 @@ class TrainingConfig:
     fault_injection: FaultInjection | None = None
     # Set when this training is a trial of a hyperparameter search.
     tuning: TuningTrial | None = None
+    # Commit a checkpoint of this step and stop there (exit 0, no model): `trainpipe reproduce` runs
+    # each segment of a world-size history up to the step the size changed at.
+    stop_after_step: int | None = None
 
     def __post_init__(self) -> None:
         _require(
@@ -346,6 +376,7 @@ class TrainingConfig:
         _require(self.batch_size >= 1, "batch_size: must be >= 1")
         _require(self.learning_rate > 0, "learning_rate: must be > 0")
         _require(self.strategy in STRATEGIES, f"strategy: one of {STRATEGIES}, got {self.strategy!r}")
+        _require(self.stop_after_step is None or self.stop_after_step >= 1, "stop_after_step: must be >= 1")
         _require(
             self.strategy != "deepspeed" or self.deepspeed is not None,
             "deepspeed: required when strategy is 'deepspeed' (zero_stage, offload)",
@@ -427,7 +458,12 @@ NOT_FINGERPRINTED_FIELDS: tuple[str, ...] = (
     "fault_injection",
     # Where a trial reports; reporting and pruning stop a training early, never change its weights.
     "tuning",
+    # Where this launch stops; the next one resumes there.
+    "stop_after_step",
 )
+# Strategies whose checkpoints resume at another world size (DCP reshards a replicated DDP model
+# and optimizer at load time); a change of world size is then no reason to refuse a resume.
+RESHARDABLE_STRATEGIES: tuple[str, ...] = ("ddp",)
 # Differences whose values are longer than this are named without their values.
 _SHORT_VALUE = 40
 
@@ -475,9 +511,16 @@ class ResumeIdentity:
         if self.snapshot != current.snapshot:
             changes.append(f"dataset snapshot {_short_digest(self.snapshot)} -> {_short_digest(current.snapshot)}")
         missing = object()
+        strategy = current.settings.get("strategy")
         for key in sorted(self.settings.keys() | current.settings.keys()):
             old, new = self.settings.get(key, missing), current.settings.get(key, missing)
-            if old != new:
+            if old == new or (key == "world_size" and strategy in RESHARDABLE_STRATEGIES):
+                continue
+            if key == "world_size":
+                changes.append(f"world_size {old} -> {new} (strategy {strategy} cannot reshard: DeepSpeed ZeRO "
+                               f"partitions the optimizer state per rank; resume with {old} processes, or use ddp, "
+                               "which resumes at any size)")
+            else:
                 changes.append(_describe_change(key, old, new, missing))
         return changes
 
@@ -533,6 +576,8 @@ class TrainingResult:
     global_step: int
     final_loss: float
     resumed_from_step: int | None = None
+    # [first step, world size] per change of world size (one entry when it never changed).
+    world_size_history: list[list[int]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -1,8 +1,8 @@
 """Training data: read the parquet split, validate it against the config, fit the feature transforms, batch.
 
 Every rank reads the whole (small) file and computes the same statistics, so no collective is
-needed; the ``DistributedSampler`` then gives each rank its share of rows or, for listwise
-ranking, of whole queries.
+needed; the ``GlobalOrderSampler`` then gives each rank its share of rows or, for listwise
+ranking, of whole queries, by global sample position (so a checkpoint resumes at any world size).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainingConfig
@@ -162,26 +162,44 @@ def serving_sample(frame: pd.DataFrame, transforms: tuple) -> pd.DataFrame:
     return sample
 
 
-class ResumableDistributedSampler(DistributedSampler):
-    """A ``DistributedSampler`` that can start an epoch after the batches a checkpoint already did.
+class GlobalOrderSampler(Sampler[int]):
+    """This rank's share of an epoch, keyed by the global sample position, so any world size can continue it.
 
-    The permutation depends only on (seed, epoch), so skipping the first ``skip`` indices of this
-    rank's share replays exactly the batches an uninterrupted run would have seen next.
+    An epoch is one permutation of the rows, drawn from (seed, epoch) alone. Micro-batch ``m`` from a
+    start position ``p`` is the global slice ``[p + m*W*B, p + (m+1)*W*B)`` of it (``W`` ranks, ``B``
+    rows per rank), cut into ``W`` consecutive equal parts, rank ``r`` taking part ``r``. The epoch
+    ends at ``p + ceil((n - p) / W) * W`` (wrapping to the first rows, as ``DistributedSampler``
+    pads, so every rank gets as many rows); a checkpoint records the position reached, and a run with
+    another world size starts there: no row of the epoch is skipped or seen twice.
     """
 
-    def __init__(self, dataset: TensorDataset, *, env: DistEnv, seed: int) -> None:
-        super().__init__(dataset, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=seed)
-        self.skip = 0
+    def __init__(self, n: int, *, env: DistEnv, seed: int, batch_size: int) -> None:
+        self.n, self.env, self.seed, self.batch_size = n, env, seed, batch_size
+        self.epoch, self.position = 0, 0
 
-    def start_epoch(self, epoch: int, *, skip: int = 0) -> None:
-        self.set_epoch(epoch)
-        self.skip = skip
+    def start_epoch(self, epoch: int, *, position: int = 0) -> None:
+        self.epoch, self.position = epoch, position
+
+    @property
+    def end(self) -> int:
+        """The global position this epoch ends at, for this world size and start position."""
+        world = self.env.world_size
+        return self.position + max(math.ceil((self.n - self.position) / world), 0) * world
+
+    def order(self) -> list[int]:
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.n, generator=generator).tolist()
 
     def __iter__(self) -> Iterator[int]:
-        return iter(list(super().__iter__())[self.skip :])
+        order, world, end = self.order(), self.env.world_size, self.end
+        for start in range(self.position, end, world * self.batch_size):
+            share = (min(start + world * self.batch_size, end) - start) // world
+            first = start + self.env.rank * share
+            yield from (order[position % self.n] for position in range(first, first + share))
 
     def __len__(self) -> int:
-        return max(self.num_samples - self.skip, 0)
+        return (self.end - self.position) // self.env.world_size
 
 
 @dataclass(kw_only=True, slots=True)
@@ -192,14 +210,14 @@ class EpochLoader:
     batch_size: int
     seed: int
     env: DistEnv
-    sampler: ResumableDistributedSampler = field(init=False)
+    sampler: GlobalOrderSampler = field(init=False)
     generator: torch.Generator = field(init=False)
     loader: DataLoader = field(init=False)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        self.sampler = ResumableDistributedSampler(self.dataset, env=self.env, seed=self.seed)
+        self.sampler = GlobalOrderSampler(len(self.dataset), env=self.env, seed=self.seed, batch_size=self.batch_size)
         self.generator = torch.Generator()
         self.generator.manual_seed(self.seed)
         self.loader = DataLoader(
@@ -208,10 +226,17 @@ class EpochLoader:
 
     @property
     def batches_per_epoch(self) -> int:
-        return math.ceil(self.sampler.num_samples / self.batch_size)
+        """Micro-batches of a whole epoch (from position 0) per rank."""
+        return math.ceil(math.ceil(len(self.dataset) / self.env.world_size) / self.batch_size)
 
-    def epoch(self, epoch: int, *, skip_batches: int = 0) -> DataLoader:
-        self.sampler.start_epoch(epoch, skip=skip_batches * self.batch_size)
+    @property
+    def epoch_end(self) -> int:
+        """The global position the epoch being iterated ends at."""
+        return self.sampler.end
+
+    def epoch(self, epoch: int, *, position: int = 0) -> DataLoader:
+        """The rest of ``epoch`` from global sample ``position`` (0: the whole epoch)."""
+        self.sampler.start_epoch(epoch, position=position)
         # Re-seeded per epoch: what the loader draws depends on (seed, epoch), not on history.
         self.generator.manual_seed(self.seed + epoch)
         return self.loader

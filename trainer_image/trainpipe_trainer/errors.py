@@ -6,7 +6,7 @@ a bug or an infrastructure failure and keeps its traceback (exit code 1).
 
 from __future__ import annotations
 
-from trainpipe_trainer.config import TrainerConfigError
+from trainpipe_trainer.config import PREEMPTED_EXIT_CODE, TrainerConfigError
 
 
 class TrainerInputError(ValueError):
@@ -53,8 +53,17 @@ class TrainingDivergedError(TrainingStopped):
 class PreemptedError(TrainingStopped):
     """SIGTERM (a preemption notice): a checkpoint of the current step was committed, then training stopped."""
 
-    # 128 + SIGTERM, what a process killed by SIGTERM reports.
-    exit_code = 143
+    exit_code = PREEMPTED_EXIT_CODE
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+class StoppedAtStepError(TrainingStopped):
+    """``stop_after_step`` was reached: its checkpoint is committed; the next launch resumes there."""
+
+    exit_code = 0
 
     def __init__(self, message: str, *, step: int) -> None:
         super().__init__(message)

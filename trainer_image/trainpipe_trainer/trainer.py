@@ -9,6 +9,7 @@ checkpoint. Checkpoints are taken only between optimizer steps, so no gradient i
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import sys
@@ -23,7 +24,14 @@ from torch.utils.data import DataLoader
 
 from trainpipe_trainer import rng, storage
 from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore
-from trainpipe_trainer.config import RESULT_FILE, TrainingConfig, TrainingResult, trial_pruned_message
+from trainpipe_trainer.config import (
+    RESULT_FILE,
+    WORLD_SIZE_HISTORY_TAG,
+    TrainingConfig,
+    TrainingResult,
+    preempted_message,
+    trial_pruned_message,
+)
 from trainpipe_trainer.data import EpochLoader, TrainingData, load_training_data
 from trainpipe_trainer.distributed import (
     DistEnv,
@@ -34,7 +42,7 @@ from trainpipe_trainer.distributed import (
     destroy_distributed,
     init_distributed,
 )
-from trainpipe_trainer.errors import PreemptedError, TrainingDivergedError, TrialPrunedError
+from trainpipe_trainer.errors import PreemptedError, StoppedAtStepError, TrainingDivergedError, TrialPrunedError
 from trainpipe_trainer.export import log_pyfunc_model, weights_sha256
 from trainpipe_trainer.losses import LossFn, make_loss_fn
 from trainpipe_trainer.model import build_mlp
@@ -93,6 +101,9 @@ class Trainer:
     total_steps: int = field(init=False)
     # Rank 0 of a hyperparameter-search trial: reports at each evaluation point (trainpipe_trainer.tuning).
     trial: TrialReporter | None = field(init=False, default=None)
+    # Installed by run_training before anything slow (imports, data, rendezvous), so a SIGTERM at
+    # any moment stops training at the end of a step; fit installs its own when none is given.
+    watcher: PreemptionWatcher | None = None
 
     def __post_init__(self) -> None:
         config, env = self.config, self.env
@@ -159,9 +170,17 @@ class Trainer:
             self.state, resumed = restored, restored.global_step
             if self.env.is_main:
                 print(f"resumed from step {resumed}", flush=True)
+                written_by = self.checkpoints.resharded_from
+                if written_by is not None:
+                    print(f"resharded: checkpoint step-{resumed} was written by {written_by} processes, this run has "
+                          f"{self.env.world_size}; model and optimizer state loaded across them, and epoch "
+                          f"{self.state.epoch + 1} continues at its row {self.state.sample_in_epoch} of "
+                          f"{self.data.n_rows} (nothing skipped or repeated)", flush=True)
                 # A tag, not a param: each retry may resume from another step, and params are immutable.
                 self.tracker.set_tags({"resumed_from_step": str(resumed)})
                 self.tracker.log_metric("resumed_from_step", float(resumed), step=resumed)
+        if self.state.record_world_size(self.env.world_size) or resumed is None:
+            self.tracker.set_tags({WORLD_SIZE_HISTORY_TAG: json.dumps(self.state.world_size_history)})
         self.counters.step = self.state.global_step
         self.progress.start(self.state.global_step)
         monitor = None
@@ -174,7 +193,7 @@ class Trainer:
             ).start()
             self.tracker.attach_monitor(monitor)
         try:
-            with PreemptionWatcher() as watcher:
+            with contextlib.nullcontext(self.watcher) if self.watcher is not None else PreemptionWatcher() as watcher:
                 started = time.perf_counter()
                 start_step = self.state.global_step
                 while self.state.epoch < self.config.epochs:
@@ -191,7 +210,11 @@ class Trainer:
         return self._export(resumed)
 
     def _run_epoch(self, watcher: PreemptionWatcher) -> None:
-        loader = self.batches.epoch(self.state.epoch, skip_batches=self.state.batch_in_epoch)
+        loader = self.batches.epoch(self.state.epoch, position=self.state.sample_in_epoch)
+        if self.state.sample_in_epoch >= self.batches.epoch_end:
+            # Nothing left of this epoch at this world size (a checkpoint at its very end): close it.
+            self._end_epoch()
+            return
         self.strategy.train()
         durations = self.stats.step_seconds
         last = time.perf_counter()
@@ -210,15 +233,21 @@ class Trainer:
         self.counters.step = step
         if step % self.config.tracking.log_every_n_steps == 0:
             self._log_interval()
-        if self.state.batch_in_epoch == self.batches.batches_per_epoch:
+        if self.state.sample_in_epoch >= self.batches.epoch_end:
             self._end_epoch()
         fault = self.config.fault_injection
         crash = fault is not None and fault.crash_after_step == step
         # After _end_epoch, so a save at an epoch boundary resumes at the next epoch's start.
-        if self.checkpoints.due(step) or by_clock or stop or crash:
-            self._save(wait=stop or crash)
+        if stop:
+            # Counted in the checkpoint, so it survives the relaunch (MLflow metric "preemptions").
+            self.state.preemptions += 1
+        asked = self.config.stop_after_step == step
+        if self.checkpoints.due(step) or by_clock or stop or crash or asked:
+            self._save(wait=stop or crash or asked)
         if stop:
             self._stop_for_preemption(watcher)
+        if asked:
+            self._stop_as_asked()
         if crash:
             self._crash()
         if fault is not None and fault.step_delay_seconds:
@@ -230,10 +259,11 @@ class Trainer:
         group: list[list[torch.Tensor]] = []
         for batch in loader:
             group.append(batch)
-            done = self.state.batch_in_epoch + len(group)
-            if len(group) == accumulation or done == self.batches.batches_per_epoch:
+            if len(group) == accumulation:
                 yield group
                 group = []
+        if group:
+            yield group
 
     def _optimizer_step(self, group: list[list[torch.Tensor]]) -> None:
         step = self.state.global_step + 1
@@ -257,8 +287,9 @@ class Trainer:
         loss = float(torch.stack(losses).mean()) if len(losses) > 1 else float(losses[0])
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             self._diverged(step, loss=loss, grad_norm=grad_norm)
-        self.state.finish_step(loss, micro_batches=len(group))
+        # Every rank's micro-batch has as many rows (data.GlobalOrderSampler).
         samples = sum(len(batch[0]) for batch in group) * self.env.world_size
+        self.state.finish_step(loss, micro_batches=len(group), samples=samples)
         self.counters.samples += samples
         self.progress.add_samples(samples)
 
@@ -284,11 +315,21 @@ class Trainer:
         # Every rank's save is done and rank 0 committed before anyone exits.
         barrier(self.env)
         name = watcher.received.name if watcher.received is not None else "SIGTERM"
-        message = f"received {name}: committed checkpoint step-{step}; exiting so that the next attempt resumes there"
+        message = preempted_message(name, step)
+        if self.env.is_main:
+            print(message, flush=True)
+            self.tracker.log_metric("preemptions", float(self.state.preemptions), step=step)
+            self.tracker.failed(message, step=step, status="KILLED")
+        raise PreemptedError(message, step=step)
+
+    def _stop_as_asked(self) -> None:
+        step = self.state.global_step
+        barrier(self.env)
+        message = f"stopped after step {step} as asked (stop_after_step): committed checkpoint step-{step}"
         if self.env.is_main:
             print(message, flush=True)
             self.tracker.failed(message, step=step, status="KILLED")
-        raise PreemptedError(message, step=step)
+        raise StoppedAtStepError(message, step=step)
 
     def _crash(self) -> None:
         step = self.state.global_step
@@ -420,6 +461,7 @@ class Trainer:
                 global_step=self.state.global_step,
                 final_loss=self.state.last_epoch_loss,
                 resumed_from_step=resumed,
+                world_size_history=self.state.world_size_history,
             )
             storage.write_text(
                 storage.join(self.config.output_uri, RESULT_FILE), result.to_json(), self.config.storage_options
@@ -429,13 +471,13 @@ class Trainer:
         return result
 
 
-def run_training(config: TrainingConfig) -> TrainingResult | None:
+def run_training(config: TrainingConfig, watcher: PreemptionWatcher | None = None) -> TrainingResult | None:
     env = init_distributed()
     try:
         with Tracker(config=config.tracking, enabled=env.is_main) as tracker:
             tracker.log_params(flatten_params(config, world_size=env.world_size))
             tracker.set_tags(config.tags)
-            result = Trainer(config=config, env=env, tracker=tracker).fit()
+            result = Trainer(config=config, env=env, tracker=tracker, watcher=watcher).fit()
     finally:
         destroy_distributed()
     if result is not None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import TrainpipeError
 from trainpipe.launch import LaunchValues, resolve
+from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
 
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
@@ -228,6 +229,20 @@ def job_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
         # Queued: created suspended, Kueue unsuspends it when all its pods fit the quota (all-or-nothing).
         **({"suspend": True} if k.queue is not None else {}),
     }
+
+
+def pod_failure_policy() -> k8s.V1PodFailurePolicy:
+    """Only real failures count against ``backoffLimit``: a pod that was disrupted (preempted, evicted,
+    its node drained or shut down: condition ``DisruptionTarget``) or whose trainer stopped for a
+    SIGTERM after committing its step (``PREEMPTED_EXIT_CODE``) is replaced without counting it.
+    Needs ``restartPolicy: Never`` in the pod template (KubernetesPodOperator sets it)."""
+    models = k8s_models()
+    return models.V1PodFailurePolicy(rules=[
+        models.V1PodFailurePolicyRule(action="Ignore", on_pod_conditions=[
+            models.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")]),
+        models.V1PodFailurePolicyRule(action="Ignore", on_exit_codes=models.V1PodFailurePolicyOnExitCodesRequirement(
+            operator="In", values=[PREEMPTED_EXIT_CODE])),
+    ])
 
 
 def headless_service(job: k8s.V1Job, *, port: int) -> k8s.V1Service:

@@ -229,9 +229,12 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
         """The Job to submit; ``dry_run`` builds it without a cluster (``trainpipe render --k8s``)."""
         self._dry_run_pod_template = dry_run
         try:
-            return super().build_job_request_obj(context)
+            job = super().build_job_request_obj(context)
         finally:
             self._dry_run_pod_template = False
+        # KubernetesJobOperator has no argument for it; a preemption must not count as a failure.
+        job.spec.pod_failure_policy = builders.pod_failure_policy()
+        return job
 
     def build_service(self, job: k8s.V1Job) -> k8s.V1Service:
         return builders.headless_service(job, port=self.rendezvous_port)

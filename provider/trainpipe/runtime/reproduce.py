@@ -5,7 +5,9 @@ The lineage the version and its training run recorded: the spec text logged on t
 its content digest (read back from storage and checked against the digest), the run parameters a
 trigger overrode (``trainpipe.param_overrides``, which hold the seed when it was overridden), and the
 weights' sha256. The training runs again with the same launch (world size) in a fresh run folder,
-as its own MLflow run; the trainer is deterministic on CPU, so equal hashes are expected there.
+as its own MLflow run; a training whose world size changed (``trainpipe.world_size_history``) is
+replayed with each size up to the step the next took over. The trainer is deterministic on CPU, so
+equal hashes are expected there.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from typing import Any
 from trainpipe import storage
 from trainpipe.errors import ReproduceError, SpecError
 from trainpipe.hooks.mlflow import MlflowHook
+from trainpipe.launch import with_nproc_per_node
 from trainpipe.lineage import spec_artifact_path
 from trainpipe.plan import FaultPlan, PipelinePlan, apply_run_params
 from trainpipe.runtime.snapshot import SnapshotInfo, content_digest
 from trainpipe.runtime.train import RunContext, run_training
 from trainpipe.settings import Settings
+from trainpipe_trainer.config import WORLD_SIZE_HISTORY_TAG
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +62,20 @@ class Lineage:
     world_size: str | None
     param_overrides: dict[str, Any]
     weights_sha256: str
+    # [first step, world size] per change of world size during the training (empty: not recorded).
+    world_size_history: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def resized(self) -> bool:
+        return len(self.world_size_history) > 1
 
     def describe(self) -> str:
         held = f" (alias {self.alias})" if self.alias else ""
+        sizes = (", world sizes " + ", ".join(f"{size} from step {step}" for step, size in self.world_size_history)
+                 if self.resized else "")
         return (f"{self.model_name} version {self.version}{held}: MLflow run {self.mlflow_run_id} of {self.dag_id}, "
                 f"snapshot {self.dataset_digest[:16]}, spec {self.spec_file} (sha256 {self.spec_sha256[:12]}), "
-                f"seed {self.seed}, run parameters {json.dumps(self.param_overrides, sort_keys=True)}")
+                f"seed {self.seed}, run parameters {json.dumps(self.param_overrides, sort_keys=True)}{sizes}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,6 +124,8 @@ def read_lineage(client: Any, reference: str) -> Lineage:
         spec_text=spec_text, seed=tags.get("seed"), world_size=run.data.params.get("world_size"),
         param_overrides=json.loads(run.data.tags.get(PARAM_OVERRIDES_TAG) or "{}"),
         weights_sha256=tags["weights_sha256"],
+        world_size_history=tuple((int(step), int(size))
+                                 for step, size in json.loads(run.data.tags.get(WORLD_SIZE_HISTORY_TAG) or "[]")),
     )
 
 
@@ -144,11 +158,20 @@ def plan_for(lineage: Lineage, *, configs_root: Path) -> PipelinePlan:
         raise ReproduceError(f"the rebuilt training would use seed {plan.trainer.seed}, the version records seed "
                              f"{lineage.seed}; its run parameters were not all recorded")
     world_size = plan.launch.world_size
-    if lineage.world_size is not None and str(world_size) != lineage.world_size:
+    for _step, size in lineage.world_size_history if lineage.resized else ():
+        if size % plan.launch.nnodes:
+            raise ReproduceError(f"the version was trained by {size} processes for a while, which {plan.launch.nnodes} "
+                                 "nodes cannot replay (the spec's nnodes); the weights would differ")
+    if not lineage.resized and lineage.world_size is not None and str(world_size) != lineage.world_size:
         raise ReproduceError(f"the spec launches {world_size} processes, the version was trained by "
                              f"{lineage.world_size}; the weights would differ")
     # A fault a test injected into the original's first try is not part of what it computed.
     return dataclasses.replace(plan, testing=FaultPlan())
+
+
+def _sized(plan: PipelinePlan, world_size: int) -> PipelinePlan:
+    nproc = world_size // plan.launch.nnodes
+    return dataclasses.replace(plan, launch=with_nproc_per_node(plan.launch, nproc))
 
 
 def snapshot_by_digest(pipeline_id: str, digest: str, *, settings: Settings) -> SnapshotInfo:
@@ -188,7 +211,15 @@ def reproduce(reference: str, *, configs_root: Path, settings: Settings | None =
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     run = RunContext(dag_id=plan.dag_id, airflow_run_id=f"reproduce__{lineage.model_name}_v{lineage.version}__{stamp}",
                      try_number=1, spec_sha256=plan.spec_sha256, git_commit=None)
-    result = run_training(plan, snapshot, settings=settings, run=run, hook=hook, on_line=on_line,
+    # A training that changed size (preempted, resumed on fewer nodes) is replayed segment by segment:
+    # each size up to the step the next one took over, in one run folder (each resume reshards).
+    history = lineage.world_size_history if lineage.resized else ()
+    for (_start, size), (until, _next) in zip(history, history[1:], strict=False):
+        say(f"replaying the world-size history: {size} processes up to step {until}")
+        run_training(_sized(plan, size), snapshot, settings=settings, run=run, hook=hook, on_line=on_line,
+                     param_overrides=lineage.param_overrides, stop_after_step=until)
+    final = _sized(plan, history[-1][1]) if history else plan
+    result = run_training(final, snapshot, settings=settings, run=run, hook=hook, on_line=on_line,
                           param_overrides=lineage.param_overrides)
     outcome = ReproduceResult(lineage=lineage, weights_sha256=result.weights_sha256, mlflow_run_id=result.mlflow_run_id)
     hook.client.set_tag(result.mlflow_run_id, REPRODUCES_TAG, f"{lineage.model_name}/{lineage.version}")

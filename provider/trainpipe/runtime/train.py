@@ -22,7 +22,7 @@ from trainpipe import storage
 from trainpipe.errors import ResumeRefusedError, TrainingFailedError
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.launch import LaunchValues, resolve
-from trainpipe.launchers.local import local_torchrun, run_local
+from trainpipe.launchers.local import local_python, run_local
 from trainpipe.lineage import log_spec_text
 from trainpipe.plan import FaultPlan, PipelinePlan, run_key
 from trainpipe.runtime.snapshot import SnapshotInfo
@@ -32,6 +32,7 @@ from trainpipe_trainer.config import (
     CHECKPOINT_MANIFEST,
     CHECKPOINTS_DIR,
     OUTPUT_DIR,
+    PREEMPTED_EXIT_CODE,
     RESULT_FILE,
     TRAINER_CONFIG_FILE,
     FaultInjection,
@@ -40,6 +41,7 @@ from trainpipe_trainer.config import (
     TrainingResult,
     TuningTrial,
     checkpoint_dir_name,
+    preempted_step,
     resume_refusal,
 )
 
@@ -60,9 +62,10 @@ class RunContext:
 
 def _fault_injection(testing: FaultPlan, run: RunContext) -> FaultInjection | None:
     crash = testing.crash_first_try_after_step if run.try_number == 1 else None
-    if testing.inject_nan_at_step is None and crash is None:
+    if testing.inject_nan_at_step is None and crash is None and not testing.step_delay_seconds:
         return None
-    return FaultInjection(nan_loss_at_step=testing.inject_nan_at_step, crash_after_step=crash)
+    return FaultInjection(nan_loss_at_step=testing.inject_nan_at_step, crash_after_step=crash,
+                          step_delay_seconds=testing.step_delay_seconds)
 
 
 def run_dir_for(pipeline_id: str, settings: Settings, airflow_run_id: str):  # noqa: ANN201 - ObjectStoragePath
@@ -71,11 +74,13 @@ def run_dir_for(pipeline_id: str, settings: Settings, airflow_run_id: str):  # n
 
 
 def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
-                           mlflow_run_id: str | None, run_dir) -> TrainingConfig:  # noqa: ANN001 - ObjectStoragePath
+                           mlflow_run_id: str | None, run_dir,  # noqa: ANN001 - ObjectStoragePath
+                           stop_after_step: int | None = None) -> TrainingConfig:
     """The plan's trainer config template with this run's values: data, folders, tracking, tags."""
     template = plan.trainer
     return dataclasses.replace(
         template,
+        stop_after_step=stop_after_step,
         train_data_uri=snapshot.train_uri,
         dataset_digest=snapshot.digest,
         checkpoint=dataclasses.replace(template.checkpoint, root_uri=storage.fsspec_uri(run_dir / CHECKPOINTS_DIR)),
@@ -117,13 +122,14 @@ class PreparedRun:
 def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
                          hook: MlflowHook | None = None, run_dir=None,  # noqa: ANN001 - ObjectStoragePath
                          param_overrides: dict | None = None, run_tags: dict[str, str] | None = None,
-                         trial: TrialLaunch | None = None) -> PreparedRun:
+                         trial: TrialLaunch | None = None, stop_after_step: int | None = None) -> PreparedRun:
     """Everything before torchrun, for every launcher: resume check, MLflow run, trainer config, no stale result.
 
     ``run_tags`` go on the DAG run's MLflow run when it is created; a ``trial`` (hyperparameter search)
     logs into its own MLflow run and reports to its study instead."""
     run_dir = run_dir if run_dir is not None else run_dir_for(plan.dag_id, settings, run.airflow_run_id)
-    config = trainer_config_for_run(plan, snapshot, settings=settings, run=run, mlflow_run_id=None, run_dir=run_dir)
+    config = trainer_config_for_run(plan, snapshot, settings=settings, run=run, mlflow_run_id=None, run_dir=run_dir,
+                                    stop_after_step=stop_after_step)
     if trial is not None:
         tags = dict(config.tags)
         # Only the DAG run's own training carries this tag: MlflowHook.run_for_dag_run finds its run by it.
@@ -194,35 +200,61 @@ def read_training_result(run_dir) -> TrainingResult:  # noqa: ANN001 - ObjectSto
 def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
                  hook: MlflowHook | None = None, on_line: Callable[[str], None] | None = None,
                  run_dir=None, param_overrides: dict | None = None,  # noqa: ANN001
-                 run_tags: dict[str, str] | None = None, trial: TrialLaunch | None = None) -> TrainingResult:
-    """The one local launch: the train task and every trial of a study run it."""
+                 run_tags: dict[str, str] | None = None, trial: TrialLaunch | None = None,
+                 stop_after_step: int | None = None) -> TrainingResult | None:
+    """The one local launch: the train task and every trial of a study run it. With ``stop_after_step``
+    the trainer commits that step and stops (no result: None); the next launch resumes there."""
     hook = hook or MlflowHook(settings)
     prepared = prepare_training_run(plan, snapshot, settings=settings, run=run, hook=hook, run_dir=run_dir,
-                                    param_overrides=param_overrides, run_tags=run_tags, trial=trial)
+                                    param_overrides=param_overrides, run_tags=run_tags, trial=trial,
+                                    stop_after_step=stop_after_step)
     launch = resolve(plan.launch, LaunchValues(config_uri=prepared.config_uri,
                                                mlflow_tracking_uri=settings.mlflow_tracking_uri))
-    reasons = TrainerReasons(on_line)
+    say = on_line or (lambda text: log.info("%s", text))
+    allowed = plan.launch.preemption_restarts
+    # The trainer reads storage with s3fs: from the CLI, the keys come from the storage connection.
+    env = {**launch.env, **storage.trainer_storage_env(settings)}
     started_at = datetime.now(timezone.utc)
     outcome = "failed"
     try:
-        # The plan's argv as it stands ("torchrun ..."), run by this environment's torchrun.
-        # The trainer reads storage with s3fs: from the CLI, the keys come from the storage connection.
-        env = {**launch.env, **storage.trainer_storage_env(settings)}
-        run_local(launch.argv, env=env, on_line=reasons.line, executable=local_torchrun())
-        outcome = "succeeded"
-    except TrainingFailedError as err:
-        if any("preempt" in message for message in reasons.messages):
-            outcome = "preempted"
-        if not reasons.messages:
-            raise
-        # The trainer's own one-line reason (every rank prints it) instead of the command line.
-        raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}",
-                                  reasons=tuple(reasons.messages)) from err
+        for attempt in range(allowed + 1):
+            reasons = TrainerReasons(on_line)
+            try:
+                # The plan's argv as it stands ("python -m trainpipe_trainer.elastic ..."), run by this Python.
+                run_local(launch.argv, env=env, on_line=reasons.line, executable=local_python(),
+                          grace_seconds=plan.launch.shutdown_timeout_seconds)
+                outcome = "succeeded"
+                break
+            except TrainingFailedError as err:
+                step = reasons.preempted_step
+                preempted = step is not None or err.exit_code == PREEMPTED_EXIT_CODE
+                saved = (f"committed checkpoint step-{step}" if step is not None
+                         else "was stopped by SIGTERM before it reported a commit")
+                if preempted and attempt < allowed:
+                    # Not a failure: the step is committed; the same launch resumes there, in this try.
+                    say(f"preempted: the trainer {saved} and stopped; launching it again to resume there "
+                        f"(preemption restart {attempt + 1} of {allowed}, training.preemption.max_restarts)")
+                    continue
+                if preempted:
+                    outcome = "preempted"
+                    raise TrainingFailedError(
+                        f"the trainer was preempted {attempt + 1} times (it {saved}), more than "
+                        f"training.preemption.max_restarts ({allowed}) allows in one try; a retry resumes from "
+                        "the newest committed checkpoint", reasons=tuple(reasons.messages),
+                        exit_code=err.exit_code) from err
+                if not reasons.messages:
+                    raise
+                # The trainer's own one-line reason (every rank prints it) instead of the command line.
+                raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}",
+                                          reasons=tuple(reasons.messages)) from err
     finally:
-        # Every try counts, whatever its outcome: devices x wall time (docs/cost-and-retention.md).
+        # Every try counts, whatever its outcome, relaunches after a preemption included: devices x wall
+        # time (docs/cost-and-retention.md).
         account_try(prepared.run_dir, resources=plan.resources, pipeline_id=plan.dag_id, try_number=run.try_number,
                     started_at=started_at, outcome=outcome, client=hook.client,
                     mlflow_run_id=prepared.mlflow_run_id)
+    if stop_after_step is not None and not prepared.result_path.exists():
+        return None
     return read_training_result(prepared.run_dir)
 
 
@@ -245,6 +277,11 @@ class TrainerReasons:
         match = _TRAINER_REASON.match(text)
         if match and match["message"] not in self.messages:
             self.messages.append(match["message"])
+
+    @property
+    def preempted_step(self) -> int | None:
+        """The step a preempted trainer committed before it stopped; None when it was not preempted."""
+        return next((step for step in map(preempted_step, self.messages) if step is not None), None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,11 +9,12 @@ with the same snapshot and result-changing settings (else the run stops, see ``c
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from trainpipe import storage
+from trainpipe import launch, storage
 from trainpipe.errors import SpecError
 from trainpipe.lineage import git_commit
 from trainpipe.plan import PipelinePlan
@@ -33,6 +34,12 @@ def default_logical_date(now: datetime | None = None) -> datetime:
     """The start of the current UTC day: what a ``@daily`` run of today uses, whatever the hour."""
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     return now.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def with_nproc_per_node(plan: PipelinePlan, nproc_per_node: int) -> PipelinePlan:
+    """The plan launched with another number of processes per node (``--nproc-per-node``): the same
+    training otherwise, so its run dir's checkpoints resume at the new size (resharded)."""
+    return dataclasses.replace(plan, launch=launch.with_nproc_per_node(plan.launch, nproc_per_node))
 
 
 def train_spec(plan: PipelinePlan, *, run_dir: str | None, logical_date: str | None) -> TrainingResult:

@@ -256,13 +256,52 @@ class ModelSpec(_Model):
     )
 
 
+class ElasticSpec(_Model):
+    min_nodes: int = Field(ge=1, description="Training goes on with this many nodes when others were preempted.",
+                           examples=[2])
+    max_nodes: int = Field(ge=1, description="Nodes (pods) the Job starts; a replaced pod rejoins.", examples=[4])
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ElasticSpec:
+        if self.max_nodes < self.min_nodes:
+            raise ValueError(f"max_nodes ({self.max_nodes}) must be >= min_nodes ({self.min_nodes})")
+        return self
+
+
 class DistributedSpec(_Model):
     nproc_per_node: int = Field(default=1, ge=1, description="Processes per node (GPUs per node on a cluster).", examples=[2])
-    nnodes: int = Field(default=1, ge=1, description="Number of nodes.", examples=[1])
+    nnodes: int = Field(default=1, ge=1, description="Number of nodes (with elastic: max_nodes).", examples=[1])
+    elastic: ElasticSpec | None = Field(
+        default=None,
+        description="Kubernetes, ddp: keep training on between min_nodes and max_nodes nodes (torchrun "
+        "--nnodes=MIN:MAX). Ranks of a preempted node stop after committing their step; the others rejoin, and "
+        "training resumes resharded at the new size. See docs/preemption.md.",
+        examples=[{"min_nodes": 2, "max_nodes": 4}],
+    )
     strategy: StrategyName = Field(default="ddp", description="PyTorch DDP, or DeepSpeed ZeRO.", examples=["ddp"])
     zero_stage: ZeroStage = Field(default=0, description="DeepSpeed only: ZeRO stage.", examples=[2])
     offload_optimizer: bool = Field(default=False, description="DeepSpeed only: optimizer state in CPU memory (ZeRO >= 1).", examples=[False])
     offload_param: bool = Field(default=False, description="DeepSpeed only: parameters in CPU memory (ZeRO 3).", examples=[False])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _elastic_nodes(cls, data: Any) -> Any:
+        # One canonical form: with elastic, nnodes is the number of pods the Job starts (spec.validate
+        # refuses an nnodes that says otherwise, with its position).
+        elastic = data.get("elastic") if isinstance(data, dict) else None
+        if isinstance(elastic, dict) and "nnodes" not in data and isinstance(elastic.get("max_nodes"), int):
+            return {**data, "nnodes": elastic["max_nodes"]}
+        return data
+
+
+class PreemptionSpec(_Model):
+    max_restarts: int = Field(
+        default=3, ge=0,
+        description="Local launcher: how often a preempted trainer (SIGTERM: it finished its step, committed a "
+        "checkpoint of it and exited) is launched again within one task try, resuming at that step. A preemption "
+        "beyond this fails the try (the Airflow retry resumes there too). See docs/preemption.md.",
+        examples=[3],
+    )
 
 
 class OptimizationSpec(_Model):
@@ -282,6 +321,11 @@ class TestingSpec(_Model):
         default=None, ge=1,
         description="For tests of retry/resume only: the first try of the train task exits abruptly after this step's checkpoint.",
         examples=[None],
+    )
+    step_delay_seconds: float = Field(
+        default=0.0, ge=0, le=10,
+        description="For tests of preemption only: the trainer sleeps this long after every step (changes no result).",
+        examples=[0.0],
     )
 
 
@@ -398,6 +442,11 @@ class TrainingSpec(_Model):
     distributed: DistributedSpec = Field(default_factory=DistributedSpec, description="How training is spread.", examples=[{"nproc_per_node": 2}])
     optimization: OptimizationSpec = Field(default_factory=OptimizationSpec, description="Optimizer step details.", examples=[{"gradient_clip_norm": 1.0}])
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="When checkpoints are written.", examples=[{"every_n_steps": 100}])
+    preemption: PreemptionSpec = Field(
+        default_factory=PreemptionSpec,
+        description="What a SIGTERM (spot preemption, eviction, a worker's shutdown) does.",
+        examples=[{"max_restarts": 3}],
+    )
     launcher: Launcher = Field(
         default="local",
         description="Where torchrun runs: 'local' (a subprocess on the Airflow worker) or 'kubernetes' (pods; see training.kubernetes).",

@@ -408,6 +408,23 @@ def _launcher_problems(loaded: LoadedYaml) -> list[SpecProblem]:
         problems.append(loaded.problem(("training", "distributed", "nnodes"),
             f"nnodes {nnodes} needs launcher 'kubernetes' (one pod per node); the local launcher runs on one "
             "machine: set nnodes: 1 or training.launcher: kubernetes"))
+    elastic = _get(data, "training", "distributed", "elastic")
+    if isinstance(elastic, dict):
+        where = ("training", "distributed", "elastic")
+        if launcher != "kubernetes":
+            problems.append(loaded.problem(where, "elastic training needs launcher 'kubernetes' (nodes are pods "
+                                                  "of an Indexed Job): remove elastic or set training.launcher: "
+                                                  "kubernetes"))
+        strategy = _get(data, "training", "distributed", "strategy") or "ddp"
+        if strategy != "ddp":
+            problems.append(loaded.problem(where, f"elastic training resumes at another world size, which strategy "
+                                                  f"{strategy!r} cannot (DeepSpeed ZeRO partitions its optimizer state "
+                                                  "per rank): use strategy ddp or remove elastic"))
+        most = elastic.get("max_nodes")
+        if nnodes is not None and isinstance(most, int) and nnodes != most:
+            problems.append(loaded.problem(("training", "distributed", "nnodes"),
+                f"nnodes {nnodes} but elastic.max_nodes {most}: with elastic the Job starts max_nodes pods; "
+                "leave nnodes out or set it to max_nodes"))
     gpus = _get(kubernetes, "resources", "gpus") if isinstance(kubernetes, dict) else None
     nproc = 1 if nproc is None else nproc
     if launcher == "kubernetes" and isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 \

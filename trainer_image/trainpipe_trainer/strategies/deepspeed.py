@@ -199,17 +199,18 @@ class DeepSpeedBackend:
     env: DistEnv
     engine: Any
 
-    def _blob_path(self, step: int) -> str:
-        return f"{self.store.step_path(step)}/{rank_key(self.env.rank)}.pkl"
+    def _blob_path(self, step: int, rank: int) -> str:
+        return f"{self.store.step_path(step)}/{rank_key(rank)}.pkl"
 
     def write(self, step: int, rank_blob: bytes) -> None:
         self.engine.save_checkpoint(self.store.root, tag=checkpoint_dir_name(step), client_state={}, save_latest=False)
-        self.store.fs.pipe_file(self._blob_path(step), rank_blob)
+        self.store.fs.pipe_file(self._blob_path(step, self.env.rank), rank_blob)
         # Every rank's files exist before rank 0 writes the manifest.
         barrier(self.env)
         return None
 
-    def read(self, step: int) -> bytes:
+    def read(self, step: int, *, blob_rank: int) -> bytes:
+        # Never another world size: the resume guard refuses it for DeepSpeed (config.RESHARDABLE_STRATEGIES).
         path, _ = self.engine.load_checkpoint(
             self.store.root, tag=checkpoint_dir_name(step), load_optimizer_states=True, load_lr_scheduler_states=True
         )
@@ -217,7 +218,7 @@ class DeepSpeedBackend:
             raise CheckpointMismatchError(
                 f"checkpoint {self.store.step_path(step)} has a manifest but DeepSpeed could not load it"
             )
-        return self.store.fs.cat_file(self._blob_path(step))
+        return self.store.fs.cat_file(self._blob_path(step, blob_rank))
 
     def close(self) -> None:
         """Nothing held between saves."""
