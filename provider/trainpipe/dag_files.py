@@ -40,6 +40,11 @@ SINGLE_FILE_MAX = 300
 SPECS_FOLDER_NAME = "dag_configs"
 # Set by Airflow when a worker parses a DAG file to run one task (airflow.sdk.get_parsing_context).
 _PARSING_CONTEXT_DAG_ID = "_AIRFLOW_PARSING_CONTEXT_DAG_ID"
+# With a parsing context, each DAG file may register the one DAG (a worker parses only the DAG's own
+# file, which may no longer own the spec). When a whole folder is parsed under a context (`airflow dags
+# test`), the first file to register it keeps it: dag id -> that DAG file, so no other raises Airflow's
+# duplicate-id error.
+_REGISTERED_FOR_CONTEXT: dict[str, str] = {}
 
 
 def load_dags(namespace: dict[str, Any], *, specs_folder: str | os.PathLike[str] | None = None, shards: int = 1,
@@ -161,6 +166,10 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
         result.cached.update(elsewhere.cached)
     elif only is None:
         _drop_cross_shard_duplicates(result, mine or [], others, root, cache)
+    if only is not None:
+        here = str(namespace.get("__file__", ""))
+        for dag_id in [d for d in result.plans if _REGISTERED_FOR_CONTEXT.setdefault(d, here) != here]:
+            del result.plans[dag_id]
     airflow = airflow_fingerprint()
     for dag_id, plan in list(result.plans.items()):
         key = result.cache_keys.get(plan.spec_file)

@@ -82,8 +82,11 @@ TORCHRUN_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"
                 "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "NODE_RANK", "JOB_COMPLETION_INDEX")
 # Names a spec's environment (training.kubernetes.env, secret_env) may not set, with why. Exact names
 # first, then prefixes; compared in upper case. Tuning knobs (NCCL_*, CUDA_*, TORCH_NCCL_*) stay allowed.
+# How long torchrun lets its workers commit after SIGTERM (the launch sets it from the grace period).
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 _RESERVED_NAMES = {
     **{name: "trainpipe sets it for the trainer" for name, _ in trainer_environment()},
+    SHUTDOWN_TIMEOUT_ENV: "trainpipe sets it from the grace period (training.kubernetes.termination_grace_period)",
     **{name: "torchrun sets it for each rank" for name in TORCHRUN_ENV},
     "PATH": "it chooses which programs run", "HOME": "it redirects the user's configuration and credentials files",
     "SHELL": "it chooses which program runs", "TMPDIR": "it redirects temporary files",
@@ -150,7 +153,7 @@ def plan_launch(*, launcher: Launcher, nproc_per_node: int, nnodes: int, strateg
             "-m", "trainpipe_trainer", "--config", CONFIG_URI)
     # torchrun's own SIGTERM handling forwards the signal to its workers, waits this long, then
     # SIGKILLs them (30 s by default): long enough for every rank to finish its step and commit.
-    shutdown = (("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(shutdown_timeout_seconds)),)
+    shutdown = ((SHUTDOWN_TIMEOUT_ENV, str(shutdown_timeout_seconds)),)
     return LaunchPlan(launcher=launcher, nproc_per_node=nproc_per_node, nnodes=nnodes, strategy=strategy,
                       argv=argv, env=(*trainer_environment(), *shutdown, *extra_env),
                       preemption_restarts=preemption_restarts, shutdown_timeout_seconds=shutdown_timeout_seconds)

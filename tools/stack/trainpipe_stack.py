@@ -545,7 +545,7 @@ def services(config: StackConfig, keys: Mapping[str, str]) -> dict[str, Service]
         "mail": Service(
             name="mail",
             # smtp_default's server: keeps every message as a file (the approval example's mails can be read).
-            argv=(sys.executable, "-m", "trainpipe.stack", "mail-sink", "--port", str(ports.smtp),
+            argv=(sys.executable, str(Path(__file__).resolve()), "mail-sink", "--port", str(ports.smtp),
                   "--folder", str(config.mail)),
             env=_base_env(),
             port=ports.smtp,

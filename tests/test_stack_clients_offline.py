@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe import stack
+import trainpipe_stack as stack
 
 KEYS = {"postgres_password": "pg-secret", "airflow_db_password": "af-secret", "mlflow_db_password": "ml-secret",
         "admin_password": "admin-secret", "jwt_secret": "jwt-secret", "fernet_key": "fernet-key-value",
@@ -65,7 +65,7 @@ def test_mail_sent_through_smtp_default_lands_as_a_file_in_the_sink(tmp_path, mo
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     folder = tmp_path / "mail"
-    sink = subprocess.Popen([sys.executable, "-m", "trainpipe.stack", "mail-sink", "--port", str(port),
+    sink = subprocess.Popen([sys.executable, stack.__file__, "mail-sink", "--port", str(port),
                              "--folder", str(folder)])
     try:
         deadline = time.monotonic() + 60
