@@ -304,7 +304,7 @@ def _history_line(entry: dict[str, Any]) -> str:
                       _history_field(entry["by"]), _history_field(entry["reason"], PROMOTION_HISTORY_REASON_CHARS)])
 
 
-def _read_history(tags: dict[str, str]) -> list[dict[str, Any]]:
+def read_promotion_history(tags: dict[str, str]) -> list[dict[str, Any]]:
     """The model's moves, oldest first (from the compact tag, else the JSON tag written before it)."""
     entries: list[dict[str, Any]] = []
     if PROMOTION_HISTORY_TAG in tags:
@@ -326,7 +326,7 @@ def _log_promotion(client: MlflowClient, promotion: Promotion) -> None:
     """Append to the model's promotion history (read, append, write: moves are rare and one at a time)."""
     model = client.get_registered_model(promotion.model_name)
     tags = dict(model.tags or {})
-    entries = _read_history(tags)
+    entries = read_promotion_history(tags)
     entries.append({"version": promotion.version, "replaced_version": promotion.replaced_version,
                     "at": promotion.at, "by": promotion.actor, "reason": promotion.reason})
     client.set_registered_model_tag(promotion.model_name, PROMOTION_HISTORY_TAG,
@@ -468,7 +468,7 @@ def describe(client: MlflowClient, model_name: str, *, last_promotions: int = 5)
                 dag_id=v.tags.get(DAG_ID_TAG), airflow_run_id=v.tags.get(AIRFLOW_RUN_ID_TAG),
                 metrics={k: val for k, val in sorted(v.tags.items()) if k.startswith("holdout_")},
                 rejected=v.tags.get(REJECTED_TAG) == "true"))
-    entries = _read_history(dict(model.tags or {}))
+    entries = read_promotion_history(dict(model.tags or {}))
     promotions = [PromotionRecord(version=e["version"], at=e["at"], by=e["by"], reason=e["reason"],
                                   replaced_version=e["replaced_version"]) for e in reversed(entries)]
     return ModelSummary(name=model_name, version_count=len(versions), aliases=aliases, aliased_versions=tuple(aliased),

@@ -500,9 +500,7 @@ def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def promotion_log(model: Any) -> list[dict[str, Any]]:
-    """The registered model's promotion log (``trainpipe.promotion_log``), newest first."""
-    try:
-        entries = json.loads((model.tags or {}).get("trainpipe.promotion_log", "[]"))
-    except json.JSONDecodeError:
-        return []
-    return [e for e in reversed(entries) if isinstance(e, dict)]
+    """The registered model's promotions and rollbacks, newest first (the registry's own reader)."""
+    from trainpipe.registry import read_promotion_history
+
+    return list(reversed(read_promotion_history(dict(model.tags or {}))))
