@@ -8,7 +8,6 @@ approval) or ``ttl_seconds`` pass (a promotion or rollback from the CLI moves al
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
