@@ -102,5 +102,10 @@ def test_run_note_keeps_a_persons_note_and_adds_each_line_once():
     assert merged_note("checked by ops", ["m version 2 approved by alice", "m version 2 approved by alice"]) == \
         "checked by ops\nm version 2 approved by alice"
     assert merged_note("x", []) == "x"
+    # The reason first, whatever order the tasks left their lines in (train's cost line comes before promote's).
+    assert merged_note(None, ["training used 0 GPU-hours, 0.01 CPU-hours over 1 try",
+                              "promoted: m version 2 is champion; auc 0.9 vs 0.8 of version 1 (+0.1)"]) == \
+        ("promoted: m version 2 is champion; auc 0.9 vs 0.8 of version 1 (+0.1)\n"
+         "training used 0 GPU-hours, 0.01 CPU-hours over 1 try")
     long = merged_note(None, ["y" * 2000])
     assert len(long) == NOTE_MAX_CHARS and long.endswith("…")

@@ -38,10 +38,15 @@ def leave_note(ti: Any, line: str) -> None:
     ti.xcom_push(key=RUN_NOTE_KEY, value=line)
 
 
+def is_outcome_line(line: str) -> bool:
+    return any(line.startswith(outcome) and line[len(outcome):len(outcome) + 1] in (":", " ") for outcome in OUTCOMES)
+
+
 def merged_note(existing: str | None, lines: list[str]) -> str | None:
-    """The note with trainpipe's lines appended once each (a person's own note is kept, first)."""
+    """The note with trainpipe's lines appended once each (a person's own note is kept, first); of
+    trainpipe's lines the outcome comes first (the run's reason), then the others (cost, ...) in order."""
     kept = [line for line in (existing or "").splitlines() if line.strip()]
-    for line in lines:
+    for line in sorted(lines, key=lambda text: not is_outcome_line(text)):
         if line and line not in kept:
             kept.append(line)
     if not kept:
