@@ -101,7 +101,10 @@ def _note(dag_run) -> str:  # noqa: ANN001 - DagRun
     with create_session() as session:
         note = DagRun.find(dag_id=dag_run.dag_id, run_id=dag_run.run_id, session=session)[0].note
     assert note, "the run has no note"
-    return note
+    # The reason is the first line; after it only the cost of the training (issue 23), when it ran.
+    reason, *rest = note.splitlines()
+    assert all(line.startswith("training used ") for line in rest), note
+    return reason
 
 
 def _xcom(dag_run, task_id: str):  # noqa: ANN001, ANN202 - DagRun, XCom value
