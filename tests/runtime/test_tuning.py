@@ -45,6 +45,9 @@ def tiny_tuned_spec(pipeline_id: str, *, n_trials: int, max_parallel: int, prune
     spec["training"].update(epochs=2, batch_size=64)
     spec["training"]["checkpoint"] = {"every_n_steps": 5, "keep_last": 1}
     spec["tuning"].update(n_trials=n_trials, max_parallel=max_parallel, trial_epochs=1, pruner=pruner, seed=3)
+    # Two epochs on 2,500 rows land near the example's auc >= 0.80 on either side (a coin toss seen in CI):
+    # these tests are about the search, so the gate only asks for better than chance.
+    spec["evaluation"]["gates"] = ["auc >= 0.5"]
     spec["tuning"]["space"] = {
         # Half the range barely learns in one epoch: the pruner has poor trials to stop.
         "learning_rate": {"log_uniform": [0.00001, 0.03]},
