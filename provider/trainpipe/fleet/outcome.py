@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from trainpipe.run_notes import FAILED_AT
+
 # Outcomes, in the order "needs attention" sorts them (most urgent first).
 FAILED = "failed"
 DRIFT_STOPPED = "validation_failed"
@@ -99,6 +101,9 @@ def outcome_of(run: RunFacts | None, *, now: datetime, drift: DriftFacts | None 
     if run is None:
         return NEVER_RUN, "never run"
     first_line = next((line.strip() for line in (run.note or "").splitlines() if line.strip()), "")
+    if first_line.startswith(f"{FAILED_AT}:"):
+        # The listener's fallback (no step said why): the run's own facts below say more.
+        first_line = ""
     if run.awaiting_input_since is not None:
         waited = duration_words((now - run.awaiting_input_since).total_seconds())
         return AWAITING_APPROVAL, f"awaiting approval for {waited}"
