@@ -61,9 +61,11 @@ def fleet(airflow_db: Path, state_dir: Path) -> Iterator[Fleet]:
 
     from airflow.api_fastapi.app import create_app
 
-    tests = str(Path(__file__).resolve().parents[1])
+    tests = Path(__file__).resolve().parents[1]
+    # The api-server imports the test auth manager (tests/fleet/auth.py), whose helpers reach tools/stack.
     env = {**os.environ, **configure_airflow_auth(state_dir),
-           "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent / "tools" / "stack"),
+                                          os.environ.get("PYTHONPATH", "")])}
     serialize_dags(state_dir / "fleet_configs", env)
     with TestClient(create_app()) as client:
         fleet = Fleet(client=client, night=None, env=env)  # type: ignore[arg-type]
