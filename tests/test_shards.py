@@ -161,14 +161,23 @@ def test_a_task_run_compiles_only_its_spec_even_from_another_shards_file(sharded
     count = shard_count(len(list_specs(sharded_configs)))
     own = shard_of("p0042.yaml", count)
 
+    from trainpipe import dag_files
+
+    monkeypatch.setattr(dag_files, "_REGISTERED_FOR_CONTEXT", {})
     in_its_shard: dict = {"__file__": str(_shard_file(own))}
     load_dags(in_its_shard, shards=SHARD_FILES, shard=own)
-    # A worker parsing a file that no longer holds the spec (the folder crossed SINGLE_FILE_MAX since
-    # the DAG was listed) still finds it.
+    # In the same process (`airflow dags test` parses the whole folder under the context) no other DAG
+    # file registers the id again: Airflow would log a duplicate-id error for it.
+    again: dict = {"__file__": str(_shard_file((own + 1) % SHARD_FILES))}
+    load_dags(again, shards=SHARD_FILES, shard=(own + 1) % SHARD_FILES)
+    # A worker (its own process) parsing a file that no longer holds the spec (the folder crossed
+    # SINGLE_FILE_MAX since the DAG was listed) still finds it.
+    monkeypatch.setattr(dag_files, "_REGISTERED_FOR_CONTEXT", {})
     elsewhere: dict = {"__file__": str(_shard_file((own + 1) % SHARD_FILES))}
     load_dags(elsewhere, shards=SHARD_FILES, shard=(own + 1) % SHARD_FILES)
 
     assert [k for k in in_its_shard if not k.startswith("__")] == ["p0042"]
+    assert [k for k in again if not k.startswith("__")] == []
     assert [k for k in elsewhere if not k.startswith("__")] == ["p0042"]
     # A task run's parse leaves the cache as it is: it compiled one spec, not its shard.
     assert not (tmp_path / "home" / "cache").exists()
