@@ -156,7 +156,6 @@ def test_promotions_then_a_drift_stop_then_a_volume_and_schema_stop(configs, sta
     assert "row count 3000 -> 1000 (-66.7% vs version " in note and ", limit 50%)" in note
     assert "schema changed vs version " in note and ": - merchant_risk: float64" in note
     # The required column's own expectation says it too, without the list of the columns present.
-    # The count of columns, never their names (a file read by mistake must not leak its header: docs/security.md).
     assert "expect_column_to_exist(merchant_risk): column 'merchant_risk' is missing (11 columns present); " in note
 
 
