@@ -15,7 +15,7 @@ from typing import Any
 
 from trainpipe import uris
 from trainpipe.errors import SpecProblem
-from trainpipe.plan import PRIORITY_WEIGHTS, TeamPlan
+from trainpipe.plan import PRIORITY_WEIGHTS, TeamPlan, priority_class_for
 from trainpipe.policy import globs
 from trainpipe.policy.model import FAULT_INJECTION_ENV, Policy, TeamPolicy, fault_injection_allowed_by_env
 from trainpipe.spec.loader import FieldPath, LoadedYaml
@@ -100,8 +100,13 @@ def _kubernetes(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
                     k8s.kubernetes_conn_ids)
         judge.names((*base, "service_account"), "kubernetes.service_accounts", section.service_account or "default",
                     k8s.service_accounts)
-        judge.names((*base, "priority_class"), "kubernetes.priority_classes", section.priority_class,
-                    k8s.priority_classes)
+        # The class the pods get: the written one, else the one a spec `priority` maps to (plan.priority_class_for).
+        if section.priority_class is not None or spec.priority is None:
+            judge.names((*base, "priority_class"), "kubernetes.priority_classes", section.priority_class,
+                        k8s.priority_classes)
+        else:
+            judge.names(("priority",), "kubernetes.priority_classes", priority_class_for(spec.priority),
+                        k8s.priority_classes)
         for name, ref in section.secret_env.items():
             judge.names((*base, "secret_env", name), "kubernetes.secrets", ref.secret, k8s.secrets)
         for index, secret in enumerate(section.env_from_secrets):
