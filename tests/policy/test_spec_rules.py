@@ -75,6 +75,7 @@ CASES = [
     ("limits.max_priority", {"priority": "high"}, "priority", "'high'"),
     # Not written: the PriorityClass a spec's priority maps to is judged like a written one.
     ("kubernetes.priority_classes", {"priority": "low"}, "priority", "trainpipe-low"),
+    ("kubernetes.queues", {f"{K8S}.queue": "search-gpu"}, f"{K8S}.queue", "search-gpu"),
     ("pipeline_id_prefix", {"pipeline_id": "search_ranker_gpu"}, "pipeline_id", "search_ranker_gpu"),
     ("model_name_prefix", {"registration.model_name": "search_ranker"}, "registration.model_name", "search_ranker"),
     ("team tag", {"tags": ["fraud", "team:search"]}, "tags[1]", "team:search"),

@@ -107,6 +107,7 @@ def _kubernetes(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
         else:
             judge.names(("priority",), "kubernetes.priority_classes", priority_class_for(spec.priority),
                         k8s.priority_classes)
+        judge.names((*base, "queue"), "kubernetes.queues", section.queue, k8s.queues)
         for name, ref in section.secret_env.items():
             judge.names((*base, "secret_env", name), "kubernetes.secrets", ref.secret, k8s.secrets)
         for index, secret in enumerate(section.env_from_secrets):

@@ -51,6 +51,8 @@ class KubernetesRules(_Model):
                            "env_from_secrets and image_pull_secrets.", examples=[["mlflow-credentials"]])
     priority_classes: Names = Field(default=None, description="PriorityClasses of the pods (none is always allowed).",
                                     examples=[["ml-batch"]])
+    queues: Names = Field(default=None, description="Kueue LocalQueues a spec may name in training.kubernetes.queue.",
+                          examples=[["risk-gpu"]])
     max_gpus_per_pod: int | None = Field(default=None, ge=0, description="GPUs per pod at most.", examples=[8])
     max_nodes: int | None = Field(default=None, ge=1, description="training.distributed.nnodes at most.", examples=[4])
 
