@@ -61,7 +61,7 @@ demo: install
 
 # The `stack` tier (tests/stack) starts its own stack (temporary state, free ports) and stops it at the end.
 test: $(DEV_STAMP) stack-deps browser-deps
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q --durations=30
 
 test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests -q -m "not integration and not slow and not stack"

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.sdk.exceptions import AirflowRescheduleException, TaskDeferred
 
 from trainpipe.checkpoint_state import (
     TrainingStalledError,
@@ -57,6 +57,30 @@ def test_sensor_reschedules_until_training_starts_and_holds_no_retries(sensor_an
     # No sign from Airflow that train is starting (here: no task instance at all, as for a sensor
     # that dag.test() runs before train): no waiting on the worker, reschedule at once.
     assert sensor.poke(context) is False
+
+
+@dataclass
+class _TestDagRun:
+    """What dag.test() (``airflow dags test``) leaves on its runs."""
+
+    clear_number: int = 0
+    triggering_user_name: str | None = "dag_test"
+
+
+def test_under_dag_test_the_sensor_looks_again_as_soon_as_train_has_run(sensor_and_run):
+    """dag.test() runs one task at a time: a sensor that waited its full reschedule interval after train ended made
+    Airflow log "No tasks to run" every second, and made every `airflow dags test` 15 s longer."""
+    sensor, context, run_dir = sensor_and_run
+    before = datetime.now(timezone.utc)
+    with pytest.raises(AirflowRescheduleException) as rescheduled:
+        sensor.poke({**context, "dag_run": _TestDagRun()})
+    assert before <= rescheduled.value.reschedule_date <= datetime.now(timezone.utc)
+
+    # A run of the scheduler (any other user) waits the reschedule interval: poke says "not yet".
+    assert sensor.poke({**context, "dag_run": _TestDagRun(triggering_user_name="admin")}) is False
+    # A failed try waiting for its retry is not "not started": no busy loop of pokes under dag.test() either.
+    _status(run_dir, "failed", started_at=datetime.now(timezone.utc))
+    assert sensor.poke({**context, "dag_run": _TestDagRun()}) is False
 
 
 def test_waiting_for_train_to_write_its_status_ends_when_it_does(sensor_and_run):
