@@ -61,3 +61,38 @@ def test_a_tuning_task_without_optuna_names_the_extra(monkeypatch: pytest.Monkey
     with pytest.raises(TrainpipeError, match=re.escape(
             "a tuning: spec's study tasks need optuna on this worker: pip install 'airflow-provider-trainpipe[tuning]'")):
         make_sampler(plan.tuning, 0)
+
+
+@pytest.mark.integration
+def test_a_kubernetes_spec_without_the_extra_is_a_located_error_naming_it_and_the_others_load(tmp_path: Path):
+    """Found on the pip path: without the extra, the Kubernetes specs were import errors that called themselves
+    "a trainpipe bug" (with a traceback in the log), and Airflow's CLI dropped "[kubernetes]" from the hint."""
+    home = tmp_path / "airflow"
+    (home / "dags").mkdir(parents=True)
+    (home / "dags" / "trainpipe_dags.py").write_text(
+        "from trainpipe import load_dags  # Airflow DAG file: one DAG per trainpipe spec\nload_dags(globals())\n")
+    configs = home / "dag_configs"
+    configs.mkdir()
+    for name in ("fraud_detector.yaml", "fraud_detector_multinode.yaml"):
+        (configs / name).write_text((REPO / "dag_configs" / name).read_text())
+    # What an environment without the extra imports: the cncf.kubernetes provider and the Kubernetes client fail.
+    blocked = ("airflow.providers.cncf.kubernetes.operators.job", "airflow.providers.cncf.kubernetes.operators.pod",
+               "kubernetes.client")
+    code = (f"import sys, json; sys.modules.update(dict.fromkeys({blocked!r}))\n"
+            "from airflow.dag_processing.dagbag import DagBag\n"
+            f"bag = DagBag(dag_folder={str(home / 'dags')!r})\n"
+            "print(json.dumps({'dags': sorted(bag.dag_ids), 'errors': bag.import_errors}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**__import__("os").environ, "TRAINPIPE_DAG_CONFIGS": str(configs),
+                              "TRAINPIPE_HOME": str(tmp_path / "state")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded["dags"] == ["fraud_detector"], loaded
+    (error,) = loaded["errors"].values()
+    launcher_line = next(number for number, line in
+                         enumerate((configs / "fraud_detector_multinode.yaml").read_text().splitlines(), 1)
+                         if line.strip() == "launcher: kubernetes")
+    assert error.startswith(f"dag_configs/fraud_detector_multinode.yaml:{launcher_line}:")
+    assert "training.launcher: launcher 'kubernetes' needs trainpipe's 'kubernetes' extra" in error
+    assert "pip install 'airflow-provider-trainpipe[kubernetes]'" in error
+    assert "bug" not in error and "Traceback" not in out.stderr

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainpipe.errors import GatesFailedError
+from trainpipe.errors import GatesFailedError, MissingExtraError
 from trainpipe.notifications import Message, PromotionNotification, TaskFailureNotification, notifier, notifiers
 from trainpipe.plan import NotifyChannel, NotifyPlan
 from trainpipe.run_notes import NOTE_MAX_CHARS, merged_note
@@ -42,8 +42,8 @@ def test_email_notifier_text_cannot_close_a_raw_block():
 
 
 def test_slack_channel_without_its_provider_names_the_install():
-    with pytest.raises(ImportError, match="notify.slack needs Airflow's Slack provider on this worker: "
-                                          "pip install apache-airflow-providers-slack"):
+    with pytest.raises(MissingExtraError, match=r"notify.slack needs trainpipe's 'slack' extra .*: "
+                                               r"pip install 'airflow-provider-trainpipe\[slack\]'"):
         notifier(SLACK, Message(subject="s", text="t"))
 
 

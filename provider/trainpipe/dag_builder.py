@@ -169,6 +169,9 @@ def build_dag(plan: PipelinePlan) -> DAG:
         doc_md=_doc(plan),
         # Two retrains of one pipeline at once would race for the alias: a team's cap can only lower it.
         max_active_runs=min(1, team_runs),
+        # Only the DAG file's namespace serves a DAG: one whose build failed half way (a task's operator could
+        # not be made) would otherwise be registered by the `with` block and served without its tasks.
+        auto_register=False,
         default_args={"owner": plan.owner, "retries": plan.retries, "retry_delay": plan.retry_delay,
                       **_failure_callbacks(plan), **team_default_args},
         **_airflow_config_defaults()["dag"],

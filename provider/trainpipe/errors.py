@@ -43,6 +43,18 @@ class SpecError(TrainpipeError, ValueError):
         super().__init__("\n".join(str(p).lstrip(": ") if not p.file else str(p) for p in problems))
 
 
+class MissingExtraError(TrainpipeError, ImportError):
+    """A spec uses a part of trainpipe whose extra is not installed where it is compiled or run: the
+    platform's install, not the spec, needs the fix (named in the message)."""
+
+    def __init__(self, what: str, extra: str, *, field_path: tuple[str, ...] = ()) -> None:
+        # The extra named in words too: consoles that read "[...]" as markup (rich) drop the bracket.
+        super().__init__(f"{what} needs trainpipe's {extra!r} extra on every Airflow component that parses DAG files "
+                         f"or runs tasks: pip install 'airflow-provider-trainpipe[{extra}]'")
+        self.extra = extra
+        self.field_path = field_path
+
+
 class DagFileError(TrainpipeError, ValueError):
     """A DAG file's ``load_dags`` call is wrong, or finds no specs folder (the platform's setup, not a spec)."""
 

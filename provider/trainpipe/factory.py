@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.errors import SpecError, SpecProblem
+from trainpipe.errors import MissingExtraError, SpecError, SpecProblem
 from trainpipe.plan import PipelinePlan, build_plan
 from trainpipe.policy import FAULT_INJECTION_ENV, POLICY_ENV
 from trainpipe.spec_files import list_specs
@@ -334,6 +334,11 @@ def unexpected_failure(err: Exception, name: str, spec_path: Path, base: Path, r
     """A located error for an exception trainpipe did not expect while handling spec ``name``: its
     type and message, with no traceback (that goes to the log) and paths shown relative to ``base``
     (the folder names are shown relative to) or the configs ``root``, never as paths of this machine."""
+    if isinstance(err, MissingExtraError):  # the platform's install, not a bug: no traceback, located at the field
+        try:
+            return SpecError([load_yaml_text(read_spec_text(spec_path, name), name).problem(err.field_path, str(err))])
+        except (OSError, SpecError):
+            return SpecError([SpecProblem(name, 1, 1, ".".join(err.field_path), str(err))])
     log.error("trainpipe: %s could not be compiled", name, exc_info=err)
     detail = str(err).replace(str(spec_path), name)
     for folder in (str(base), str(root)):

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainpipe.errors import MissingExtraError
 from trainpipe.plan import PROMOTION, TASK_FAILURE
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SLACK_INSTALL_HINT = "pip install apache-airflow-providers-slack"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +61,7 @@ def _notifier(channel: NotifyChannel, message: Message) -> BaseNotifier:
         try:
             from airflow.providers.slack.notifications.slack import SlackNotifier
         except ImportError as err:  # the spec stage refuses notify.slack without it; a worker may still lack it
-            raise ImportError(f"notify.slack needs Airflow's Slack provider on this worker: {SLACK_INSTALL_HINT}") from err
+            raise MissingExtraError("notify.slack", "slack", field_path=("notify", "slack")) from err
         return SlackNotifier(slack_conn_id=channel.conn_id, channel=channel.channel, text=message.as_slack())
     raise ValueError(f"unknown notify channel {channel.kind!r}")
 

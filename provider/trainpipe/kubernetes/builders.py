@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.errors import TrainpipeError
+from trainpipe.errors import MissingExtraError, TrainpipeError
 from trainpipe.launch import LaunchValues, resolve
 from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
 
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
     from trainpipe.plan import KubernetesPlan, PipelinePlan
 
-INSTALL_HINT = "pip install airflow-provider-trainpipe[kubernetes]"
 SHM_VOLUME = "dshm"
 # KubernetesJobOperator prefixes every Job name with this.
 JOB_NAME_PREFIX = "job-"
@@ -40,7 +39,7 @@ def k8s_models():  # noqa: ANN201 - the kubernetes.client.models module
     try:
         from kubernetes.client import models
     except ImportError as err:  # pragma: no cover - exercised only without the extra
-        raise TrainpipeError(f"launcher 'kubernetes' needs the Kubernetes client and provider: {INSTALL_HINT}") from err
+        raise MissingExtraError("launcher 'kubernetes'", "kubernetes", field_path=("training", "launcher")) from err
     return models
 
 

@@ -21,14 +21,13 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.errors import TrainpipeError
-from trainpipe.kubernetes.builders import INSTALL_HINT
+from trainpipe.errors import MissingExtraError, TrainpipeError
 
 try:
     from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 except ImportError as err:  # pragma: no cover - exercised only without the extra
-    raise TrainpipeError(f"launcher 'kubernetes' needs the cncf.kubernetes provider: {INSTALL_HINT}") from err
+    raise MissingExtraError("launcher 'kubernetes'", "kubernetes", field_path=("training", "launcher")) from err
 
 from trainpipe.kubernetes import builders
 from trainpipe.operators.literal import LiteralFields
