@@ -155,3 +155,51 @@ def test_a_run_dir_of_two_processes_resumes_on_one_and_reproduce_replays_that_hi
     assert "stopped after step 20 as asked (stop_after_step): committed checkpoint step-20" in again.stdout
     assert "resharded: checkpoint step-20 was written by 2 processes, this run has 1" in again.stdout
     assert again.stdout.strip().splitlines()[-1] == "weights match: yes", again.stdout[-4000:] + again.stderr[-3000:]
+
+
+def test_a_sigterm_that_reaches_torchrun_after_the_trainer_wrote_its_result_does_not_retrain(tmp_path: Path) -> None:
+    """Found on the stack: torchrun was sent SIGTERM as the training ended (its workers had written the result
+    and exited); the launch exited non-zero and the try failed, so the retry trained again. Here torchrun is held
+    (SIGSTOP) the moment the trainer prints its weights, its workers exit, then it gets SIGTERM and goes on."""
+    import psutil
+
+    home = tmp_path / "home"
+    demo = subprocess.run([_trainpipe(), "demo-data", "--end", LOGICAL_DATE], env=_env(home), capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert demo.returncode == 0, demo.stderr
+    run_dir = tmp_path / "run"
+    log = tmp_path / "run.log"
+    with log.open("w") as out:
+        process = subprocess.Popen([_trainpipe(), "train", str(_spec(tmp_path / "spec.yaml")), "--run-dir",
+                                    str(run_dir), "--logical-date", LOGICAL_DATE], env=_env(home), stdout=out,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 600
+            torchrun = None
+            while "weights sha256:" not in log.read_text():
+                assert process.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no result within 600 s"
+                torchrun = torchrun or next((child for child in psutil.Process(process.pid).children(recursive=True)
+                                             if "trainpipe_trainer.elastic" in " ".join(child.cmdline())), None)
+                time.sleep(0.005)
+            assert torchrun is not None
+            torchrun.suspend()
+            try:
+                workers = [child for child in torchrun.children() if child.is_running()]
+                # Held before it noticed its workers ended: they exit (zombies until torchrun reaps them).
+                psutil.wait_procs(workers, timeout=120)
+                assert all(worker.status() == psutil.STATUS_ZOMBIE for worker in workers if worker.is_running())
+                torchrun.send_signal(signal.SIGTERM)
+            finally:
+                torchrun.resume()
+            code = process.wait(timeout=600)
+        except psutil.NoSuchProcess:
+            pytest.fail("torchrun ended before it could be held: the case was not exercised; run again")
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert code == 0, text[-4000:]
+    assert "after the trainer had written its result: the training is complete" in text
+    # One launch, one training: the trainer's own "result:" line once (the CLI repeats only the weights).
+    assert text.count("launching: ") == 1 and text.count("\nresult: ") == 1, text[-4000:]

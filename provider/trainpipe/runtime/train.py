@@ -226,6 +226,13 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
                 outcome = "succeeded"
                 break
             except TrainingFailedError as err:
+                if prepared.result_path.exists() and stop_after_step is None:
+                    # Written last, by this try (prepare removes an earlier one): the training is whole. A signal
+                    # that reached torchrun after it (a worker shut down as training ended) must not retrain it.
+                    say(f"the launch ended with code {err.exit_code} after the trainer had written its result: "
+                        "the training is complete")
+                    outcome = "succeeded"
+                    break
                 step = reasons.preempted_step
                 preempted = step is not None or err.exit_code == PREEMPTED_EXIT_CODE
                 saved = (f"committed checkpoint step-{step}" if step is not None
