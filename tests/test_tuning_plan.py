@@ -94,7 +94,7 @@ def _plan_of(spec: dict):
     # The mapping: given options over the defaults; median's warm-up is Optuna's n_warmup_steps.
     ({"type": "successive_halving", "min_resource": 5, "reduction_factor": 4},
      "successive_halving", {**PRUNER_DEFAULTS["successive_halving"], "min_resource": 5, "reduction_factor": 4}),
-    ({"type": "hyperband", "bootstrap_count": 2}, "hyperband", {**PRUNER_DEFAULTS["hyperband"], "bootstrap_count": 2}),
+    ({"type": "hyperband", "min_resource": 20}, "hyperband", {**PRUNER_DEFAULTS["hyperband"], "min_resource": 20}),
     ({"type": "median", "min_resource": 20}, "median",
      {"n_startup_trials": PRUNER_DEFAULTS["median"]["n_startup_trials"], "n_warmup_steps": 20}),
 ])
@@ -121,7 +121,7 @@ def test_successive_halving_judges_each_trial_against_those_that_reached_the_run
     import optuna
 
     study = optuna.create_study(pruner=make_pruner("successive_halving", {
-        "min_resource": 10, "reduction_factor": 3, "min_early_stopping_rate": 0, "bootstrap_count": 0}))
+        "min_resource": 10, "reduction_factor": 3, "min_early_stopping_rate": 0}))
     running = [study.ask() for _ in range(3)]
     for trial, value in zip(running, (0.2, 0.3, 0.9), strict=True):
         trial.report(value, 10)

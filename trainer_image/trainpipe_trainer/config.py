@@ -282,8 +282,8 @@ CHECKPOINT_METRICS: dict[str, dict[str, str]] = {
 TUNING_METRICS: tuple[str, ...] = tuple(sorted({m for metrics in CHECKPOINT_METRICS.values() for m in metrics}))
 # The keyword arguments each pruner takes from a plan (Optuna's names; the resource is in percent).
 PRUNER_ARGUMENTS: dict[str, frozenset[str]] = {
-    "hyperband": frozenset({"min_resource", "reduction_factor", "bootstrap_count"}),
-    "successive_halving": frozenset({"min_resource", "reduction_factor", "min_early_stopping_rate", "bootstrap_count"}),
+    "hyperband": frozenset({"min_resource", "reduction_factor"}),
+    "successive_halving": frozenset({"min_resource", "reduction_factor", "min_early_stopping_rate"}),
     "median": frozenset({"n_startup_trials", "n_warmup_steps"}),
     "none": frozenset(),
 }

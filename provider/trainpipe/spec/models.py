@@ -789,13 +789,15 @@ class DistributionSpec(_Model):
 
 # Each pruner's options when the spec leaves them out, chosen by measurement (docs/benchmarks.md,
 # "Hyperparameter search pruning"). Resources are percent of a trial's training (TUNING_MAX_RESOURCE).
+# Optuna's bootstrap_count is left out on purpose: a trial cannot wait at a rung, so it stops the
+# first bootstrap_count trials to reach each rung outright.
 PRUNER_DEFAULTS: dict[str, dict[str, int]] = {
-    "hyperband": {"min_resource": 10, "reduction_factor": 3, "bootstrap_count": 0},
-    "successive_halving": {"min_resource": 10, "reduction_factor": 3, "min_early_stopping_rate": 0, "bootstrap_count": 0},
+    "hyperband": {"min_resource": 10, "reduction_factor": 3},
+    "successive_halving": {"min_resource": 10, "reduction_factor": 3, "min_early_stopping_rate": 0},
     "median": {"n_startup_trials": 2, "min_resource": 10},
     "none": {},
 }
-DEFAULT_PRUNER = "hyperband"
+DEFAULT_PRUNER = "successive_halving"
 
 
 def _defaults_of(option: str) -> str:
@@ -839,11 +841,6 @@ class PrunerSpec(_Model):
         description="successive_halving: the first rung is at min_resource x reduction_factor^min_early_stopping_rate. "
         f"Default: {_defaults_of('min_early_stopping_rate')}.",
         examples=[0])
-    bootstrap_count: int | None = Field(
-        default=None, ge=0, le=1000,
-        description="hyperband, successive_halving: trials that must reach a rung before any is stopped there. "
-        f"Defaults: {_defaults_of('bootstrap_count')}.",
-        examples=[2])
     n_startup_trials: int | None = Field(
         default=None, ge=0, le=1000,
         description=f"median: trials that finish before any is stopped. Default: {_defaults_of('n_startup_trials')}.",

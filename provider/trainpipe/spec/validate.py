@@ -444,10 +444,9 @@ def _pruner_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem
                 problems.append(loaded.problem((*here, at), f"the first rung lands at {first}% of a trial (min_resource x "
                     "reduction_factor^min_early_stopping_rate), where every trial has finished: no trial would be "
                     "stopped; lower it below 100%"))
-    startup = "bootstrap_count" if "bootstrap_count" in takes else "n_startup_trials" if "n_startup_trials" in takes else None
-    if startup is not None and options[startup] >= tuning.n_trials:
-        problems.append(loaded.problem((*here, startup), f"{startup} {options[startup]} is not below n_trials "
-            f"{tuning.n_trials}: no trial would ever be stopped; lower it, or use pruner: none"))
+    if "n_startup_trials" in takes and options["n_startup_trials"] >= tuning.n_trials:
+        problems.append(loaded.problem((*here, "n_startup_trials"), f"n_startup_trials {options['n_startup_trials']} "
+            f"is not below n_trials {tuning.n_trials}: no trial would ever be stopped; lower it, or use pruner: none"))
     return problems
 
 
