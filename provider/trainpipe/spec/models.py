@@ -792,12 +792,12 @@ class DistributionSpec(_Model):
 # Optuna's bootstrap_count is left out on purpose: a trial cannot wait at a rung, so it stops the
 # first bootstrap_count trials to reach each rung outright.
 PRUNER_DEFAULTS: dict[str, dict[str, int]] = {
-    "hyperband": {"min_resource": 10, "reduction_factor": 3},
+    "hyperband": {"min_resource": 5, "reduction_factor": 3},
     "successive_halving": {"min_resource": 10, "reduction_factor": 3, "min_early_stopping_rate": 0},
     "median": {"n_startup_trials": 2, "min_resource": 10},
     "none": {},
 }
-DEFAULT_PRUNER = "successive_halving"
+DEFAULT_PRUNER = "hyperband"
 
 
 def _defaults_of(option: str) -> str:
