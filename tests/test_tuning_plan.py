@@ -1,5 +1,6 @@
 """The tuned example's plan: the search between validate and train, its space, and a trial's parameters
-applied to the trainer config (a layer-list choice travels through Optuna as JSON text)."""
+applied to the trainer config (a layer-list choice travels through Optuna as JSON text); the pruner's
+forms and the tuned metric carried from the spec through the plan to the trainer's config."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 
 from trainpipe.factory import compile_directory
 from trainpipe.plan import TUNING_TASKS, with_trial_params
-from trainpipe_trainer.config import TrainingConfig, TuningTrial
-from trainpipe_trainer.tuning import progress_percent, storage_for_config
+from trainpipe.spec.models import DEFAULT_PRUNER, PRUNER_DEFAULTS
+from trainpipe_trainer.config import CHECKPOINT_METRICS, TrainingConfig, TuningTrial
+from trainpipe_trainer.tuning import make_pruner, progress_percent, storage_for_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,3 +60,96 @@ def test_the_trial_block_round_trips_and_keeps_passwords_out_of_the_config(plan)
 
 def test_trials_report_at_percent_of_their_budget():
     assert [progress_percent(s, 90) for s in (1, 9, 45, 90)] == [1, 10, 50, 100]
+
+
+def _tuned(tuning: dict, *, task: str = "binary_classification") -> dict:
+    import yaml
+
+    spec = yaml.safe_load((REPO / "dag_configs" / "fraud_detector_tuned.yaml").read_text())
+    spec["tuning"] = {"n_trials": 8, "space": {"learning_rate": {"log_uniform": [0.0001, 0.1]}}, **tuning}
+    if task == "regression":
+        spec["training"]["task"] = "regression"
+        spec["training"]["label"] = "amount"
+        spec["training"]["features"].remove("amount")
+        spec["evaluation"] = {"metrics": ["rmse"], "gates": ["rmse <= 100"]}
+    return spec
+
+
+def _plan_of(spec: dict):
+    import yaml
+
+    from trainpipe.plan import build_plan
+    from trainpipe.spec.loader import load_yaml_text
+    from trainpipe.spec.validate import validate_loaded
+
+    text = yaml.safe_dump(spec, sort_keys=False)
+    return build_plan(validate_loaded(load_yaml_text(text, "tuned.yaml")), spec_file="tuned.yaml", spec_text=text)
+
+
+@pytest.mark.parametrize(("pruner", "name", "arguments"), [
+    # Today's short forms: a bare name (or nothing) is that pruner with its measured defaults.
+    (None, DEFAULT_PRUNER, PRUNER_DEFAULTS[DEFAULT_PRUNER]),
+    ("none", "none", {}),
+    ("successive_halving", "successive_halving", PRUNER_DEFAULTS["successive_halving"]),
+    # The mapping: given options over the defaults; median's warm-up is Optuna's n_warmup_steps.
+    ({"type": "successive_halving", "min_resource": 5, "reduction_factor": 4},
+     "successive_halving", {**PRUNER_DEFAULTS["successive_halving"], "min_resource": 5, "reduction_factor": 4}),
+    ({"type": "hyperband", "min_resource": 20}, "hyperband", {**PRUNER_DEFAULTS["hyperband"], "min_resource": 20}),
+    ({"type": "median", "min_resource": 20}, "median",
+     {"n_startup_trials": PRUNER_DEFAULTS["median"]["n_startup_trials"], "n_warmup_steps": 20}),
+])
+def test_pruner_forms_reach_the_trainer_as_optuna_arguments(pruner, name, arguments):
+    spec = _tuned({} if pruner is None else {"pruner": pruner})
+    plan = _plan_of(spec)
+    assert (plan.tuning.pruner, plan.tuning.pruner_options) == (name, arguments)
+    # The trainer's config carries them (a trial rebuilds the same pruner from it) and builds that pruner.
+    trial = TuningTrial(storage="journal.log", study_name="s", trial_number=0, metric=plan.tuning.metric,
+                        direction=plan.tuning.direction, pruner=plan.tuning.pruner,
+                        pruner_options=dict(plan.tuning.pruner_options))
+    config = TrainingConfig.from_json(dataclasses.replace(plan.trainer, tuning=trial).to_json())
+    assert (config.tuning.pruner, config.tuning.pruner_options) == (name, arguments)
+    optuna_pruner = make_pruner(config.tuning.pruner, config.tuning.pruner_options)
+    expected = {"hyperband": "HyperbandPruner", "successive_halving": "SuccessiveHalvingPruner",
+                "median": "MedianPruner", "none": "NopPruner"}[name]
+    assert type(optuna_pruner).__name__ == expected
+
+
+def test_successive_halving_judges_each_trial_against_those_that_reached_the_rung():
+    """Asynchronous: a trial is judged when it reaches a rung, against the trials that reached it so far,
+    while every trial is still running (none waits for the others); with fewer than reduction_factor
+    there, only the best goes on."""
+    import optuna
+
+    study = optuna.create_study(pruner=make_pruner("successive_halving", {
+        "min_resource": 10, "reduction_factor": 3, "min_early_stopping_rate": 0}))
+    running = [study.ask() for _ in range(3)]
+    for trial, value in zip(running, (0.2, 0.3, 0.9), strict=True):
+        trial.report(value, 10)
+    assert [t.should_prune() for t in running] == [False, True, True]
+    assert all(t.state.name == "RUNNING" for t in study.get_trials())
+
+
+@pytest.mark.parametrize(("metric", "task", "direction"), [
+    ("validation_loss", "binary_classification", "minimize"),
+    ("validation_auc", "binary_classification", "maximize"),
+    ("validation_accuracy", "binary_classification", "maximize"),
+    ("validation_rmse", "regression", "minimize"),
+    ("validation_mae", "regression", "minimize"),
+])
+def test_the_direction_is_the_metrics_own_when_left_out(metric, task, direction):
+    plan = _plan_of(_tuned({"metric": metric}, task=task))
+    assert (plan.tuning.metric, plan.tuning.direction) == (metric, direction)
+    assert CHECKPOINT_METRICS[task][metric] == direction
+
+
+def test_the_trainer_contract_refuses_what_the_spec_stage_refuses():
+    # A hand-written config is checked too: a metric this task's trainer never computes, a pruner
+    # argument Optuna's pruner does not take.
+    plan = _plan_of(_tuned({}))
+    with pytest.raises(ValueError, match=r"tuning.metric: a binary_classification trainer reports .* got 'validation_rmse'"):
+        dataclasses.replace(plan.trainer, tuning=TuningTrial(storage="j", study_name="s", trial_number=0,
+                                                             metric="validation_rmse"))
+    with pytest.raises(ValueError, match=r"tuning.pruner_options: median takes .* got \['reduction_factor'\]"):
+        TuningTrial(storage="j", study_name="s", trial_number=0, pruner="median", pruner_options={"reduction_factor": 3})
+    with pytest.raises(ValueError, match=r"tuning.pruner_options: whole numbers >= 0"):
+        TuningTrial(storage="j", study_name="s", trial_number=0, pruner="hyperband", pruner_options={"min_resource": -1})

@@ -23,6 +23,7 @@ from trainpipe.launch import LaunchPlan, plan_launch
 from trainpipe.spec.bounds import ParamBound
 from trainpipe.spec.loader import format_path
 from trainpipe_trainer.config import (
+    CHECKPOINT_METRICS,
     PREEMPTION_GRACE_SECONDS,
     CheckpointConfig,
     DeepSpeedConfig,
@@ -37,7 +38,7 @@ from trainpipe_trainer.config import (
 # or DAG unpickled from the plan cache needs only this module (ADR 0012).
 if TYPE_CHECKING:
     from trainpipe.spec.kubernetes import KubernetesSpec
-    from trainpipe.spec.models import DriftSpec, PipelineSpec, TrainingSpec
+    from trainpipe.spec.models import DriftSpec, PipelineSpec, PrunerSpec, TrainingSpec
     from trainpipe.spec.loader import LoadedYaml
 
 TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gate", "register", "promote")
@@ -674,11 +675,14 @@ def _tasks(pipeline_id: str, *, on_gate_failure: str = "skip", approval_required
     return (*tasks[: train + 1], sensor, *tasks[train + 1 :])
 
 
-# The pruners' settings (see trainpipe_trainer.tuning: the resource is the percent of a trial done).
-# Hyperband: the first rung at 10% of a trial, then 30% and 90% (reduction factor 3): three brackets.
-HYPERBAND_OPTIONS = {"min_resource": 10, "reduction_factor": 3}
-# Median: compare from 10% on, once two trials have finished.
-MEDIAN_OPTIONS = {"n_startup_trials": 2, "n_warmup_steps": 10}
+def pruner_arguments(pruner: PrunerSpec) -> dict[str, int]:
+    """The pruner's Optuna keyword arguments (``trainpipe_trainer.config.PRUNER_ARGUMENTS``) from the
+    spec's options over the measured defaults; the resource is the percent of a trial done."""
+    options = pruner.options()
+    if pruner.type == "median":
+        # Optuna's steps are our percent: median's warm-up is the first percent it may stop a trial at.
+        return {"n_startup_trials": options["n_startup_trials"], "n_warmup_steps": options["min_resource"]}
+    return options
 
 
 def _trainer_target(spec_path: tuple[str, ...]) -> tuple[str, ...]:
@@ -704,10 +708,10 @@ def _tuning(spec: PipelineSpec) -> TuningPlan | None:
             choices=tuple(json.dumps(c) for c in distribution.choice) if distribution.choice is not None else (),
         ))
     return TuningPlan(
-        metric=tuning.metric, direction=tuning.direction, n_trials=tuning.n_trials,
+        metric=tuning.metric, direction=tuning.direction or CHECKPOINT_METRICS[spec.training.task][tuning.metric],
+        n_trials=tuning.n_trials,
         max_parallel=min(tuning.max_parallel, tuning.n_trials), timeout=tuning.timeout, sampler=tuning.sampler,
-        seed=tuning.seed, pruner=tuning.pruner,
-        pruner_options={"hyperband": HYPERBAND_OPTIONS, "median": MEDIAN_OPTIONS}.get(tuning.pruner, {}),
+        seed=tuning.seed, pruner=tuning.pruner.type, pruner_options=pruner_arguments(tuning.pruner),
         trial_epochs=tuning.trial_epochs or spec.training.epochs, space=tuple(dimensions),
     )
 

@@ -5,8 +5,9 @@
 * Running a slot again returns its trial: the study's trial count does not change.
 * A trial left RUNNING (its process died with its task) is failed by the slot's next run, never
   left running, and no second trial is asked for.
-* The trainer reports at each checkpoint through the storage: every finished trial holds
-  intermediate values, and pick_best picks the best complete one and closes the MLflow parent run.
+* The trainer reports at each checkpoint through the storage (here the validation AUC, maximised, under
+  asynchronous successive halving): every finished trial holds intermediate values, and pick_best
+  picks the best complete one and closes the MLflow parent run.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 6, 30, tzinfo=timezone.utc)
 
 
-def tiny_tuned_spec(pipeline_id: str, *, n_trials: int, max_parallel: int, pruner: str = "hyperband") -> dict:
+def tiny_tuned_spec(pipeline_id: str, *, n_trials: int, max_parallel: int, pruner: str | dict = "hyperband",
+                    metric: str = "validation_loss") -> dict:
     """The example tuned spec, shrunk: tiny trials on one process each."""
     spec = yaml.safe_load((REPO / "dag_configs" / "fraud_detector_tuned.yaml").read_text())
     spec["pipeline_id"] = pipeline_id
@@ -44,7 +46,9 @@ def tiny_tuned_spec(pipeline_id: str, *, n_trials: int, max_parallel: int, prune
     spec["retries"] = 0
     spec["training"].update(epochs=2, batch_size=64)
     spec["training"]["checkpoint"] = {"every_n_steps": 5, "keep_last": 1}
-    spec["tuning"].update(n_trials=n_trials, max_parallel=max_parallel, trial_epochs=1, pruner=pruner, seed=3)
+    spec["tuning"].update(n_trials=n_trials, max_parallel=max_parallel, trial_epochs=1, pruner=pruner, seed=3,
+                          metric=metric)
+    spec["tuning"].pop("direction")  # the metric's own
     # Two epochs on 2,500 rows land near the example's auc >= 0.80 on either side (a coin toss seen in CI):
     # these tests are about the search, so the gate only asks for better than chance.
     spec["evaluation"]["gates"] = ["auc >= 0.5"]
@@ -71,7 +75,10 @@ def compile_plan(spec: dict):
 @pytest.fixture
 def tuned(state_dir: Path):
     settings = Settings.from_env()
-    spec = tiny_tuned_spec("tuning_runner", n_trials=4, max_parallel=2)
+    # Asynchronous successive halving on the validation AUC (maximised): the parallel trials' pruner,
+    # on a metric other than the loss.
+    spec = tiny_tuned_spec("tuning_runner", n_trials=4, max_parallel=2, metric="validation_auc",
+                           pruner={"type": "successive_halving", "min_resource": 20, "reduction_factor": 2})
     write_data(settings, spec["pipeline_id"])
     plan = compile_plan(spec)
     snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=END)
@@ -107,9 +114,11 @@ def test_two_slots_run_at_once_and_a_slot_never_gets_a_second_trial(tuned):
     assert first.params != second.params
     assert {outcomes[0]["state"], outcomes[1]["state"]} <= {"complete", "pruned"}
     for trial in (first, second):
-        # Reported by the trainer at its checkpoints, at percent-of-trial steps.
+        # Reported by the trainer at its checkpoints, at percent-of-trial steps: the AUC, not the loss.
         assert trial.intermediate_values and max(trial.intermediate_values) <= 100
+        assert all(0 <= v <= 1 for v in trial.intermediate_values.values())
         assert trial.user_attrs["trainer_seconds"] > 0
+    assert live.direction.name == "MAXIMIZE"
 
     # The slot's task runs again (an Airflow clear): same trial, no new one.
     again = run_trial(plan, 0, snapshot, settings=settings, run=run, study=study, hook=hook).to_dict()
@@ -138,6 +147,11 @@ def test_two_slots_run_at_once_and_a_slot_never_gets_a_second_trial(tuned):
     assert parent.info.status == "FINISHED"
     assert parent.data.metrics["best_value"] == pytest.approx(best["value"])
     assert parent.data.params["tuning.max_parallel"] == "2"
+    assert (parent.data.params["tuning.pruner"], parent.data.params["tuning.metric"]) == (
+        "successive_halving", "validation_auc")
+    assert json.loads(parent.data.params["tuning.pruner_options"])["reduction_factor"] == 2
+    # The best is the highest AUC of the complete trials.
+    assert best["value"] == max(t.value for t in live.trials if t.state.name == "COMPLETE")
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
     assert sorted(int(c.data.tags["trainpipe.trial_number"]) for c in children) == sorted(

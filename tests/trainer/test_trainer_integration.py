@@ -82,6 +82,12 @@ def test_binary_classification_on_two_ranks(
     # Every checkpoint: its validation loss and how long the loop was blocked.
     assert [m.step for m in client.get_metric_history(run.info.run_id, "validation_loss")] == [4, 8, 12, 16, 18]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "checkpoint_blocked_ms")] == [4, 8, 12, 16, 18]
+    # The task's metrics at the same evaluation points (a study may tune on them).
+    for name in ("validation_auc", "validation_accuracy"):
+        history = client.get_metric_history(run.info.run_id, name)
+        assert [m.step for m in history] == [4, 8, 12, 16, 18]
+        assert all(0 <= m.value <= 1 for m in history)
+    assert max(m.value for m in client.get_metric_history(run.info.run_id, "validation_auc")) > 0.7
     assert run.data.metrics["trainer_cpu_hours"] > 0
 
     # every_n_steps=4 saved 4, 8, 12, 16 and the end (18); keep_last=2 leaves the newest two plus the best.
@@ -186,7 +192,7 @@ def test_listwise_ranking_on_two_ranks(
 
 
 def test_single_process_without_torchrun(
-    tmp_path: Path, datasets: Datasets, use_tracking: str, make_config: Callable[..., Any]
+    tmp_path: Path, datasets: Datasets, use_tracking: str, tracking: Tracking, make_config: Callable[..., Any]
 ) -> None:
     """Plain ``python -m trainpipe_trainer``: world size 1, wall-clock checkpoints, regression."""
     import mlflow
@@ -210,3 +216,12 @@ def test_single_process_without_torchrun(
     frame = pd.read_parquet(datasets.regression_train)
     predictions = mlflow.pyfunc.load_model(result["model_uri"]).predict(frame[list(BINARY_FEATURES)])
     assert np.corrcoef(predictions, frame["label"])[0, 1] > 0.9
+
+    # Regression's evaluation points carry rmse and mae too; the loss is the mean squared error, so
+    # rmse is its square root at every point.
+    client = mlflow.MlflowClient(tracking.uri)
+    losses = {m.step: m.value for m in client.get_metric_history(result["mlflow_run_id"], "validation_loss")}
+    rmse = {m.step: m.value for m in client.get_metric_history(result["mlflow_run_id"], "validation_rmse")}
+    mae = {m.step: m.value for m in client.get_metric_history(result["mlflow_run_id"], "validation_mae")}
+    assert losses and rmse.keys() == mae.keys() == losses.keys()
+    assert all(rmse[s] == pytest.approx(losses[s] ** 0.5, rel=1e-4) and 0 < mae[s] <= rmse[s] for s in losses)

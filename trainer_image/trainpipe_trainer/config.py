@@ -37,7 +37,9 @@ STRATEGIES: tuple[str, ...] = typing.get_args(StrategyName)
 ZeroStage = Literal[0, 1, 2, 3]
 ZERO_STAGES: tuple[int, ...] = typing.get_args(ZeroStage)
 Direction = Literal["minimize", "maximize"]
-PrunerName = Literal["hyperband", "median", "none"]
+# successive_halving is Optuna's SuccessiveHalvingPruner: asynchronous (ASHA), so it suits parallel trials.
+PrunerName = Literal["hyperband", "successive_halving", "median", "none"]
+PRUNERS: tuple[str, ...] = typing.get_args(PrunerName)
 FeatureType = Literal["numeric", "categorical"]
 FEATURE_TYPES: tuple[str, ...] = typing.get_args(FeatureType)
 ImputeStrategy = Literal["mean", "median", "constant"]
@@ -264,14 +266,27 @@ class TrackingConfig:
         _require(self.max_buffered_metrics >= 1, "tracking.max_buffered_metrics: must be >= 1")
 
 
-PRUNERS: tuple[str, ...] = ("hyperband", "median", "none")
 # The MLflow run tag (JSON) with TrainingResult.world_size_history; `trainpipe reproduce` replays it.
 WORLD_SIZE_HISTORY_TAG = "trainpipe.world_size_history"
 # Where a trial's trainer finds the study storage's URL when the config leaves it out.
 OPTUNA_STORAGE_ENV = "TRAINPIPE_OPTUNA_STORAGE"
 DIRECTIONS: tuple[str, ...] = ("minimize", "maximize")
-# The metric a trial reports at each evaluation point (each checkpoint): the trainer computes it there.
-TUNING_METRICS: tuple[str, ...] = ("validation_loss",)
+# What the trainer computes on the validation split at each evaluation point (each checkpoint), per
+# task, and which way is better: a study may tune on any of its task's. Logged to MLflow there too.
+CHECKPOINT_METRICS: dict[str, dict[str, str]] = {
+    "binary_classification": {"validation_loss": "minimize", "validation_auc": "maximize",
+                              "validation_accuracy": "maximize"},
+    "regression": {"validation_loss": "minimize", "validation_rmse": "minimize", "validation_mae": "minimize"},
+    "ranking": {"validation_loss": "minimize"},
+}
+TUNING_METRICS: tuple[str, ...] = tuple(sorted({m for metrics in CHECKPOINT_METRICS.values() for m in metrics}))
+# The keyword arguments each pruner takes from a plan (Optuna's names; the resource is in percent).
+PRUNER_ARGUMENTS: dict[str, frozenset[str]] = {
+    "hyperband": frozenset({"min_resource", "reduction_factor"}),
+    "successive_halving": frozenset({"min_resource", "reduction_factor", "min_early_stopping_rate"}),
+    "median": frozenset({"n_startup_trials", "n_warmup_steps"}),
+    "none": frozenset(),
+}
 # A trial reports at "step" = percent of its training done, so trials with other batch sizes (other
 # step counts) are compared at the same point of their budget; the pruners' resource runs 0..100.
 TUNING_MAX_RESOURCE = 100
@@ -313,6 +328,11 @@ class TuningTrial:
         _require(self.metric in TUNING_METRICS, f"tuning.metric: one of {TUNING_METRICS}, got {self.metric!r}")
         _require(self.direction in DIRECTIONS, f"tuning.direction: one of {DIRECTIONS}, got {self.direction!r}")
         _require(self.pruner in PRUNERS, f"tuning.pruner: one of {PRUNERS}, got {self.pruner!r}")
+        unknown = sorted(set(self.pruner_options) - PRUNER_ARGUMENTS[self.pruner])
+        _require(not unknown, f"tuning.pruner_options: {self.pruner} takes {sorted(PRUNER_ARGUMENTS[self.pruner])}, "
+                              f"got {unknown}")
+        _require(all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in self.pruner_options.values()),
+                 f"tuning.pruner_options: whole numbers >= 0, got {self.pruner_options}")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -377,6 +397,11 @@ class TrainingConfig:
         _require(self.learning_rate > 0, "learning_rate: must be > 0")
         _require(self.strategy in STRATEGIES, f"strategy: one of {STRATEGIES}, got {self.strategy!r}")
         _require(self.stop_after_step is None or self.stop_after_step >= 1, "stop_after_step: must be >= 1")
+        _require(
+            self.tuning is None or self.tuning.metric in CHECKPOINT_METRICS[self.task],
+            f"tuning.metric: a {self.task} trainer reports {sorted(CHECKPOINT_METRICS[self.task])} at its "
+            f"checkpoints, got {self.tuning.metric if self.tuning else None!r}",
+        )
         _require(
             self.strategy != "deepspeed" or self.deepspeed is not None,
             "deepspeed: required when strategy is 'deepspeed' (zero_stage, offload)",

@@ -52,6 +52,7 @@ from trainpipe_trainer.state import TrainState
 from trainpipe_trainer.strategies import Strategy, build_strategy
 from trainpipe_trainer.system_metrics import ComputeClock, LoopCounters, SystemMonitor
 from trainpipe_trainer.tracking import Tracker, flatten_params
+from trainpipe_trainer.validation_metrics import task_metrics
 
 if TYPE_CHECKING:
     from trainpipe_trainer.tuning import TrialReporter
@@ -363,8 +364,9 @@ class Trainer:
         self.state.next_epoch(epoch_loss)
 
     @torch.no_grad()
-    def validation_loss(self) -> float | None:
-        """Mean loss on the held-out split; every rank scores all of it (no collective, same value).
+    def validation_metrics(self) -> dict[str, float] | None:
+        """Loss and the task's metrics on the held-out split (``config.CHECKPOINT_METRICS``); every
+        rank scores all of it (no collective, same values).
 
         Draws no random numbers (eval mode, plain slices rather than a DataLoader, whose iterator
         seeds itself from the global generator): a checkpoint must not change the training that follows.
@@ -376,6 +378,7 @@ class Trainer:
         module = self.strategy.forward_module()
         size = max(self.config.batch_size, 256)
         total, count = 0.0, 0
+        all_scores, all_labels = [], []
         try:
             for begin in range(0, len(validation), size):
                 batch = [t[begin : begin + size] for t in validation.tensors]
@@ -385,9 +388,15 @@ class Trainer:
                 loss = self.loss_fn(scores.float(), labels, rest[0] if rest else None)
                 total += float(loss) * len(features)
                 count += len(features)
+                if not rest:  # row-wise scores (listwise ranking has padded query lists: its loss only)
+                    all_scores.append(scores.float().cpu())
+                    all_labels.append(labels.float().cpu())
         finally:
             self.strategy.train()
-        return total / max(count, 1)
+        metrics = {"validation_loss": total / max(count, 1)}
+        if all_scores:
+            metrics.update(task_metrics(self.config.task, torch.cat(all_scores), torch.cat(all_labels)))
+        return metrics
 
     def _save(self, *, wait: bool) -> None:
         step = self.state.global_step
@@ -395,26 +404,29 @@ class Trainer:
             if wait:
                 self.checkpoints.wait()
             return
-        validation_loss = self.validation_loss() if self.config.checkpoint.keep_best else None
+        metrics = self.validation_metrics() if self.config.checkpoint.keep_best else None
+        validation_loss = metrics["validation_loss"] if metrics else None
         self.state.compute_seconds += self.clock.seconds()
         self.clock = ComputeClock(device=self.env.device)
         self.checkpoints.save(self.state, validation_loss=validation_loss, wait=wait)
-        if validation_loss is not None:
-            self.tracker.log_metric("validation_loss", validation_loss, step=step)
+        for name, value in (metrics or {}).items():
+            self.tracker.log_metric(name, value, step=step)
         self.tracker.log_metric("checkpoint_blocked_ms", 1000 * self.checkpoints.blocked_seconds[-1], step=step)
         if self.config.tuning is not None:
-            self._report_trial(validation_loss, step)
+            self._report_trial(metrics or {}, step)
 
-    def _report_trial(self, validation_loss: float | None, step: int) -> None:
-        """A trial's evaluation point is its checkpoint: report the validation loss, stop if pruned.
+    def _report_trial(self, metrics: dict[str, float], step: int) -> None:
+        """A trial's evaluation point is its checkpoint: report the tuned metric, stop if pruned.
 
         Rank 0 asks the study; every rank learns its answer (one all-reduce) and stops at the same step.
         """
         from trainpipe_trainer.tuning import progress_percent
 
+        metric = self.config.tuning.metric
+        value = metrics.get(metric)
         prune = False
-        if self.trial is not None and validation_loss is not None:
-            prune = self.trial.report(validation_loss, progress=progress_percent(step, self.total_steps))
+        if self.trial is not None and value is not None:
+            prune = self.trial.report(value, progress=progress_percent(step, self.total_steps))
         (votes,) = all_reduce_sums([1.0 if prune else 0.0], self.env)
         if votes == 0 or step >= self.total_steps:
             return
@@ -423,7 +435,7 @@ class Trainer:
         self.checkpoints.close()
         self._log_compute_hours()
         message = trial_pruned_message(self.config.tuning.trial_number, step=step, total_steps=self.total_steps,
-                                       metric=self.config.tuning.metric, value=validation_loss)
+                                       metric=metric, value=value)
         if self.env.is_main:
             print(message, flush=True)
             self.tracker.set_tags({"trainpipe.trial_state": "pruned", "trainpipe.pruned_at_step": str(step)})

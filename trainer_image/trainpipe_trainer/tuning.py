@@ -59,9 +59,15 @@ def storage_for_config(url: str) -> str:
 
 
 def make_pruner(name: str, options: dict[str, Any]) -> optuna.pruners.BasePruner:
+    """The study's pruner from the plan's name and keyword arguments (``PRUNER_ARGUMENTS``); the
+    resource is the percent of a trial done, so Hyperband's maximum is ``TUNING_MAX_RESOURCE``."""
     optuna = import_optuna()
     if name == "hyperband":
         return optuna.pruners.HyperbandPruner(max_resource=TUNING_MAX_RESOURCE, **options)
+    if name == "successive_halving":
+        # Asynchronous: a trial is judged at a rung against the trials that reached it so far, so
+        # trials running side by side never wait for each other.
+        return optuna.pruners.SuccessiveHalvingPruner(**options)
     if name == "median":
         return optuna.pruners.MedianPruner(**options)
     return optuna.pruners.NopPruner()

@@ -115,7 +115,8 @@ def _parent_run(hook: MlflowHook, plan: PipelinePlan, run: RunContext, name: str
 
     settings = {"metric": tuning.metric, "direction": tuning.direction, "n_trials": tuning.n_trials,
                 "max_parallel": tuning.max_parallel, "sampler": tuning.sampler, "seed": tuning.seed,
-                "pruner": tuning.pruner, "trial_epochs": tuning.trial_epochs,
+                "pruner": tuning.pruner, "pruner_options": json.dumps(tuning.pruner_options, sort_keys=True),
+                "trial_epochs": tuning.trial_epochs,
                 "timeout_seconds": tuning.timeout.total_seconds() if tuning.timeout else None}
     params = [Param(f"tuning.{k}", str(v)) for k, v in settings.items()]
     params += [Param(f"space.{d.name}", json.dumps({d.distribution: list(d.choices) or [d.low, d.high]}))
@@ -222,7 +223,7 @@ def run_trial(plan: PipelinePlan, slot: int, snapshot: SnapshotInfo, *, settings
     frozen = live.trials[trial.number]
     values = frozen.intermediate_values
     if state == "complete" and not values:
-        state, reason = "failed", f"the trainer reported no {tuning.metric} (no checkpoint with a validation loss)"
+        state, reason = "failed", f"the trainer reported no {tuning.metric} (no checkpoint with a validation split)"
     if state == "complete":
         # The trial's value: its metric at the end of its training (the last evaluation point).
         live.tell(trial.number, values[max(values)])

@@ -21,6 +21,8 @@ from trainpipe.spec.kubernetes import KubernetesSpec
 from trainpipe.spec.types import Duration, parse_duration  # noqa: F401 - parse_duration re-exported
 # The choice lists the trainer also reads: defined once, in the trainer contract (ADR 0002).
 from trainpipe_trainer.config import (
+    CHECKPOINT_METRICS,
+    PRUNERS,
     CategoricalEncoding,
     Direction,
     FeatureType,
@@ -785,20 +787,102 @@ class DistributionSpec(_Model):
         return list(self.choice if self.choice is not None else (self.log_uniform or self.uniform or self.int_range))
 
 
+# Each pruner's options when the spec leaves them out, chosen by measurement (docs/benchmarks.md,
+# "Hyperparameter search pruning"). Resources are percent of a trial's training (TUNING_MAX_RESOURCE).
+# Optuna's bootstrap_count is left out on purpose: a trial cannot wait at a rung, so it stops the
+# first bootstrap_count trials to reach each rung outright.
+PRUNER_DEFAULTS: dict[str, dict[str, int]] = {
+    "hyperband": {"min_resource": 5, "reduction_factor": 3},
+    "successive_halving": {"min_resource": 10, "reduction_factor": 3, "min_early_stopping_rate": 0},
+    "median": {"n_startup_trials": 2, "min_resource": 10},
+    "none": {},
+}
+DEFAULT_PRUNER = "hyperband"
+
+
+def _defaults_of(option: str) -> str:
+    return ", ".join(f"{name} {options[option]}" for name, options in PRUNER_DEFAULTS.items() if option in options)
+
+
+def _known_pruner(value: Any) -> Any:
+    if isinstance(value, str) and value not in PRUNERS:
+        import difflib
+
+        close = difflib.get_close_matches(value, PRUNERS, n=1, cutoff=0.5)
+        raise ValueError(f"unknown pruner {value!r}; " + (f"did you mean `{close[0]}`?" if close else
+                         f"use one of {', '.join(PRUNERS)} (successive_halving is asynchronous successive halving, ASHA)"))
+    return value
+
+
+def _normalise_pruner(value: Any) -> Any:
+    # The short form: a bare name is that pruner with its default options.
+    return {"type": _known_pruner(value)} if isinstance(value, str) else value
+
+
+class PrunerSpec(_Model):
+    """Which pruner stops poor trials early, and its options (each applies to the types it names)."""
+
+    type: PrunerName = Field(
+        description="hyperband (several successive-halving brackets), successive_halving (asynchronous: suits "
+        "parallel trials), median (stop below the median of earlier trials at the same point) or none.",
+        examples=["successive_halving"])
+    min_resource: int | None = Field(
+        default=None, ge=0, le=99,
+        description="Percent of a trial's training before which no trial is stopped: the first rung of hyperband "
+        f"and successive_halving (>= 1), median's warm-up. Defaults: {_defaults_of('min_resource')}.",
+        examples=[10])
+    reduction_factor: int | None = Field(
+        default=None, ge=2, le=10,
+        description="hyperband, successive_halving: each rung keeps the best 1/reduction_factor of the trials that "
+        f"reach it, and the next rung is reduction_factor times further. Defaults: {_defaults_of('reduction_factor')}.",
+        examples=[3])
+    min_early_stopping_rate: int | None = Field(
+        default=None, ge=0, le=6,
+        description="successive_halving: the first rung is at min_resource x reduction_factor^min_early_stopping_rate. "
+        f"Default: {_defaults_of('min_early_stopping_rate')}.",
+        examples=[0])
+    n_startup_trials: int | None = Field(
+        default=None, ge=0, le=1000,
+        description=f"median: trials that finish before any is stopped. Default: {_defaults_of('n_startup_trials')}.",
+        examples=[2])
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _known_type(cls, value: Any) -> Any:
+        return _known_pruner(value)
+
+    def options(self) -> dict[str, int]:
+        """Every option of this type: the given ones over the measured defaults."""
+        defaults = PRUNER_DEFAULTS[self.type]
+        return {name: getattr(self, name) if getattr(self, name) is not None else default
+                for name, default in defaults.items()}
+
+
 class TuningSpec(_Model):
-    metric: Literal["validation_loss"] = Field(
+    metric: str = Field(
         default="validation_loss",
-        description="What a trial optimises, reported by the trainer at each checkpoint (the evaluation point).",
-        examples=["validation_loss"])
-    direction: Direction = Field(default="minimize", description="Optimisation direction.", examples=["minimize"])
+        description="What a trial optimises: a metric the trainer computes on the validation split at each checkpoint "
+        "(the evaluation point). " + "; ".join(f"{task}: {', '.join(metrics)}" for task, metrics in CHECKPOINT_METRICS.items())
+        + ".",
+        examples=["validation_auc"])
+    direction: Direction | None = Field(
+        default=None, description="Optimisation direction; the metric's own when omitted (maximize for "
+        "validation_auc and validation_accuracy, minimize for the others).", examples=["maximize"])
     n_trials: int = Field(ge=1, le=1000, description="Trials in the study (one mapped Airflow task each).", examples=[20])
     max_parallel: int = Field(default=1, ge=1, description="Trials running at once.", examples=[2])
     timeout: Duration | None = Field(
         default=None, description="No trial starts once the study is this old; the ones running finish.", examples=["2h"])
     sampler: Literal["tpe", "random"] = Field(default="tpe", description="Optuna sampler: TPE (Bayesian) or random.", examples=["tpe"])
     seed: int = Field(default=0, ge=0, description="The sampler's seed (a study is reproducible when trials run one at a time).", examples=[0])
-    pruner: PrunerName = Field(
-        default="hyperband", description="Stops poor trials at the trainer's evaluation points.", examples=["hyperband"])
+    pruner: Annotated[
+        PrunerSpec,
+        BeforeValidator(_normalise_pruner),
+        WithJsonSchema({"anyOf": [{"type": "string", "enum": list(PRUNERS)}, PrunerSpec.model_json_schema()]}),
+    ] = Field(
+        default=DEFAULT_PRUNER,
+        description="Stops poor trials at the trainer's evaluation points: a name (hyperband, successive_halving, "
+        "median, none) with its measured default options, or {type: ..., min_resource: ..., ...}.",
+        examples=["successive_halving", {"type": "successive_halving", "min_resource": 5, "reduction_factor": 3}])
     trial_epochs: int | None = Field(
         default=None, ge=1, description="Epochs of each trial; training.epochs when omitted. The final training always runs training.epochs.",
         examples=[2])

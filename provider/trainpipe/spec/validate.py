@@ -23,6 +23,7 @@ from trainpipe.spec.models import (
     CATEGORICAL_ONLY_OPTIONS,
     NUMERIC_ONLY_OPTIONS,
     OVERRIDABLE_PARAMS,
+    PRUNER_DEFAULTS,
     TUNABLE_PARAMS,
     GateSpec,
     PipelineSpec,
@@ -32,6 +33,7 @@ from trainpipe.spec.models import (
     overridden_value,
     param_bounds,
 )
+from trainpipe_trainer.config import CHECKPOINT_METRICS
 
 
 def _fields_by_key(model: type[BaseModel]) -> dict[str, Any]:
@@ -378,6 +380,8 @@ def _tuning_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem
                 add((*here, distribution.kind), f"{value:g} is not a valid {'.'.join(path)}: it must be "
                                                 f"{broken.describe()}; narrow the range")
                 break
+    problems.extend(_tuning_metric_problems(loaded, spec))
+    problems.extend(_pruner_problems(loaded, spec))
     training = spec.training
     if training.launcher != "local":
         add(("tuning",), "trials run with the local launcher only for now; use training.launcher: local, or "
@@ -389,6 +393,60 @@ def _tuning_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem
     if checkpoint.every_n_steps is None and checkpoint.every is None:
         add(("training", "checkpoint"), "tuning reports at each checkpoint, so trials need several: set "
                                         "training.checkpoint.every_n_steps (e.g. a tenth of a trial's steps)")
+    return problems
+
+
+def _tuning_metric_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]:
+    """``tuning.metric`` is one the task's trainer computes at its checkpoints; ``direction`` is its own."""
+    tuning, task = spec.tuning, spec.training.task
+    reported = CHECKPOINT_METRICS[task]
+    if tuning.metric not in reported:
+        others = [t for t, metrics in CHECKPOINT_METRICS.items() if tuning.metric in metrics]
+        if others:
+            why = f"{tuning.metric!r} is computed for {', '.join(others)} only"
+        else:
+            close = difflib.get_close_matches(tuning.metric, list(reported), n=1, cutoff=0.5)
+            why = f"unknown metric {tuning.metric!r}" + (f" (did you mean `{close[0]}`?)" if close else "")
+        return [loaded.problem(("tuning", "metric"), f"{why}; a {task} trainer reports {', '.join(reported)} at each "
+                                                     "checkpoint: tune on one of those")]
+    own = reported[tuning.metric]
+    if tuning.direction is not None and tuning.direction != own:
+        better = "higher" if own == "maximize" else "lower"
+        return [loaded.problem(("tuning", "direction"), f"{tuning.metric} is better {better}, so {tuning.direction} "
+                                                        f"would pick the worst trial; write {own} or leave direction out")]
+    return []
+
+
+def _pruner_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]:
+    """The pruner's options: only those of its type, and settings under which it can still stop a trial."""
+    tuning = spec.tuning
+    pruner = tuning.pruner
+    here = ("tuning", "pruner")
+    problems: list[SpecProblem] = []
+    takes = PRUNER_DEFAULTS[pruner.type]
+    for option in sorted(pruner.model_fields_set - {"type"}):
+        if option not in takes:
+            users = [name for name, options in PRUNER_DEFAULTS.items() if option in options]
+            problems.append(loaded.problem((*here, option), f"{option} is an option of {' and '.join(users)}, not of "
+                f"{pruner.type}; remove it" + (f" ({pruner.type} takes {', '.join(takes)})" if takes else "")))
+    if problems:
+        return problems
+    options = pruner.options()
+    if pruner.type in ("hyperband", "successive_halving"):
+        if options["min_resource"] < 1:
+            problems.append(loaded.problem((*here, "min_resource"), f"{pruner.type}'s first rung needs min_resource >= 1 "
+                                                                    "(percent of a trial)"))
+        else:
+            rate = options.get("min_early_stopping_rate", 0)
+            first = options["min_resource"] * options["reduction_factor"] ** rate
+            if first >= 100:
+                at = "min_early_stopping_rate" if "min_early_stopping_rate" in pruner.model_fields_set else "min_resource"
+                problems.append(loaded.problem((*here, at), f"the first rung lands at {first}% of a trial (min_resource x "
+                    "reduction_factor^min_early_stopping_rate), where every trial has finished: no trial would be "
+                    "stopped; lower it below 100%"))
+    if "n_startup_trials" in takes and options["n_startup_trials"] >= tuning.n_trials:
+        problems.append(loaded.problem((*here, "n_startup_trials"), f"n_startup_trials {options['n_startup_trials']} "
+            f"is not below n_trials {tuning.n_trials}: no trial would ever be stopped; lower it, or use pruner: none"))
     return problems
 
 
