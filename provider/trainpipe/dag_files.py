@@ -195,7 +195,22 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
 
 def airflow_fingerprint() -> str:
     """What a built DAG depends on beyond the plan: Airflow's version and configuration (read once
-    per parse; a config change takes effect at the next parse, as it does without the cache)."""
+    per process and environment, as ``dag_builder`` reads Airflow's defaults: each parse of the
+    dag-processor is a new process, so a config change takes effect at the next parse, as it does
+    without the cache). Reading the whole configuration costs milliseconds: once per DAG file, it
+    was a tenth of a cold parse of a folder of 1,000 specs, 64 files in one process."""
+    environment = tuple(sorted(item for item in os.environ.items() if item[0].startswith("AIRFLOW")))
+    fingerprint = _AIRFLOW_FINGERPRINTS.get(environment)
+    if fingerprint is None:
+        fingerprint = _AIRFLOW_FINGERPRINTS[environment] = _read_airflow_fingerprint()
+    return fingerprint
+
+
+# The Airflow environment variables (AIRFLOW_HOME, AIRFLOW_CONFIG, AIRFLOW__*) -> airflow_fingerprint().
+_AIRFLOW_FINGERPRINTS: dict[tuple[tuple[str, str], ...], str] = {}
+
+
+def _read_airflow_fingerprint() -> str:
     from importlib import metadata
 
     from airflow.sdk.configuration import conf

@@ -171,7 +171,8 @@ class PlanCache:
         return plan
 
     def put(self, key: str, plan: PipelinePlan) -> None:
-        self._used[key] = (plan.spec_file, plan.spec_sha256, "", pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL))
+        # Pickled at ``save`` if no DAG joins it (``put_dag``): a cold parse pickles each plan once, with its DAG.
+        self._used[key] = (plan.spec_file, plan.spec_sha256, "", None)
         self._plans[key] = plan
         self._changed = True
 
@@ -235,7 +236,16 @@ class PlanCache:
         costs the next parse its hits."""
         if not self._changed and (not complete or self._used.keys() == self._stored.keys()):
             return
-        self._write(self.path, self._used if complete else {**self._stored, **self._used})
+        used = {}
+        for key, (name, spec_sha256, airflow, payload) in self._used.items():
+            if payload is None:  # a plan whose DAG was not built or not cached
+                try:
+                    payload = pickle.dumps(self._plans[key], protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception as err:
+                    log.debug("trainpipe: plan of %s not cached (%s: %s)", name, type(err).__name__, err)
+                    continue
+            used[key] = (name, spec_sha256, airflow, payload)
+        self._write(self.path, used if complete else {**self._stored, **used})
 
     def _write(self, path: Path, entries: dict) -> None:
         try:
