@@ -138,7 +138,7 @@ def register_dags(namespace: dict[str, Any], directory: Path, *,
     only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
     cache = PlanCache(root, f"shard{number:02d}" if shard is not None else "all").load()
     try:
-        return _register(namespace, directory, root, only, mine, others, cache)
+        return _register(namespace, directory, root, only, mine, others, cache, number if shard is not None else None)
     except BaseException:
         # Interrupted (Airflow's import timeout is a BaseException): keep what this parse compiled,
         # so that the next parse of an overloaded dag-processor starts further on.
@@ -148,7 +148,7 @@ def register_dags(namespace: dict[str, Any], directory: Path, *,
 
 
 def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str | None, mine: list[Path] | None,
-              others: list[str], cache: PlanCache) -> CompileResult:
+              others: list[str], cache: PlanCache, shard: int | None) -> CompileResult:
     from trainpipe.airflow_compat import report_spec_errors
     from trainpipe.dag_builder import build_dag
     from trainpipe.factory import compile_directory, unexpected_failure
@@ -166,6 +166,8 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
         result.cached.update(elsewhere.cached)
     elif only is None:
         _drop_cross_shard_duplicates(result, mine or [], others, root, cache)
+        if shard is not None and namespace.get("__file__"):
+            _mark_changed_shards(cache, root, shard, len(mine or []) + len(others), str(namespace["__file__"]))
     if only is not None:
         here = str(namespace.get("__file__", ""))
         for dag_id in [d for d in result.plans if _REGISTERED_FOR_CONTEXT.setdefault(d, here) != here]:
@@ -256,6 +258,31 @@ def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others
         names = ", ".join(_display(Path(other), root.parent) for other in elsewhere[dag_id])
         result.errors[plan.spec_file] = _duplicate(None, result.files[plan.spec_file], plan.spec_file, dag_id,
                                                    f"is also declared in {names}")
+
+
+def _mark_changed_shards(cache: PlanCache, root: Path, shard: int, spec_count: int, dag_file: str) -> None:
+    """Mark modified (``os.utime``) the DAG file of each other shard whose specs were added, changed
+    or removed since the last parse looked (``cache.changed_files``), so that a dag-processor with
+    ``[dag_processor] file_parsing_sort_mode = modified_time`` parses that file next, instead of
+    when its turn comes round again (ADR 0022). Only the time stamp changes, never the file. Best
+    effort: a DAG file that cannot be touched (read-only image) keeps its turn."""
+    known = cache.dag_files()
+    cache.record_dag_file(shard, dag_file, known)
+    count = shard_count(spec_count)
+    targets = set()
+    for path in cache.changed_files:
+        try:
+            targets.add(shard_of(Path(path).relative_to(root).as_posix(), count))
+        except ValueError:
+            continue
+    for target in sorted(targets - {shard}):
+        other = known.get(target)
+        if not isinstance(other, str) or not other.endswith(".py") or other == dag_file:
+            continue
+        try:
+            os.utime(other)
+        except OSError as err:
+            log.debug("trainpipe: could not mark %s modified (%s)", other, err)
 
 
 @contextmanager

@@ -103,6 +103,11 @@ class PlanCache:
         # The pipeline id each spec file of the folder declares, by path and file signature: shared by
         # every shard of the folder (each needs the others' ids to refuse a duplicate).
         self.ids_path = self.folder / f"{root_id}-ids.pickle"
+        # Shard number -> the DAG file that compiles it, as each file last recorded itself: a parse that
+        # finds another shard's spec added, changed or removed marks that file modified (dag_files).
+        self.dag_files_path = self.folder / f"{root_id}-dag-files.pickle"
+        # The spec files added, changed or removed since the index's last look (declared_ids).
+        self.changed_files: list[str] = []
         # key -> (display name, sha256 of the spec text, Airflow fingerprint or "", payload): the payload
         # is the pickled plan, or the pickled (plan, DAG) when the fingerprint is set. One pickle for
         # both because the DAG's operators hold the plan: it is unpickled once, not twice.
@@ -227,8 +232,20 @@ class PlanCache:
             fresh[path] = entry
             declared[path] = entry[4]
         if changed:
+            if index:  # an empty (new or unreadable) index knows no earlier state to differ from
+                self.changed_files = [path for path, entry in fresh.items() if index.get(path) != entry]
+                self.changed_files += [path for path in index if path not in fresh]
             self._write(self.ids_path, fresh)
         return declared
+
+    def dag_files(self) -> dict:
+        """Shard number -> the DAG file that last compiled it (what ``record_dag_file`` kept)."""
+        return self._read_or_empty(self.dag_files_path)
+
+    def record_dag_file(self, shard: int, dag_file: str, known: dict) -> None:
+        """Keep ``dag_file`` as the file of ``shard`` (``known``: ``dag_files()``; written only on a change)."""
+        if known.get(shard) != dag_file:
+            self._write(self.dag_files_path, {**known, shard: dag_file})
 
     def save(self, *, complete: bool = True) -> None:
         """Keep exactly the entries used by this parse, or for an interrupted parse (``complete``
