@@ -18,13 +18,14 @@ import gc
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import DagFileError
-from trainpipe.spec_files import list_specs
+from trainpipe.spec_files import defaults_files, list_specs
 
 if TYPE_CHECKING:
     from trainpipe.factory import CompileResult
@@ -260,16 +261,19 @@ def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others
                                                    f"is also declared in {names}")
 
 
-def _mark_changed_shards(cache: PlanCache, root: Path, shard: int, spec_count: int, dag_file: str) -> None:
+def _mark_changed_shards(cache: PlanCache, root: Path, shard: int | None, spec_count: int, dag_file: str | None,
+                         *, every_shard: bool = False) -> None:
     """Mark modified (``os.utime``) the DAG file of each other shard whose specs were added, changed
-    or removed since the last parse looked (``cache.changed_files``), so that a dag-processor with
-    ``[dag_processor] file_parsing_sort_mode = modified_time`` parses that file next, instead of
-    when its turn comes round again (ADR 0022). Only the time stamp changes, never the file. Best
-    effort: a DAG file that cannot be touched (read-only image) keeps its turn."""
+    or removed since the last look (``cache.changed_files``), or of every shard (``every_shard``), so
+    that a dag-processor with ``[dag_processor] file_parsing_sort_mode = modified_time`` parses that
+    file next, instead of when its turn comes round again (ADR 0022). ``shard``/``dag_file``: the
+    parsing DAG file, recorded as its shard's file (None from the watcher). Only the time stamp
+    changes, never the file. Best effort: a DAG file that cannot be touched (read-only) keeps its turn."""
     known = cache.dag_files()
-    cache.record_dag_file(shard, dag_file, known)
+    if shard is not None and dag_file is not None:
+        cache.record_dag_file(shard, dag_file, known)
     count = shard_count(spec_count)
-    targets = set()
+    targets = set(known) if every_shard else set()
     for path in cache.changed_files:
         try:
             targets.add(shard_of(Path(path).relative_to(root).as_posix(), count))
@@ -283,6 +287,53 @@ def _mark_changed_shards(cache: PlanCache, root: Path, shard: int, spec_count: i
             os.utime(other)
         except OSError as err:
             log.debug("trainpipe: could not mark %s modified (%s)", other, err)
+
+
+def watch_specs(stop: threading.Event, every: float) -> None:
+    """The dag-processor's watcher (``trainpipe.listeners.spec_watch``): every ``every`` seconds until
+    ``stop``, look at the configs folder of ``[core] dags_folder`` (``TRAINPIPE_DAG_CONFIGS``, or the
+    nearest ``dag_configs/``) as a shard's parse does (a listing, a stat per spec against the shared
+    pipeline id index) and mark modified the DAG files whose specs changed; every DAG file when a
+    ``_defaults.yaml`` or the platform policy changed. Never raises: a failed look is logged once and
+    tried again."""
+    from airflow.configuration import conf
+
+    from trainpipe.plan_cache import PlanCache
+    from trainpipe.policy import POLICY_ENV
+
+    root = specs_folder_for(str(Path(conf.get("core", "dags_folder")) / "trainpipe_dags.py"), None).resolve()
+    cache = PlanCache(root, "watch")
+    log.info("trainpipe: watching the specs folder %s every %.0f s", root, every)
+    shared: dict[str, tuple[int, int, int, int]] | None = None
+    failed = False
+    while not stop.wait(every):
+        try:
+            specs = list_specs(root)
+            cache.changed_files = []
+            cache.declared_ids([path for _, path in specs], declared_pipeline_id)
+            policy = os.environ.get(POLICY_ENV)
+            now = _signatures([*defaults_files(root), *([policy] if policy else [])])
+            every_shard = shared is not None and now != shared
+            shared = now
+            if cache.changed_files or every_shard:
+                _mark_changed_shards(cache, root, None, len(specs), None, every_shard=every_shard)
+            failed = False
+        except Exception as err:  # the dag-processor keeps parsing on its own schedule
+            if not failed:
+                log.warning("trainpipe: the specs folder watcher could not look at %s (%s: %s); trying again every "
+                            "%.0f s", root, type(err).__name__, err, every)
+            failed = True
+
+
+def _signatures(paths: list[str]) -> dict[str, tuple[int, int, int, int]]:
+    found = {}
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        found[path] = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    return found
 
 
 @contextmanager
