@@ -113,7 +113,8 @@ def _cpu_seconds(process: psutil.Process) -> float:
     return total
 
 
-def measure(size: int, trials: int, overrides: dict[str, str], work: Path, timeout: float) -> dict:
+def measure(size: int, trials: int, overrides: dict[str, str], work: Path, timeout: float,
+            deadline: float) -> dict:
     configs = work / "dag_configs"
     _write_specs(configs, size)
     airflow_home = work / "airflow"
@@ -159,6 +160,9 @@ def measure(size: int, trials: int, overrides: dict[str, str], work: Path, timeo
         template, template_id = existing[0].read_text(), existing[0].stem
         new, edited, deleted = [], [], []
         for trial in range(trials):
+            if time.monotonic() > deadline:
+                print(f"  --stop-after reached: {trial} trials", flush=True)
+                break
             time.sleep(rng.uniform(0, 10))  # a moment of the dag-processor's cycle chosen by chance
             dag_id = f"n{trial:03d}_{size}"
             path = configs / f"team{rng.randrange(TEAM_FOLDERS):02d}" / f"{dag_id}.yaml"
@@ -206,8 +210,13 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for one change")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="an Airflow setting to override, as its environment variable")
+    parser.add_argument("--stop-after", type=float, default=float("inf"), metavar="SECONDS",
+                        help="start no trial after this many seconds of the whole run (fewer trials, reported)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs) when done")
     args = parser.parse_args()
+    deadline = time.monotonic() + args.stop_after
+    # Stopped with SIGTERM, the dag-processor is still stopped (the finally blocks run).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     overrides = dict(item.split("=", 1) for item in args.set)
     settings = {**DAG_PROCESSOR_SETTINGS, **overrides}
     print(f"spec latency: airflow dag-processor over {REPO.name}/dags (64 DAG files), SQLite, {os.cpu_count()} CPUs, "
@@ -217,7 +226,7 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix=f"trainpipe-spec-latency-{size}-"))
         print(f"\n{size:,} specs (work folder {work.name}):", flush=True)
         try:
-            figures = measure(size, args.trials, overrides, work, args.timeout)
+            figures = measure(size, args.trials, overrides, work, args.timeout, deadline)
         finally:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)

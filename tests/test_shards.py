@@ -312,6 +312,8 @@ def test_the_dag_processors_watcher_marks_modified_the_files_of_changed_specs_an
     monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
+    # Airflow marks a deleted spec's DAG stale only at a parse this long after the last that had it.
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD", "3")
     monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", raising=False)
     for shard, path in files.items():
         path.write_text("")
@@ -340,6 +342,8 @@ def test_the_dag_processors_watcher_marks_modified_the_files_of_changed_specs_an
         assert marked_after(lambda: (configs / "team" / "new.yaml").write_text(_spec("new"))) == {
             shard_of("team/new.yaml", count)}
         assert marked_after(lambda: (configs / "team" / "p0003.yaml").unlink()) == {shard_of("team/p0003.yaml", count)}
+        # ... and once more after the threshold, so that the parse then finds the DAG gone and stale.
+        assert marked_after(lambda: None) == {shard_of("team/p0003.yaml", count)}
         # A defaults file changes every spec under it: every DAG file is marked.
         assert marked_after(lambda: (configs / "team" / "_defaults.yaml").write_text("owner: team\n")) == set(files)
     finally:

@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -272,14 +273,23 @@ def _mark_changed_shards(cache: PlanCache, root: Path, shard: int | None, spec_c
     known = cache.dag_files()
     if shard is not None and dag_file is not None:
         cache.record_dag_file(shard, dag_file, known)
+    targets = set(known) if every_shard else _shards_of(cache.changed_files, root, spec_count)
+    _mark_modified(known, targets - {shard}, dag_file)
+
+
+def _shards_of(paths: list[str], root: Path, spec_count: int) -> set[int]:
     count = shard_count(spec_count)
-    targets = set(known) if every_shard else set()
-    for path in cache.changed_files:
+    shards = set()
+    for path in paths:
         try:
-            targets.add(shard_of(Path(path).relative_to(root).as_posix(), count))
+            shards.add(shard_of(Path(path).relative_to(root).as_posix(), count))
         except ValueError:
             continue
-    for target in sorted(targets - {shard}):
+    return shards
+
+
+def _mark_modified(known: dict, targets: set[int], dag_file: str | None = None) -> None:
+    for target in sorted(targets):
         other = known.get(target)
         if not isinstance(other, str) or not other.endswith(".py") or other == dag_file:
             continue
@@ -304,6 +314,10 @@ def watch_specs(stop: threading.Event, every: float) -> None:
     root = specs_folder_for(str(Path(conf.get("core", "dags_folder")) / "trainpipe_dags.py"), None).resolve()
     cache = PlanCache(root, "watch")
     log.info("trainpipe: watching the specs folder %s every %.0f s", root, every)
+    # Airflow marks a DAG stale when its file's parse ends stale_dag_threshold after the last parse that
+    # had it; the file of a deleted spec was likely parsed just before, so it is marked once more then.
+    stale_after = conf.getfloat("dag_processor", "stale_dag_threshold") + 2 * every
+    again: dict[int, float] = {}  # shard -> when its file is marked again (a spec of it deleted)
     shared: dict[str, tuple[int, int, int, int]] | None = None
     failed = False
     while not stop.wait(every):
@@ -317,6 +331,14 @@ def watch_specs(stop: threading.Event, every: float) -> None:
             shared = now
             if cache.changed_files or every_shard:
                 _mark_changed_shards(cache, root, None, len(specs), None, every_shard=every_shard)
+                deleted = [path for path in cache.changed_files if not os.path.lexists(path)]
+                for target in _shards_of(deleted, root, len(specs)):
+                    again[target] = time.monotonic() + stale_after
+            due = {target for target, when in again.items() if when <= time.monotonic()}
+            if due:
+                _mark_modified(cache.dag_files(), due)
+                for target in due:
+                    del again[target]
             failed = False
         except Exception as err:  # the dag-processor keeps parsing on its own schedule
             if not failed:
