@@ -25,6 +25,7 @@ Targets at 20,000 specs: a new or edited spec live within 60 s, 90th percentile 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import shutil
@@ -63,8 +64,9 @@ def _write(path: Path, text: str) -> None:
 
 
 def _percentile(values: list[float], fraction: float) -> float:
+    """Nearest rank: the smallest value at least ``fraction`` of the values are at or below."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))]
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
 class Database:
