@@ -240,3 +240,113 @@ def test_importing_trainpipe_for_load_dags_imports_neither_the_compiler_nor_airf
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_parse_marks_modified_the_dag_files_of_the_shards_whose_specs_changed_and_only_those(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from trainpipe import load_dags
+
+    configs = tmp_path / "dag_configs"
+    configs.mkdir()
+    for i in range(SPEC_COUNT):
+        (configs / f"p{i:04d}.yaml").write_text(_spec(f"p{i:04d}"))
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    files = {shard: dags / f"dags_{shard:02d}.py" for shard in range(SHARD_FILES)}
+    for shard, path in files.items():
+        path.write_text(f"from trainpipe import load_dags\n\nload_dags(globals(), shards={SHARD_FILES}, shard={shard})\n")
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", raising=False)
+
+    def parse(shard: int) -> dict:
+        namespace = {"__file__": str(files[shard])}
+        load_dags(namespace, shards=SHARD_FILES, shard=shard)
+        return namespace
+
+    for shard in files:  # the first parse of every file: each records itself, nothing is marked
+        parse(shard)
+    old = 1_000_000_000
+    for path in files.values():
+        os.utime(path, (old, old))
+    count = shard_count(SPEC_COUNT + 1)
+    edited, removed = "p0001.yaml", "p0002.yaml"
+    added = next(name for i in range(1000) if shard_of(name := f"new{i}.yaml", count)
+                 not in {shard_of(edited, count), shard_of(removed, count)})
+    (configs / edited).write_text(_spec("p0001").replace("  epochs: 8", "  epochs: 9"))
+    (configs / removed).unlink()
+    (configs / added).write_text(_spec("added"))
+    changed = {shard_of(name, count) for name in (edited, removed, added)}
+    reader = next(shard for shard in range(SHARD_FILES) if shard not in changed)
+    texts = {shard: path.read_text() for shard, path in files.items()}
+
+    assert "added" not in parse(reader)
+
+    touched = {shard for shard, path in files.items() if path.stat().st_mtime > old}
+    assert touched == changed
+    assert {shard: path.read_text() for shard, path in files.items()} == texts  # only their time stamps
+    # Each marked file then compiles its change; a later parse marks nothing again.
+    assert "added" in parse(shard_of(added, count))
+    assert parse(shard_of(edited, count))["p0001"].params["epochs"] == 9
+    for path in files.values():
+        os.utime(path, (old, old))
+    parse(reader)
+    assert all(path.stat().st_mtime == old for path in files.values())
+
+
+def test_the_dag_processors_watcher_marks_modified_the_files_of_changed_specs_and_all_of_them_for_defaults(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import threading
+    import time
+
+    from trainpipe import load_dags
+    from trainpipe.dag_files import watch_specs
+
+    configs = tmp_path / "dag_configs"
+    (configs / "team").mkdir(parents=True)
+    for i in range(SPEC_COUNT):
+        (configs / "team" / f"p{i:04d}.yaml").write_text(_spec(f"p{i:04d}"))
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    files = {shard: dags / f"dags_{shard:02d}.py" for shard in range(SHARD_FILES)}
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
+    # Airflow marks a deleted spec's DAG stale only at a parse this long after the last that had it.
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD", "3")
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", raising=False)
+    for shard, path in files.items():
+        path.write_text("")
+        load_dags({"__file__": str(path)}, shards=SHARD_FILES, shard=shard)
+    old = 1_000_000_000
+
+    def marked_after(change) -> set[int]:
+        for path in files.values():
+            os.utime(path, (old, old))
+        change()
+        deadline = time.monotonic() + 60  # a no-hang bound: the watcher looks every 0.05 s
+        while time.monotonic() < deadline:
+            marked = {shard for shard, path in files.items() if path.stat().st_mtime > old}
+            if marked:
+                time.sleep(0.3)  # every mark of one look
+                return {shard for shard, path in files.items() if path.stat().st_mtime > old}
+            time.sleep(0.05)
+        return set()
+
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch_specs, args=(stop, 0.05), daemon=True)
+    watcher.start()
+    try:
+        time.sleep(0.5)  # its first look
+        count = shard_count(SPEC_COUNT + 1)
+        assert marked_after(lambda: (configs / "team" / "new.yaml").write_text(_spec("new"))) == {
+            shard_of("team/new.yaml", count)}
+        assert marked_after(lambda: (configs / "team" / "p0003.yaml").unlink()) == {shard_of("team/p0003.yaml", count)}
+        # ... and once more after the threshold, so that the parse then finds the DAG gone and stale.
+        assert marked_after(lambda: None) == {shard_of("team/p0003.yaml", count)}
+        # A defaults file changes every spec under it: every DAG file is marked.
+        assert marked_after(lambda: (configs / "team" / "_defaults.yaml").write_text("owner: team\n")) == set(files)
+    finally:
+        stop.set()
+        watcher.join(timeout=60)
+    assert not watcher.is_alive()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from trainpipe.errors import MissingExtraError, SpecError, SpecProblem
 from trainpipe.plan import PipelinePlan, build_plan
 from trainpipe.policy import FAULT_INJECTION_ENV, POLICY_ENV
-from trainpipe.spec_files import list_specs
+from trainpipe.spec_files import DEFAULTS_FILE, list_specs
 from trainpipe.spec.loader import LoadedYaml, load_yaml_text, merge_defaults, read_spec_text
 
 if TYPE_CHECKING:
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULTS_FILE = "_defaults.yaml"
 _PIPELINE_ID_LINE = re.compile(r"^pipeline_id:\s*['\"]?([A-Za-z][A-Za-z0-9_\-]*)", re.MULTILINE)
 
 

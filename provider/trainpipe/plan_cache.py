@@ -103,6 +103,11 @@ class PlanCache:
         # The pipeline id each spec file of the folder declares, by path and file signature: shared by
         # every shard of the folder (each needs the others' ids to refuse a duplicate).
         self.ids_path = self.folder / f"{root_id}-ids.pickle"
+        # Shard number -> the DAG file that compiles it, as each file last recorded itself: a parse that
+        # finds another shard's spec added, changed or removed marks that file modified (dag_files).
+        self.dag_files_path = self.folder / f"{root_id}-dag-files.pickle"
+        # The spec files added, changed or removed since the index's last look (declared_ids).
+        self.changed_files: list[str] = []
         # key -> (display name, sha256 of the spec text, Airflow fingerprint or "", payload): the payload
         # is the pickled plan, or the pickled (plan, DAG) when the fingerprint is set. One pickle for
         # both because the DAG's operators hold the plan: it is unpickled once, not twice.
@@ -171,7 +176,8 @@ class PlanCache:
         return plan
 
     def put(self, key: str, plan: PipelinePlan) -> None:
-        self._used[key] = (plan.spec_file, plan.spec_sha256, "", pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL))
+        # Pickled at ``save`` if no DAG joins it (``put_dag``): a cold parse pickles each plan once, with its DAG.
+        self._used[key] = (plan.spec_file, plan.spec_sha256, "", None)
         self._plans[key] = plan
         self._changed = True
 
@@ -226,8 +232,20 @@ class PlanCache:
             fresh[path] = entry
             declared[path] = entry[4]
         if changed:
+            if index:  # an empty (new or unreadable) index knows no earlier state to differ from
+                self.changed_files = [path for path, entry in fresh.items() if index.get(path) != entry]
+                self.changed_files += [path for path in index if path not in fresh]
             self._write(self.ids_path, fresh)
         return declared
+
+    def dag_files(self) -> dict:
+        """Shard number -> the DAG file that last compiled it (what ``record_dag_file`` kept)."""
+        return self._read_or_empty(self.dag_files_path)
+
+    def record_dag_file(self, shard: int, dag_file: str, known: dict) -> None:
+        """Keep ``dag_file`` as the file of ``shard`` (``known``: ``dag_files()``; written only on a change)."""
+        if known.get(shard) != dag_file:
+            self._write(self.dag_files_path, {**known, shard: dag_file})
 
     def save(self, *, complete: bool = True) -> None:
         """Keep exactly the entries used by this parse, or for an interrupted parse (``complete``
@@ -235,7 +253,16 @@ class PlanCache:
         costs the next parse its hits."""
         if not self._changed and (not complete or self._used.keys() == self._stored.keys()):
             return
-        self._write(self.path, self._used if complete else {**self._stored, **self._used})
+        used = {}
+        for key, (name, spec_sha256, airflow, payload) in self._used.items():
+            if payload is None:  # a plan whose DAG was not built or not cached
+                try:
+                    payload = pickle.dumps(self._plans[key], protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception as err:
+                    log.debug("trainpipe: plan of %s not cached (%s: %s)", name, type(err).__name__, err)
+                    continue
+            used[key] = (name, spec_sha256, airflow, payload)
+        self._write(self.path, used if complete else {**self._stored, **used})
 
     def _write(self, path: Path, entries: dict) -> None:
         try:

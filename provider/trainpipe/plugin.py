@@ -1,4 +1,5 @@
-"""trainpipe's Airflow plugin (entry point ``airflow.plugins`` in pyproject.toml): the run-note listener, and
+"""trainpipe's Airflow plugin (entry point ``airflow.plugins`` in pyproject.toml): the run-note listener, the
+specs folder's watcher in the dag-processor (ADR 0022), and
 the fleet view (ADR 0019): a FastAPI app at ``/trainpipe`` (API and pages) with a "Training pipelines" entry
 in the UI's navigation.
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from trainpipe.listeners import run_notes
+from trainpipe.listeners import run_notes, spec_watch
 
 
 class _LazyApps(list):
@@ -37,7 +38,7 @@ class _LazyApps(list):
 
 class TrainpipePlugin(AirflowPlugin):
     name = "trainpipe"
-    listeners = [run_notes]
+    listeners = [run_notes, spec_watch]
     fastapi_apps = _LazyApps()
     external_views = [
         {

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 SPEC_SUFFIXES = (".yaml", ".yml")
+# Merged under the specs of its folder and below (trainpipe.factory); not a spec itself.
+DEFAULTS_FILE = "_defaults.yaml"
 
 
 def list_specs(root: Path) -> list[tuple[str, str]]:
@@ -37,3 +39,25 @@ def list_specs(root: Path) -> list[tuple[str, str]]:
     # Path order compares part by part: "a/b" before "a-b". NUL sorts below any character of a name.
     found.sort(key=lambda item: item[0].replace("/", "\0"))
     return found
+
+
+def defaults_files(root: Path) -> list[str]:
+    """Every ``_defaults.yaml`` under ``root`` (the compiler merges them under the specs of their folder
+    and below), walked as ``list_specs`` walks."""
+    found: list[str] = []
+    pending = [str(root)]
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name == DEFAULTS_FILE:
+                found.append(entry.path)
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+            except OSError:
+                continue
+    return sorted(found)

@@ -53,6 +53,29 @@ BACKING = ("postgres", "redis", "s3", "mail")
 AIRFLOW = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "airflow-worker")
 SERVICES = (*BACKING, "mlflow", *AIRFLOW)
 
+# How soon a written, edited or deleted spec is served, from 1 to 20,000 specs (docs/large-spec-folders.md,
+# measured by benchmarks/spec_latency.py); docker-compose.yaml sets the same values.
+DAG_PROCESSOR_SETTINGS = {
+    # trainpipe's watcher in the dag-processor marks modified the DAG file whose specs were written,
+    # edited or deleted (ADR 0022); sorted by modification time (the default mode, named because
+    # trainpipe relies on it), that file is parsed next. The DAG files are listed and the queue
+    # re-sorted every 10 s (default 300 s).
+    "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+    "AIRFLOW__DAG_PROCESSOR__FILE_PARSING_SORT_MODE": "modified_time",
+    # Unchanged DAG files are parsed again every 10 minutes (default 30 s): a change is parsed at once
+    # anyway, and at 20,000 specs a round of all files takes minutes, so a shorter interval keeps
+    # the dag-processor parsing all the time with a marked file waiting behind the round.
+    "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+    # A deleted spec's DAG is marked stale when its file's next parse lacks it 10 s after the parse
+    # that had it, looked for every 10 s (defaults 50 s and 60 s).
+    "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": "10",
+    "AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL": "10",
+    # A cold parse of a large folder (after an upgrade: the plan cache is keyed by the code) on a
+    # busy machine: a DAG file's share may take longer than the default 30 s (ADR 0012).
+    "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+    "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
+}
+
 # Environment the stack's processes must not inherit: the Makefile exports the embedded (SQLite)
 # configuration for `make demo`/`make test`, and a stray AWS or MLflow variable would point a service
 # at another store.
@@ -323,10 +346,7 @@ def airflow_env(config: StackConfig, keys: Mapping[str, str]) -> dict[str, str]:
         # tokens with one secret (without it: "Signature verification failed").
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{config.airflow_url}/execution/",
         "AIRFLOW__API_AUTH__JWT_SECRET": keys["jwt_secret"],
-        # One DAG file compiles every spec, so the file re-parse interval is what makes a dropped
-        # YAML a DAG (defaults 300 s / 30 s).
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
+        **DAG_PROCESSOR_SETTINGS,
         # A task whose worker died is failed, and so retried, after 60 s without a heartbeat (default 300).
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
