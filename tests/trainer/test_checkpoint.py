@@ -178,7 +178,7 @@ def test_checkpoint_of_another_shape_or_strategy_is_refused(env: DistEnv, tmp_pa
         Run().manager(tmp_path, env, batch_size=16).restore()
     manifest = tmp_path / "step-1" / "manifest.json"
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": "trainpipe-deepspeed/1"}))
-    expected = "format 'trainpipe-deepspeed/1', this run writes 'trainpipe-dcp/1'"
+    expected = "format 'trainpipe-deepspeed/1', this run writes 'trainpipe-dcp/2'"
     with pytest.raises(CheckpointMismatchError, match=expected):
         Run().manager(tmp_path, env).restore()
 

@@ -47,6 +47,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainpipe_trainer import storage
+from trainpipe_trainer.checkpoint_io import RawReader, RawWriter
 from trainpipe_trainer.config import (
     BEST_CHECKPOINT_POINTER,
     CHECKPOINT_MANIFEST,
@@ -156,7 +157,9 @@ class CheckpointStore:
 
 
 class CheckpointBackend(Protocol):
+    # What this backend writes into the manifest, and which formats it can resume.
     format: str
+    reads: frozenset[str]
 
     def write(self, step: int, rank_blob: bytes) -> Future | None:
         """Start writing this rank's part of ``step-<step>`` (collective); a Future if asynchronous."""
@@ -220,9 +223,14 @@ def staging_threads() -> int:
 
 @dataclass(kw_only=True, slots=True)
 class DcpBackend:
-    """torch.distributed.checkpoint: one shard per rank, model + optimizer + this rank's blob."""
+    """torch.distributed.checkpoint: one shard per rank, model + optimizer + this rank's blob.
 
-    format = "trainpipe-dcp/1"
+    DCP plans what each rank writes and reads (and reshards on load); ``checkpoint_io`` moves the
+    bytes (``trainpipe-dcp/2``). Checkpoints DCP's own writer wrote (``trainpipe-dcp/1``) still resume.
+    """
+
+    format = "trainpipe-dcp/2"
+    reads = frozenset({"trainpipe-dcp/1", "trainpipe-dcp/2"})
 
     store: CheckpointStore
     env: DistEnv
@@ -237,18 +245,13 @@ class DcpBackend:
         self._stager = ReusableCpuStager(threads=staging_threads())
 
     def _writer(self, path: str) -> dcp.StorageWriter:
-        if self.store.is_local:
-            return dcp.FileSystemWriter(path)
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
-
-        return FsspecWriter(self.store.uri(path), **self.store.storage_options)
+        target = path if self.store.is_local else self.store.uri(path)
+        return RawWriter(target, **self.store.storage_options)
 
     def _reader(self, path: str) -> dcp.StorageReader:
-        if self.store.is_local:
-            return dcp.FileSystemReader(path)
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-
-        return FsspecReader(self.store.uri(path), **self.store.storage_options)
+        # Reads both layouts: trainpipe-dcp/2 rank files, and DCP's own of trainpipe-dcp/1 checkpoints.
+        target = path if self.store.is_local else self.store.uri(path)
+        return RawReader(target, **self.store.storage_options)
 
     def write(self, step: int, rank_blob: bytes) -> Future | None:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
@@ -304,6 +307,7 @@ class CheckpointManager:
     # Seconds the loop was blocked by each save (snapshot + start for async, everything for sync).
     blocked_seconds: list[float] = field(init=False, default_factory=list)
     best: tuple[int, float] | None = field(init=False, default=None)
+    # Called on rank 0 as soon as a step's manifest is written (before older checkpoints are pruned).
     on_commit: Callable[[int], None] | None = None
     _in_flight: _InFlight | None = field(init=False, default=None)
 
@@ -362,7 +366,7 @@ class CheckpointManager:
             changes = recorded.differences(self.identity)
             if changes:
                 raise ResumeMismatchError(resume_refusal(where, changes), changes=changes)
-        if manifest.get("format") != self.backend.format:
+        if manifest.get("format") not in self.backend.reads:
             raise CheckpointMismatchError(
                 f"checkpoint {where} has format {manifest.get('format')!r}, this run writes {self.backend.format!r} "
                 "(another strategy); relaunch with the strategy that wrote it or use a new checkpoint.root_uri"
@@ -446,13 +450,13 @@ class CheckpointManager:
             if self.env.is_main:
                 # DCP's coordinator finished: every rank's shard is written. Manifest last.
                 self.store.commit(in_flight.step, in_flight.manifest)
+                if self.on_commit is not None:
+                    self.on_commit(in_flight.step)
                 self.best = self.store.prune(
                     keep_last=self.config.keep_last,
                     keep_best=self.config.keep_best,
                     protect={s for s in (self.resumed_step,) if s is not None},
                 )
-                if self.on_commit is not None:
-                    self.on_commit(in_flight.step)
         except BaseException as err:  # noqa: BLE001 - handed to the training thread by wait()
             in_flight.error = err
         finally:
