@@ -26,9 +26,10 @@ from .helpers import S3
 class Run:
     """A small model, its optimizer and LR schedule, and the counters a checkpoint carries."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, *, features: int = 3, hidden: int = 4) -> None:
         torch.manual_seed(seed)
-        module = build_mlp(n_features=3, config=ModelConfig(hidden_layers=(4,), dropout=0.5))
+        self.features = features
+        module = build_mlp(n_features=features, config=ModelConfig(hidden_layers=(hidden,), dropout=0.5))
         self.model = DistributedDataParallel(module)
         optimization = OptimizationConfig(lr_schedule="cosine", warmup_steps=2)
         self.optimizer = build_optimizer(self.model.parameters(), learning_rate=0.1, config=optimization)
@@ -38,7 +39,7 @@ class Run:
     def train(self, steps: int) -> None:
         for _ in range(steps):
             self.optimizer.zero_grad()
-            loss = self.model(torch.randn(8, 3)).pow(2).mean()
+            loss = self.model(torch.randn(8, self.features)).pow(2).mean()
             loss.backward()
             self.optimizer.step()
             self.scheduler.step()

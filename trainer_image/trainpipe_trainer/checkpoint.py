@@ -47,7 +47,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainpipe_trainer import storage
-from trainpipe_trainer.checkpoint_io import RawReader, RawWriter
+from trainpipe_trainer.checkpoint_io import RawReader, RawWriter, abort_interrupted_uploads
 from trainpipe_trainer.config import (
     BEST_CHECKPOINT_POINTER,
     CHECKPOINT_MANIFEST,
@@ -114,12 +114,16 @@ class CheckpointStore:
         with self.fs.open(f"{self.step_path(step)}/{CHECKPOINT_MANIFEST}", "r", encoding="utf-8") as handle:
             return json.load(handle)
 
-    def remove_uncommitted(self) -> list[int]:
-        """Delete the leftovers of interrupted saves (call before anything writes, on one rank)."""
-        torn = [step for step in self.step_dirs() if not self.is_committed(step)]
+    def remove_uncommitted(self) -> tuple[list[int], list[str]]:
+        """Delete the leftovers of interrupted saves (call before anything writes, on one rank): the
+        uncommitted step folders, and the uploads a killed save left unfinished (S3); both listed."""
+        steps = self.step_dirs()
+        committed = {step for step in steps if self.is_committed(step)}
+        torn = [step for step in steps if step not in committed]
         for step in torn:
             self.fs.rm(self.step_path(step), recursive=True)
-        return torn
+        uploads = abort_interrupted_uploads(self.fs, self.root, keep={checkpoint_dir_name(step) for step in committed})
+        return torn, uploads
 
     def commit(self, step: int, manifest: dict[str, Any]) -> None:
         storage.write_text(
@@ -328,9 +332,11 @@ class CheckpointManager:
             # Every rank raises alike, and before anything in the folder changes.
             self.check_resumable(manifest)
         if self.env.is_main:
-            torn = self.store.remove_uncommitted()
+            torn, uploads = self.store.remove_uncommitted()
             if torn:
                 print(f"checkpoint: removed interrupted saves (no manifest): {', '.join(checkpoint_dir_name(s) for s in torn)}")
+            if uploads:
+                print(f"checkpoint: aborted {len(uploads)} unfinished upload(s) of interrupted saves")
         if manifest is None:
             return None
         step = int(manifest["step"])

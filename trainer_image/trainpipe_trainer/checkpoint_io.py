@@ -274,6 +274,26 @@ class RawWriter(FsspecWriter):
             raise
 
 
+def abort_interrupted_uploads(fs: fsspec.AbstractFileSystem, root: str, *, keep: set[str]) -> list[str]:
+    """Abort the multipart uploads a killed save left under ``root`` (S3), except under the step
+    folders named in ``keep``; the keys they were for. Their parts are invisible but stored (and billed)."""
+    if not _is_s3(fs):
+        return []
+    bucket, key, _ = fs.split_path(root)
+    prefix = f"{key.rstrip('/')}/" if key else ""
+    aborted, markers = [], {}
+    while True:
+        listing = sync(fs.loop, fs._call_s3, "list_multipart_uploads", Bucket=bucket, Prefix=prefix, **markers)
+        for upload in listing.get("Uploads", []):
+            if upload["Key"][len(prefix) :].split("/", 1)[0] in keep:
+                continue
+            sync(fs.loop, fs._call_s3, "abort_multipart_upload", Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+            aborted.append(upload["Key"])
+        if not listing.get("IsTruncated"):
+            return aborted
+        markers = {"KeyMarker": listing["NextKeyMarker"], "UploadIdMarker": listing["NextUploadIdMarker"]}
+
+
 # -- reading ---------------------------------------------------------------------------------------
 
 
