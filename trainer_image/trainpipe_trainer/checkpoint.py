@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -47,7 +47,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainpipe_trainer import storage
-from trainpipe_trainer.checkpoint_io import RawReader, RawWriter, abort_interrupted_uploads
+from trainpipe_trainer.checkpoint_io import RawReader, RawWriter, StagingProgress, abort_interrupted_uploads
 from trainpipe_trainer.config import (
     BEST_CHECKPOINT_POINTER,
     CHECKPOINT_MANIFEST,
@@ -189,27 +189,42 @@ class ReusableCpuStager(AsyncStager):
         self.threads = threads
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        staged, copies = self.prepare(state_dict)
+        self.fill(copies)
+        return staged
+
+    def prepare(self, state_dict: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The snapshot's structure with this stager's buffers in it (not filled yet; anything else
+        copied), and the (source, buffer) copies ``fill`` makes, in the state dict's order."""
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        return self._buffers(state_dict, (), copies), copies
+
+    def fill(self, copies: list[tuple[torch.Tensor, torch.Tensor]], progress: StagingProgress | None = None) -> None:
+        """Copy each source into its buffer, telling ``progress`` after each (the writer waits on it)."""
         # The loop waits for this copy anyway: let torch use this rank's share of the cores for it.
         previous = torch.get_num_threads()
         if self.threads > previous:
             torch.set_num_threads(self.threads)
         try:
-            return self._copy(state_dict, ())
+            for source, buffer in copies:
+                buffer.copy_(source.detach())
+                if progress is not None:
+                    progress.filled(buffer)
         finally:
             if self.threads > previous:
                 torch.set_num_threads(previous)
 
-    def _copy(self, obj: Any, path: tuple[Any, ...]) -> Any:
+    def _buffers(self, obj: Any, path: tuple[Any, ...], copies: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
         if isinstance(obj, torch.Tensor):
             buffer = self._cache.get(path)
             if buffer is None or buffer.shape != obj.shape or buffer.dtype != obj.dtype:
                 buffer = self._cache[path] = torch.empty(obj.shape, dtype=obj.dtype, device="cpu")
-            buffer.copy_(obj.detach())
+            copies.append((obj, buffer))
             return buffer
         if isinstance(obj, dict):
-            return {key: self._copy(value, (*path, key)) for key, value in obj.items()}
+            return {key: self._buffers(value, (*path, key), copies) for key, value in obj.items()}
         if isinstance(obj, list):
-            return [self._copy(value, (*path, index)) for index, value in enumerate(obj)]
+            return [self._buffers(value, (*path, index), copies) for index, value in enumerate(obj)]
         return copy.deepcopy(obj)
 
     def synchronize_staging(self) -> None:
@@ -244,13 +259,15 @@ class DcpBackend:
     # Dedicated gloo group for DCP's own collectives (they run on the writer thread).
     group: dist.ProcessGroup | None = None
     _stager: ReusableCpuStager = field(init=False)
+    _writer_thread: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
         self._stager = ReusableCpuStager(threads=staging_threads())
+        self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
 
-    def _writer(self, path: str) -> dcp.StorageWriter:
+    def _writer(self, path: str, staged: StagingProgress | None = None) -> dcp.StorageWriter:
         target = path if self.store.is_local else self.store.uri(path)
-        return RawWriter(target, **self.store.storage_options)
+        return RawWriter(target, staged=staged, **self.store.storage_options)
 
     def _reader(self, path: str) -> dcp.StorageReader:
         # Reads both layouts: trainpipe-dcp/2 rank files, and DCP's own of trainpipe-dcp/1 checkpoints.
@@ -260,11 +277,24 @@ class DcpBackend:
     def write(self, step: int, rank_blob: bytes) -> Future | None:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         payload = {"model": model_sd, "optim": optim_sd, rank_key(self.env.rank): rank_blob}
-        writer = self._writer(self.store.step_path(step))
-        if self.async_save:
-            return dcp.async_save(payload, storage_writer=writer, async_stager=self._stager, process_group=self.group)
-        dcp.save(payload, storage_writer=writer, process_group=self.group)
-        return None
+        path = self.store.step_path(step)
+        if not self.async_save:
+            dcp.save(payload, storage_writer=self._writer(path), process_group=self.group)
+            return None
+        # dcp.async_save would stage everything, then start writing. Here the writer thread plans and
+        # writes each tensor as soon as this thread has copied it: the loop waits for the copy only,
+        # as before, and the save ends about when its slower half (copy or write) does.
+        staged, copies = self._stager.prepare(payload)
+        progress = StagingProgress([buffer for _, buffer in copies])
+        future = self._writer_thread.submit(
+            dcp.save, staged, storage_writer=self._writer(path, progress), process_group=self.group
+        )
+        try:
+            self._stager.fill(copies, progress)
+        except BaseException as err:
+            progress.fail(err)
+            raise
+        return future
 
     def read(self, step: int, *, blob_rank: int) -> bytes:
         # The replicated model and optimizer load on any number of ranks (DCP reshards at load time).
@@ -276,6 +306,7 @@ class DcpBackend:
         return payload[key]
 
     def close(self) -> None:
+        self._writer_thread.shutdown(wait=True)
         self._stager.close()
 
 

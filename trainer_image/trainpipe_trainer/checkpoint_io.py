@@ -26,6 +26,7 @@ import io
 import math
 import os
 import pickle
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future as ConcurrentFuture
@@ -62,6 +63,35 @@ MAX_PARTS = 10_000
 MERGE_GAP = 2**20
 # DCP's index of a checkpoint (written by rank 0 last, before the manifest).
 METADATA_NAME = ".metadata"
+
+
+class StagingProgress:
+    """Which snapshot buffers are filled: the writer waits for each one before writing it."""
+
+    def __init__(self, buffers: list[torch.Tensor]) -> None:
+        self._filled = {_storage_key(buffer): threading.Event() for buffer in buffers}
+        self.error: BaseException | None = None
+
+    def filled(self, buffer: torch.Tensor) -> None:
+        self._filled[_storage_key(buffer)].set()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        for event in self._filled.values():
+            event.set()
+
+    def wait(self, tensor: torch.Tensor, name: str) -> None:
+        event = self._filled.get(_storage_key(tensor))
+        if event is None:
+            # Writing it unwaited could store a buffer the loop has not copied yet.
+            raise RuntimeError(f"checkpoint item {name} is not one of the snapshot's buffers")
+        event.wait()
+        if self.error is not None:
+            raise RuntimeError(f"the snapshot of checkpoint item {name} failed") from self.error
+
+
+def _storage_key(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
 
 
 @dataclass(frozen=True)
@@ -211,11 +241,12 @@ class RawWriter(FsspecWriter):
     """DCP storage writer of ``trainpipe-dcp/2``: one raw rank file per rank, see the module doc."""
 
     def __init__(
-        self, path: str, *, part_bytes: int = PART_BYTES, concurrency: int = CONCURRENCY, **storage_options: Any
+        self, path: str, *, staged: StagingProgress | None = None, part_bytes: int = PART_BYTES,
+        concurrency: int = CONCURRENCY, **storage_options: Any,
     ) -> None:
         # overwrite=False: DCP raises before writing into a step folder that already holds a .metadata.
         super().__init__(path, single_file_per_rank=True, sync_files=True, overwrite=False, **storage_options)
-        self.part_bytes, self.concurrency = part_bytes, concurrency
+        self.staged, self.part_bytes, self.concurrency = staged, part_bytes, concurrency
 
     def _sink(self, path: str, expected_bytes: int) -> Any:
         fs = self.fs.fs
@@ -241,6 +272,8 @@ class RawWriter(FsspecWriter):
                 else:
                     if data.device.type != "cpu":
                         raise ValueError(f"checkpoint item {item.index.fqn} is on {data.device}, not staged to CPU")
+                    if self.staged is not None:
+                        self.staged.wait(data, item.index.fqn)
                     view = _bytes_of(data.contiguous())
                 sink.write(view)
                 results.append(WriteResult(index=item.index, size_in_bytes=len(view), storage_data=RawSlice(name, offset, len(view))))
