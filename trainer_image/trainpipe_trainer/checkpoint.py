@@ -5,10 +5,11 @@ so a crash at any moment leaves either the previous or the new checkpoint. Rank 
 manifest only once every rank's files are durable:
 
 - DDP (``DcpBackend``): each rank copies its state into reused CPU buffers (the only time the loop
-  is blocked) and ``dcp.async_save`` writes one shard per rank from a background thread, on a
-  dedicated gloo group. DCP's coordinator (rank 0) finishes a save only after gathering every
-  rank's write result, so rank 0 commits in the save future's done-callback, with no extra
-  collective and without blocking the loop. ``checkpoint.async_save: false`` saves in the loop.
+  is blocked) while ``dcp.save`` on a writer thread, on a dedicated gloo group, writes one raw file
+  per rank (``checkpoint_io``), each tensor as soon as its copy is done. DCP's coordinator (rank 0)
+  finishes a save only after gathering every rank's write result, so rank 0 commits in the save
+  future's done-callback, with no extra collective and without blocking the loop.
+  ``checkpoint.async_save: false`` saves in the loop.
 - DeepSpeed (``trainpipe_trainer.strategies.deepspeed``): ``engine.save_checkpoint`` into the same
   ``step-<N>/``, each rank's RNG/counters next to it, a barrier, then the manifest.
 
