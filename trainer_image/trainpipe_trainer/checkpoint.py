@@ -64,7 +64,6 @@ from trainpipe_trainer.rng import capture_rng_state, restore_rng_state, seed_all
 from trainpipe_trainer.state import TrainState
 
 
-
 def rank_key(rank: int) -> str:
     # One key per rank: DCP de-duplicates equal keys across ranks, and these values differ.
     return f"rank_state_{rank}"
