@@ -107,6 +107,15 @@ def test_a_multipart_upload_appears_only_once_complete_and_an_abort_leaves_nothi
     assert fs.cat_file(f"{s3_bucket.bucket}/run/step-1/__0_0.distcp") == view.tobytes()
     assert len(done.parts) == 3
 
+    # A key already taken is refused before any part is sent.
+    refused = _MultipartSink(fs, f"{s3_bucket.bucket}/run/step-1/__0_0.distcp", expected_bytes=len(view),
+                             part_bytes=5 * MiB, concurrency=2)
+    with pytest.raises(FileExistsError, match=r"run/step-1/__0_0.distcp already exists; a checkpoint file is never overwritten"):
+        refused.write(view)
+    assert refused.upload_id is None
+    fs.invalidate_cache()
+    assert fs.cat_file(f"{s3_bucket.bucket}/run/step-1/__0_0.distcp") == view.tobytes()
+
     abandoned = _MultipartSink(fs, f"{s3_bucket.bucket}/run/step-2/__0_0.distcp", expected_bytes=len(view),
                                part_bytes=5 * MiB, concurrency=2)
     abandoned.write(view)
