@@ -124,6 +124,7 @@ def trainer_run(config, *, log_calls: int, saves: int) -> dict[str, float | list
     import torch.distributed as dist
     from mlflow import MlflowClient
     from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore
+    from trainpipe_trainer.config import ResumeIdentity
     from trainpipe_trainer.distributed import destroy_distributed, init_distributed
     from trainpipe_trainer.preemption import PreemptionWatcher
     from trainpipe_trainer.state import TrainState
@@ -190,6 +191,7 @@ def trainer_run(config, *, log_calls: int, saves: int) -> dict[str, float | list
                         store, group=dist.new_group(backend="gloo"), async_save=async_save
                     ),
                     shape={"world_size": 1},
+                    identity=ResumeIdentity(snapshot="0" * 64, settings={"world_size": 1}),
                     scheduler=strategy.checkpoint_scheduler,
                 )
                 manager.save(TrainState(global_step=1000 + index))

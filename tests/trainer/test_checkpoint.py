@@ -26,9 +26,10 @@ from .helpers import S3
 class Run:
     """A small model, its optimizer and LR schedule, and the counters a checkpoint carries."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, *, features: int = 3, hidden: int = 4) -> None:
         torch.manual_seed(seed)
-        module = build_mlp(n_features=3, config=ModelConfig(hidden_layers=(4,), dropout=0.5))
+        self.features = features
+        module = build_mlp(n_features=features, config=ModelConfig(hidden_layers=(hidden,), dropout=0.5))
         self.model = DistributedDataParallel(module)
         optimization = OptimizationConfig(lr_schedule="cosine", warmup_steps=2)
         self.optimizer = build_optimizer(self.model.parameters(), learning_rate=0.1, config=optimization)
@@ -38,7 +39,7 @@ class Run:
     def train(self, steps: int) -> None:
         for _ in range(steps):
             self.optimizer.zero_grad()
-            loss = self.model(torch.randn(8, 3)).pow(2).mean()
+            loss = self.model(torch.randn(8, self.features)).pow(2).mean()
             loss.backward()
             self.optimizer.step()
             self.scheduler.step()
@@ -178,7 +179,7 @@ def test_checkpoint_of_another_shape_or_strategy_is_refused(env: DistEnv, tmp_pa
         Run().manager(tmp_path, env, batch_size=16).restore()
     manifest = tmp_path / "step-1" / "manifest.json"
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": "trainpipe-deepspeed/1"}))
-    expected = "format 'trainpipe-deepspeed/1', this run writes 'trainpipe-dcp/1'"
+    expected = "format 'trainpipe-deepspeed/1', this run writes 'trainpipe-dcp/2'"
     with pytest.raises(CheckpointMismatchError, match=expected):
         Run().manager(tmp_path, env).restore()
 

@@ -25,6 +25,7 @@ from trainpipe_trainer.__main__ import main
 
 from .helpers import (
     BINARY_FEATURES,
+    S3,
     Datasets,
     Launch,
     Tracking,
@@ -73,6 +74,42 @@ def test_sigkill_of_one_rank_then_a_rerun_resumes_bit_identically(
     result = _ok(rerun)
     assert f"resumed from step {resume_from}" in rerun.stdout
     assert result["resumed_from_step"] == resume_from
+    assert result["weights_sha256"] == _ok(binary_run)["weights_sha256"]
+
+
+def test_sigkill_then_a_rerun_resumes_bit_identically_from_checkpoints_on_s3(
+    binary_run: Launch, tmp_path: Path, datasets: Datasets, make_config: Callable[..., Any], s3_bucket: S3
+) -> None:
+    """The same through S3: rank files uploaded in parts, restored by concurrent ranged reads (trainpipe-dcp/2)."""
+    from trainpipe_trainer.checkpoint import CheckpointStore
+
+    uri = s3_bucket.uri("run/checkpoints")
+    config = make_config(
+        tmp_path,
+        train_data=datasets.binary_train,
+        features=BINARY_FEATURES,
+        checkpoint={"root_uri": uri},
+        storage_options=s3_bucket.storage_options,
+        fault_injection={"step_delay_seconds": 0.2},
+    )
+    store = CheckpointStore(root_uri=uri, storage_options=s3_bucket.storage_options)
+    running = start(config, tmp_path, nproc=2)
+    try:
+        wait_until(lambda: bool(store.committed_steps()), timeout=120, what="a commit", running=running)
+        os.kill(running.rank_pid(1), signal.SIGKILL)
+        killed = running.wait(timeout=120)
+    finally:
+        running.stop()
+    assert killed.returncode != 0
+    assert not (tmp_path / "output" / "result.json").exists()
+    resume_from = store.committed_steps()[-1]
+    assert 4 <= resume_from < 18
+    assert store.read_manifest(resume_from)["format"] == "trainpipe-dcp/2"
+
+    config["fault_injection"] = None
+    rerun = launch(config, tmp_path, nproc=2)
+    result = _ok(rerun)
+    assert f"resumed from step {resume_from}" in rerun.stdout
     assert result["weights_sha256"] == _ok(binary_run)["weights_sha256"]
 
 

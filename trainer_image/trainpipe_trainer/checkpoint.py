@@ -5,10 +5,11 @@ so a crash at any moment leaves either the previous or the new checkpoint. Rank 
 manifest only once every rank's files are durable:
 
 - DDP (``DcpBackend``): each rank copies its state into reused CPU buffers (the only time the loop
-  is blocked) and ``dcp.async_save`` writes one shard per rank from a background thread, on a
-  dedicated gloo group. DCP's coordinator (rank 0) finishes a save only after gathering every
-  rank's write result, so rank 0 commits in the save future's done-callback, with no extra
-  collective and without blocking the loop. ``checkpoint.async_save: false`` saves in the loop.
+  is blocked) while ``dcp.save`` on a writer thread, on a dedicated gloo group, writes one raw file
+  per rank (``checkpoint_io``), each tensor as soon as its copy is done. DCP's coordinator (rank 0)
+  finishes a save only after gathering every rank's write result, so rank 0 commits in the save
+  future's done-callback, with no extra collective and without blocking the loop.
+  ``checkpoint.async_save: false`` saves in the loop.
 - DeepSpeed (``trainpipe_trainer.strategies.deepspeed``): ``engine.save_checkpoint`` into the same
   ``step-<N>/``, each rank's RNG/counters next to it, a barrier, then the manifest.
 
@@ -31,7 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -47,6 +48,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainpipe_trainer import storage
+from trainpipe_trainer.checkpoint_io import RawReader, RawWriter, StagingProgress, abort_interrupted_uploads
 from trainpipe_trainer.config import (
     BEST_CHECKPOINT_POINTER,
     CHECKPOINT_MANIFEST,
@@ -60,7 +62,6 @@ from trainpipe_trainer.distributed import DistEnv, broadcast_object
 from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError, ResumeMismatchError
 from trainpipe_trainer.rng import capture_rng_state, restore_rng_state, seed_all
 from trainpipe_trainer.state import TrainState
-
 
 
 def rank_key(rank: int) -> str:
@@ -113,12 +114,16 @@ class CheckpointStore:
         with self.fs.open(f"{self.step_path(step)}/{CHECKPOINT_MANIFEST}", "r", encoding="utf-8") as handle:
             return json.load(handle)
 
-    def remove_uncommitted(self) -> list[int]:
-        """Delete the leftovers of interrupted saves (call before anything writes, on one rank)."""
-        torn = [step for step in self.step_dirs() if not self.is_committed(step)]
+    def remove_uncommitted(self) -> tuple[list[int], list[str]]:
+        """Delete the leftovers of interrupted saves (call before anything writes, on one rank): the
+        uncommitted step folders, and the uploads a killed save left unfinished (S3); both listed."""
+        steps = self.step_dirs()
+        committed = {step for step in steps if self.is_committed(step)}
+        torn = [step for step in steps if step not in committed]
         for step in torn:
             self.fs.rm(self.step_path(step), recursive=True)
-        return torn
+        uploads = abort_interrupted_uploads(self.fs, self.root, keep={checkpoint_dir_name(step) for step in committed})
+        return torn, uploads
 
     def commit(self, step: int, manifest: dict[str, Any]) -> None:
         storage.write_text(
@@ -156,7 +161,9 @@ class CheckpointStore:
 
 
 class CheckpointBackend(Protocol):
+    # What this backend writes into the manifest, and which formats it can resume.
     format: str
+    reads: frozenset[str]
 
     def write(self, step: int, rank_blob: bytes) -> Future | None:
         """Start writing this rank's part of ``step-<step>`` (collective); a Future if asynchronous."""
@@ -182,27 +189,42 @@ class ReusableCpuStager(AsyncStager):
         self.threads = threads
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        staged, copies = self.prepare(state_dict)
+        self.fill(copies)
+        return staged
+
+    def prepare(self, state_dict: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The snapshot's structure with this stager's buffers in it (not filled yet; anything else
+        copied), and the (source, buffer) copies ``fill`` makes, in the state dict's order."""
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        return self._buffers(state_dict, (), copies), copies
+
+    def fill(self, copies: list[tuple[torch.Tensor, torch.Tensor]], progress: StagingProgress | None = None) -> None:
+        """Copy each source into its buffer, telling ``progress`` after each (the writer waits on it)."""
         # The loop waits for this copy anyway: let torch use this rank's share of the cores for it.
         previous = torch.get_num_threads()
         if self.threads > previous:
             torch.set_num_threads(self.threads)
         try:
-            return self._copy(state_dict, ())
+            for source, buffer in copies:
+                buffer.copy_(source.detach())
+                if progress is not None:
+                    progress.filled(buffer)
         finally:
             if self.threads > previous:
                 torch.set_num_threads(previous)
 
-    def _copy(self, obj: Any, path: tuple[Any, ...]) -> Any:
+    def _buffers(self, obj: Any, path: tuple[Any, ...], copies: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
         if isinstance(obj, torch.Tensor):
             buffer = self._cache.get(path)
             if buffer is None or buffer.shape != obj.shape or buffer.dtype != obj.dtype:
                 buffer = self._cache[path] = torch.empty(obj.shape, dtype=obj.dtype, device="cpu")
-            buffer.copy_(obj.detach())
+            copies.append((obj, buffer))
             return buffer
         if isinstance(obj, dict):
-            return {key: self._copy(value, (*path, key)) for key, value in obj.items()}
+            return {key: self._buffers(value, (*path, key), copies) for key, value in obj.items()}
         if isinstance(obj, list):
-            return [self._copy(value, (*path, index)) for index, value in enumerate(obj)]
+            return [self._buffers(value, (*path, index), copies) for index, value in enumerate(obj)]
         return copy.deepcopy(obj)
 
     def synchronize_staging(self) -> None:
@@ -220,9 +242,14 @@ def staging_threads() -> int:
 
 @dataclass(kw_only=True, slots=True)
 class DcpBackend:
-    """torch.distributed.checkpoint: one shard per rank, model + optimizer + this rank's blob."""
+    """torch.distributed.checkpoint: one shard per rank, model + optimizer + this rank's blob.
 
-    format = "trainpipe-dcp/1"
+    DCP plans what each rank writes and reads (and reshards on load); ``checkpoint_io`` moves the
+    bytes (``trainpipe-dcp/2``). Checkpoints DCP's own writer wrote (``trainpipe-dcp/1``) still resume.
+    """
+
+    format = "trainpipe-dcp/2"
+    reads = frozenset({"trainpipe-dcp/1", "trainpipe-dcp/2"})
 
     store: CheckpointStore
     env: DistEnv
@@ -232,32 +259,42 @@ class DcpBackend:
     # Dedicated gloo group for DCP's own collectives (they run on the writer thread).
     group: dist.ProcessGroup | None = None
     _stager: ReusableCpuStager = field(init=False)
+    _writer_thread: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
         self._stager = ReusableCpuStager(threads=staging_threads())
+        self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
 
-    def _writer(self, path: str) -> dcp.StorageWriter:
-        if self.store.is_local:
-            return dcp.FileSystemWriter(path)
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
-
-        return FsspecWriter(self.store.uri(path), **self.store.storage_options)
+    def _writer(self, path: str, staged: StagingProgress | None = None) -> dcp.StorageWriter:
+        target = path if self.store.is_local else self.store.uri(path)
+        return RawWriter(target, staged=staged, **self.store.storage_options)
 
     def _reader(self, path: str) -> dcp.StorageReader:
-        if self.store.is_local:
-            return dcp.FileSystemReader(path)
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-
-        return FsspecReader(self.store.uri(path), **self.store.storage_options)
+        # Reads both layouts: trainpipe-dcp/2 rank files, and DCP's own of trainpipe-dcp/1 checkpoints.
+        target = path if self.store.is_local else self.store.uri(path)
+        return RawReader(target, **self.store.storage_options)
 
     def write(self, step: int, rank_blob: bytes) -> Future | None:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         payload = {"model": model_sd, "optim": optim_sd, rank_key(self.env.rank): rank_blob}
-        writer = self._writer(self.store.step_path(step))
-        if self.async_save:
-            return dcp.async_save(payload, storage_writer=writer, async_stager=self._stager, process_group=self.group)
-        dcp.save(payload, storage_writer=writer, process_group=self.group)
-        return None
+        path = self.store.step_path(step)
+        if not self.async_save:
+            dcp.save(payload, storage_writer=self._writer(path), process_group=self.group)
+            return None
+        # dcp.async_save would stage everything, then start writing. Here the writer thread plans and
+        # writes each tensor as soon as this thread has copied it: the loop waits for the copy only,
+        # as before, and the save ends about when its slower half (copy or write) does.
+        staged, copies = self._stager.prepare(payload)
+        progress = StagingProgress([buffer for _, buffer in copies])
+        future = self._writer_thread.submit(
+            dcp.save, staged, storage_writer=self._writer(path, progress), process_group=self.group
+        )
+        try:
+            self._stager.fill(copies, progress)
+        except BaseException as err:
+            progress.fail(err)
+            raise
+        return future
 
     def read(self, step: int, *, blob_rank: int) -> bytes:
         # The replicated model and optimizer load on any number of ranks (DCP reshards at load time).
@@ -269,6 +306,7 @@ class DcpBackend:
         return payload[key]
 
     def close(self) -> None:
+        self._writer_thread.shutdown(wait=True)
         self._stager.close()
 
 
@@ -304,6 +342,7 @@ class CheckpointManager:
     # Seconds the loop was blocked by each save (snapshot + start for async, everything for sync).
     blocked_seconds: list[float] = field(init=False, default_factory=list)
     best: tuple[int, float] | None = field(init=False, default=None)
+    # Called on rank 0 as soon as a step's manifest is written (before older checkpoints are pruned).
     on_commit: Callable[[int], None] | None = None
     _in_flight: _InFlight | None = field(init=False, default=None)
 
@@ -324,9 +363,11 @@ class CheckpointManager:
             # Every rank raises alike, and before anything in the folder changes.
             self.check_resumable(manifest)
         if self.env.is_main:
-            torn = self.store.remove_uncommitted()
+            torn, uploads = self.store.remove_uncommitted()
             if torn:
                 print(f"checkpoint: removed interrupted saves (no manifest): {', '.join(checkpoint_dir_name(s) for s in torn)}")
+            if uploads:
+                print(f"checkpoint: aborted {len(uploads)} unfinished upload(s) of interrupted saves")
         if manifest is None:
             return None
         step = int(manifest["step"])
@@ -362,7 +403,7 @@ class CheckpointManager:
             changes = recorded.differences(self.identity)
             if changes:
                 raise ResumeMismatchError(resume_refusal(where, changes), changes=changes)
-        if manifest.get("format") != self.backend.format:
+        if manifest.get("format") not in self.backend.reads:
             raise CheckpointMismatchError(
                 f"checkpoint {where} has format {manifest.get('format')!r}, this run writes {self.backend.format!r} "
                 "(another strategy); relaunch with the strategy that wrote it or use a new checkpoint.root_uri"
@@ -446,13 +487,13 @@ class CheckpointManager:
             if self.env.is_main:
                 # DCP's coordinator finished: every rank's shard is written. Manifest last.
                 self.store.commit(in_flight.step, in_flight.manifest)
+                if self.on_commit is not None:
+                    self.on_commit(in_flight.step)
                 self.best = self.store.prune(
                     keep_last=self.config.keep_last,
                     keep_best=self.config.keep_best,
                     protect={s for s in (self.resumed_step,) if s is not None},
                 )
-                if self.on_commit is not None:
-                    self.on_commit(in_flight.step)
         except BaseException as err:  # noqa: BLE001 - handed to the training thread by wait()
             in_flight.error = err
         finally:

@@ -194,6 +194,7 @@ class DeepSpeedStrategy:
 @dataclass(kw_only=True, slots=True)
 class DeepSpeedBackend:
     format = "trainpipe-deepspeed/1"
+    reads = frozenset({format})
 
     store: CheckpointStore
     env: DistEnv
