@@ -15,7 +15,7 @@ pytestmark = pytest.mark.stack
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = {"fraud_detector", "fraud_detector_approval", "fraud_detector_multinode", "fraud_detector_tuned",
             "search_ranker_gpu", "search_ranker_nightly"}
-# The dag-processor re-reads the one DAG file every 10 s (AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL
+# The dag-processor re-reads the DAG files every 10 s (AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL
 # in tools/stack/trainpipe_stack.py); this bound only says "it cannot hang", docs/operations.md states the measured figure.
 DROP_BOUND_SECONDS = 60
 
