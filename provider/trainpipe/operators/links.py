@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 EVALUATION_REPORT = "evaluation/report.html"
 DRIFT_REPORT = "drift/drift_report.html"
+# The MLflow run validate logged its drift check to (pushed whether the check passed or failed).
+DRIFT_RUN_XCOM = "drift_mlflow_run_id"
 
 
 def _airflow_base() -> str:
@@ -34,18 +36,14 @@ def _mlflow_ui(operator: Any) -> str | None:
 
 
 def _mlflow_run_id(operator: Any, ti: Any) -> str | None:
-    """The DAG run's MLflow run: train's, else the one validate's drift check created (found by its tag)."""
+    """The DAG run's MLflow run: train's, else the one validate's drift check logged to (from their XComs).
+
+    Never asks the tracking store: these links are made as each task ends, and on a new SQLite store the first
+    question creates its tables, which raced with the train task doing the same (its first try failed)."""
     trained = ti.xcom_pull(task_ids="train") or {}
     if trained.get("mlflow_run_id"):
         return trained["mlflow_run_id"]
-    from trainpipe.hooks.mlflow import RUN_ID_TAG
-
-    experiment = operator.hook.client.get_experiment_by_name(f"trainpipe/{operator.plan.dag_id}")
-    if experiment is None:
-        return None
-    found = operator.hook.client.search_runs([experiment.experiment_id],
-                                             filter_string=f"tags.`{RUN_ID_TAG}` = '{ti.run_id}'", max_results=1)
-    return found[0].info.run_id if found else None
+    return ti.xcom_pull(task_ids="validate", key=DRIFT_RUN_XCOM) or None
 
 
 class _TrainpipeLink(BaseOperatorLink):

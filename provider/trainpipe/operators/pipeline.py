@@ -12,7 +12,6 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator
 
 from trainpipe.lineage import git_commit
-from trainpipe.operators.links import DriftReportLink, EvaluationReportLink, MlflowRunLink, ModelVersionLink
 from trainpipe.operators.context import (
     failed_for_good_on_refused_resume,
     leave_usage_note,
@@ -21,6 +20,13 @@ from trainpipe.operators.context import (
     snapshot_info,
     train_inputs,
     training_failure_noted,
+)
+from trainpipe.operators.links import (
+    DRIFT_RUN_XCOM,
+    DriftReportLink,
+    EvaluationReportLink,
+    MlflowRunLink,
+    ModelVersionLink,
 )
 from trainpipe.settings import Settings
 
@@ -99,15 +105,20 @@ class ValidateDataOperator(_PipelineStepOperator):
         from trainpipe.runtime.snapshot import validate_snapshot
 
         try:
-            return validate_snapshot(self.plan.dag_id, self.plan.validation, self.snapshot_info(context),
-                                     settings=self.settings, dag_id=self.dag_id, run_id=context["run_id"],
-                                     hook=self.hook)
+            result = validate_snapshot(self.plan.dag_id, self.plan.validation, self.snapshot_info(context),
+                                       settings=self.settings, dag_id=self.dag_id, run_id=context["run_id"],
+                                       hook=self.hook)
         except ValidationFailedError as err:
             from trainpipe.run_notes import leave_note, validation_note
 
+            if err.drift_mlflow_run_id:
+                context["ti"].xcom_push(key=DRIFT_RUN_XCOM, value=err.drift_mlflow_run_id)
             leave_note(context["ti"], validation_note(list(err.note_parts) or [str(err)]))
             # The snapshot is immutable: a retry would fail the same way, so fail now.
             raise AirflowFailException(str(err)) from err
+        if result.get("drift_mlflow_run_id"):
+            context["ti"].xcom_push(key=DRIFT_RUN_XCOM, value=result["drift_mlflow_run_id"])
+        return result
 
 
 class TrainOperator(_PipelineStepOperator):

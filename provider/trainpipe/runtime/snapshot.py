@@ -277,24 +277,24 @@ def validate_snapshot(pipeline_id: str, validation: ValidationPlan, snapshot: Sn
             notes.append(f"schema changed vs version {baseline['digest'][:16]}: "
                          + ", ".join(line.split(" (", 1)[0] for line in schema_failures))
 
-    drift_report = None
+    drift_report = drift_run = None
     if validation.drift is not None:
         drift_report, problem = _check_drift(pipeline_id, validation, snapshot, frame, baseline, settings=settings)
         if problem:
             failures.append(problem)
             notes.append(drift.note_text(drift_report) if drift_report is not None else problem)
         if drift_report is not None and hook is not None and run_id is not None:
-            _log_drift(hook, drift_report, pipeline_id=pipeline_id, dag_id=dag_id or pipeline_id, run_id=run_id,
-                       failed=bool(failures))
+            drift_run = _log_drift(hook, drift_report, pipeline_id=pipeline_id, dag_id=dag_id or pipeline_id,
+                                   run_id=run_id, failed=bool(failures))
 
     if failures:
         raise ValidationFailedError(f"snapshot {snapshot.digest[:16]} of {pipeline_id} failed validation: "
-                                    + "; ".join(failures), note_parts=tuple(notes))
+                                    + "; ".join(failures), note_parts=tuple(notes), drift_mlflow_run_id=drift_run)
     _accept(settings, pipeline_id, snapshot, current_schema, dag_id=dag_id, run_id=run_id)
     return {"success": True, "rows": snapshot.rows, "volume_change": change,
             "baseline": baseline["digest"] if baseline else None,
             "schema_diff": diff.to_dict() if diff is not None else None,
-            "drift": drift_report.to_dict() if drift_report is not None else None,
+            "drift": drift_report.to_dict() if drift_report is not None else None, "drift_mlflow_run_id": drift_run,
             "expectations": [{"name": o.name, "success": o.success, "observed": o.observed} for o in report.outcomes]}
 
 
@@ -326,8 +326,9 @@ def _check_drift(pipeline_id: str, validation: ValidationPlan, snapshot: Snapsho
 
 
 def _log_drift(hook: MlflowHook, report: DriftReport, *, pipeline_id: str, dag_id: str, run_id: str,
-               failed: bool) -> None:
-    """Drift metrics, tags and the HTML report on the DAG run's MLflow run; a failed validation ends it FAILED."""
+               failed: bool) -> str:
+    """Drift metrics, tags and the HTML report on the DAG run's MLflow run (its id returned); a failed validation
+    ends it FAILED."""
     import tempfile
     from pathlib import Path
 
@@ -351,6 +352,7 @@ def _log_drift(hook: MlflowHook, report: DriftReport, *, pipeline_id: str, dag_i
     if failed:
         hook.client.set_terminated(mlflow_run_id, status="FAILED")
     log.info("drift metrics and drift/drift_report.html logged to MLflow run %s", mlflow_run_id)
+    return mlflow_run_id
 
 
 def _accept(settings: Settings, pipeline_id: str, snapshot: SnapshotInfo, schema: list[list[str]], *,
