@@ -64,7 +64,7 @@ demo: install
 # and hands out the longest groups first.
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) stack-deps browser-deps
-	$(BIN)/python -m pytest tests -q --durations=30 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest tests -q --durations=30 -n $(TEST_WORKERS) --no-loadscope-reorder
 
 test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests -q -m "not integration and not slow and not stack"

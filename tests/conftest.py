@@ -47,9 +47,10 @@ def airflow_db() -> Path:
     return _STATE / "airflow" / "airflow.db"
 
 
-# `make test` runs two pytest-xdist workers (-n 2 --dist loadgroup --no-loadscope-reorder): one worker runs
-# each group, a module, or a package whose fixture starts a whole stack once (tests/stack, tests/fleet).
-# The longest groups go first, so that no long one is left to run alone at the end.
+
+# `make test` runs two pytest-xdist workers (-n 2 --no-loadscope-reorder). One worker runs each group: a module,
+# or a package whose fixture starts a whole stack once (tests/stack, tests/fleet). The longest groups go first,
+# so that no long one is left to run alone at the end.
 _PACKAGE_GROUPS = ("tests/stack/", "tests/fleet/")
 _LONGEST_FIRST = ("tests/stack/", "tests/e2e/test_approval.py", "tests/test_preemption_relaunch.py",
                   "tests/e2e/test_tuned_pipeline.py", "tests/e2e/test_model_lifecycle.py", "tests/fleet/",
@@ -67,6 +68,15 @@ def _rank(group: str) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item.nodeid)))
     items.sort(key=lambda item: _rank(_group(item.nodeid)))  # stable: each module keeps its order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201 - xdist's types
+    # Scopes of our own: xdist's loadgroup marks do not take with pytest 9 (nodeid is read-only there).
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return ByGroup(config, log)
