@@ -36,6 +36,7 @@ def test_a_logged_model_loads_from_the_default_store_under_trainpipe_home(tmp_pa
     workdir.mkdir()
     env = {**os.environ, "TRAINPIPE_HOME": str(home)}
     env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("MLFLOW_EXPERIMENT_ID", None)  # mlflow.set_experiment() in an earlier test of the session sets it
     env.pop("TRAINPIPE_MLFLOW_ARTIFACT_ROOT", None)
     # The model is logged where the settings' default says the store is...
     logged = subprocess.run([sys.executable, "-c", LOG_MODEL], env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"},
