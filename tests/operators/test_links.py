@@ -34,7 +34,7 @@ def operator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace
 
 
 def test_validate_of_a_first_run_makes_no_link_and_leaves_a_new_store_untouched(operator, tmp_path: Path) -> None:
-    ti = RunXComs({("validate", "return_value"): {"success": True, "drift_mlflow_run_id": None}})
+    ti = RunXComs({("validate", "return_value"): {"success": True}})
 
     assert DriftReportLink().get_link(operator, ti_key=ti) == ""
     assert MlflowRunLink().get_link(operator, ti_key=ti) == ""

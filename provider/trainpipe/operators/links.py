@@ -35,7 +35,7 @@ def _mlflow_ui(operator: Any) -> str | None:
     return uri.rstrip("/") if uri.startswith(("http://", "https://")) else None
 
 
-def _mlflow_run_id(operator: Any, ti: Any) -> str | None:
+def _mlflow_run_id(ti: Any) -> str | None:
     """The DAG run's MLflow run: train's, else the one validate's drift check logged to (from their XComs).
 
     Never asks the tracking store: these links are made as each task ends, and on a new SQLite store the first
@@ -63,7 +63,7 @@ class MlflowRunLink(_TrainpipeLink):
 
     def url(self, operator: Any, ti: Any) -> str | None:
         ui = _mlflow_ui(operator)
-        run_id = _mlflow_run_id(operator, ti) if ui else None
+        run_id = _mlflow_run_id(ti) if ui else None
         if not run_id:
             return None
         experiment = operator.hook.client.get_run(run_id).info.experiment_id
@@ -74,7 +74,7 @@ class _ReportLink(_TrainpipeLink):
     artifact = ""
 
     def url(self, operator: Any, ti: Any) -> str | None:
-        run_id = _mlflow_run_id(operator, ti)
+        run_id = _mlflow_run_id(ti)
         return f"{_airflow_base()}/trainpipe/runs/{run_id}/artifacts/{self.artifact}" if run_id else None
 
 

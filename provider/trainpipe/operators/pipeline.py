@@ -116,8 +116,10 @@ class ValidateDataOperator(_PipelineStepOperator):
             leave_note(context["ti"], validation_note(list(err.note_parts) or [str(err)]))
             # The snapshot is immutable: a retry would fail the same way, so fail now.
             raise AirflowFailException(str(err)) from err
-        if result.get("drift_mlflow_run_id"):
-            context["ti"].xcom_push(key=DRIFT_RUN_XCOM, value=result["drift_mlflow_run_id"])
+        # Kept once, under the key the buttons read, not also in the return value.
+        drift_run = result.pop("drift_mlflow_run_id")
+        if drift_run:
+            context["ti"].xcom_push(key=DRIFT_RUN_XCOM, value=drift_run)
         return result
 
 
