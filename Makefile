@@ -60,8 +60,11 @@ demo: install
 	@echo "Evaluation report (per region too): MLflow UI -> experiment trainpipe/fraud_detector -> the run -> Artifacts -> evaluation/report.html"
 
 # The `stack` tier (tests/stack) starts its own stack (temporary state, free ports) and stops it at the end.
+# Two workers (TEST_WORKERS=0 for one process); tests/conftest.py keeps what shares a fixture on one worker
+# and hands out the longest groups first.
+TEST_WORKERS ?= 2
 test: $(DEV_STAMP) stack-deps browser-deps
-	$(BIN)/python -m pytest tests -q --durations=30
+	$(BIN)/python -m pytest tests -q --durations=30 -n $(TEST_WORKERS) --no-loadscope-reorder
 
 test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests -q -m "not integration and not slow and not stack"

@@ -45,3 +45,38 @@ def airflow_db() -> Path:
     airflow = Path(sys.executable).with_name("airflow")
     subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=os.environ.copy())
     return _STATE / "airflow" / "airflow.db"
+
+
+
+# `make test` runs two pytest-xdist workers (-n 2 --no-loadscope-reorder). One worker runs each group: a module,
+# or a package whose fixture starts a whole stack once (tests/stack, tests/fleet). The longest groups go first,
+# so that no long one is left to run alone at the end.
+_PACKAGE_GROUPS = ("tests/stack/", "tests/fleet/")
+_LONGEST_FIRST = ("tests/stack/", "tests/e2e/test_approval.py", "tests/test_preemption_relaunch.py",
+                  "tests/e2e/test_tuned_pipeline.py", "tests/e2e/test_model_lifecycle.py", "tests/fleet/",
+                  "tests/trainer/test_fault_tolerance.py", "tests/test_train_cli.py", "tests/e2e/test_drift_stop.py",
+                  "tests/e2e/test_run_notes.py", "tests/trainer/test_preemption.py", "tests/trainer/test_deepspeed.py")
+
+
+def _group(nodeid: str) -> str:
+    path = "tests/" + nodeid.split("::", 1)[0].split("tests/", 1)[-1]
+    return next((package for package in _PACKAGE_GROUPS if path.startswith(package)), path)
+
+
+def _rank(group: str) -> int:
+    return next((rank for rank, prefix in enumerate(_LONGEST_FIRST) if group.startswith(prefix)), len(_LONGEST_FIRST))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: _rank(_group(item.nodeid)))  # stable: each module keeps its order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201 - xdist's types
+    # Scopes of our own: xdist's loadgroup marks do not take with pytest 9 (nodeid is read-only there).
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return ByGroup(config, log)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -21,9 +23,26 @@ DATA_DAYS = 25
 
 
 @pytest.fixture(scope="module")
-def pipelines(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def own_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Storage, MLflow and Optuna stores of this module's own: the tests run the shipped examples under their
+    shipped names and count versions from 1, whatever other modules of the session registered before them."""
+    import mlflow
+
+    home = tmp_path_factory.mktemp("example_pipelines_home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRAINPIPE_STORAGE_ROOT", f"file://{home / 'storage'}")
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{home / 'mlflow.db'}")
+        patch.setenv("TRAINPIPE_MLFLOW_ARTIFACT_ROOT", str(home / "mlartifacts"))
+        patch.setenv("TRAINPIPE_OPTUNA_STORAGE", str(home / "optuna" / "journal.log"))
+        yield home
+    # The hook sets MLflow's process-wide URI while a task runs: back to the session's store.
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+
+
+@pytest.fixture(scope="module")
+def pipelines(own_stores: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A dag_configs folder with the shipped examples plus a variant fed a broken dataset."""
-    demo = state_dir / "storage" / "demo"
+    demo = own_stores / "storage" / "demo"
     (demo / "transactions").mkdir(parents=True, exist_ok=True)
     (demo / "clicks").mkdir(parents=True, exist_ok=True)
     transactions = generate_transactions(rows=16000, days=DATA_DAYS, end=END)
@@ -52,7 +71,7 @@ def _run(pipelines: Path, monkeypatch: pytest.MonkeyPatch, dag_id: str, logical_
 def _client():
     import mlflow
 
-    return mlflow.MlflowClient()
+    return mlflow.MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
 
 
 def test_fraud_pipeline_registers_version_1_as_champion(pipelines, monkeypatch):
