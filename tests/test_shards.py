@@ -350,3 +350,80 @@ def test_the_dag_processors_watcher_marks_modified_the_files_of_changed_specs_an
         stop.set()
         watcher.join(timeout=60)
     assert not watcher.is_alive()
+
+
+def test_a_change_made_while_its_file_was_being_parsed_gets_that_file_parsed_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, airflow_db: Path):
+    """The edit that lagged at 20,000 specs: a spec changed while its DAG file's parse was under way is
+    not in that parse, and the dag-processor drops a request for a file it is parsing. The watcher asks
+    for the file again when such a parse ends, through Airflow's reparse requests, until a parse that
+    began after the change has run; then it asks for nothing more."""
+    import json
+    import threading
+    import time
+
+    from airflow.models.dagbag import DagPriorityParsingRequest
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete, select
+
+    from trainpipe import load_dags
+    from trainpipe.dag_files import watch_specs
+    from trainpipe.plan_cache import PlanCache
+
+    configs = tmp_path / "dag_configs"
+    configs.mkdir()
+    for i in range(SPEC_COUNT):
+        (configs / f"p{i:04d}.yaml").write_text(_spec(f"p{i:04d}"))
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    files = {shard: dags / f"dags_{shard:02d}.py" for shard in range(SHARD_FILES)}
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
+    # The DAG files' bundle (Airflow's default, whose path airflow.settings read at import).
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([{
+        "name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+        "kwargs": {"path": str(dags)}}]))
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", raising=False)
+    edited = "p0003.yaml"
+    shard = shard_of(edited, shard_count(SPEC_COUNT))
+    asked_for = f"dags_{shard:02d}.py"
+    files[shard].write_text("")
+    load_dags({"__file__": str(files[shard])}, shards=SHARD_FILES, shard=shard)  # it records itself
+
+    def take_requests() -> set[str]:
+        """What the dag-processor's loop does each second: take (and delete) the pending requests."""
+        with create_session() as session:
+            files = set(session.scalars(select(DagPriorityParsingRequest.relative_fileloc)))
+            session.execute(delete(DagPriorityParsingRequest))
+        return files
+
+    def requested_within(seconds: float) -> set[str]:
+        deadline = time.monotonic() + seconds  # a no-hang bound: the watcher looks every 0.05 s
+        while time.monotonic() < deadline:
+            if found := take_requests():
+                return found
+            time.sleep(0.05)
+        return set()
+
+    take_requests()
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch_specs, args=(stop, 0.05), daemon=True)
+    watcher.start()
+    try:
+        time.sleep(0.5)  # its first look
+        began = time.time()  # a parse of the shard's file begins: it lists the folder before the edit
+        (configs / edited).write_text(_spec("p0003").replace("  epochs: 8", "  epochs: 9"))
+        assert requested_within(60) == {asked_for}
+        assert requested_within(0.5) == set()  # asked once while it waits
+        # The parse begun before the edit ends (the request was dropped: the file was being parsed).
+        PlanCache(configs.resolve(), "watch").record_parse(shard, began, time.time())
+        assert requested_within(60) == {asked_for}
+        # A parse begun after the edit serves it: nothing more is asked for.
+        assert load_dags(namespace := {"__file__": str(files[shard])}, shards=SHARD_FILES, shard=shard) is None
+        assert namespace["p0003"].params["epochs"] == 9
+        assert requested_within(1.0) == set()
+    finally:
+        stop.set()
+        watcher.join(timeout=60)
+    assert not watcher.is_alive()

@@ -58,6 +58,7 @@ def load_dags(namespace: dict[str, Any], *, specs_folder: str | os.PathLike[str]
     if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards:
         raise DagFileError(f"load_dags: shard must be this file's number, 0 to {shards - 1} with shards={shards}, "
                            f"got {shard!r}")
+    started = time.time()  # before the listing: a spec changed after this may not be in this parse
     with _cyclic_gc_paused():
         root = specs_folder_for(namespace.get("__file__"), specs_folder)
         if shards == 1:
@@ -67,7 +68,7 @@ def load_dags(namespace: dict[str, Any], *, specs_folder: str | os.PathLike[str]
         # A task run compiles its one spec whatever the shard (it may look in the other shards' files).
         if not mine and not os.environ.get(_PARSING_CONTEXT_DAG_ID):
             return
-        register_dags(namespace, root, shard=(shard, mine, others))
+        register_dags(namespace, root, shard=(shard, mine, others), started=started)
 
 
 def specs_folder_for(dag_file: str | None, specs_folder: str | os.PathLike[str] | None) -> Path:
@@ -123,13 +124,14 @@ def split(specs: list[tuple[str, str]], shard: int, files: int = SHARD_FILES) ->
 
 
 def register_dags(namespace: dict[str, Any], directory: Path, *,
-                  shard: tuple[int, list[Path], list[str]] | None = None) -> CompileResult:
+                  shard: tuple[int, list[Path], list[str]] | None = None, started: float | None = None) -> CompileResult:
     """Build one DAG per valid spec into ``namespace`` (a DAG file's globals); each broken spec is
     reported to Airflow as an import error of that spec file (``trainpipe.airflow_compat``).
 
     ``shard`` is (number, its spec files, every other spec file) from ``split``; without it the whole
     folder is compiled. Plans and DAGs come from the plan cache when their spec is unchanged; a task
-    run's parse compiles its one spec and leaves the cache as it is.
+    run's parse compiles its one spec and leaves the cache as it is. ``started``: when the parse
+    began (``time.time()``), recorded for the shard with its end (``PlanCache.record_parse``).
     """
     from airflow.sdk import get_parsing_context
 
@@ -140,13 +142,16 @@ def register_dags(namespace: dict[str, Any], directory: Path, *,
     only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
     cache = PlanCache(root, f"shard{number:02d}" if shard is not None else "all").load()
     try:
-        return _register(namespace, directory, root, only, mine, others, cache, number if shard is not None else None)
+        result = _register(namespace, directory, root, only, mine, others, cache, number if shard is not None else None)
     except BaseException:
         # Interrupted (Airflow's import timeout is a BaseException): keep what this parse compiled,
         # so that the next parse of an overloaded dag-processor starts further on.
         if only is None:
             cache.save(complete=False)
         raise
+    if only is None and shard is not None and started is not None:
+        cache.record_parse(number, started, time.time())
+    return result
 
 
 def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str | None, mine: list[Path] | None,
@@ -303,9 +308,11 @@ def watch_specs(stop: threading.Event, every: float) -> None:
     """The dag-processor's watcher (``trainpipe.listeners.spec_watch``): every ``every`` seconds until
     ``stop``, look at the configs folder of ``[core] dags_folder`` (``TRAINPIPE_DAG_CONFIGS``, or the
     nearest ``dag_configs/``) as a shard's parse does (a listing, a stat per spec against the shared
-    pipeline id index) and mark modified the DAG files whose specs changed; every DAG file when a
-    ``_defaults.yaml`` or the platform policy changed. Never raises: a failed look is logged once and
-    tried again."""
+    pipeline id index) and get the DAG files whose specs changed parsed first (``_ParseRequests``);
+    every DAG file when a ``_defaults.yaml`` or the platform policy changed. A change is served only
+    by a parse that began after it: until its shard records one, a parse of that file that ended
+    without it (begun before the change, or the request dropped because the file was being parsed)
+    gets the file asked for again. Never raises: a failed look is logged once and tried again."""
     from airflow.configuration import conf
 
     from trainpipe.plan_cache import PlanCache
@@ -313,11 +320,13 @@ def watch_specs(stop: threading.Event, every: float) -> None:
 
     root = specs_folder_for(str(Path(conf.get("core", "dags_folder")) / "trainpipe_dags.py"), None).resolve()
     cache = PlanCache(root, "watch")
+    requests = _ParseRequests()
     log.info("trainpipe: watching the specs folder %s every %.0f s", root, every)
     # Airflow marks a DAG stale when its file's parse ends stale_dag_threshold after the last parse that
-    # had it; the file of a deleted spec was likely parsed just before, so it is marked once more then.
+    # had it; the file of a deleted spec was likely parsed just before, so it is asked for once more then.
     stale_after = conf.getfloat("dag_processor", "stale_dag_threshold") + 2 * every
-    again: dict[int, float] = {}  # shard -> when its file is marked again (a spec of it deleted)
+    again: dict[int, float] = {}  # shard -> when its file is asked for again (a spec of it deleted)
+    waiting: dict[int, tuple[float, float]] = {}  # shard -> (changed at, last asked at), wall clock
     shared: dict[str, tuple[int, int, int, int]] | None = None
     failed = False
     while not stop.wait(every):
@@ -329,22 +338,87 @@ def watch_specs(stop: threading.Event, every: float) -> None:
             now = _signatures([*defaults_files(root), *([policy] if policy else [])])
             every_shard = shared is not None and now != shared
             shared = now
+            targets: set[int] = set()
+            deleted: list[str] = []
             if cache.changed_files or every_shard:
-                _mark_changed_shards(cache, root, None, len(specs), None, every_shard=every_shard)
+                targets = set(cache.dag_files()) if every_shard else _shards_of(cache.changed_files, root, len(specs))
                 deleted = [path for path in cache.changed_files if not os.path.lexists(path)]
                 for target in _shards_of(deleted, root, len(specs)):
                     again[target] = time.monotonic() + stale_after
             due = {target for target, when in again.items() if when <= time.monotonic()}
-            if due:
-                _mark_modified(cache.dag_files(), due)
-                for target in due:
-                    del again[target]
+            for target in due:
+                del again[target]
+            # A shard left without specs records no parse: its file is asked for, not waited on.
+            occupied = _shards_of([path for _, path in specs], root, len(specs)) if deleted or due else None
+            asked = time.time()
+            for shard in targets | due:
+                if occupied is None or shard in occupied:
+                    waiting[shard] = (asked, asked)
+            for shard, (changed_at, asked_at) in list(waiting.items()):
+                last = cache.last_parse(shard)
+                if last is not None and last[0] >= changed_at:
+                    del waiting[shard]  # served
+                elif last is not None and last[1] > asked_at:
+                    targets.add(shard)  # a parse without the change ended after the file was asked for
+                    waiting[shard] = (changed_at, asked)
+            if targets or due:
+                known = cache.dag_files()
+                _mark_modified(known, targets | due)
+                requests.ask(known, targets | due)
             failed = False
         except Exception as err:  # the dag-processor keeps parsing on its own schedule
             if not failed:
                 log.warning("trainpipe: the specs folder watcher could not look at %s (%s: %s); trying again every "
                             "%.0f s", root, type(err).__name__, err, every)
             failed = True
+
+
+class _ParseRequests:
+    """Asks the dag-processor to parse DAG files first, as the UI's "Reparse" does: a row of Airflow's
+    ``dag_priority_parsing_request`` table, which the dag-processor takes within a second and puts at the
+    front of its queue even while it is busy (a modified time stamp only reorders files already queued).
+    The watcher runs in the dag-processor, with its database; where that fails (logged once) the time
+    stamps alone remain."""
+
+    def __init__(self) -> None:
+        self._bundles: list[tuple[str, Path]] | None = None
+        self._failed = False
+
+    def ask(self, known: dict, shards: set[int]) -> None:
+        paths = [known[shard] for shard in sorted(shards) if isinstance(known.get(shard), str)]
+        if not paths:
+            return
+        try:
+            self._ask(paths)
+            self._failed = False
+        except Exception as err:
+            if not self._failed:
+                log.warning("trainpipe: could not ask the dag-processor to parse changed DAG files first (%s: %s); "
+                            "they are marked modified only", type(err).__name__, err)
+            self._failed = True
+
+    def _ask(self, paths: list[str]) -> None:
+        from airflow.models.dagbag import DagPriorityParsingRequest
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        if self._bundles is None:
+            from airflow.dag_processing.bundles.manager import DagBundlesManager
+
+            self._bundles = [(bundle.name, Path(bundle.path).resolve())
+                             for bundle in DagBundlesManager().get_all_dag_bundles() if bundle.path is not None]
+        wanted = set()
+        for path in paths:
+            resolved = Path(path).resolve()
+            for name, folder in self._bundles:
+                if resolved.is_relative_to(folder):
+                    wanted.add((name, resolved.relative_to(folder).as_posix()))
+                    break
+        with create_session() as session:
+            pending = set(session.execute(select(DagPriorityParsingRequest.bundle_name,
+                                                 DagPriorityParsingRequest.relative_fileloc)).tuples())
+            for name, relative in sorted(wanted - pending):
+                session.add(DagPriorityParsingRequest(bundle_name=name, relative_fileloc=relative))
 
 
 def _signatures(paths: list[str]) -> dict[str, tuple[int, int, int, int]]:

@@ -106,6 +106,7 @@ class PlanCache:
         # Shard number -> the DAG file that compiles it, as each file last recorded itself: a parse that
         # finds another shard's spec added, changed or removed marks that file modified (dag_files).
         self.dag_files_path = self.folder / f"{root_id}-dag-files.pickle"
+        self._root_id = root_id
         # The spec files added, changed or removed since the index's last look (declared_ids).
         self.changed_files: list[str] = []
         # key -> (display name, sha256 of the spec text, Airflow fingerprint or "", payload): the payload
@@ -246,6 +247,19 @@ class PlanCache:
         """Keep ``dag_file`` as the file of ``shard`` (``known``: ``dag_files()``; written only on a change)."""
         if known.get(shard) != dag_file:
             self._write(self.dag_files_path, {**known, shard: dag_file})
+
+    def record_parse(self, shard: int, started: float, finished: float) -> None:
+        """Keep when the last complete parse of ``shard`` began and ended (wall clock, ``time.time()``):
+        the watcher knows from it whether a parse that began after a spec's change has served it."""
+        self._write(self._parse_path(shard), {"started": started, "finished": finished})
+
+    def last_parse(self, shard: int) -> tuple[float, float] | None:
+        """(began, ended) of ``shard``'s last complete parse, as ``record_parse`` kept it; None if unknown."""
+        entry = self._read_or_empty(self._parse_path(shard))
+        return (entry["started"], entry["finished"]) if entry else None
+
+    def _parse_path(self, shard: int) -> Path:
+        return self.folder / f"{self._root_id}-parsed-{shard:02d}.pickle"
 
     def save(self, *, complete: bool = True) -> None:
         """Keep exactly the entries used by this parse, or for an interrupted parse (``complete``

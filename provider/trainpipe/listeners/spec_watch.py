@@ -6,8 +6,9 @@ parsed again, and at 20,000 specs the dag-processor came round to each file ever
 listener starts a thread in the dag-processor (``on_starting`` of its job; it ends in any other
 component) that every ``WATCH_SECONDS`` lists the folder and stats each spec
 (``trainpipe.dag_files.watch_specs``) and marks modified the DAG file of each shard whose specs were
-added, changed or removed, or every file when a ``_defaults.yaml`` or the platform policy changed;
-Airflow's ``modified_time`` sort mode parses a modified file first. Only time stamps change.
+added, changed or removed, or every file when a ``_defaults.yaml`` or the platform policy changed,
+and asks the dag-processor to parse those files first (Airflow's reparse request), again until a parse
+begun after the change has run. DAG files' time stamps change, never their content.
 """
 
 from __future__ import annotations
