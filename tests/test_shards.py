@@ -427,3 +427,61 @@ def test_a_change_made_while_its_file_was_being_parsed_gets_that_file_parsed_aga
         stop.set()
         watcher.join(timeout=60)
     assert not watcher.is_alive()
+
+
+def test_the_watcher_asks_for_a_change_that_another_shards_parse_saw_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, airflow_db: Path):
+    """Every shard's parse lists the whole folder and updates the index the shards share; the watcher
+    compares with its own last look, so a parse that saw the change first does not hide it."""
+    import json
+    import threading
+    import time
+
+    from airflow.models.dagbag import DagPriorityParsingRequest
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete, select
+
+    from trainpipe import load_dags
+    from trainpipe.dag_files import watch_specs
+
+    configs = tmp_path / "dag_configs"
+    configs.mkdir()
+    for i in range(SPEC_COUNT):
+        (configs / f"p{i:04d}.yaml").write_text(_spec(f"p{i:04d}"))
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([{
+        "name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+        "kwargs": {"path": str(dags)}}]))
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", raising=False)
+    count = shard_count(SPEC_COUNT)
+    edited = "p0003.yaml"
+    shard = shard_of(edited, count)
+    other = next(s for s in range(SHARD_FILES) if s != shard and any(
+        shard_of(f"p{i:04d}.yaml", count) == s for i in range(SPEC_COUNT)))
+    for number in (shard, other):
+        (dags / f"dags_{number:02d}.py").write_text("")
+        load_dags({"__file__": str(dags / f"dags_{number:02d}.py")}, shards=SHARD_FILES, shard=number)
+    with create_session() as session:
+        session.execute(delete(DagPriorityParsingRequest))
+
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch_specs, args=(stop, 3.0), daemon=True)
+    watcher.start()
+    try:
+        time.sleep(3.5)  # just after its first look
+        (configs / edited).write_text(_spec("p0003").replace("  epochs: 8", "  epochs: 9"))
+        load_dags({"__file__": str(dags / f"dags_{other:02d}.py")}, shards=SHARD_FILES, shard=other)  # sees it first
+        deadline = time.monotonic() + 60  # a no-hang bound: the watcher looks every 3 s
+        requested: set[str] = set()
+        while not requested and time.monotonic() < deadline:
+            time.sleep(0.2)
+            with create_session() as session:
+                requested = set(session.scalars(select(DagPriorityParsingRequest.relative_fileloc)))
+    finally:
+        stop.set()
+        watcher.join(timeout=60)
+    assert requested == {f"dags_{shard:02d}.py"}

@@ -307,8 +307,8 @@ def _mark_modified(known: dict, targets: set[int], dag_file: str | None = None) 
 def watch_specs(stop: threading.Event, every: float) -> None:
     """The dag-processor's watcher (``trainpipe.listeners.spec_watch``): every ``every`` seconds until
     ``stop``, look at the configs folder of ``[core] dags_folder`` (``TRAINPIPE_DAG_CONFIGS``, or the
-    nearest ``dag_configs/``) as a shard's parse does (a listing, a stat per spec against the shared
-    pipeline id index) and get the DAG files whose specs changed parsed first (``_ParseRequests``);
+    nearest ``dag_configs/``): a listing and a stat per spec against its own last look, and get the
+    DAG files whose specs changed parsed first (``_ParseRequests``);
     every DAG file when a ``_defaults.yaml`` or the platform policy changed. A change is served only
     by a parse that began after it: until its shard records one, a parse of that file that ended
     without it (begun before the change, or the request dropped because the file was being parsed)
@@ -328,21 +328,26 @@ def watch_specs(stop: threading.Event, every: float) -> None:
     again: dict[int, float] = {}  # shard -> when its file is asked for again (a spec of it deleted)
     waiting: dict[int, tuple[float, float]] = {}  # shard -> (changed at, last asked at), wall clock
     shared: dict[str, tuple[int, int, int, int]] | None = None
+    seen: dict[str, tuple[int, int, int, int]] | None = None
     failed = False
     while not stop.wait(every):
         try:
             specs = list_specs(root)
-            cache.changed_files = []
-            cache.declared_ids([path for _, path in specs], declared_pipeline_id)
+            # Its own memory of the last look, not the index the shards share: a shard's parse that saw a
+            # change first would otherwise hide it from the watcher (and from its requests).
+            files = _signatures([path for _, path in specs])
+            changed = [] if seen is None else [path for path, signature in files.items() if seen.get(path) != signature]
+            changed += [path for path in seen or () if path not in files]
+            seen = files
             policy = os.environ.get(POLICY_ENV)
             now = _signatures([*defaults_files(root), *([policy] if policy else [])])
             every_shard = shared is not None and now != shared
             shared = now
             targets: set[int] = set()
             deleted: list[str] = []
-            if cache.changed_files or every_shard:
-                targets = set(cache.dag_files()) if every_shard else _shards_of(cache.changed_files, root, len(specs))
-                deleted = [path for path in cache.changed_files if not os.path.lexists(path)]
+            if changed or every_shard:
+                targets = set(cache.dag_files()) if every_shard else _shards_of(changed, root, len(specs))
+                deleted = [path for path in changed if path not in files]
                 for target in _shards_of(deleted, root, len(specs)):
                     again[target] = time.monotonic() + stale_after
             due = {target for target, when in again.items() if when <= time.monotonic()}
