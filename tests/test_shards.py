@@ -24,6 +24,17 @@ def _spec(pipeline_id: str) -> str:
     return EXAMPLE.replace("pipeline_id: fraud_detector", f"pipeline_id: {pipeline_id}")
 
 
+def _sharded_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """SPEC_COUNT specs in ``dag_configs/`` (a sharded folder) and an empty ``dags/``."""
+    configs = tmp_path / "dag_configs"
+    configs.mkdir()
+    for i in range(SPEC_COUNT):
+        (configs / f"p{i:04d}.yaml").write_text(_spec(f"p{i:04d}"))
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    return configs, dags
+
+
 def _shard_file(shard: int) -> Path:
     return REPO / "dags" / ("trainpipe_dags.py" if shard == 0 else f"shards/trainpipe_dags_{shard:02d}.py")
 
@@ -246,12 +257,7 @@ def test_a_parse_marks_modified_the_dag_files_of_the_shards_whose_specs_changed_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from trainpipe import load_dags
 
-    configs = tmp_path / "dag_configs"
-    configs.mkdir()
-    for i in range(SPEC_COUNT):
-        (configs / f"p{i:04d}.yaml").write_text(_spec(f"p{i:04d}"))
-    dags = tmp_path / "dags"
-    dags.mkdir()
+    configs, dags = _sharded_folder(tmp_path)
     files = {shard: dags / f"dags_{shard:02d}.py" for shard in range(SHARD_FILES)}
     for shard, path in files.items():
         path.write_text(f"from trainpipe import load_dags\n\nload_dags(globals(), shards={SHARD_FILES}, shard={shard})\n")
@@ -352,31 +358,17 @@ def test_the_dag_processors_watcher_marks_modified_the_files_of_changed_specs_an
     assert not watcher.is_alive()
 
 
-def test_a_change_made_while_its_file_was_being_parsed_gets_that_file_parsed_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, airflow_db: Path):
-    """The edit that lagged at 20,000 specs: a spec changed while its DAG file's parse was under way is
-    not in that parse, and the dag-processor drops a request for a file it is parsing. The watcher asks
-    for the file again when such a parse ends, through Airflow's reparse requests, until a parse that
-    began after the change has run; then it asks for nothing more."""
+@pytest.fixture
+def watched_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, airflow_db: Path) -> tuple[Path, Path]:
+    """A sharded configs folder and an empty DAG folder that is the dag-processor's bundle; no pending
+    reparse request. (configs, dags)"""
     import json
-    import threading
-    import time
 
     from airflow.models.dagbag import DagPriorityParsingRequest
     from airflow.utils.session import create_session
-    from sqlalchemy import delete, select
+    from sqlalchemy import delete
 
-    from trainpipe import load_dags
-    from trainpipe.dag_files import watch_specs
-    from trainpipe.plan_cache import PlanCache
-
-    configs = tmp_path / "dag_configs"
-    configs.mkdir()
-    for i in range(SPEC_COUNT):
-        (configs / f"p{i:04d}.yaml").write_text(_spec(f"p{i:04d}"))
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    files = {shard: dags / f"dags_{shard:02d}.py" for shard in range(SHARD_FILES)}
+    configs, dags = _sharded_folder(tmp_path)
     monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
@@ -385,11 +377,41 @@ def test_a_change_made_while_its_file_was_being_parsed_gets_that_file_parsed_aga
         "name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
         "kwargs": {"path": str(dags)}}]))
     monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", raising=False)
+    with create_session() as session:
+        session.execute(delete(DagPriorityParsingRequest))
+    return configs, dags
+
+
+def _parse_shard(dags: Path, shard: int) -> dict:
+    from trainpipe import load_dags
+
+    path = dags / f"dags_{shard:02d}.py"
+    if not path.exists():
+        path.write_text("")
+    load_dags(namespace := {"__file__": str(path)}, shards=SHARD_FILES, shard=shard)
+    return namespace
+
+
+def test_a_change_made_while_its_file_was_being_parsed_gets_that_file_parsed_again(watched_folder: tuple[Path, Path]):
+    """The edit that lagged at 20,000 specs: a spec changed while its DAG file's parse was under way is
+    not in that parse, and the dag-processor drops a request for a file it is parsing. The watcher asks
+    for the file again when such a parse ends, through Airflow's reparse requests, until a parse that
+    began after the change has run; then it asks for nothing more."""
+    import threading
+    import time
+
+    from airflow.models.dagbag import DagPriorityParsingRequest
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete, select
+
+    from trainpipe.dag_files import watch_specs
+    from trainpipe.plan_cache import PlanCache
+
+    configs, dags = watched_folder
     edited = "p0003.yaml"
     shard = shard_of(edited, shard_count(SPEC_COUNT))
     asked_for = f"dags_{shard:02d}.py"
-    files[shard].write_text("")
-    load_dags({"__file__": str(files[shard])}, shards=SHARD_FILES, shard=shard)  # it records itself
+    _parse_shard(dags, shard)  # it records itself
 
     def take_requests() -> set[str]:
         """What the dag-processor's loop does each second: take (and delete) the pending requests."""
@@ -420,8 +442,7 @@ def test_a_change_made_while_its_file_was_being_parsed_gets_that_file_parsed_aga
         PlanCache(configs.resolve(), "watch").record_parse(shard, began, time.time())
         assert requested_within(60) == {asked_for}
         # A parse begun after the edit serves it: nothing more is asked for.
-        assert load_dags(namespace := {"__file__": str(files[shard])}, shards=SHARD_FILES, shard=shard) is None
-        assert namespace["p0003"].params["epochs"] == 9
+        assert _parse_shard(dags, shard)["p0003"].params["epochs"] == 9
         assert requested_within(1.0) == set()
     finally:
         stop.set()
@@ -429,44 +450,26 @@ def test_a_change_made_while_its_file_was_being_parsed_gets_that_file_parsed_aga
     assert not watcher.is_alive()
 
 
-def test_the_watcher_asks_for_a_change_that_another_shards_parse_saw_first(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, airflow_db: Path):
+def test_the_watcher_asks_for_a_change_that_another_shards_parse_saw_first(watched_folder: tuple[Path, Path]):
     """Every shard's parse lists the whole folder and updates the index the shards share; the watcher
     compares with its own last look, so a parse that saw the change first does not hide it."""
-    import json
     import threading
     import time
 
     from airflow.models.dagbag import DagPriorityParsingRequest
     from airflow.utils.session import create_session
-    from sqlalchemy import delete, select
+    from sqlalchemy import select
 
-    from trainpipe import load_dags
     from trainpipe.dag_files import watch_specs
 
-    configs = tmp_path / "dag_configs"
-    configs.mkdir()
-    for i in range(SPEC_COUNT):
-        (configs / f"p{i:04d}.yaml").write_text(_spec(f"p{i:04d}"))
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
-    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
-    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([{
-        "name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-        "kwargs": {"path": str(dags)}}]))
-    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", raising=False)
+    configs, dags = watched_folder
     count = shard_count(SPEC_COUNT)
     edited = "p0003.yaml"
     shard = shard_of(edited, count)
     other = next(s for s in range(SHARD_FILES) if s != shard and any(
         shard_of(f"p{i:04d}.yaml", count) == s for i in range(SPEC_COUNT)))
     for number in (shard, other):
-        (dags / f"dags_{number:02d}.py").write_text("")
-        load_dags({"__file__": str(dags / f"dags_{number:02d}.py")}, shards=SHARD_FILES, shard=number)
-    with create_session() as session:
-        session.execute(delete(DagPriorityParsingRequest))
+        _parse_shard(dags, number)
 
     stop = threading.Event()
     watcher = threading.Thread(target=watch_specs, args=(stop, 3.0), daemon=True)
@@ -474,7 +477,7 @@ def test_the_watcher_asks_for_a_change_that_another_shards_parse_saw_first(
     try:
         time.sleep(3.5)  # just after its first look
         (configs / edited).write_text(_spec("p0003").replace("  epochs: 8", "  epochs: 9"))
-        load_dags({"__file__": str(dags / f"dags_{other:02d}.py")}, shards=SHARD_FILES, shard=other)  # sees it first
+        _parse_shard(dags, other)  # sees it first
         deadline = time.monotonic() + 60  # a no-hang bound: the watcher looks every 3 s
         requested: set[str] = set()
         while not requested and time.monotonic() < deadline:
