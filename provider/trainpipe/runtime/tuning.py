@@ -21,6 +21,7 @@ import json
 import logging
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -368,6 +369,7 @@ def _log_plots(hook: MlflowHook, parent: str, study: optuna.Study, emit: Callabl
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from optuna.exceptions import ExperimentalWarning
     from optuna.visualization import matplotlib as plots
 
     with tempfile.TemporaryDirectory(prefix="trainpipe-study-") as folder:
@@ -375,7 +377,11 @@ def _log_plots(hook: MlflowHook, parent: str, study: optuna.Study, emit: Callabl
                            ("intermediate_values", plots.plot_intermediate_values),
                            ("param_importances", plots.plot_param_importances)):
             try:
-                axes = draw(study)
+                with warnings.catch_warnings():
+                    # Optuna marks its matplotlib plots experimental; their interface is pinned with optuna
+                    # itself, and the warning said nothing to the run's reader, once per plot per study.
+                    warnings.simplefilter("ignore", ExperimentalWarning)
+                    axes = draw(study)
             except (ValueError, RuntimeError) as err:
                 # Importances need two complete trials with varied parameters: say so, keep the rest.
                 emit(f"study plot {name} skipped: {err}")
