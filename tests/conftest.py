@@ -47,7 +47,6 @@ def airflow_db() -> Path:
     return _STATE / "airflow" / "airflow.db"
 
 
-
 # `make test` runs two pytest-xdist workers (-n 2 --no-loadscope-reorder). One worker runs each group: a module,
 # or a package whose fixture starts a whole stack once (tests/stack, tests/fleet). The longest groups go first,
 # so that no long one is left to run alone at the end.

@@ -267,19 +267,16 @@ def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others
                                                    f"is also declared in {names}")
 
 
-def _mark_changed_shards(cache: PlanCache, root: Path, shard: int | None, spec_count: int, dag_file: str | None,
-                         *, every_shard: bool = False) -> None:
+def _mark_changed_shards(cache: PlanCache, root: Path, shard: int, spec_count: int, dag_file: str) -> None:
     """Mark modified (``os.utime``) the DAG file of each other shard whose specs were added, changed
-    or removed since the last look (``cache.changed_files``), or of every shard (``every_shard``), so
-    that a dag-processor with ``[dag_processor] file_parsing_sort_mode = modified_time`` parses that
-    file next, instead of when its turn comes round again (ADR 0022). ``shard``/``dag_file``: the
-    parsing DAG file, recorded as its shard's file (None from the watcher). Only the time stamp
-    changes, never the file. Best effort: a DAG file that cannot be touched (read-only) keeps its turn."""
+    or removed since the last look (``cache.changed_files``), so that a dag-processor with
+    ``[dag_processor] file_parsing_sort_mode = modified_time`` parses that file next, instead of when
+    its turn comes round again (ADR 0022; the watcher also asks for it). ``shard``/``dag_file``: the
+    parsing DAG file, recorded as its shard's file. Only the time stamp changes, never the file. Best
+    effort: a DAG file that cannot be touched (read-only) keeps its turn."""
     known = cache.dag_files()
-    if shard is not None and dag_file is not None:
-        cache.record_dag_file(shard, dag_file, known)
-    targets = set(known) if every_shard else _shards_of(cache.changed_files, root, spec_count)
-    _mark_modified(known, targets - {shard}, dag_file)
+    cache.record_dag_file(shard, dag_file, known)
+    _mark_modified(known, _shards_of(cache.changed_files, root, spec_count) - {shard}, dag_file)
 
 
 def _shards_of(paths: list[str], root: Path, spec_count: int) -> set[int]:
