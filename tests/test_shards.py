@@ -3,13 +3,17 @@ assignment, broken specs still their own import errors, task runs still one spec
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-
 from trainpipe.dag_files import SHARD_FILES, SINGLE_FILE_MAX, shard_count, shard_of
 from trainpipe.errors import DagFileError
 from trainpipe.spec_files import list_specs
@@ -302,9 +306,6 @@ def test_a_parse_marks_modified_the_dag_files_of_the_shards_whose_specs_changed_
 
 def test_the_dag_processors_watcher_marks_modified_the_files_of_changed_specs_and_all_of_them_for_defaults(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    import threading
-    import time
-
     from trainpipe import load_dags
     from trainpipe.dag_files import watch_specs
 
@@ -392,19 +393,72 @@ def _parse_shard(dags: Path, shard: int) -> dict:
     return namespace
 
 
+def _take_requests() -> set[str]:
+    """What the dag-processor's loop does each second: take the pending reparse requests, deleting each
+    row it read (as Airflow's manager does; a bulk delete would also drop a row written meanwhile)."""
+    from airflow.models.dagbag import DagPriorityParsingRequest
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        requests = list(session.scalars(select(DagPriorityParsingRequest)))
+        for request in requests:
+            session.delete(request)
+        return {request.relative_fileloc for request in requests}
+
+
+def _replace(path: Path, text: str) -> None:
+    """One change a look cannot see half-done (``write_text`` truncates, then writes: two changes)."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
+def _requested_within(seconds: float) -> set[str]:
+    deadline = time.monotonic() + seconds  # a no-hang bound
+    while time.monotonic() < deadline:
+        if found := _take_requests():
+            return found
+        time.sleep(0.05)
+    return set()
+
+
+@contextmanager
+def _watching(configs: Path, dags: Path, every: float, busy: set[int]) -> Iterator[None]:
+    """The watcher running with ``every``, entered once it has surely made its first look: a probe
+    spec of a shard not in ``busy`` (parsed first: the watcher asks only for DAG files it knows) is
+    rewritten until its DAG file is asked for (under load the first look can come late, and an edit
+    made before it would be its baseline, not a change)."""
+    from trainpipe.dag_files import watch_specs
+
+    count = shard_count(SPEC_COUNT)
+    probe = next(f"p{i:04d}" for i in range(SPEC_COUNT) if shard_of(f"p{i:04d}.yaml", count) not in busy)
+    probe_shard = shard_of(f"{probe}.yaml", count)
+    probe_file = f"dags_{probe_shard:02d}.py"
+    _parse_shard(dags, probe_shard)
+    _take_requests()
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch_specs, args=(stop, every), daemon=True)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 120  # a no-hang bound
+        for attempt in itertools.count():
+            _replace(configs / f"{probe}.yaml", _spec(probe) + f"# probe {attempt}\n")
+            if _requested_within(2 * every + 1) == {probe_file}:
+                break
+            assert time.monotonic() < deadline, "the watcher never looked at the folder"
+        yield
+    finally:
+        stop.set()
+        watcher.join(timeout=60)
+    assert not watcher.is_alive()
+
+
 def test_a_change_made_while_its_file_was_being_parsed_gets_that_file_parsed_again(watched_folder: tuple[Path, Path]):
     """The edit that lagged at 20,000 specs: a spec changed while its DAG file's parse was under way is
     not in that parse, and the dag-processor drops a request for a file it is parsing. The watcher asks
     for the file again when such a parse ends, through Airflow's reparse requests, until a parse that
     began after the change has run; then it asks for nothing more."""
-    import threading
-    import time
-
-    from airflow.models.dagbag import DagPriorityParsingRequest
-    from airflow.utils.session import create_session
-    from sqlalchemy import delete, select
-
-    from trainpipe.dag_files import watch_specs
     from trainpipe.plan_cache import PlanCache
 
     configs, dags = watched_folder
@@ -412,56 +466,22 @@ def test_a_change_made_while_its_file_was_being_parsed_gets_that_file_parsed_aga
     shard = shard_of(edited, shard_count(SPEC_COUNT))
     asked_for = f"dags_{shard:02d}.py"
     _parse_shard(dags, shard)  # it records itself
-
-    def take_requests() -> set[str]:
-        """What the dag-processor's loop does each second: take (and delete) the pending requests."""
-        with create_session() as session:
-            files = set(session.scalars(select(DagPriorityParsingRequest.relative_fileloc)))
-            session.execute(delete(DagPriorityParsingRequest))
-        return files
-
-    def requested_within(seconds: float) -> set[str]:
-        deadline = time.monotonic() + seconds  # a no-hang bound: the watcher looks every 0.05 s
-        while time.monotonic() < deadline:
-            if found := take_requests():
-                return found
-            time.sleep(0.05)
-        return set()
-
-    take_requests()
-    stop = threading.Event()
-    watcher = threading.Thread(target=watch_specs, args=(stop, 0.05), daemon=True)
-    watcher.start()
-    try:
-        time.sleep(0.5)  # its first look
+    with _watching(configs, dags, 0.05, busy={shard}):
         began = time.time()  # a parse of the shard's file begins: it lists the folder before the edit
-        (configs / edited).write_text(_spec("p0003").replace("  epochs: 8", "  epochs: 9"))
-        assert requested_within(60) == {asked_for}
-        assert requested_within(0.5) == set()  # asked once while it waits
+        _replace(configs / edited, _spec("p0003").replace("  epochs: 8", "  epochs: 9"))
+        assert _requested_within(60) == {asked_for}
+        assert _requested_within(0.5) == set()  # asked once while it waits
         # The parse begun before the edit ends (the request was dropped: the file was being parsed).
         PlanCache(configs.resolve(), "watch").record_parse(shard, began, time.time())
-        assert requested_within(60) == {asked_for}
+        assert _requested_within(60) == {asked_for}
         # A parse begun after the edit serves it: nothing more is asked for.
         assert _parse_shard(dags, shard)["p0003"].params["epochs"] == 9
-        assert requested_within(1.0) == set()
-    finally:
-        stop.set()
-        watcher.join(timeout=60)
-    assert not watcher.is_alive()
+        assert _requested_within(1.0) == set()
 
 
 def test_the_watcher_asks_for_a_change_that_another_shards_parse_saw_first(watched_folder: tuple[Path, Path]):
     """Every shard's parse lists the whole folder and updates the index the shards share; the watcher
     compares with its own last look, so a parse that saw the change first does not hide it."""
-    import threading
-    import time
-
-    from airflow.models.dagbag import DagPriorityParsingRequest
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    from trainpipe.dag_files import watch_specs
-
     configs, dags = watched_folder
     count = shard_count(SPEC_COUNT)
     edited = "p0003.yaml"
@@ -470,21 +490,8 @@ def test_the_watcher_asks_for_a_change_that_another_shards_parse_saw_first(watch
         shard_of(f"p{i:04d}.yaml", count) == s for i in range(SPEC_COUNT)))
     for number in (shard, other):
         _parse_shard(dags, number)
-
-    stop = threading.Event()
-    watcher = threading.Thread(target=watch_specs, args=(stop, 3.0), daemon=True)
-    watcher.start()
-    try:
-        time.sleep(3.5)  # just after its first look
-        (configs / edited).write_text(_spec("p0003").replace("  epochs: 8", "  epochs: 9"))
-        _parse_shard(dags, other)  # sees it first
-        deadline = time.monotonic() + 60  # a no-hang bound: the watcher looks every 3 s
-        requested: set[str] = set()
-        while not requested and time.monotonic() < deadline:
-            time.sleep(0.2)
-            with create_session() as session:
-                requested = set(session.scalars(select(DagPriorityParsingRequest.relative_fileloc)))
-    finally:
-        stop.set()
-        watcher.join(timeout=60)
-    assert requested == {f"dags_{shard:02d}.py"}
+    # Just after a look (the probe's) the watcher sleeps 5 s: the other shard's parse sees the edit first.
+    with _watching(configs, dags, 5.0, busy={shard, other}):
+        _replace(configs / edited, _spec("p0003").replace("  epochs: 8", "  epochs: 9"))
+        _parse_shard(dags, other)
+        assert _requested_within(60) == {f"dags_{shard:02d}.py"}
