@@ -327,11 +327,11 @@ def test_the_dag_processors_watcher_marks_modified_the_files_of_changed_specs_an
         load_dags({"__file__": str(path)}, shards=SHARD_FILES, shard=shard)
     old = 1_000_000_000
 
-    def marked_after(change) -> set[int]:
+    def marked_after(change, within: float = 60) -> set[int]:
         for path in files.values():
             os.utime(path, (old, old))
         change()
-        deadline = time.monotonic() + 60  # a no-hang bound: the watcher looks every 0.05 s
+        deadline = time.monotonic() + within  # a no-hang bound: the watcher looks every 0.05 s
         while time.monotonic() < deadline:
             marked = {shard for shard, path in files.items() if path.stat().st_mtime > old}
             if marked:
@@ -344,7 +344,15 @@ def test_the_dag_processors_watcher_marks_modified_the_files_of_changed_specs_an
     watcher = threading.Thread(target=watch_specs, args=(stop, 0.05), daemon=True)
     watcher.start()
     try:
-        time.sleep(0.5)  # its first look
+        # Its first look done (under load it can come late; a change before it would be its baseline):
+        # a probe spec is rewritten until the watcher marks a file.
+        deadline = time.monotonic() + 120  # a no-hang bound
+        probe = configs / "team" / "p0005.yaml"
+        for attempt in itertools.count():
+            text = _spec("p0005") + f"# probe {attempt}\n"
+            if marked_after(lambda text=text: _replace(probe, text), within=2):
+                break
+            assert time.monotonic() < deadline, "the watcher never looked at the folder"
         count = shard_count(SPEC_COUNT + 1)
         assert marked_after(lambda: (configs / "team" / "new.yaml").write_text(_spec("new"))) == {
             shard_of("team/new.yaml", count)}
