@@ -162,3 +162,40 @@ def test_two_slots_run_at_once_and_a_slot_never_gets_a_second_trial(tuned):
         assert "trainpipe.airflow_run_id" not in child.data.tags  # the final training's run is found by it
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "study")}
     assert {"study/optimization_history.png", "study/intermediate_values.png"} <= artifacts
+
+
+def test_study_plots_rank_parameters_only_with_enough_trials_and_warn_about_nothing(tmp_path: Path):
+    """The study's plots land on the MLflow parent run. With one complete trial Optuna can only draw every
+    importance equal (and warns, a foreign line in the task log): the run gets no such chart and the task
+    log says why; with varied complete trials the importance chart is there. No warning either way."""
+    import types
+    import warnings
+
+    import mlflow
+    import optuna
+
+    from trainpipe.runtime.tuning import _log_plots
+
+    def objective(trial: optuna.Trial) -> float:
+        rate, width = trial.suggest_float("lr", 1e-4, 1e-1, log=True), trial.suggest_int("width", 4, 64)
+        for step in range(3):
+            trial.report(rate * step + width / 100, step)
+        return rate + width / 100
+
+    client = mlflow.MlflowClient()
+    experiment = client.create_experiment(f"study-plots-{tmp_path.name}")
+    hook = types.SimpleNamespace(client=client)
+    for complete, importances in ((1, False), (8, True)):
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=1))
+        study.optimize(objective, n_trials=complete)
+        run_id = client.create_run(experiment).info.run_id
+        said: list[str] = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _log_plots(hook, run_id, study, said.append)
+        assert [str(w.message) for w in caught] == []
+        plots = {Path(a.path).name for a in client.list_artifacts(run_id, "study")}
+        assert {"optimization_history.png", "intermediate_values.png"} <= plots
+        assert ("param_importances.png" in plots) is importances
+        assert said == ([] if importances else [
+            "study plot param_importances skipped: too few complete trials to rank the parameters (1 complete)"])

@@ -363,6 +363,10 @@ def _log_parent(hook: MlflowHook, parent: str, study: optuna.Study, counts: dict
     hook.client.log_batch(parent, metrics=metrics)
 
 
+# How Optuna's importance evaluators say they could not rank the parameters (they then return all equal).
+_UNRANKED = "Parameter importances will be equal"
+
+
 def _log_plots(hook: MlflowHook, parent: str, study: optuna.Study, emit: Callable[[str], None]) -> None:
     """optimisation history, intermediate values and parameter importances, as PNGs under ``study/``."""
     import matplotlib
@@ -377,7 +381,8 @@ def _log_plots(hook: MlflowHook, parent: str, study: optuna.Study, emit: Callabl
                            ("intermediate_values", plots.plot_intermediate_values),
                            ("param_importances", plots.plot_param_importances)):
             try:
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
                     # Optuna marks its matplotlib plots experimental; their interface is pinned with optuna
                     # itself, and the warning said nothing to the run's reader, once per plot per study.
                     warnings.simplefilter("ignore", ExperimentalWarning)
@@ -387,6 +392,16 @@ def _log_plots(hook: MlflowHook, parent: str, study: optuna.Study, emit: Callabl
                 emit(f"study plot {name} skipped: {err}")
                 continue
             figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
+            unranked = [w for w in caught if _UNRANKED in str(w.message)]
+            for other in (w for w in caught if w not in unranked):
+                warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+            if unranked:
+                # Too few (or too alike) complete trials: Optuna draws every importance equal and warns; a
+                # flat chart would mislead, so the run says why it has none instead.
+                plt.close(figure)
+                emit(f"study plot {name} skipped: too few complete trials to rank the parameters "
+                     f"({sum(t.state.name == 'COMPLETE' for t in study.trials)} complete)")
+                continue
             path = Path(folder) / f"{name}.png"
             figure.savefig(path, dpi=100, bbox_inches="tight")
             plt.close(figure)
