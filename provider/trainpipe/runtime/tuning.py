@@ -381,27 +381,23 @@ def _log_plots(hook: MlflowHook, parent: str, study: optuna.Study, emit: Callabl
                            ("intermediate_values", plots.plot_intermediate_values),
                            ("param_importances", plots.plot_param_importances)):
             try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
+                with warnings.catch_warnings():
                     # Optuna marks its matplotlib plots experimental; their interface is pinned with optuna
                     # itself, and the warning said nothing to the run's reader, once per plot per study.
                     warnings.simplefilter("ignore", ExperimentalWarning)
+                    # Too few (or too alike) complete trials: Optuna would warn and draw every importance
+                    # equal; a flat chart would mislead, so the run says why it has none instead.
+                    warnings.filterwarnings("error", message=f".*{_UNRANKED}")
                     axes = draw(study)
             except (ValueError, RuntimeError) as err:
                 # Importances need two complete trials with varied parameters: say so, keep the rest.
                 emit(f"study plot {name} skipped: {err}")
                 continue
-            figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
-            unranked = [w for w in caught if _UNRANKED in str(w.message)]
-            for other in (w for w in caught if w not in unranked):
-                warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
-            if unranked:
-                # Too few (or too alike) complete trials: Optuna draws every importance equal and warns; a
-                # flat chart would mislead, so the run says why it has none instead.
-                plt.close(figure)
-                emit(f"study plot {name} skipped: too few complete trials to rank the parameters "
-                     f"({sum(t.state.name == 'COMPLETE' for t in study.trials)} complete)")
+            except UserWarning:  # only the unranked importances are raised (the filter above)
+                complete = sum(_state_name(t) == "complete" for t in study.trials)
+                emit(f"study plot {name} skipped: too few complete trials to rank the parameters ({complete} complete)")
                 continue
+            figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
             path = Path(folder) / f"{name}.png"
             figure.savefig(path, dpi=100, bbox_inches="tight")
             plt.close(figure)
