@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -344,15 +344,7 @@ def test_the_dag_processors_watcher_marks_modified_the_files_of_changed_specs_an
     watcher = threading.Thread(target=watch_specs, args=(stop, 0.05), daemon=True)
     watcher.start()
     try:
-        # Its first look done (under load it can come late; a change before it would be its baseline):
-        # a probe spec is rewritten until the watcher marks a file.
-        deadline = time.monotonic() + 120  # a no-hang bound
-        probe = configs / "team" / "p0005.yaml"
-        for attempt in itertools.count():
-            text = _spec("p0005") + f"# probe {attempt}\n"
-            if marked_after(lambda text=text: _replace(probe, text), within=2):
-                break
-            assert time.monotonic() < deadline, "the watcher never looked at the folder"
+        _probe_until_seen(configs / "team" / "p0005.yaml", lambda change: marked_after(change, within=2))
         count = shard_count(SPEC_COUNT + 1)
         assert marked_after(lambda: (configs / "team" / "new.yaml").write_text(_spec("new"))) == {
             shard_of("team/new.yaml", count)}
@@ -422,6 +414,18 @@ def _replace(path: Path, text: str) -> None:
     temporary.replace(path)
 
 
+def _probe_until_seen(probe: Path, seen_after: Callable[[Callable[[], None]], object]) -> None:
+    """Return once the watcher has surely made its first look: under load it can come late, and a change
+    made before it is its baseline, not a change. ``probe`` (a spec) is rewritten until ``seen_after``
+    the rewrite says the watcher acted on it."""
+    deadline = time.monotonic() + 120  # a no-hang bound
+    for attempt in itertools.count():
+        text = _spec(probe.stem) + f"# probe {attempt}\n"
+        if seen_after(lambda text=text: _replace(probe, text)):
+            return
+        assert time.monotonic() < deadline, "the watcher never looked at the folder"
+
+
 def _requested_within(seconds: float) -> set[str]:
     deadline = time.monotonic() + seconds  # a no-hang bound
     while time.monotonic() < deadline:
@@ -433,10 +437,8 @@ def _requested_within(seconds: float) -> set[str]:
 
 @contextmanager
 def _watching(configs: Path, dags: Path, every: float, busy: set[int]) -> Iterator[None]:
-    """The watcher running with ``every``, entered once it has surely made its first look: a probe
-    spec of a shard not in ``busy`` (parsed first: the watcher asks only for DAG files it knows) is
-    rewritten until its DAG file is asked for (under load the first look can come late, and an edit
-    made before it would be its baseline, not a change)."""
+    """The watcher running with ``every``, entered once it has made its first look (``_probe_until_seen``
+    with a spec of a shard not in ``busy``, parsed first: the watcher asks only for DAG files it knows)."""
     from trainpipe.dag_files import watch_specs
 
     count = shard_count(SPEC_COUNT)
@@ -448,13 +450,12 @@ def _watching(configs: Path, dags: Path, every: float, busy: set[int]) -> Iterat
     stop = threading.Event()
     watcher = threading.Thread(target=watch_specs, args=(stop, every), daemon=True)
     watcher.start()
+    def asked_after(change: Callable[[], None]) -> bool:
+        change()
+        return _requested_within(2 * every + 1) == {probe_file}
+
     try:
-        deadline = time.monotonic() + 120  # a no-hang bound
-        for attempt in itertools.count():
-            _replace(configs / f"{probe}.yaml", _spec(probe) + f"# probe {attempt}\n")
-            if _requested_within(2 * every + 1) == {probe_file}:
-                break
-            assert time.monotonic() < deadline, "the watcher never looked at the folder"
+        _probe_until_seen(configs / f"{probe}.yaml", asked_after)
         yield
     finally:
         stop.set()
