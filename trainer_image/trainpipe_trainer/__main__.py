@@ -9,6 +9,7 @@ import sys
 
 from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainerConfigError, TrainingConfig
+from trainpipe_trainer.console import write_whole_lines
 from trainpipe_trainer.errors import (
     EXIT_BAD_INPUT,
     USER_ERRORS,
@@ -66,4 +67,5 @@ def _report(err: BaseException, *, label: str = "error") -> None:
 
 
 if __name__ == "__main__":
+    write_whole_lines()
     sys.exit(main())

@@ -17,6 +17,7 @@ import signal
 import sys
 
 from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
+from trainpipe_trainer.console import write_whole_lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,4 +47,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    write_whole_lines()
     sys.exit(main())
