@@ -157,6 +157,15 @@ def test_a_run_dir_of_two_processes_resumes_on_one_and_reproduce_replays_that_hi
     assert again.stdout.strip().splitlines()[-1] == "weights match: yes", again.stdout[-4000:] + again.stderr[-3000:]
 
 
+def _exited(process) -> bool:  # noqa: ANN001 - psutil.Process
+    import psutil
+
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def test_a_sigterm_that_reaches_torchrun_after_the_trainer_wrote_its_result_does_not_retrain(tmp_path: Path) -> None:
     """Found on the stack: torchrun was sent SIGTERM as the training ended (its workers had written the result
     and exited); the launch exited non-zero and the try failed, so the retry trained again. Here torchrun is held
@@ -186,9 +195,12 @@ def test_a_sigterm_that_reaches_torchrun_after_the_trainer_wrote_its_result_does
             torchrun.suspend()
             try:
                 workers = [child for child in torchrun.children() if child.is_running()]
-                # Held before it noticed its workers ended: they exit (zombies until torchrun reaps them).
-                psutil.wait_procs(workers, timeout=120)
-                assert all(worker.status() == psutil.STATUS_ZOMBIE for worker in workers if worker.is_running())
+                # Held before it noticed its workers ended: they exit (zombies until torchrun reaps them). Not
+                # psutil.wait_procs: a zombie that is not our child counts as running, so it waited its timeout.
+                exited = time.monotonic() + 120
+                while not all(_exited(worker) for worker in workers):
+                    assert time.monotonic() < exited, "the workers did not exit within 120 s"
+                    time.sleep(0.05)
                 torchrun.send_signal(signal.SIGTERM)
             finally:
                 torchrun.resume()
