@@ -430,16 +430,37 @@ def _cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def _drift_pins(configs: Path):  # noqa: ANN202 - retention.DriftPins, imported lazily
+    """The drift references the specs under ``configs`` pin, for ``gc`` to keep."""
+    from trainpipe.factory import compile_directory
+    from trainpipe.runtime.retention import DriftPins
+
+    if not configs.is_dir():
+        return DriftPins(by_pipeline={}, unknown_because=f"there is no spec folder {configs} (pass --configs)")
+    result = compile_directory(configs, relative_to=configs.resolve().parent)
+    pins: dict[str, dict[str, str]] = {}
+    for plan in result.plans.values():
+        drift = plan.validation.drift
+        if drift is not None and drift.reference != "baseline":
+            pins.setdefault(plan.dag_id, {})[drift.reference] = plan.spec_relative_path
+    unknown = ""
+    if result.errors:
+        unknown = (f"{len(result.errors)} spec(s) do not compile ({', '.join(sorted(result.errors))}; "
+                   "`trainpipe validate` says why)")
+    return DriftPins(by_pipeline=pins, unknown_because=unknown)
+
+
 def _cmd_gc(args: argparse.Namespace) -> int:
     from trainpipe.errors import TrainpipeError
     from trainpipe.runtime.retention import collect, delete, format_plan
     from trainpipe.settings import Settings
 
     settings = Settings.from_env()
+    configs = Path(args.configs or os.environ.get("TRAINPIPE_DAG_CONFIGS") or DEFAULT_CONFIGS)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # provider deprecation notices from reading storage
-            plan = collect(settings, older_than=args.older_than, keep_runs=args.keep_runs)
+            plan = collect(settings, older_than=args.older_than, keep_runs=args.keep_runs, pins=_drift_pins(configs))
             print(format_plan(plan, applying=args.apply))
             if args.apply and plan.items:
                 deleted = delete(plan)
@@ -509,6 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--keep-runs", type=int, default=3, metavar="N",
                     help="keep the checkpoints of the last N finished runs of each pipeline (default: 3)")
     gc.add_argument("--apply", action="store_true", help="delete what is listed (without it nothing is deleted)")
+    gc.add_argument("--configs", help="the specs whose pinned drift references are kept (default: "
+                    "$TRAINPIPE_DAG_CONFIGS, else dag_configs/)")
     gc.set_defaults(func=_cmd_gc)
 
     schema = commands.add_parser("schema", help="print the JSON Schema (draft 2020-12) of a spec")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.moto_s3 import moto_s3_server
 from trainpipe.checkpoint_state import TrainingStatus, write_training_status
-from trainpipe.runtime.retention import collect, delete, format_plan
+from trainpipe.runtime.retention import DriftPins, collect, delete, format_plan
 from trainpipe.settings import Settings
 
 CONN_ID = "trainpipe_gc_s3"
@@ -18,6 +20,8 @@ BUCKET = "trainpipe-gc-tests"
 LONG_AGO = datetime(2026, 1, 1, tzinfo=timezone.utc)
 # Storage files are written now; gc looks at them from two days on, with --older-than 1d.
 LATER = datetime.now(timezone.utc) + timedelta(days=2)
+NO_PINS = DriftPins(by_pipeline={})
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +98,7 @@ def test_gc_keeps_what_is_referenced_or_unfinished_and_deletes_the_rest(settings
     retrying = _run(root, "r4", state="failed", final=False, finished_at=LONG_AGO, digest=running)
 
     plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=_registry(registered, settings.home.parent),
-                   now=LATER)
+                   now=LATER, pins=NO_PINS)
     listed = {(item.kind, item.label) for item in plan.items}
     assert listed == {("checkpoints", "runs/p/r1/checkpoints"),
                       ("snapshot", f"snapshots/p/{old[:16]}"), ("snapshot", f"snapshots/p/{recent[:16]}"),
@@ -127,5 +131,71 @@ def test_gc_only_looks_at_what_is_older_than_asked(settings: Settings) -> None:
     _snapshot(root, "a" * 64)
     _run(root, "r1", state="succeeded", finished_at=datetime.now(timezone.utc), digest="a" * 64)
     _run(root, "r2", state="succeeded", finished_at=datetime.now(timezone.utc), digest="a" * 64)
-    plan = collect(settings, older_than=timedelta(days=30), keep_runs=0, client=_registry("9" * 64, settings.home.parent))
+    plan = collect(settings, older_than=timedelta(days=30), keep_runs=0, client=_registry("9" * 64, settings.home.parent),
+                   pins=NO_PINS)
     assert plan.items == ()
+
+
+def _pinning_spec(folder: Path, reference: str) -> None:
+    """The shipped fraud spec as pipeline ``p``, its drift check pinned to ``reference``."""
+    spec = yaml.safe_load((REPO / "dag_configs" / "fraud_detector.yaml").read_text())
+    spec["pipeline_id"] = "p"
+    spec["validation"]["drift"] = {"reference": reference}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "p.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+
+
+def test_gc_keeps_the_snapshot_a_spec_pins_as_drift_reference(settings: Settings, tmp_path: Path) -> None:
+    from trainpipe import storage
+    from trainpipe.cli import _drift_pins
+
+    root = storage.storage_root(settings)
+    pinned, orphan = "ab" * 32, "f" * 64
+    for digest in (pinned, orphan):
+        _snapshot(root, digest)
+    configs = tmp_path / "dag_configs"
+    _pinning_spec(configs, pinned[:16])
+
+    plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=_registry("9" * 64, tmp_path),
+                   now=LATER, pins=_drift_pins(configs))
+    assert {item.label for item in plan.items} == {f"snapshots/p/{orphan[:16]}"}
+    assert (f"snapshots/p/{pinned[:16]}: p.yaml pins it as drift reference (validation.drift.reference)"
+            in format_plan(plan, applying=False))
+    delete(plan)
+    assert (root / "snapshots" / "p" / pinned[:16] / "train.parquet").exists()
+    assert not (root / "snapshots" / "p" / orphan[:16]).exists()
+
+
+def test_gc_deletes_no_snapshot_while_a_spec_cannot_be_read(settings: Settings, tmp_path: Path) -> None:
+    from trainpipe import storage
+    from trainpipe.cli import _drift_pins
+
+    root = storage.storage_root(settings)
+    orphan = "f" * 64
+    _snapshot(root, orphan)
+    _run(root, "r1", state="succeeded", finished_at=LONG_AGO, digest=orphan)
+    _run(root, "r2", state="succeeded", finished_at=LONG_AGO + timedelta(days=1), digest=orphan)
+    client = _registry("9" * 64, tmp_path)
+    configs = tmp_path / "dag_configs"
+    _pinning_spec(configs, orphan[:16])
+    # A second spec that may pin the orphan too, but cannot be read: gc cannot know.
+    (configs / "broken.yaml").write_text("pipeline_id: q\nvalidation: {drift: {reference: [\n")
+
+    plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=client,
+                   now=LATER, pins=_drift_pins(configs))
+    # Checkpoints are still collected; the snapshot is kept, and the listing says why.
+    assert {item.label for item in plan.items} == {"runs/p/r1/checkpoints"}
+    text = format_plan(plan, applying=False)
+    assert "p.yaml pins it as drift reference" in text
+    (configs / "p.yaml").unlink()
+    plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=client,
+                   now=LATER, pins=_drift_pins(configs))
+    assert {item.label for item in plan.items} == {"runs/p/r1/checkpoints"}
+    text = format_plan(plan, applying=False)
+    assert (f"snapshots/p/{orphan[:16]}: no other reference, but the specs' pinned drift references are unknown: "
+            "1 spec(s) do not compile (dag_configs/broken.yaml; `trainpipe validate` says why)") in text, text
+    delete(plan)
+    assert (root / "snapshots" / "p" / orphan[:16] / "train.parquet").exists()
+    plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=client,
+                   now=LATER, pins=_drift_pins(tmp_path / "absent"))
+    assert "the specs' pinned drift references are unknown: there is no spec folder" in format_plan(plan, applying=False)

@@ -8,7 +8,9 @@ Three kinds of garbage, each only when last written longer ago than ``older_than
   The run's config, output, result and usage ledger stay;
 - a snapshot (dataset version) that nothing refers to: no registered model version (its
   ``dataset_digest`` tag: what ``trainpipe reproduce`` reads back), not the baseline (``LATEST.json``,
-  the last accepted version), no unfinished run (its trainer config names the snapshot);
+  the last accepted version), no unfinished run (its trainer config names the snapshot), no spec's
+  pinned drift reference (``validation.drift.reference``; while a spec cannot be compiled its pin is
+  unknown, so no snapshot is deleted then);
 - plan-cache bundles (``trainpipe.plan_cache``) of other code versions, or not rewritten since.
 
 Never touched: anything of a run that is not finished (running, or failed with a retry to come), and
@@ -36,6 +38,16 @@ CHECKPOINTS = "checkpoints"
 SNAPSHOT = "snapshot"
 PLAN_CACHE = "plan-cache"
 _PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriftPins:
+    """The snapshots the specs pin as drift reference, read by the caller from the compiled specs."""
+
+    # pipeline id (the DAG id, which names its snapshots folder) -> digest prefix -> the spec file that pins it
+    by_pipeline: dict[str, dict[str, str]]
+    # Why some pins are unknown (specs that do not compile, no spec folder); empty when all are known.
+    unknown_because: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,7 +187,8 @@ def _checkpoint_items(runs: list[_Run], root: Any, *, cutoff: datetime, keep_run
     return items, kept
 
 
-def _snapshot_items(runs: list[_Run], root: Any, client: Any, *, cutoff: datetime) -> tuple[list, list]:
+def _snapshot_items(runs: list[_Run], root: Any, client: Any, *, cutoff: datetime,
+                    pins: DriftPins) -> tuple[list, list]:
     from trainpipe.runtime.snapshot import BASELINE_FILE
 
     snapshots_root = root / "snapshots"
@@ -183,7 +196,7 @@ def _snapshot_items(runs: list[_Run], root: Any, client: Any, *, cutoff: datetim
         return [], []
     registered = registered_digests(client)
     in_use = {r.snapshot_digest for r in runs if not r.finished and r.snapshot_digest}
-    items, kept = [], []
+    items, kept, unpinned_unknown = [], [], []
     for pipeline_folder in snapshots_root.iterdir():
         if not pipeline_folder.is_dir():
             continue
@@ -195,20 +208,30 @@ def _snapshot_items(runs: list[_Run], root: Any, client: Any, *, cutoff: datetim
                 continue
             digest = storage.read_json(manifest).get("digest") or ""
             label = _relative(folder, root)
+            pinned_by = sorted({spec for prefix, spec in pins.by_pipeline.get(pipeline_folder.name, {}).items()
+                                if digest and digest.startswith(prefix)})
             reasons = [why for why, holds in (
                 ("a registered model version was trained on it", digest in registered),
                 ("it is the baseline (LATEST.json)", digest == baseline_digest),
-                ("an unfinished run trains on it", digest in in_use)) if holds]
+                ("an unfinished run trains on it", digest in in_use),
+                (f"{', '.join(pinned_by)} pins it as drift reference (validation.drift.reference)", pinned_by),
+            ) if holds]
             if reasons:
                 kept.append(f"{label}: {'; '.join(reasons)}")
                 continue
             written = _newest_write(folder)
             if written is None or written > cutoff:
                 continue
+            if pins.unknown_because:
+                unpinned_unknown.append(label)
+                continue
             items.append(GarbageItem(kind=SNAPSHOT, pipeline=pipeline_folder.name, label=label,
                                      reason=f"written {written:%Y-%m-%d %H:%M}; no registered version, baseline or "
                                             "unfinished run refers to it",
                                      size_bytes=_size(folder), location=folder))
+    if unpinned_unknown:
+        kept.append(f"{', '.join(unpinned_unknown)}: no other reference, but the specs' pinned drift references "
+                    f"are unknown: {pins.unknown_because}")
     return items, kept
 
 
@@ -236,7 +259,7 @@ def _plan_cache_items(settings: Settings, *, cutoff: datetime) -> list[GarbageIt
     return items
 
 
-def collect(settings: Settings, *, older_than: timedelta, keep_runs: int, client: Any = None,
+def collect(settings: Settings, *, older_than: timedelta, keep_runs: int, pins: DriftPins, client: Any = None,
             now: datetime | None = None) -> GarbagePlan:
     """What ``gc`` would delete; reads storage, the registry and the plan cache, changes nothing."""
     if keep_runs < 0:
@@ -251,7 +274,7 @@ def collect(settings: Settings, *, older_than: timedelta, keep_runs: int, client
     root = storage.storage_root(settings)
     runs = _runs(root)
     checkpoint_items, kept_runs = _checkpoint_items(runs, root, cutoff=cutoff, keep_runs=keep_runs)
-    snapshot_items, kept_snapshots = _snapshot_items(runs, root, client, cutoff=cutoff)
+    snapshot_items, kept_snapshots = _snapshot_items(runs, root, client, cutoff=cutoff, pins=pins)
     items = (*checkpoint_items, *snapshot_items, *_plan_cache_items(settings, cutoff=cutoff))
     return GarbagePlan(items=items, kept=(*kept_runs, *kept_snapshots), older_than=older_than, keep_runs=keep_runs)
 
