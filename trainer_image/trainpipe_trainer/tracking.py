@@ -318,6 +318,9 @@ class Tracker:
         if self.config.tracking_uri:
             mlflow.set_tracking_uri(self.config.tracking_uri)
         # Else mlflow itself falls back to MLFLOW_TRACKING_URI.
+        from trainpipe_trainer.mlflow_store import prepare_store
+
+        prepare_store(mlflow.get_tracking_uri())
         if self.config.run_id:
             run = mlflow.start_run(run_id=self.config.run_id)
         else:

@@ -53,8 +53,11 @@ class MlflowHook:
     def client(self) -> MlflowClient:
         import mlflow
 
+        from trainpipe_trainer.mlflow_store import prepare_store
+
         route_mlflow_logging()
         mlflow.set_tracking_uri(self.settings.mlflow_tracking_uri)
+        prepare_store(self.settings.mlflow_tracking_uri)
         return mlflow.MlflowClient(tracking_uri=self.settings.mlflow_tracking_uri)
 
     def load_pyfunc(self, model_uri: str):  # noqa: ANN201 - mlflow.pyfunc.PyFuncModel
