@@ -8,11 +8,10 @@ written by rank 0) records where each item lies (``RawSlice``); the checkpoint's
 
 - Local disk: one unbuffered sequential write and an fsync; a restore reads the file in one
   sequential pass, each tensor's bytes straight into the live tensor.
-- S3: a multipart upload of ``PART_BYTES`` parts, ``CONCURRENCY`` in flight from a thread pool through
-  a botocore client made like s3fs's own (the object appears only when every part is in and the
-  upload is completed; any error aborts it); a restore fetches ``PART_BYTES`` ranges, ``CONCURRENCY``
-  at once, into the live tensors, on s3fs's loop. Other asynchronous fsspec stores read the same way
-  and write one stream.
+- S3: a multipart upload of ``PART_BYTES`` parts, ``CONCURRENCY`` in flight (the object appears only
+  when every part is in and the upload is completed; any error aborts it); a restore fetches
+  ``PART_BYTES`` ranges, ``CONCURRENCY`` at once, into the live tensors. Other asynchronous fsspec
+  stores read the same way and write one stream.
 
 Nothing already stored is overwritten: a local file is created exclusively, an S3 object is put with
 ``If-None-Match: *`` or, when uploaded in parts, only after checking that its key is free, and DCP
@@ -29,11 +28,9 @@ import math
 import os
 import pickle
 import threading
-import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future as ConcurrentFuture
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,46 +140,8 @@ class _LocalSink:
         os.unlink(self.path)
 
 
-_SYNC_CLIENTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_SYNC_CLIENTS_LOCK = threading.Lock()
-
-
-def _sync_s3_client(fs: Any) -> Any:
-    """A botocore client made as s3fs makes its own (credentials, endpoint, config), one per file system.
-
-    Parts go up from a thread pool through it, as boto3's transfer does: s3fs sends every part from its
-    one event-loop thread, which also hashes each part for the request signature on plain HTTP, and
-    reached 0.6 of boto3's upload throughput (docs/benchmarks.md, "Checkpoint I/O")."""
-    with _SYNC_CLIENTS_LOCK:
-        client = _SYNC_CLIENTS.get(fs)
-        if client is None:
-            import botocore.config
-            import botocore.session
-
-            options = {"aws_access_key_id": fs.key, "aws_secret_access_key": fs.secret,
-                       "aws_session_token": fs.token, "endpoint_url": fs.endpoint_url}
-            client_kwargs = dict(fs.client_kwargs)
-            options = {k: v for k, v in options.items() if v is not None and v != client_kwargs.get(k)}
-            if "use_ssl" not in client_kwargs:
-                options["use_ssl"] = fs.use_ssl
-            # More connections than parts in flight (a restore's or a benchmark's concurrency may be higher).
-            config = {"max_pool_connections": 32, "connect_timeout": fs.connect_timeout,
-                      "read_timeout": fs.read_timeout, **fs.config_kwargs}
-            if fs.anon:
-                from botocore import UNSIGNED
-
-                credentials = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
-                options = {k: v for k, v in options.items() if k not in credentials}
-                client_kwargs = {k: v for k, v in client_kwargs.items() if k not in credentials}
-                config["signature_version"] = UNSIGNED
-            session = botocore.session.Session(**fs.kwargs)
-            client = session.create_client("s3", config=botocore.config.Config(**config), **options, **client_kwargs)
-            _SYNC_CLIENTS[fs] = client
-        return client
-
-
 class _MultipartSink:
-    """An S3 object written as a multipart upload, parts sent from threads while the next one fills.
+    """An S3 object written as a multipart upload with parts in flight while the next one fills.
 
     A part is joined from views of the staged tensors (one copy; the staged buffers stay untouched).
     Until ``close`` completes the upload, the object does not exist: a crash or ``abort`` leaves
@@ -190,7 +149,7 @@ class _MultipartSink:
     """
 
     def __init__(self, fs: Any, path: str, *, expected_bytes: int, part_bytes: int, concurrency: int) -> None:
-        self.client = _sync_s3_client(fs)
+        self.fs = fs
         self.bucket, self.key, _ = fs.split_path(path)
         self.part_bytes = max(part_bytes, math.ceil(expected_bytes / (MAX_PARTS - 1)))
         self.concurrency = concurrency
@@ -200,29 +159,9 @@ class _MultipartSink:
         self.parts: dict[int, dict[str, str]] = {}
         self.sent = 0
         self.in_flight: deque[ConcurrentFuture] = deque()
-        self.pool: ThreadPoolExecutor | None = None
 
     def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
-        """One S3 request; its errors as s3fs reports them (OSError and its kinds), as other storage errors are."""
-        from botocore.exceptions import ClientError
-        from s3fs.errors import translate_boto_error
-
-        try:
-            return getattr(self.client, method)(Bucket=self.bucket, Key=self.key, **kwargs)
-        except ClientError as err:
-            if method == "put_object" and err.response.get("Error", {}).get("Code") == "PreconditionFailed":
-                raise self._taken() from err
-            raise translate_boto_error(err) from err
-
-    def _taken(self) -> FileExistsError:
-        return FileExistsError(f"s3://{self.bucket}/{self.key} already exists; a checkpoint file is never overwritten")
-
-    def _exists(self) -> bool:
-        try:
-            self._call("head_object")
-        except FileNotFoundError:
-            return False
-        return True
+        return sync(self.fs.loop, self.fs._call_s3, method, Bucket=self.bucket, Key=self.key, **kwargs)
 
     def write(self, view: memoryview) -> None:
         while view:
@@ -239,17 +178,18 @@ class _MultipartSink:
         if self.upload_id is None:
             # Checked here, not by If-None-Match on the completion: moto's server (the stack's S3)
             # answers a conditional completion of a 1 GB upload with an internal error.
-            if self._exists():
-                raise self._taken()
+            if sync(self.fs.loop, self.fs._exists, f"{self.bucket}/{self.key}"):
+                raise FileExistsError(f"s3://{self.bucket}/{self.key} already exists; a checkpoint file is never overwritten")
             self.upload_id = self._call("create_multipart_upload")["UploadId"]
-            self.pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="checkpoint-upload")
         while len(self.in_flight) >= self.concurrency:
             self.in_flight.popleft().result()
         self.sent += 1
-        self.in_flight.append(self.pool.submit(self._upload_part, self.sent, body))
+        self.in_flight.append(asyncio.run_coroutine_threadsafe(self._upload_part(self.sent, body), self.fs.loop))
 
-    def _upload_part(self, number: int, body: bytes) -> None:
-        out = self._call("upload_part", PartNumber=number, UploadId=self.upload_id, Body=body)
+    async def _upload_part(self, number: int, body: bytes) -> None:
+        out = await self.fs._call_s3(
+            "upload_part", Bucket=self.bucket, Key=self.key, PartNumber=number, UploadId=self.upload_id, Body=body
+        )
         part = {"PartNumber": number, "ETag": out["ETag"]}
         if "ChecksumSHA256" in out:
             part["ChecksumSHA256"] = out["ChecksumSHA256"]
@@ -262,11 +202,8 @@ class _MultipartSink:
             return
         if self.pending:
             self._send_part()
-        try:
-            while self.in_flight:
-                self.in_flight.popleft().result()
-        finally:
-            self.pool.shutdown(wait=False)
+        while self.in_flight:
+            self.in_flight.popleft().result()
         parts = [self.parts[number] for number in sorted(self.parts)]
         try:
             self._call("complete_multipart_upload", UploadId=self.upload_id, MultipartUpload={"Parts": parts})
@@ -278,8 +215,11 @@ class _MultipartSink:
     def abort(self) -> None:
         for future in self.in_flight:
             future.cancel()
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
+        for future in self.in_flight:
+            try:
+                future.result()
+            except BaseException:  # noqa: BLE001, S110 - the upload is being abandoned whatever each part did
+                pass
         if self.upload_id is not None:
             self._call("abort_multipart_upload", UploadId=self.upload_id)
 
