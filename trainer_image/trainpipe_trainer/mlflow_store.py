@@ -13,7 +13,7 @@ from pathlib import Path
 _SQLITE = "sqlite:///"
 
 
-def sqlite_file(uri: str) -> Path | None:
+def _sqlite_file(uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` tracking URI; None for any other store (and in-memory ones)."""
     if not uri.startswith(_SQLITE):
         return None
@@ -24,7 +24,7 @@ def sqlite_file(uri: str) -> Path | None:
 def prepare_store(uri: str) -> None:
     """Open the tracking and registry stores of ``uri`` under a file lock beside the database, so the process
     that creates the tables is the only one doing it; the others then find them. A no-op for other stores."""
-    database = sqlite_file(uri)
+    database = _sqlite_file(uri)
     if database is None:
         return
     import mlflow

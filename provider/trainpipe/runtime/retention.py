@@ -226,8 +226,8 @@ def _snapshot_items(runs: list[_Run], root: Any, client: Any, *, cutoff: datetim
                 unpinned_unknown.append(label)
                 continue
             items.append(GarbageItem(kind=SNAPSHOT, pipeline=pipeline_folder.name, label=label,
-                                     reason=f"written {written:%Y-%m-%d %H:%M}; no registered version, baseline or "
-                                            "unfinished run refers to it",
+                                     reason=f"written {written:%Y-%m-%d %H:%M}; no registered version, baseline, "
+                                            "unfinished run or spec's drift pin refers to it",
                                      size_bytes=_size(folder), location=folder))
     if unpinned_unknown:
         kept.append(f"{', '.join(unpinned_unknown)}: no other reference, but the specs' pinned drift references "
