@@ -98,13 +98,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_reproduce(args: argparse.Namespace) -> int:
-    import os
+def _configs_root(args: argparse.Namespace) -> Path:
+    """``--configs``, else ``$TRAINPIPE_DAG_CONFIGS``, else ``dag_configs/`` (reproduce and gc)."""
+    return Path(args.configs or os.environ.get("TRAINPIPE_DAG_CONFIGS") or DEFAULT_CONFIGS)
 
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
     from trainpipe.errors import TrainpipeError
     from trainpipe.runtime.reproduce import reproduce
 
-    configs = Path(args.configs or os.environ.get("TRAINPIPE_DAG_CONFIGS") or DEFAULT_CONFIGS)
+    configs = _configs_root(args)
     from trainpipe.settings import Settings
     from trainpipe.storage import storage_access
 
@@ -456,7 +459,7 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     from trainpipe.settings import Settings
 
     settings = Settings.from_env()
-    configs = Path(args.configs or os.environ.get("TRAINPIPE_DAG_CONFIGS") or DEFAULT_CONFIGS)
+    configs = _configs_root(args)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # provider deprecation notices from reading storage
