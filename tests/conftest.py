@@ -48,10 +48,15 @@ def airflow_db() -> Path:
 
 
 # `make test` runs two pytest-xdist workers (-n 2 --no-loadscope-reorder). One worker runs each group: a module,
-# or a package whose fixture starts a whole stack once (tests/stack, tests/fleet). The longest groups go first,
-# so that no long one is left to run alone at the end.
-_PACKAGE_GROUPS = ("tests/stack/", "tests/fleet/")
-_LONGEST_FIRST = ("tests/stack/", "tests/e2e/test_approval.py", "tests/test_preemption_relaunch.py",
+# a package whose fixture starts a server once (tests/fleet), or the Airflow servers below. The longest groups go
+# first, so that no long one is left to run alone at the end.
+_PACKAGE_GROUPS = ("tests/fleet/",)
+# What starts Airflow servers of its own (the whole stack; airflow standalone) is one group, so one worker runs
+# them one after the other: two Airflows with their running tasks on two cores starved each other's api-servers
+# past a 60 s read (seen in CI).
+_AIRFLOW_SERVERS = ("tests/stack/", "tests/e2e/test_approval.py")
+_AIRFLOW_SERVERS_GROUP = "airflow servers"
+_LONGEST_FIRST = (_AIRFLOW_SERVERS_GROUP, "tests/test_preemption_relaunch.py",
                   "tests/e2e/test_tuned_pipeline.py", "tests/e2e/test_model_lifecycle.py", "tests/fleet/",
                   "tests/trainer/test_fault_tolerance.py", "tests/test_train_cli.py", "tests/e2e/test_drift_stop.py",
                   "tests/e2e/test_run_notes.py", "tests/trainer/test_preemption.py", "tests/trainer/test_deepspeed.py")
@@ -59,6 +64,8 @@ _LONGEST_FIRST = ("tests/stack/", "tests/e2e/test_approval.py", "tests/test_pree
 
 def _group(nodeid: str) -> str:
     path = "tests/" + nodeid.split("::", 1)[0].split("tests/", 1)[-1]
+    if path.startswith(_AIRFLOW_SERVERS):
+        return _AIRFLOW_SERVERS_GROUP
     return next((package for package in _PACKAGE_GROUPS if path.startswith(package)), path)
 
 

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -181,38 +180,6 @@ def standalone(request: pytest.FixtureRequest) -> Iterator[Standalone]:
             shutil.rmtree(root, ignore_errors=True)
 
 
-ANSWER_AFTER_SECONDS = 10
-
-
-def _awaiting_input(airflow: AirflowClient, dag_id: str, run_id: str) -> dict:
-    """The approve task's request once it waits for an answer; fails early if the run ended before."""
-
-    seen_at: list[float] = []
-
-    def probe() -> dict | None:
-        tis = airflow.task_instances(dag_id, run_id)
-        state = tis.get("approve", {}).get("state")
-        if state == "awaiting_input":
-            # Answer as a person would, not within the second the task parked: Airflow 3.3 re-queues an
-            # answered task at once, and if the scheduler has not yet taken the parking process's own
-            # "finished" event, it reads that event as "changed externally" and fails the task (seen in CI).
-            seen_at.append(time.monotonic())
-            if seen_at[-1] - seen_at[0] < ANSWER_AFTER_SECONDS:
-                return None
-            return airflow.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails")
-        if airflow.dag_run(dag_id, run_id)["state"] in ("success", "failed"):
-            pytest.fail(f"{dag_id} run {run_id} ended before asking for approval: "
-                        + ", ".join(f"{t}={ti['state']}" for t, ti in tis.items()))
-        return None
-
-    return wait_for(f"{dag_id} {run_id} to await approval", probe, timeout=RUN_BOUND_SECONDS, interval=2)
-
-
-def _answer(airflow: AirflowClient, dag_id: str, run_id: str, option: str) -> dict:
-    return airflow.request("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails",
-                           json={"chosen_options": [option], "params_input": {}})
-
-
 def _states(airflow: AirflowClient, dag_id: str, run_id: str) -> dict[str, str]:
     return {task: ti["state"] for task, ti in airflow.task_instances(dag_id, run_id).items()}
 
@@ -223,8 +190,8 @@ def _aliases(client, model_name: str) -> dict[str, int]:  # noqa: ANN001 - Mlflo
 
 def _approve_run(standalone: Standalone, run_id: str) -> dict:
     airflow = standalone.airflow
-    request = _awaiting_input(airflow, "approval_flow", run_id)
-    answer = _answer(airflow, "approval_flow", run_id, "Approve")
+    request = airflow.awaiting_input("approval_flow", run_id, timeout=RUN_BOUND_SECONDS)
+    answer = airflow.answer("approval_flow", run_id, "Approve")
     assert answer["chosen_options"] == ["Approve"] and answer["responded_by"]["name"] == USER
     airflow.wait_for_run("approval_flow", run_id, timeout=RUN_BOUND_SECONDS)
     return request
@@ -275,9 +242,9 @@ def test_approved_versions_become_champion_in_turn_and_rollback_restores_the_fir
 def test_a_rejected_approval_promotes_nothing(standalone: Standalone):
     airflow, client = standalone.airflow, standalone.mlflow()
     run_id = standalone.runs["approval_reject"]
-    _awaiting_input(airflow, "approval_reject", run_id)
+    airflow.awaiting_input("approval_reject", run_id, timeout=RUN_BOUND_SECONDS)
 
-    answer = _answer(airflow, "approval_reject", run_id, "Reject")
+    answer = airflow.answer("approval_reject", run_id, "Reject")
 
     assert answer["chosen_options"] == ["Reject"]
     run = airflow.wait_for_run("approval_reject", run_id, timeout=RUN_BOUND_SECONDS)

@@ -110,7 +110,19 @@ class AirflowClient:
         self.session.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
 
     def request(self, method: str, path: str, *, expect: tuple[int, ...] = (200,), **kwargs: Any) -> Any:
-        response = self.session.request(method, f"{self.base_url}/api/v2{path}", timeout=60, **kwargs)
+        import requests
+
+        # A read is asked again after a timeout, as a polling client does: on a loaded 2-core machine an
+        # api-server sharing SQLite with running tasks has stalled a single read past 60 s (seen in CI).
+        # A write is never repeated: it may have taken effect.
+        attempts = 3 if method == "GET" else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                response = self.session.request(method, f"{self.base_url}/api/v2{path}", timeout=60, **kwargs)
+                break
+            except (requests.Timeout, requests.ConnectionError):
+                if attempt == attempts:
+                    raise
         if response.status_code not in expect:
             raise AssertionError(f"{method} {path}: HTTP {response.status_code}: {response.text[:500]}")
         return response.json() if response.content else None
@@ -151,6 +163,36 @@ class AirflowClient:
                            params={"full_content": "true"}, headers={"Accept": "application/json"})
         events = [str(item.get("event", "")) if isinstance(item, dict) else str(item) for item in log.get("content", [])]
         return "\n".join(f"    | {event}" for event in events[-lines:])
+
+    def awaiting_input(self, dag_id: str, run_id: str, *, timeout: float, task_id: str = "approve",
+                       settle_seconds: float = 10) -> dict[str, Any]:
+        """The task's approval request once it has waited ``settle_seconds`` for an answer; fails early if the
+        run ended before asking.
+
+        Answer as a person would, not within the second the task parked (docs/lifecycle.md): Airflow 3.3
+        re-queues an answered task at once, and if the scheduler has not yet taken the parking process's own
+        "finished" event, it reads that event as "changed externally" and fails the task; with retries the
+        next try asks again and the answer is lost (seen in CI when a test answered on the mail's arrival).
+        """
+        seen_at: list[float] = []
+
+        def probe() -> dict[str, Any] | None:
+            tis = self.task_instances(dag_id, run_id)
+            if tis.get(task_id, {}).get("state") == "awaiting_input":
+                seen_at.append(time.monotonic())
+                if seen_at[-1] - seen_at[0] < settle_seconds:
+                    return None
+                return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails")
+            if self.dag_run(dag_id, run_id)["state"] in ("success", "failed"):
+                pytest.fail(f"{dag_id} run {run_id} ended before asking for approval: "
+                            + ", ".join(f"{t}={ti['state']}" for t, ti in tis.items()))
+            return None
+
+        return wait_for(f"{dag_id} {run_id} to await approval", probe, timeout=timeout, interval=2)
+
+    def answer(self, dag_id: str, run_id: str, option: str, task_id: str = "approve") -> dict[str, Any]:
+        return self.request("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails",
+                            json={"chosen_options": [option], "params_input": {}})
 
     def wait_for_run(self, dag_id: str, run_id: str, *, timeout: float,
                      on_poll: Callable[[dict[str, dict[str, Any]]], None] | None = None) -> dict[str, Any]:

@@ -75,8 +75,8 @@ def test_the_approval_request_lands_in_the_mail_sink(airflow: AirflowClient, run
 
     message = wait_for("the approval mail in the sink", delivered, timeout=RUN_BOUND_SECONDS, interval=2)
     assert message["To"] == "ml-oncall@example.com"
-    # Answer it, so that the run ends: a rejection is noted with who and when.
-    airflow.request("PATCH", f"/dags/stack_approval/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails",
-                    json={"chosen_options": ["Reject"], "params_input": {}})
+    # Answer it as its reader would, once the task waits, so that the run ends: a rejection is noted with who and when.
+    airflow.awaiting_input("stack_approval", run_id, timeout=RUN_BOUND_SECONDS)
+    airflow.answer("stack_approval", run_id, "Reject")
     run = _ended(airflow, "stack_approval", run_id)
     assert run["note"].startswith("approval rejected: stack_approval version 1 by admin at "), run["note"]
