@@ -106,6 +106,9 @@ def test_a_multipart_upload_appears_only_once_complete_and_an_abort_leaves_nothi
     fs.invalidate_cache()
     assert fs.cat_file(f"{s3_bucket.bucket}/run/step-1/__0_0.distcp") == view.tobytes()
     assert len(done.parts) == 3
+    # The upload declared CRC32, so the store checked each part against it and keeps the object's checksum.
+    stored = fs.call_s3("head_object", Bucket=s3_bucket.bucket, Key="run/step-1/__0_0.distcp", ChecksumMode="ENABLED")
+    assert stored.get("ChecksumCRC32"), stored
 
     # A key already taken is refused before any part is sent.
     refused = _MultipartSink(fs, f"{s3_bucket.bucket}/run/step-1/__0_0.distcp", expected_bytes=len(view),
