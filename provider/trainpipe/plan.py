@@ -736,6 +736,7 @@ def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
         batch_size=training.batch_size,
         learning_rate=training.learning_rate,
         seed=training.seed,
+        data_placement=training.data_placement,
         strategy=distributed.strategy,
         optimization=OptimizationConfig(**optimization.model_dump()),
         deepspeed=DeepSpeedConfig(zero_stage=distributed.zero_stage, offload_optimizer=distributed.offload_optimizer,

@@ -43,7 +43,10 @@ class Run:
             loss.backward()
             self.optimizer.step()
             self.scheduler.step()
-            self.state.finish_step(loss.item())
+            self.state.finish_step()
+            # The trainer reads its loss sums from the device at sync points; the checkpoint carries them.
+            self.state.epoch_loss_sum += loss.item()
+            self.state.interval_loss_sum += loss.item()
 
     def manager(
         self, root: Path | str, env: DistEnv, *, keep_last: int = 3, batch_size: int = 8, async_save: bool = True,

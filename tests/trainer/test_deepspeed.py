@@ -55,7 +55,8 @@ def _deepspeed_config(
 @pytest.fixture(scope="module")
 def zero2_run(tmp_path_factory: pytest.TempPathFactory, datasets: Datasets, make_config: Callable[..., Any]) -> Launch:
     workdir = tmp_path_factory.mktemp("zero2")
-    return launch(_deepspeed_config(make_config, workdir, datasets, 2), workdir, nproc=2)
+    # bf16: the engine's own torch_autocast section, whose resume must be bit-identical too.
+    return launch(_deepspeed_config(make_config, workdir, datasets, 2, optimization={"precision": "bf16"}), workdir, nproc=2)
 
 
 # Each stage also exercises an optimization option, at no extra launch.
@@ -99,7 +100,9 @@ def test_zero2_sigkill_of_one_rank_then_a_rerun_resumes_bit_identically(
     zero2_run: Launch, tmp_path: Path, datasets: Datasets, make_config: Callable[..., Any]
 ) -> None:
     root = tmp_path / "checkpoints"
-    config = _deepspeed_config(make_config, tmp_path, datasets, 2, fault_injection={"step_delay_seconds": 0.2})
+    config = _deepspeed_config(
+        make_config, tmp_path, datasets, 2, optimization={"precision": "bf16"}, fault_injection={"step_delay_seconds": 0.2}
+    )
     running = start(config, tmp_path, nproc=2)
     try:
         wait_until(lambda: bool(committed_steps(root)), timeout=180, what="a commit", running=running)

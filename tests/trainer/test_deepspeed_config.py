@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from trainpipe_trainer.config import (
     CheckpointConfig,
@@ -64,3 +66,43 @@ def test_offload_needs_a_zero_stage_that_partitions() -> None:
 def test_fault_injection_is_checked() -> None:
     with pytest.raises(TrainerConfigError, match="fault_injection.step_delay_seconds: must be >= 0"):
         FaultInjection(step_delay_seconds=-1)
+
+
+def test_bf16_is_the_engines_own_autocast_with_fp32_gradient_reduction() -> None:
+    """An autocast around the engine is switched off inside it on CUDA (DeepSpeed's autocast_if_enabled
+    asks torch.is_autocast_enabled(), which sees CUDA autocast only); the config's own section is not."""
+    ds = deepspeed_config(_config(optimization=OptimizationConfig(precision="bf16")), world_size=2, cuda=True)
+    assert ds["torch_autocast"] == {"enabled": True, "dtype": "bfloat16", "lower_precision_safe_modules": []}
+    assert ds["bf16"] == {"enabled": False} and ds["fp16"] == {"enabled": False}
+    fp32 = deepspeed_config(_config(), world_size=2, cuda=True)
+    assert fp32["torch_autocast"]["enabled"] is False
+
+
+def test_the_engine_runs_its_forward_in_bf16_with_no_autocast_around_it(
+    env: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not importorskip: the strategy imports DeepSpeed itself, after choosing its accelerator.
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("pip install 'trainpipe-trainer[deepspeed]'")
+    import torch
+    from trainpipe_trainer.model import build_mlp
+    from trainpipe_trainer.strategies.deepspeed import DeepSpeedStrategy
+    from trainpipe_trainer.trainer import bf16_autocast_applies
+
+    monkeypatch.setenv("LOCAL_RANK", "0")  # DeepSpeed checks it is under a launcher
+    config = _config(optimization=OptimizationConfig(precision="bf16"))
+    # The loop leaves precision to the engine: nothing of the trainer's wraps it.
+    assert not bf16_autocast_applies(config, env)
+    strategy = DeepSpeedStrategy(
+        config=config, env=env, build_module=lambda: build_mlp(n_features=1, config=config.model), total_steps=4
+    )
+    # The engine kept the config's section (DeepSpeed parses it; a misspelt key would be dropped).
+    assert strategy.engine.torch_autocast_enabled() and strategy.engine.torch_autocast_dtype() == torch.bfloat16
+    seen = []
+    first = next(m for m in strategy.engine.module.modules() if isinstance(m, torch.nn.Linear))
+    first.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+    assert not torch.is_autocast_enabled("cpu")
+    strategy.forward_module()(torch.randn(4, 1))
+    assert seen == [torch.bfloat16]
+    # Weights stay fp32 (the optimizer updates fp32 master values, as under DDP with autocast).
+    assert first.weight.dtype == torch.float32

@@ -19,6 +19,7 @@ from trainpipe_trainer.errors import (
     TrainingStopped,
     TrialPrunedError,
 )
+from trainpipe_trainer.launch_timing import LaunchPhases
 from trainpipe_trainer.preemption import PreemptionWatcher
 
 
@@ -38,18 +39,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainpipe_trainer", description=__doc__)
     parser.add_argument("--config", required=True, help="training config JSON: local path or fsspec URI")
     args = parser.parse_args(argv)
+    phases = LaunchPhases.since_process_start()
+    phases.mark("interpreter start")
     # First: a SIGTERM while torch loads or ranks meet must still end in a checkpoint, not a kill.
     with PreemptionWatcher() as watcher:
-        return _run(args.config, watcher)
+        return _run(args.config, watcher, phases)
 
 
-def _run(config_uri: str, watcher: PreemptionWatcher) -> int:
+def _run(config_uri: str, watcher: PreemptionWatcher, phases: LaunchPhases) -> int:
     try:
         config = load_config(config_uri)
         # Imported only now: a bad config fails fast, before torch loads.
         from trainpipe_trainer.trainer import run_training
 
-        run_training(config, watcher)
+        phases.mark("imports")
+        run_training(config, watcher, phases)
     except USER_ERRORS as err:
         _report(err)
         return EXIT_BAD_INPUT

@@ -30,6 +30,9 @@ RankingLoss = Literal["pointwise", "listwise"]
 RANKING_LOSSES: tuple[str, ...] = typing.get_args(RankingLoss)
 Precision = Literal["fp32", "bf16"]
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+# Where the training split is kept while training on CUDA (on CPU it is in host memory either way).
+DataPlacement = Literal["auto", "device", "host"]
+DATA_PLACEMENTS: tuple[str, ...] = typing.get_args(DataPlacement)
 LrSchedule = Literal["constant", "linear", "cosine"]
 LR_SCHEDULES: tuple[str, ...] = typing.get_args(LrSchedule)
 StrategyName = Literal["ddp", "deepspeed"]
@@ -131,6 +134,8 @@ class OptimizationConfig:
     gradient_accumulation_steps: int = 1
     # bf16 autocast where the device supports it; fp32 otherwise.
     precision: Precision = "fp32"
+    # float32 matmuls on TF32 tensor cores (CUDA only): faster, about 10 mantissa bits per product.
+    tf32: bool = False
     lr_schedule: LrSchedule = "constant"
     warmup_steps: int = 0
     weight_decay: float = 0.0
@@ -374,6 +379,9 @@ class TrainingConfig:
     # Commit a checkpoint of this step and stop there (exit 0, no model): `trainpipe reproduce` runs
     # each segment of a world-size history up to the step the size changed at.
     stop_after_step: int | None = None
+    # CUDA: keep the splits in GPU memory ("device"), in pinned host memory copied one batch ahead
+    # ("host"), or on the GPU when they take under half its free memory ("auto"). Same batches either way.
+    data_placement: DataPlacement = "auto"
 
     def __post_init__(self) -> None:
         _require(
@@ -382,6 +390,7 @@ class TrainingConfig:
             "use a trainer image built from the same trainpipe release as the provider",
         )
         _require(self.task in TASK_TYPES, f"task: one of {TASK_TYPES}, got {self.task!r}")
+        _require(self.data_placement in DATA_PLACEMENTS, f"data_placement: one of {DATA_PLACEMENTS}")
         _require(len(self.features) > 0, "features: list at least one feature column")
         _require(self.label not in self.features, f"label: {self.label!r} is also listed as a feature")
         declared = [t.feature for t in self.transforms]
@@ -485,6 +494,8 @@ NOT_FINGERPRINTED_FIELDS: tuple[str, ...] = (
     "tuning",
     # Where this launch stops; the next one resumes there.
     "stop_after_step",
+    # Where the rows are kept, never which rows or in what order: the batches are the same.
+    "data_placement",
 )
 # Strategies whose checkpoints resume at another world size (DCP reshards a replicated DDP model
 # and optimizer at load time); a change of world size is then no reason to refuse a resume.

@@ -8,6 +8,7 @@ ranking, of whole queries, by global sample position (so a checkpoint resumes at
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from torch.utils.data import DataLoader, Sampler, TensorDataset
+from torch.utils.data import Sampler, TensorDataset
 
 from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainingConfig
@@ -124,21 +125,30 @@ def load_training_data(config: TrainingConfig) -> TrainingData:
     frame = read_parquet(source, config.storage_options)
     if frame.empty:
         raise TrainerDataError(f"{source}: the training split has no rows")
-    # Validate every column on the whole file first: errors name the file, not a split of it.
     transforms = config.feature_transforms()
-    FeatureTransformer.fit(frame, transforms, source=source).transform(frame, source=source)
-    label_vector(frame, config, source=source)
     if config.task == "ranking":
         require_columns(frame, [config.group_column], source=source, role="group")
         if frame[config.group_column].isna().any():
             raise TrainerDataError(f"{source}: group column {config.group_column!r} has missing query ids")
     held_out = validation_mask(frame, config)
-    train_frame = frame.loc[~held_out].reset_index(drop=True)
-    validation_frame = frame.loc[held_out].reset_index(drop=True)
-    # Fitted on the rows trained on; the validation rows are transformed the way serving will transform them.
-    transformer = FeatureTransformer.fit(train_frame, transforms, source=source)
-    dataset = _tensors(train_frame, config, transformer, source)
-    validation = _tensors(validation_frame, config, transformer, source) if len(validation_frame) else None
+    if not held_out.any():
+        # Nothing held out: the split is the whole file, fitted and checked in one pass.
+        train_frame, validation_frame = frame, frame.iloc[:0]
+    else:
+        train_frame = frame.loc[~held_out].reset_index(drop=True)
+        validation_frame = frame.loc[held_out].reset_index(drop=True)
+    try:
+        # Fitted on the rows trained on; the validation rows are transformed the way serving will transform them.
+        transformer = FeatureTransformer.fit(train_frame, transforms, source=source)
+        dataset = _tensors(train_frame, config, transformer, source)
+        validation = _tensors(validation_frame, config, transformer, source) if len(validation_frame) else None
+    except TrainerDataError:
+        if train_frame is frame:
+            raise
+        # Say it of the whole file (counts, values), not of one split of it: check the file as one.
+        FeatureTransformer.fit(frame, transforms, source=source).transform(frame, source=source)
+        label_vector(frame, config, source=source)
+        raise
     sample = serving_sample(frame, transforms)
     return TrainingData(
         dataset=dataset,
@@ -186,17 +196,28 @@ class GlobalOrderSampler(Sampler[int]):
         world = self.env.world_size
         return self.position + max(math.ceil((self.n - self.position) / world), 0) * world
 
-    def order(self) -> list[int]:
+    def order(self) -> torch.Tensor:
+        """The epoch's permutation, padded with its first rows for the wrap at the end (int64, CPU)."""
         generator = torch.Generator()
         generator.manual_seed(self.seed + self.epoch)
-        return torch.randperm(self.n, generator=generator).tolist()
+        order = torch.randperm(self.n, generator=generator)
+        # Position p of the epoch is row order[p % n]; the last micro-batch reaches at most W - 1 past n.
+        wrap = order.repeat(math.ceil(self.env.world_size / self.n))[: self.env.world_size]
+        return torch.cat([order, wrap])
 
-    def __iter__(self) -> Iterator[int]:
-        order, world, end = self.order(), self.env.world_size, self.end
+    def slices(self) -> Iterator[slice]:
+        """Per micro-batch, this rank's positions in ``order()``: plain slices, so taking a batch
+        needs no host work per row and, with the order on the GPU, no host round trip."""
+        world, end = self.env.world_size, self.end
         for start in range(self.position, end, world * self.batch_size):
             share = (min(start + world * self.batch_size, end) - start) // world
             first = start + self.env.rank * share
-            yield from (order[position % self.n] for position in range(first, first + share))
+            yield slice(first, first + share)
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.order().tolist()
+        for positions in self.slices():
+            yield from order[positions]
 
     def __len__(self) -> int:
         return (self.end - self.position) // self.env.world_size
@@ -204,25 +225,31 @@ class GlobalOrderSampler(Sampler[int]):
 
 @dataclass(kw_only=True, slots=True)
 class EpochLoader:
-    """Owns the sampler, the loader and the loader's own generator (so the global RNG is untouched)."""
+    """Micro-batches of an epoch taken by index from contiguous tensors: one gather per tensor and
+    batch, no per-row ``__getitem__`` or collate.
+
+    The tensors live where ``device`` says (the accelerator when the split is resident there);
+    with them on the host and the model on CUDA, each batch is gathered into pinned memory and
+    copied on a side stream one batch ahead. The rows of every batch are those of the sampler's
+    order, so the data path never changes what is trained on (``test_data``).
+    """
 
     dataset: TensorDataset
     batch_size: int
     seed: int
     env: DistEnv
+    # Where the tensors are kept: the training device, or the host (CPU) for a model on CUDA.
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     sampler: GlobalOrderSampler = field(init=False)
-    generator: torch.Generator = field(init=False)
-    loader: DataLoader = field(init=False)
+    tensors: tuple[torch.Tensor, ...] = field(init=False)
+    # Seconds the loop spent waiting for its next batch (host time), read by the progress line.
+    wait_seconds: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.sampler = GlobalOrderSampler(len(self.dataset), env=self.env, seed=self.seed, batch_size=self.batch_size)
-        self.generator = torch.Generator()
-        self.generator.manual_seed(self.seed)
-        self.loader = DataLoader(
-            self.dataset, batch_size=self.batch_size, sampler=self.sampler, generator=self.generator, num_workers=0
-        )
+        self.tensors = tuple(t.to(self.device) for t in self.dataset.tensors)
 
     @property
     def batches_per_epoch(self) -> int:
@@ -234,9 +261,61 @@ class EpochLoader:
         """The global position the epoch being iterated ends at."""
         return self.sampler.end
 
-    def epoch(self, epoch: int, *, position: int = 0) -> DataLoader:
-        """The rest of ``epoch`` from global sample ``position`` (0: the whole epoch)."""
+    def epoch(self, epoch: int, *, position: int = 0) -> Iterator[list[torch.Tensor]]:
+        """The rest of ``epoch`` from global sample ``position`` (0: the whole epoch), as batches on
+        the training device."""
         self.sampler.start_epoch(epoch, position=position)
-        # Re-seeded per epoch: what the loader draws depends on (seed, epoch), not on history.
-        self.generator.manual_seed(self.seed + epoch)
-        return self.loader
+        # One host-to-device copy of the order per epoch; each batch's indices are then a view of it.
+        order = self.sampler.order().to(self.device)
+        batches = ([t.index_select(0, order[positions]) for t in self.tensors] for positions in self.sampler.slices())
+        if self.env.device.type == "cuda" and self.device.type != "cuda":
+            batches = _copied_ahead(batches, self.env.device)
+        return self._timed(batches)
+
+    def _timed(self, batches: Iterator[list[torch.Tensor]]) -> Iterator[list[torch.Tensor]]:
+        clock = time.perf_counter
+        while True:
+            started = clock()
+            batch = next(batches, None)
+            self.wait_seconds += clock() - started
+            if batch is None:
+                return
+            yield batch
+
+
+def _copied_ahead(batches: Iterator[list[torch.Tensor]], device: torch.device) -> Iterator[list[torch.Tensor]]:
+    """Host batches on ``device``: pinned, copied on a side stream one batch ahead of the one in use."""
+    stream = torch.cuda.Stream(device)
+    pending: tuple[list[torch.Tensor], torch.cuda.Event] | None = None
+    for batch in batches:
+        with torch.cuda.stream(stream):
+            moved = [t.pin_memory().to(device, non_blocking=True) for t in batch]
+            copied = torch.cuda.Event()
+            copied.record(stream)
+        if pending is not None:
+            yield _ready(*pending, device)
+        pending = moved, copied
+    if pending is not None:
+        yield _ready(*pending, device)
+
+
+def _ready(batch: list[torch.Tensor], copied: torch.cuda.Event, device: torch.device) -> list[torch.Tensor]:
+    current = torch.cuda.current_stream(device)
+    current.wait_event(copied)
+    for tensor in batch:
+        # Allocated on the side stream, used on this one: keep the memory until this stream is done.
+        tensor.record_stream(current)
+    return batch
+
+
+def resident_fits(tensors: list[torch.Tensor], device: torch.device) -> bool:
+    """``data_placement: auto``: keep the splits on the accelerator when they take under
+    ``RESIDENT_SHARE`` of its free memory (the rest is left to the model, optimizer and activations)."""
+    if device.type != "cuda":
+        return False
+    free, _ = torch.cuda.mem_get_info(device)
+    return sum(t.numel() * t.element_size() for t in tensors) < RESIDENT_SHARE * free
+
+
+# Share of the accelerator's free memory the training and validation splits may take under `auto`.
+RESIDENT_SHARE = 0.5

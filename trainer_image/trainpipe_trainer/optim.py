@@ -37,7 +37,19 @@ def build_optimizer(
     params: Iterable[torch.nn.Parameter], *, learning_rate: float, config: OptimizationConfig
 ) -> Optimizer:
     # AdamW with weight_decay 0 is Adam; one class keeps checkpoints of both settings interchangeable.
-    return AdamW(params, lr=learning_rate, weight_decay=config.weight_decay)
+    params = list(params)
+    # On CUDA the fused kernel: one launch for all parameters, elementwise (so deterministic), and
+    # its step counters stay on the device, so a step reads nothing back. CPU keeps the foreach
+    # kernels its checkpoints were written with.
+    fused = bool(params) and all(p.device.type == "cuda" for p in params)
+    return AdamW(params, lr=learning_rate, weight_decay=config.weight_decay, fused=fused or None)
+
+
+def apply_tf32(enabled: bool, device: torch.device) -> None:
+    """``optimization.tf32``: float32 matmuls and convolutions on TF32 tensor cores (CUDA only)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.backends.cudnn.allow_tf32 = enabled
 
 
 def schedule(config: OptimizationConfig, total_steps: int) -> Callable[[int], float]:

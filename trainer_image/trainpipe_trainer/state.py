@@ -35,15 +35,16 @@ class TrainState:
         if min(self.global_step, self.epoch, self.batch_in_epoch, self.sample_in_epoch) < 0:
             raise ValueError("TrainState counters must be >= 0")
 
-    def finish_step(self, loss: float, *, micro_batches: int = 1, samples: int = 0) -> None:
-        """One optimizer step over ``micro_batches`` micro-batches (``samples`` rows on all ranks) whose
-        mean loss was ``loss``."""
+    def finish_step(self, *, micro_batches: int = 1, samples: int = 0) -> None:
+        """One optimizer step over ``micro_batches`` micro-batches (``samples`` rows on all ranks).
+
+        Its loss is added to the sums on the device (``Trainer._record_step``) and read into
+        ``epoch_loss_sum`` / ``interval_loss_sum`` at the loop's sync points, so a step reads nothing back.
+        """
         self.global_step += 1
         self.batch_in_epoch += micro_batches
         self.sample_in_epoch += samples
-        self.epoch_loss_sum += loss
         self.epoch_loss_count += 1
-        self.interval_loss_sum += loss
         self.interval_loss_count += 1
 
     def record_world_size(self, world_size: int) -> bool:

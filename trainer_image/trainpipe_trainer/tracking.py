@@ -310,17 +310,46 @@ class Tracker:
     _client: Any = field(init=False, default=None)
     _failure: tuple[str, int | None, str] | None = field(init=False, default=None)
     _monitor: Any = field(init=False, default=None)
+    # Opening the run: MLflow's import and its store take seconds, spent beside the data read and
+    # the model build (ready() joins it). What is logged before then waits here.
+    _opening: threading.Thread | None = field(init=False, default=None)
+    _open_error: BaseException | None = field(init=False, default=None)
+    _early_params: dict[str, str] = field(init=False, default_factory=dict)
+    _early_tags: dict[str, str] = field(init=False, default_factory=dict)
+    _early_metrics: list[tuple[str, float, int]] = field(init=False, default_factory=list)
 
     def __enter__(self) -> Tracker:
-        if not self.enabled:
-            return self
-        mlflow = self._mlflow = import_mlflow()
+        if self.enabled:
+            self._opening = threading.Thread(target=self._prepare, name="trainpipe-tracking-open", daemon=True)
+            self._opening.start()
+        return self
+
+    def _prepare(self) -> None:
+        """Import MLflow and open its store (cached for the process), off the training thread."""
+        try:
+            mlflow = import_mlflow()
+            from trainpipe_trainer.mlflow_store import prepare_store
+
+            # Else mlflow itself falls back to MLFLOW_TRACKING_URI.
+            prepare_store(self.config.tracking_uri or mlflow.get_tracking_uri())
+            self._mlflow = mlflow
+        except BaseException as err:  # noqa: BLE001 - raised on the training thread by ready()
+            self._open_error = err
+
+    def ready(self) -> None:
+        """Start (or rejoin) the MLflow run, once the store is open, and send what was logged so far.
+
+        Here, on the training thread: MLflow keeps the active run per thread, and the model is
+        logged into it from this one."""
+        if self._opening is None:
+            return
+        self._opening.join()
+        self._opening = None
+        if self._open_error is not None:
+            raise self._open_error
+        mlflow = self._mlflow
         if self.config.tracking_uri:
             mlflow.set_tracking_uri(self.config.tracking_uri)
-        # Else mlflow itself falls back to MLFLOW_TRACKING_URI.
-        from trainpipe_trainer.mlflow_store import prepare_store
-
-        prepare_store(mlflow.get_tracking_uri())
         if self.config.run_id:
             run = mlflow.start_run(run_id=self.config.run_id)
         else:
@@ -332,7 +361,12 @@ class Tracker:
             send=self._send, max_buffered=self.config.max_buffered_metrics, spill_path=spill_path_for(self.run_id)
         )
         self.publisher.start()
-        return self
+        if self._early_params:
+            self._log_params_now(self._early_params)
+        self.publisher.set_tags(self._early_tags)
+        for name, value, step in self._early_metrics:
+            self.publisher.log_metric(name, value, step)
+        self._early_params, self._early_tags, self._early_metrics = {}, {}, []
 
     def _send(self, metrics: list[MetricTuple], tags: dict[str, str]) -> None:
         from mlflow.entities import Metric, RunTag
@@ -347,6 +381,12 @@ class Tracker:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self._opening is not None:
+            # Training ended before the run was open (bad data, say): open it, to record why.
+            try:
+                self.ready()
+            except Exception as err:  # noqa: BLE001 - the training error matters more
+                _say(f"could not open the MLflow run: {err}")
         if not self.enabled or self.run_id is None:
             return
         if self._monitor is not None:
@@ -376,6 +416,12 @@ class Tracker:
     def log_params(self, params: dict[str, str]) -> None:
         if not self.enabled:
             return
+        if self._opening is not None:
+            self._early_params.update(params)
+            return
+        self._log_params_now(params)
+
+    def _log_params_now(self, params: dict[str, str]) -> None:
         # A retry logs into the same run: MLflow refuses to change a param, so log only new ones
         # and report (not fail on) any that differ from the earlier attempt.
         existing = self._mlflow.get_run(self.run_id).data.params
@@ -387,11 +433,15 @@ class Tracker:
             self._mlflow.log_params(new)
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        if self.publisher is not None and tags:
+        if self._opening is not None:
+            self._early_tags.update(tags)
+        elif self.publisher is not None and tags:
             self.publisher.set_tags(tags)
 
     def log_metric(self, name: str, value: float, *, step: int) -> None:
-        if self.publisher is not None:
+        if self._opening is not None:
+            self._early_metrics.append((name, value, step))
+        elif self.publisher is not None:
             self.publisher.log_metric(name, value, step)
 
     def flush(self, timeout: float = DRAIN_TIMEOUT_SECONDS) -> bool:

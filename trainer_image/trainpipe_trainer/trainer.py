@@ -15,12 +15,11 @@ import os
 import sys
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
-from torch.utils.data import DataLoader
 
 from trainpipe_trainer import rng, storage
 from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore
@@ -32,7 +31,7 @@ from trainpipe_trainer.config import (
     preempted_message,
     trial_pruned_message,
 )
-from trainpipe_trainer.data import EpochLoader, TrainingData, load_training_data
+from trainpipe_trainer.data import EpochLoader, TrainingData, load_training_data, resident_fits
 from trainpipe_trainer.distributed import (
     DistEnv,
     StepFlags,
@@ -44,8 +43,10 @@ from trainpipe_trainer.distributed import (
 )
 from trainpipe_trainer.errors import PreemptedError, StoppedAtStepError, TrainingDivergedError, TrialPrunedError
 from trainpipe_trainer.export import log_pyfunc_model, weights_sha256
+from trainpipe_trainer.launch_timing import LaunchPhases
 from trainpipe_trainer.losses import LossFn, make_loss_fn
 from trainpipe_trainer.model import build_mlp
+from trainpipe_trainer.optim import apply_tf32
 from trainpipe_trainer.preemption import PreemptionWatcher
 from trainpipe_trainer.progress import Progress
 from trainpipe_trainer.state import TrainState
@@ -63,12 +64,16 @@ _STOP, _CLOCK = 0, 1
 CRASH_EXIT_CODE = 3
 
 
-def _autocast(config: TrainingConfig, env: DistEnv) -> contextlib.AbstractContextManager:
-    if config.optimization.precision != "bf16":
-        return contextlib.nullcontext()
-    if env.device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=env.device.type, dtype=torch.bfloat16)
+def bf16_autocast_applies(config: TrainingConfig, env: DistEnv) -> bool:
+    """Whether the loop wraps forward passes in bf16 autocast (DeepSpeed does it inside its engine)."""
+    if config.optimization.precision != "bf16" or config.strategy == "deepspeed":
+        return False
+    return env.device.type != "cuda" or torch.cuda.is_bf16_supported()
+
+
+# Slots of Trainer.device_sums: the running loss sums (as TrainState keeps them, on the device so a
+# step reads nothing back), then the first non-finite step's number, loss and gradient norm (0: none).
+_INTERVAL_SUM, _EPOCH_SUM, _BAD_STEP, _BAD_LOSS, _BAD_NORM = range(5)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -76,7 +81,11 @@ class LoopStats:
     """What the loop measured about itself (the overhead benchmark reads it)."""
 
     steps: int = 0
+    # Wall time of the step loop: every optimizer step after the first (the first is launch cost).
     loop_seconds: float = 0.0
+    # Samples (all ranks) done by the end of the first step, and the loop's rate after it.
+    first_step_samples: int = 0
+    samples_per_second: float = 0.0
     # Wall time of every optimizer step (data, compute, metrics, checkpoint); kept only when a
     # caller (the overhead benchmark) sets it to an empty array before ``fit``.
     step_seconds: array | None = None
@@ -105,13 +114,29 @@ class Trainer:
     # Installed by run_training before anything slow (imports, data, rendezvous), so a SIGTERM at
     # any moment stops training at the end of a step; fit installs its own when none is given.
     watcher: PreemptionWatcher | None = None
+    # Where the launch's fixed time goes (run_training's); the trainer marks its own phases in it.
+    phases: LaunchPhases = field(default_factory=LaunchPhases)
+    # See _INTERVAL_SUM...: what a step adds on the device and _sync reads at the loop's sync points.
+    device_sums: torch.Tensor = field(init=False)
+    autocast: contextlib.AbstractContextManager = field(init=False)
 
     def __post_init__(self) -> None:
         config, env = self.config, self.env
         self.clock = ComputeClock(device=env.device)
         self.data = load_training_data(config)
         accumulation = config.optimization.gradient_accumulation_steps
-        self.batches = EpochLoader(dataset=self.data.dataset, batch_size=config.batch_size, seed=config.seed, env=env)
+        placement = self._data_device()
+        self.batches = EpochLoader(
+            dataset=self.data.dataset, batch_size=config.batch_size, seed=config.seed, env=env, device=placement
+        )
+        if self.data.validation is not None:
+            self.data.validation.tensors = tuple(t.to(placement) for t in self.data.validation.tensors)
+        self.phases.mark("data read")
+        apply_tf32(config.optimization.tf32, env.device)
+        self.autocast = (
+            torch.autocast(device_type=env.device.type, dtype=torch.bfloat16)
+            if bf16_autocast_applies(config, env) else contextlib.nullcontext()
+        )
         self.steps_per_epoch = math.ceil(self.batches.batches_per_epoch / accumulation)
         total_steps = self.total_steps = config.epochs * self.steps_per_epoch
         if config.tuning is not None and env.is_main:
@@ -127,6 +152,8 @@ class Trainer:
             total_steps=total_steps,
         )
         self.loss_fn = make_loss_fn(config)
+        self.device_sums = torch.zeros(5, dtype=torch.float64, device=env.device)
+        self.phases.mark("model build")
         # Then one stream per rank, so dropout masks differ between ranks but not between runs.
         rng.seed_all(config.seed + env.rank)
         # Collective, same order on every rank: the checkpoint writer's group, then the flags'.
@@ -182,6 +209,13 @@ class Trainer:
                 self.tracker.log_metric("resumed_from_step", float(resumed), step=resumed)
         if self.state.record_world_size(self.env.world_size) or resumed is None:
             self.tracker.set_tags({WORLD_SIZE_HISTORY_TAG: json.dumps(self.state.world_size_history)})
+        self.device_sums = torch.tensor(
+            [self.state.interval_loss_sum, self.state.epoch_loss_sum, 0.0, 0.0, 0.0],
+            dtype=torch.float64, device=self.env.device,
+        )
+        self.phases.mark("checkpoint restore")
+        self.tracker.ready()
+        self.phases.mark("tracking wait")
         self.counters.step = self.state.global_step
         self.progress.start(self.state.global_step)
         monitor = None
@@ -195,11 +229,12 @@ class Trainer:
             self.tracker.attach_monitor(monitor)
         try:
             with contextlib.nullcontext(self.watcher) if self.watcher is not None else PreemptionWatcher() as watcher:
-                started = time.perf_counter()
                 start_step = self.state.global_step
                 while self.state.epoch < self.config.epochs:
                     self._run_epoch(watcher)
-                self.stats.loop_seconds += time.perf_counter() - started
+                if self.phases.loop_started is not None:
+                    self.stats.loop_seconds = time.perf_counter() - self.phases.loop_started
+                self.phases.skip()
                 self.stats.steps += self.state.global_step - start_step
                 self.flags.drain()
                 self._save(wait=True)
@@ -208,6 +243,8 @@ class Trainer:
             if monitor is not None:
                 monitor.stop()
         self._log_compute_hours()
+        self.phases.mark("final checkpoint")
+        self._log_throughput()
         return self._export(resumed)
 
     def _run_epoch(self, watcher: PreemptionWatcher) -> None:
@@ -221,29 +258,43 @@ class Trainer:
         last = time.perf_counter()
         for group in self.step_groups(loader):
             self.train_step(group, watcher)
+            now = time.perf_counter()
+            if self.phases.loop_started is None:
+                # The first step (allocations, kernel selection, the first gathers) is launch cost;
+                # the step loop, what samples/s describes, starts after it.
+                self.phases.mark("first step")
+                self.phases.loop_started, self.stats.first_step_samples = now, self.counters.samples
             if durations is not None:
-                now = time.perf_counter()
                 durations.append(now - last)
-                last = now
+            last = now
 
     def train_step(self, group: list[list[torch.Tensor]], watcher: PreemptionWatcher) -> None:
-        """One optimizer step and everything that follows it: flags, metrics, epoch end, checkpoint."""
+        """One optimizer step and everything that follows it: flags, metrics, epoch end, checkpoint.
+
+        The step itself reads nothing back from the device. Loss sums and the non-finite guard are
+        read at the sync points only: a log interval, an epoch's end and a checkpoint (``_sync``).
+        """
         self._optimizer_step(group)
         stop, by_clock = self.flags.exchange([watcher.requested, self.env.is_main and self.checkpoints.clock_due()])
         step = self.state.global_step
         self.counters.step = step
-        if step % self.config.tracking.log_every_n_steps == 0:
-            self._log_interval()
-        if self.state.sample_in_epoch >= self.batches.epoch_end:
-            self._end_epoch()
         fault = self.config.fault_injection
         crash = fault is not None and fault.crash_after_step == step
+        asked = self.config.stop_after_step == step
+        log_due = step % self.config.tracking.log_every_n_steps == 0
+        epoch_done = self.state.sample_in_epoch >= self.batches.epoch_end
+        save_due = self.checkpoints.due(step) or by_clock or stop or crash or asked
+        if log_due or epoch_done or save_due:
+            self._sync()
+        if log_due:
+            self._log_interval()
+        if epoch_done:
+            self._end_epoch()
         # After _end_epoch, so a save at an epoch boundary resumes at the next epoch's start.
         if stop:
             # Counted in the checkpoint, so it survives the relaunch (MLflow metric "preemptions").
             self.state.preemptions += 1
-        asked = self.config.stop_after_step == step
-        if self.checkpoints.due(step) or by_clock or stop or crash or asked:
+        if save_due:
             self._save(wait=stop or crash or asked)
         if stop:
             self._stop_for_preemption(watcher)
@@ -254,7 +305,7 @@ class Trainer:
         if fault is not None and fault.step_delay_seconds:
             time.sleep(fault.step_delay_seconds)
 
-    def step_groups(self, loader: DataLoader) -> Iterator[list[list[torch.Tensor]]]:
+    def step_groups(self, loader: Iterable[list[torch.Tensor]]) -> Iterator[list[list[torch.Tensor]]]:
         """Micro-batches grouped per optimizer step; the last group of an epoch may be shorter."""
         accumulation = self.config.optimization.gradient_accumulation_steps
         group: list[list[torch.Tensor]] = []
@@ -272,11 +323,11 @@ class Trainer:
         inject_nan = fault is not None and fault.nan_loss_at_step == step
         losses = []
         for index, batch in enumerate(group):
-            features, labels, *rest = (t.to(self.env.device) for t in batch)
+            features, labels, *rest = batch
             mask = rest[0] if rest else None
 
             def loss_of(module: torch.nn.Module) -> torch.Tensor:
-                with _autocast(self.config, self.env):
+                with self.autocast:
                     scores = module(features).squeeze(-1)
                 loss = self.loss_fn(scores.float(), labels, mask)
                 return loss * math.nan if inject_nan else loss
@@ -285,14 +336,35 @@ class Trainer:
                 self.strategy.micro_step(loss_of, scale=1.0 / len(group), boundary=index == len(group) - 1)
             )
         grad_norm = self.strategy.optimizer_step()
-        loss = float(torch.stack(losses).mean()) if len(losses) > 1 else float(losses[0])
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            self._diverged(step, loss=loss, grad_norm=grad_norm)
+        loss = torch.stack(losses).mean() if len(losses) > 1 else losses[0]
+        self._record_step(step, loss, grad_norm)
         # Every rank's micro-batch has as many rows (data.GlobalOrderSampler).
         samples = sum(len(batch[0]) for batch in group) * self.env.world_size
-        self.state.finish_step(loss, micro_batches=len(group), samples=samples)
+        self.state.finish_step(micro_batches=len(group), samples=samples)
         self.counters.samples += samples
         self.progress.add_samples(samples)
+
+    def _record_step(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        """Add the step's loss to the running sums and note it if it is the first non-finite one,
+        all on the device (no value is read back here)."""
+        sums = self.device_sums
+        loss64, norm64 = loss.detach().to(torch.float64), grad_norm.detach().to(sums.device, torch.float64)
+        # In float64, in step order: the same sums TrainState kept as Python floats (bit-identical resume).
+        sums[_INTERVAL_SUM : _EPOCH_SUM + 1] += loss64
+        first_bad = (sums[_BAD_STEP] == 0) & ~(torch.isfinite(loss64) & torch.isfinite(norm64))
+        seen = torch.stack([sums.new_full((), float(step)), loss64, norm64])
+        sums[_BAD_STEP:] = torch.where(first_bad, seen, sums[_BAD_STEP:])
+
+    def _sync(self) -> None:
+        """Read the device's running sums into the state (one read); stop if a step was non-finite.
+
+        Steps after a non-finite one have trained on garbage, but none of them was saved (every save
+        comes after a sync): training stops here and the last checkpoint, of a step before it, stays.
+        """
+        interval, epoch, bad_step, bad_loss, bad_norm = self.device_sums.tolist()
+        self.state.interval_loss_sum, self.state.epoch_loss_sum = interval, epoch
+        if bad_step:
+            self._diverged(int(bad_step), loss=bad_loss, grad_norm=bad_norm)
 
     # -- guards and stops ------------------------------------------------------------------------
 
@@ -351,17 +423,40 @@ class Trainer:
     def _log_interval(self) -> None:
         total, count = all_reduce_sums([self.state.interval_loss_sum, self.state.interval_loss_count], self.env)
         self.state.interval_loss_sum, self.state.interval_loss_count = 0.0, 0
+        self.device_sums[_INTERVAL_SUM] = 0.0
         loss = total / max(count, 1)
         step = self.state.global_step
         self.tracker.log_metric("train_loss", loss, step=step)
         self.tracker.log_metric("learning_rate", self.strategy.learning_rate(), step=step)
-        self.progress.report(step=step, epoch=self.state.epoch, loss=loss)
+        rate = self.progress.report(
+            step=step, epoch=self.state.epoch, loss=loss, data_wait_seconds=self.batches.wait_seconds,
+            peak_memory_gb=self._peak_memory_gb(),
+        )
+        self.tracker.log_metric("samples_per_second", rate.samples_per_second, step=step)
+        self.tracker.log_metric("data_wait_share", rate.data_wait_share, step=step)
+        if rate.peak_memory_gb is not None:
+            self.tracker.log_metric("gpu_peak_memory_gb", rate.peak_memory_gb, step=step)
+
+    def _peak_memory_gb(self) -> float | None:
+        # The caching allocator's own counter: host-side, no device sync.
+        if self.env.device.type != "cuda":
+            return None
+        return torch.cuda.max_memory_allocated(self.env.device) / 2**30
+
+    def _log_throughput(self) -> None:
+        """The step loop's rate over the whole run (first step excluded), for the run note and report."""
+        if self.stats.loop_seconds <= 0:
+            return
+        samples = self.counters.samples - self.stats.first_step_samples
+        self.stats.samples_per_second = samples / self.stats.loop_seconds
+        self.tracker.log_metric("train_samples_per_second", self.stats.samples_per_second, step=self.state.global_step)
 
     def _end_epoch(self) -> None:
         total, count = all_reduce_sums([self.state.epoch_loss_sum, self.state.epoch_loss_count], self.env)
         epoch_loss = total / max(count, 1)
         self.tracker.log_metric("epoch_loss", epoch_loss, step=self.state.global_step)
         self.state.next_epoch(epoch_loss)
+        self.device_sums[_EPOCH_SUM] = 0.0
 
     @torch.no_grad()
     def validation_metrics(self) -> dict[str, float] | None:
@@ -377,26 +472,41 @@ class Trainer:
         self.strategy.eval()
         module = self.strategy.forward_module()
         size = max(self.config.batch_size, 256)
-        total, count = 0.0, 0
+        losses = []
         all_scores, all_labels = [], []
         try:
             for begin in range(0, len(validation), size):
                 batch = [t[begin : begin + size] for t in validation.tensors]
                 features, labels, *rest = (t.to(self.env.device) for t in batch)
-                with _autocast(self.config, self.env):
+                with self.autocast:
                     scores = module(features).squeeze(-1)
                 loss = self.loss_fn(scores.float(), labels, rest[0] if rest else None)
-                total += float(loss) * len(features)
-                count += len(features)
+                losses.append(loss.to(torch.float64) * len(features))
                 if not rest:  # row-wise scores (listwise ranking has padded query lists: its loss only)
-                    all_scores.append(scores.float().cpu())
-                    all_labels.append(labels.float().cpu())
+                    all_scores.append(scores.float())
+                    all_labels.append(labels.float())
         finally:
             self.strategy.train()
-        metrics = {"validation_loss": total / max(count, 1)}
+        # One read back of all batches' values (the sum in batch order, as a running float sum would).
+        total = 0.0
+        for value in torch.stack(losses).tolist():
+            total += value
+        metrics = {"validation_loss": total / max(len(validation), 1)}
         if all_scores:
-            metrics.update(task_metrics(self.config.task, torch.cat(all_scores), torch.cat(all_labels)))
+            metrics.update(task_metrics(self.config.task, torch.cat(all_scores).cpu(), torch.cat(all_labels).cpu()))
         return metrics
+
+    def _data_device(self) -> torch.device:
+        """Where the training and validation splits are kept (``data_placement``)."""
+        device, placement = self.env.device, self.config.data_placement
+        if device.type != "cuda" or placement == "device":
+            return device
+        tensors = list(self.data.dataset.tensors)
+        if self.data.validation is not None:
+            tensors += self.data.validation.tensors
+        if placement == "auto" and resident_fits(tensors, device):
+            return device
+        return torch.device("cpu")
 
     def _save(self, *, wait: bool) -> None:
         step = self.state.global_step
@@ -483,16 +593,31 @@ class Trainer:
         return result
 
 
-def run_training(config: TrainingConfig, watcher: PreemptionWatcher | None = None) -> TrainingResult | None:
+def run_training(
+    config: TrainingConfig, watcher: PreemptionWatcher | None = None, phases: LaunchPhases | None = None
+) -> TrainingResult | None:
+    phases = phases if phases is not None else LaunchPhases()
     env = init_distributed()
+    phases.mark("rendezvous")
     try:
         with Tracker(config=config.tracking, enabled=env.is_main) as tracker:
             tracker.log_params(flatten_params(config, world_size=env.world_size))
             tracker.set_tags(config.tags)
-            result = Trainer(config=config, env=env, tracker=tracker, watcher=watcher).fit()
+            phases.mark("tracking start")
+            trainer = Trainer(config=config, env=env, tracker=tracker, watcher=watcher, phases=phases)
+            result = trainer.fit()
+            phases.mark("export")
+            for name, seconds in phases.metrics().items():
+                tracker.log_metric(name, seconds, step=trainer.state.global_step)
+        phases.mark("tracking flush")
     finally:
         destroy_distributed()
+    phases.mark("shutdown")
     if result is not None:
+        stats = trainer.stats
+        print(phases.summary(loop_steps=max(stats.steps - 1, 0), loop_seconds=stats.loop_seconds,
+                             samples_per_second=stats.samples_per_second), flush=True)
+        # Last: launchers and scripts read the weights hash from the final line.
         print(f"result: {storage.join(config.output_uri, RESULT_FILE)}", flush=True)
         print(f"weights sha256: {result.weights_sha256}", flush=True)
     return result

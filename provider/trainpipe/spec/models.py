@@ -30,6 +30,7 @@ from trainpipe_trainer.config import (
     LrSchedule,
     ModelType,
     NumericTransform,
+    DataPlacement,
     Precision,
     PrunerName,
     RankingLoss,
@@ -309,7 +310,18 @@ class PreemptionSpec(_Model):
 class OptimizationSpec(_Model):
     gradient_clip_norm: float | None = Field(default=None, gt=0, description="Clip the global gradient norm to this value.", examples=[1.0])
     gradient_accumulation_steps: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.", examples=[1])
-    precision: Precision = Field(default="fp32", description="bf16 autocast where the device supports it.", examples=["fp32"])
+    precision: Precision = Field(
+        default="fp32",
+        description="bf16: forward passes under bf16 autocast where the device supports it (weights, gradients and "
+        "optimizer state stay fp32; DeepSpeed through its torch_autocast section). See docs/performance.md.",
+        examples=["bf16"],
+    )
+    tf32: bool = Field(
+        default=False,
+        description="CUDA only: float32 matmuls on TF32 tensor cores. Faster for fp32 training; results differ from "
+        "tf32: false in the last bits, and stay identical run to run. See docs/performance.md.",
+        examples=[False],
+    )
     lr_schedule: LrSchedule = Field(default="constant", description="Learning-rate decay after warmup.", examples=["cosine"])
     warmup_steps: int = Field(default=0, ge=0, description="Linear warmup steps.", examples=[100])
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.", examples=[0.01])
@@ -441,6 +453,13 @@ class TrainingSpec(_Model):
     batch_size: int = Field(default=256, ge=1, description="Per-process batch size (rows; queries for listwise ranking).", examples=[256])
     learning_rate: float = Field(default=1e-3, gt=0, description="Adam learning rate.", examples=[0.001])
     seed: int = Field(default=0, ge=0, description="Seed for initialisation, shuffling and the holdout split.", examples=[42])
+    data_placement: DataPlacement = Field(
+        default="auto",
+        description="On CUDA, where the training split is kept: device (GPU memory, batches taken there), host "
+        "(pinned memory, each batch copied one ahead on a side stream), or auto (device when the splits take under "
+        "half the GPU's free memory). The batches are the same either way. See docs/performance.md.",
+        examples=["auto"],
+    )
     distributed: DistributedSpec = Field(default_factory=DistributedSpec, description="How training is spread.", examples=[{"nproc_per_node": 2}])
     optimization: OptimizationSpec = Field(default_factory=OptimizationSpec, description="Optimizer step details.", examples=[{"gradient_clip_norm": 1.0}])
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="When checkpoints are written.", examples=[{"every_n_steps": 100}])

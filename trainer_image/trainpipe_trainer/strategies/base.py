@@ -7,7 +7,9 @@ a strategy owns the model wrapper, the optimizer and the scheduler. Both strateg
   only on the last micro-batch (DDP ``no_sync``, DeepSpeed's accumulation boundary);
 - poison the gradients of a non-finite loss (``loss * nan``), so the all-reduced gradient norm is
   non-finite on every rank at once and all ranks stop at the same step with no extra collective;
-- return that global gradient norm from ``optimizer_step`` and skip the update when it is not finite.
+- return that global gradient norm from ``optimizer_step`` as a tensor, never read on the host there:
+  the loop checks it at its sync points (``Trainer._sync``) and stops before saving anything after
+  a non-finite step.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class Strategy(Protocol):
 
     def micro_step(self, loss_of: LossOf, *, scale: float, boundary: bool) -> torch.Tensor: ...
 
-    def optimizer_step(self) -> float: ...
+    def optimizer_step(self) -> torch.Tensor: ...
 
     def learning_rate(self) -> float: ...
 

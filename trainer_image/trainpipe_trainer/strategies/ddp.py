@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,21 +75,21 @@ class DdpStrategy:
             (poisoned(loss) * scale).backward()
         return loss.detach()
 
-    def optimizer_step(self) -> float:
+    def optimizer_step(self) -> torch.Tensor:
         clip = self.config.optimization.gradient_clip_norm
         if clip is not None:
             norm = torch.nn.utils.clip_grad_norm_(self._params, clip, foreach=True)
         else:
             norm = torch.nn.utils.get_total_norm([p.grad for p in self._params if p.grad is not None], foreach=True)
-        # Gradients are all-reduced already: every rank sees the same norm and takes the same branch.
-        value = float(norm)
-        if math.isfinite(value):
-            self.optimizer.step()
-            self.scheduler.step()
+        # Stepped whatever the norm (deciding would read it back every step); a non-finite norm is
+        # the same on every rank (gradients are all-reduced), and the loop stops at its next sync
+        # point before anything of that step is saved.
+        self.optimizer.step()
+        self.scheduler.step()
         # Cleared (freed) when the next step starts, where a plain PyTorch loop clears them: same
         # allocation pattern, and a NaN step keeps its gradients for inspection.
         self._stale_grads = True
-        return value
+        return norm
 
     def learning_rate(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])

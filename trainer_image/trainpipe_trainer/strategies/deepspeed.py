@@ -3,8 +3,12 @@
 The DeepSpeed JSON config is generated from the training config (``deepspeed_config``): the same
 per-process batch, accumulation and clipping as DDP, so both strategies train on the same batches.
 The optimizer and LR schedule are the trainer's own (torch AdamW + LambdaLR), handed to DeepSpeed:
-DeepSpeed's CPU Adam does not resume bit-identically. Precision is ``torch.autocast`` in the loop
-for every stage (DeepSpeed's own bf16 mode does not cover stages 0 and 3 on CPU).
+DeepSpeed's CPU Adam does not resume bit-identically. ``precision: bf16`` is DeepSpeed's
+``torch_autocast`` section, so the engine runs its own forward under ``torch.autocast`` on whatever
+device it has: an autocast around the engine would be switched off inside it on CUDA
+(``deepspeed.runtime.torch_autocast.autocast_if_enabled`` asks ``torch.is_autocast_enabled()``,
+which sees CUDA autocast only). Parameters, gradients and their reduction stay fp32, as under DDP
+(DeepSpeed's own ``bf16`` mode keeps bf16 weights and does not cover stages 0 and 3 on CPU).
 
 Checkpoints use DeepSpeed's ``save_checkpoint``/``load_checkpoint`` in the same layout and under the
 same commit rule as DCP: ``<root>/step-<N>/`` (DeepSpeed's tag), every rank's RNG states and
@@ -55,7 +59,13 @@ def deepspeed_config(config: TrainingConfig, *, world_size: int, cuda: bool = Fa
         # The client optimizer is torch's AdamW (bit-identical resume); DeepSpeed calls it untested.
         "zero_allow_untested_optimizer": True,
         "zero_force_ds_cpu_optimizer": False,
-        # Mixed precision is torch.autocast in the loop, the same for every stage.
+        # Mixed precision is torch.autocast inside the engine's forward, the same for every stage;
+        # no module is "lower-precision safe", so gradients are reduced in fp32 as DDP reduces them.
+        "torch_autocast": {
+            "enabled": optimization.precision == "bf16",
+            "dtype": "bfloat16",
+            "lower_precision_safe_modules": [],
+        },
         "bf16": {"enabled": False},
         "fp16": {"enabled": False},
         "steps_per_print": 2**31 - 1,
@@ -152,20 +162,20 @@ class DeepSpeedStrategy:
             self.engine.step()
         return loss.detach()
 
-    def optimizer_step(self) -> float:
+    def optimizer_step(self) -> torch.Tensor:
         if self.zero_stage == 0:
             # No ZeRO optimizer to compute the norm: the gradients are all-reduced and whole here.
+            # Stepped whatever the norm, as DDP is: the loop stops at its next sync point.
             grads = [p.grad for p in self.engine.module.parameters() if p.grad is not None]
-            norm = float(torch.nn.utils.get_total_norm(grads, foreach=True))
-            if not torch.isfinite(torch.tensor(norm)):
-                self.engine.zero_grad()
-                return norm
+            norm = torch.nn.utils.get_total_norm(grads, foreach=True)
             self.engine.step()
             return norm
         # ZeRO computes the global norm in step() and skips the update itself when it is not finite.
         self.engine.step()
         norm = self.engine.get_global_grad_norm()
-        return float(norm) if norm is not None else 0.0
+        if isinstance(norm, torch.Tensor):
+            return norm
+        return torch.full((), norm if norm is not None else 0.0, dtype=torch.float64, device=self.env.device)
 
     def learning_rate(self) -> float:
         return float(self.scheduler.get_last_lr()[0])

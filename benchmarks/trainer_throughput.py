@@ -1,0 +1,303 @@
+"""Trainer throughput: the trainer's samples/s beside two bare loops, its launch cost, its determinism.
+
+    python benchmarks/trainer_throughput.py                 # CPU: the data-bound shape, about 3 minutes
+    python benchmarks/trainer_throughput.py --shape gpu-12m --shape gpu-143m   # on a CUDA machine
+
+For each precision mode (fp32, bf16, DeepSpeed ZeRO-2 bf16) and shape it prints:
+
+- **resident loop**: the whole split on the device, each batch taken by index from a per-epoch
+  permutation; the same MLP, AdamW, clipping at 1.0 and cosine schedule. This is what the device can
+  do for the model: the baseline the trainer's ratio is taken against.
+- **DataLoader loop**: the same over ``DataLoader(TensorDataset, shuffle=True)`` and ``.to(device)``
+  per batch: what a naive loop gets.
+- **trainer**: ``torchrun --standalone --nproc-per-node 1 -m trainpipe_trainer`` with tracking to a
+  local MLflow store and a checkpoint every 50 steps: samples/s of its step loop (every step after
+  the first, from its own ``launch:`` line), the wall time of the whole command, and the time
+  outside the step loop (wall time minus the loop).
+
+Then the launch's phase breakdown (the trainer's own ``launch:`` line) and a determinism check: two
+runs, and a run crashed after a checkpoint then resumed, must give identical weights (sha256).
+
+Targets (issue 31): on CPU, trainer >= 0.85 of the resident loop in fp32 and >= 0.75 in bf16, at most
+5 s outside the step loop; on a GPU >= 0.80 (fp32 and bf16), DeepSpeed ZeRO-2 bf16 >= 0.70, bf16 faster
+than fp32. ``--trainer-path DIR`` runs another checkout's trainer (its ``trainer_image``) for a
+before/after comparison; a trainer without the ``launch:`` line is timed from its progress lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Shape:
+    features: int
+    hidden: tuple[int, ...]
+    batch: int
+    rows: int
+    epochs: int
+
+    @property
+    def params(self) -> int:
+        sizes = (self.features, *self.hidden, 1)
+        return sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+
+
+SHAPES = {
+    # Issue 31's CPU shape: data-bound (small MLP, large batch).
+    "cpu": Shape(features=64, hidden=(128, 64), batch=4096, rows=262_144, epochs=2),
+    # The GPU measurement's two models (12.5M and 143M parameters), batch 4096.
+    "gpu-12m": Shape(features=256, hidden=(2560, 2560, 2048), batch=4096, rows=524_288, epochs=2),
+    "gpu-143m": Shape(features=1024, hidden=(8192, 8192, 8192), batch=4096, rows=131_072, epochs=2),
+}
+MODES = ("fp32", "bf16", "deepspeed-bf16")
+TARGETS = {"cpu": {"fp32": 0.85, "bf16": 0.75, "deepspeed-bf16": None},
+           "gpu": {"fp32": 0.80, "bf16": 0.80, "deepspeed-bf16": 0.70}}
+
+
+def write_data(path: Path, shape: Shape) -> list[str]:
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(shape.rows, shape.features)).astype(np.float32)
+    columns = [f"f{i}" for i in range(shape.features)]
+    frame = pd.DataFrame(x, columns=columns)
+    frame["label"] = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int64)
+    frame.to_parquet(path)
+    return columns
+
+
+def trainer_config(work: Path, data: Path, columns: list[str], shape: Shape, mode: str, *, crash_after: int | None = None):
+    config = {
+        "pipeline_id": "bench", "task": "binary_classification", "train_data_uri": str(data),
+        "features": columns, "label": "label",
+        "model": {"hidden_layers": list(shape.hidden)},
+        "epochs": shape.epochs, "batch_size": shape.batch, "learning_rate": 1e-3, "seed": 0,
+        "strategy": "deepspeed" if mode.startswith("deepspeed") else "ddp",
+        "optimization": {"gradient_clip_norm": 1.0, "lr_schedule": "cosine", "warmup_steps": 10,
+                         "precision": "bf16" if "bf16" in mode else "fp32"},
+        # keep_best off: no validation split, so the trainer trains on every row, as the bare loops do.
+        "checkpoint": {"root_uri": str(work / "checkpoints"), "every_n_steps": 50, "keep_last": 2, "keep_best": False},
+        "tracking": {"tracking_uri": f"sqlite:///{work / 'mlflow.db'}", "experiment_name": "bench",
+                     "log_every_n_steps": 10},
+        "output_uri": str(work / "output"),
+    }
+    if mode.startswith("deepspeed"):
+        config["deepspeed"] = {"zero_stage": 2}
+    if crash_after is not None:
+        config["fault_injection"] = {"crash_after_step": crash_after}
+    path = work / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@dataclass
+class TrainerRun:
+    wall: float
+    samples_per_second: float
+    outside_loop: float
+    launch_line: str
+    weights: str
+    returncode: int
+    output: str
+
+
+def run_trainer(work: Path, config: Path, *, threads: int, trainer_path: Path) -> TrainerRun:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MLFLOW_DISABLE_TELEMETRY": "true",
+           "PYTHONPATH": str(trainer_path), "PYTHONUNBUFFERED": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+               "-m", "trainpipe_trainer", "--config", str(config)]
+    started = time.perf_counter()
+    proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=3600, check=False)
+    wall = time.perf_counter() - started
+    out = proc.stdout + proc.stderr
+    weights = re.search(r"weights sha256: (\w+)", out)
+    launch = re.search(r"^launch: .*$", out, re.M)
+    if launch:
+        loop = re.search(r"step loop: (\d+) steps in ([\d.]+) s, ([\d,]+) samples/s", launch.group(0))
+        loop_seconds, rate = float(loop.group(2)), float(loop.group(3).replace(",", ""))
+    else:
+        # An older trainer: its progress lines' rates (each over 10 steps), the first interval left out.
+        rates = [float(r) for r in re.findall(r"samples/s (\d+)", out)][1:]
+        rate = statistics.fmean(rates) if rates else math.nan
+        steps = len(re.findall(r"^step \d+/", out, re.M)) * 10
+        loop_seconds = steps * _batch_of(config) / rate if rates else math.nan
+    return TrainerRun(wall=wall, samples_per_second=rate, outside_loop=wall - loop_seconds,
+                      launch_line=launch.group(0) if launch else "(no launch line: trainer before issue 31)",
+                      weights=weights.group(1) if weights else "", returncode=proc.returncode, output=out)
+
+
+def _batch_of(config: Path) -> int:
+    return json.loads(config.read_text())["batch_size"]
+
+
+def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threads: int, steps: int) -> dict[str, float]:
+    """samples/s of the resident loop and the DataLoader loop, each over ``steps`` steps after 5 warm-up steps."""
+    import pandas as pd
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.set_num_threads(threads)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    frame = pd.read_parquet(data)
+    x = torch.from_numpy(frame[columns].to_numpy(dtype="float32", copy=True))
+    y = torch.from_numpy(frame["label"].to_numpy(dtype="float32", copy=True))
+    bf16 = "bf16" in mode
+    results = {}
+    for name in ("resident", "dataloader"):
+        model, optimizer, scheduler = _model(shape, device, steps + 5)
+        if name == "resident":
+            xs, ys = x.to(device), y.to(device)
+
+            def batches():
+                while True:
+                    order = torch.randperm(len(xs), device=device)
+                    for begin in range(0, len(order) - shape.batch + 1, shape.batch):
+                        index = order[begin : begin + shape.batch]
+                        yield xs[index], ys[index]
+        else:
+            loader = DataLoader(TensorDataset(x, y), batch_size=shape.batch, shuffle=True, drop_last=True)
+
+            def batches():
+                while True:
+                    for features, labels in loader:
+                        yield features.to(device), labels.to(device)
+
+        stream = batches()
+        for index in range(steps + 5):
+            if index == 5:
+                _sync(device)
+                started = time.perf_counter()
+            features, labels = next(stream)
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
+                scores = model(features).squeeze(-1)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(scores.float(), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+            optimizer.step()
+            scheduler.step()
+        _sync(device)
+        results[name] = steps * shape.batch / (time.perf_counter() - started)
+    return results
+
+
+def _model(shape: Shape, device, total_steps: int):
+    import torch
+
+    sys.path.insert(0, str(REPO / "trainer_image"))
+    from trainpipe_trainer.config import ModelConfig, OptimizationConfig
+    from trainpipe_trainer.model import build_mlp
+    from trainpipe_trainer.optim import build_optimizer, build_scheduler
+
+    torch.manual_seed(0)
+    model = build_mlp(n_features=shape.features, config=ModelConfig(hidden_layers=shape.hidden)).to(device)
+    optimization = OptimizationConfig(gradient_clip_norm=1.0, lr_schedule="cosine", warmup_steps=10)
+    optimizer = build_optimizer(model.parameters(), learning_rate=1e-3, config=optimization)
+    return model, optimizer, build_scheduler(optimizer, config=optimization, total_steps=total_steps)
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def determinism(work: Path, data: Path, columns: list[str], shape: Shape, mode: str, *, threads: int,
+                trainer_path: Path) -> str:
+    steps_per_epoch = math.ceil(shape.rows / shape.batch)
+    digests = []
+    for name, crash in (("first", None), ("second", None), ("crashed", steps_per_epoch + 3)):
+        folder = work / f"determinism-{name}"
+        folder.mkdir()
+        config = trainer_config(folder, data, columns, shape, mode, crash_after=crash)
+        run = run_trainer(folder, config, threads=threads, trainer_path=trainer_path)
+        if crash is not None:
+            if run.returncode == 0:
+                return f"FAILED: the crash at step {crash} did not happen"
+            config = trainer_config(folder, data, columns, shape, mode)
+            run = run_trainer(folder, config, threads=threads, trainer_path=trainer_path)
+            if f"resumed from step {crash}" not in run.output:
+                return f"FAILED: the rerun did not resume from step {crash}"
+        if run.returncode != 0:
+            return f"FAILED: {name} run exited {run.returncode}: {run.output[-2000:]}"
+        digests.append(run.weights)
+    same = len(set(digests)) == 1
+    return (f"{'identical' if same else 'DIFFERENT'} weights: two runs and a run crashed after step "
+            f"{steps_per_epoch + 3} then resumed (sha256 {digests[0][:16]}...)" if same else
+            f"DIFFERENT weights: {digests}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", action="append", choices=sorted(SHAPES), help="default: cpu (or both GPU shapes on CUDA)")
+    parser.add_argument("--mode", action="append", choices=MODES, help="default: all three")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (CPU)")
+    parser.add_argument("--bare-steps", type=int, default=60)
+    parser.add_argument("--trainer-path", type=Path, default=REPO / "trainer_image",
+                        help="the trainer_image folder of the trainer to measure (default: this checkout's)")
+    parser.add_argument("--skip-determinism", action="store_true")
+    args = parser.parse_args()
+    import torch
+
+    cuda = torch.cuda.is_available()
+    shapes = args.shape or (["gpu-12m", "gpu-143m"] if cuda else ["cpu"])
+    modes = args.mode or list(MODES)
+    device_name = torch.cuda.get_device_name() if cuda else f"CPU, {args.threads} threads"
+    targets = TARGETS["gpu" if cuda else "cpu"]
+    print(f"trainer throughput on {device_name}; trainer from {args.trainer_path.relative_to(REPO) if args.trainer_path.is_relative_to(REPO) else args.trainer_path.name}")
+    work = Path(tempfile.mkdtemp(prefix="trainpipe-throughput-"))
+    try:
+        for shape_name in shapes:
+            shape = SHAPES[shape_name]
+            data = work / f"{shape_name}.parquet"
+            columns = write_data(data, shape)
+            print(f"\nshape {shape_name}: MLP {shape.features}-{'-'.join(map(str, shape.hidden))}-1 "
+                  f"({shape.params / 1e6:.2f}M params), batch {shape.batch}, {shape.rows:,} rows, {shape.epochs} epochs")
+            last_launch = ""
+            for mode in modes:
+                folder = work / f"{shape_name}-{mode}"
+                folder.mkdir()
+                config = trainer_config(folder, data, columns, shape, mode)
+                run = run_trainer(folder, config, threads=args.threads, trainer_path=args.trainer_path)
+                if run.returncode != 0:
+                    print(f"  {mode:15s} trainer FAILED (exit {run.returncode}):\n{run.output[-3000:]}")
+                    continue
+                bare = bare_loops(data, columns, shape, mode, threads=args.threads, steps=args.bare_steps)
+                ratio = run.samples_per_second / bare["resident"]
+                target = targets[mode]
+                print(f"  {mode:15s} resident loop {bare['resident']:>11,.0f} samples/s | DataLoader loop "
+                      f"{bare['dataloader']:>11,.0f} ({bare['dataloader'] / bare['resident']:.2f}) | trainer "
+                      f"{run.samples_per_second:>11,.0f} ({ratio:.2f} of resident; target "
+                      f"{'>= ' + format(target, '.2f') if target else 'none'}) | wall {run.wall:.1f} s, "
+                      f"outside the step loop {run.outside_loop:.1f} s")
+                last_launch = last_launch or run.launch_line
+            print(f"  phases of the fp32 launch (trainer's own line): {last_launch}")
+            if not args.skip_determinism:
+                mode = "fp32"
+                print(f"  determinism ({mode}): "
+                      + determinism(work, data, columns, shape, mode, threads=args.threads, trainer_path=args.trainer_path))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

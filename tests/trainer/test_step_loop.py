@@ -1,0 +1,115 @@
+"""The step loop feeds the device and never waits for it: batches by index, no host reads between sync points."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.distributed import DistEnv
+from trainpipe_trainer.preemption import PreemptionWatcher
+from trainpipe_trainer.tracking import Tracker
+from trainpipe_trainer.trainer import Trainer
+
+from .helpers import BINARY_FEATURES, Datasets
+
+
+class HostReads(TorchDispatchMode):
+    """Records every read of a tensor's value by the host (``.item()``, ``float(t)``, ``bool(t)``,
+    ``.tolist()`` all come down to ``aten._local_scalar_dense``), except of the tensors in ``allowed``."""
+
+    def __init__(self, allowed: Callable[[torch.Tensor], bool]) -> None:
+        super().__init__()
+        self.allowed, self.count = allowed, 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func is torch.ops.aten._local_scalar_dense.default and not self.allowed(args[0]):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_no_step_reads_a_tensor_value_between_log_intervals(
+    tmp_path: Path, datasets: Datasets, env: DistEnv, make_config: Callable[..., Any]
+) -> None:
+    raw = make_config(
+        tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES,
+        checkpoint={"every_n_steps": 1000, "keep_best": False}, tracking={"log_every_n_steps": 3},
+        optimization={"gradient_clip_norm": 1.0, "gradient_accumulation_steps": 2},
+    )
+    config = TrainingConfig.from_dict(raw)
+    trainer = Trainer(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
+    trainer.device_sums.zero_()
+    steps = trainer.step_groups(trainer.batches.epoch(0))
+    optimizer = trainer.strategy.optimizer
+
+    def step_counter(tensor: torch.Tensor) -> bool:
+        # torch's CPU AdamW keeps its step counters on the host and reads them there (on CUDA the fused
+        # kernel keeps them on the device): host memory, no device to wait for.
+        return any(tensor is state["step"] for state in optimizer.state.values())
+
+    reads_per_step = {}
+    with PreemptionWatcher() as watcher:
+        for step in range(1, trainer.steps_per_epoch):  # the epoch's last step syncs (epoch end)
+            with HostReads(allowed=step_counter) as reads:
+                trainer.train_step(next(steps), watcher)
+            reads_per_step[step] = reads.count
+
+    assert trainer.steps_per_epoch >= 10
+    log_steps = {s for s in reads_per_step if s % 3 == 0}
+    assert all(reads_per_step[s] == 0 for s in reads_per_step if s not in log_steps), reads_per_step
+    # The sync point reads the running sums: the loss is there, in float64, as TrainState keeps it.
+    assert all(reads_per_step[s] > 0 for s in log_steps), reads_per_step
+    assert trainer.state.interval_loss_count == (trainer.steps_per_epoch - 1) % 3
+
+
+def test_the_device_sums_are_the_losses_summed_in_step_order(
+    tmp_path: Path, datasets: Datasets, env: DistEnv, make_config: Callable[..., Any]
+) -> None:
+    """What the host reads at a sync point equals a float64 running sum of each step's loss, in order
+    (what TrainState kept before: checkpoints of both carry the same numbers)."""
+    raw = make_config(tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES,
+                      checkpoint={"every_n_steps": 1000, "keep_best": False}, tracking={"log_every_n_steps": 1000})
+    config = TrainingConfig.from_dict(raw)
+    losses: list[float] = []
+
+    class Recording(Trainer):
+        def _record_step(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+            losses.append(float(loss))
+            super()._record_step(step, loss, grad_norm)
+
+    trainer = Recording(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
+    trainer.device_sums.zero_()
+    steps = trainer.step_groups(trainer.batches.epoch(0))
+    with PreemptionWatcher() as watcher:
+        for _ in range(6):
+            trainer.train_step(next(steps), watcher)
+    trainer._sync()
+    expected = 0.0
+    for value in losses:
+        expected += value
+    assert trainer.state.epoch_loss_sum == expected
+    assert trainer.state.interval_loss_sum == expected
+
+
+def test_a_non_finite_step_is_caught_at_the_next_sync_point_and_named(
+    tmp_path: Path, datasets: Datasets, env: DistEnv, make_config: Callable[..., Any]
+) -> None:
+    from trainpipe_trainer.errors import TrainingDivergedError
+
+    raw = make_config(tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES,
+                      checkpoint={"every_n_steps": 1000, "keep_best": False}, tracking={"log_every_n_steps": 4},
+                      fault_injection={"nan_loss_at_step": 2})
+    config = TrainingConfig.from_dict(raw)
+    trainer = Trainer(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
+    trainer.device_sums.zero_()
+    steps = trainer.step_groups(trainer.batches.epoch(0))
+    with PreemptionWatcher() as watcher:
+        for _ in range(3):  # steps 1-3: no sync point yet, so no stop
+            trainer.train_step(next(steps), watcher)
+        with pytest.raises(TrainingDivergedError, match=r"non-finite loss \(nan\) at step 2: training stopped"):
+            trainer.train_step(next(steps), watcher)
+    assert trainer.state.global_step == 4
