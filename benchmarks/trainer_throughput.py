@@ -59,7 +59,8 @@ class Shape:
 
 SHAPES = {
     # Issue 31's CPU shape: data-bound (small MLP, large batch).
-    "cpu": Shape(features=64, hidden=(128, 64), batch=4096, rows=262_144, epochs=2),
+    # Four epochs (256 steps): a step loop of a few seconds, long enough to measure steadily.
+    "cpu": Shape(features=64, hidden=(128, 64), batch=4096, rows=262_144, epochs=4),
     # The GPU measurement's two models (12.5M and 143M parameters), batch 4096.
     "gpu-12m": Shape(features=256, hidden=(2560, 2560, 2048), batch=4096, rows=524_288, epochs=2),
     "gpu-143m": Shape(features=1024, hidden=(8192, 8192, 8192), batch=4096, rows=131_072, epochs=2),
@@ -117,8 +118,14 @@ class TrainerRun:
     output: str
 
 
+# glibc adapts its mmap threshold as large blocks are freed, so a process that allocated big frames
+# earlier runs the same loop at another speed (trainer_overhead.py measured 0.95-1.19 from this
+# alone). The trainer and the bare loops each run in a fresh process with these thresholds fixed.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(16 * 2**30)}
+
+
 def run_trainer(work: Path, config: Path, *, threads: int, trainer_path: Path) -> TrainerRun:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MLFLOW_DISABLE_TELEMETRY": "true",
+    env = {**os.environ, **MALLOC_ENV, "OMP_NUM_THREADS": str(threads), "MLFLOW_DISABLE_TELEMETRY": "true",
            "PYTHONPATH": str(trainer_path), "PYTHONUNBUFFERED": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
@@ -147,8 +154,30 @@ def _batch_of(config: Path) -> int:
     return json.loads(config.read_text())["batch_size"]
 
 
-def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threads: int, steps: int) -> dict[str, float]:
-    """samples/s of the resident loop and the DataLoader loop, each over ``steps`` steps after 5 warm-up steps."""
+def bare_loops_in_process(data: Path, shape: Shape, mode: str, *, threads: int, steps: int, repeats: int) -> dict[str, float]:
+    """``bare_loops`` in a fresh process (see MALLOC_ENV), as the trainer runs."""
+    request = {"data": str(data), "shape": list(shape.__dict__.values()), "mode": mode, "threads": threads,
+               "steps": steps, "repeats": repeats}
+    env = {**os.environ, **MALLOC_ENV, "OMP_NUM_THREADS": str(threads)}
+    proc = subprocess.run([sys.executable, __file__, "--bare-worker", json.dumps(request)], env=env,
+                          capture_output=True, text=True, timeout=3600, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _bare_worker(raw: str) -> None:
+    request = json.loads(raw)
+    features, hidden, batch, rows, epochs = request["shape"]
+    shape = Shape(features=features, hidden=tuple(hidden), batch=batch, rows=rows, epochs=epochs)
+    columns = [f"f{i}" for i in range(shape.features)]
+    print(json.dumps(bare_loops(Path(request["data"]), columns, shape, request["mode"], threads=request["threads"],
+                                steps=request["steps"], repeats=request["repeats"])))
+
+
+def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threads: int, steps: int,
+               repeats: int) -> dict[str, float]:
+    """samples/s of the resident loop (median of ``repeats`` runs of ``steps`` steps) and of the
+    DataLoader loop (one run of ``steps // 2``), each after 5 warm-up steps."""
+    import numpy as np
     import pandas as pd
     import torch
     from torch.utils.data import DataLoader, TensorDataset
@@ -156,12 +185,14 @@ def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threa
     torch.set_num_threads(threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     frame = pd.read_parquet(data)
-    x = torch.from_numpy(frame[columns].to_numpy(dtype="float32", copy=True))
+    # Row-major, as the trainer holds its split (a frame's to_numpy may be column-major: slow gathers).
+    x = torch.from_numpy(np.ascontiguousarray(frame[columns].to_numpy(dtype="float32")))
     y = torch.from_numpy(frame["label"].to_numpy(dtype="float32", copy=True))
     bf16 = "bf16" in mode
-    results = {}
-    for name in ("resident", "dataloader"):
-        model, optimizer, scheduler = _model(shape, device, steps + 5)
+    results: dict[str, list[float]] = {"resident": [], "dataloader": []}
+    for name in ["resident"] * repeats + ["dataloader"]:
+        timed = steps if name == "resident" else steps // 2
+        model, optimizer, scheduler = _model(shape, device, timed + 5)
         if name == "resident":
             xs, ys = x.to(device), y.to(device)
 
@@ -170,7 +201,7 @@ def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threa
                     order = torch.randperm(len(xs), device=device)
                     for begin in range(0, len(order) - shape.batch + 1, shape.batch):
                         index = order[begin : begin + shape.batch]
-                        yield xs[index], ys[index]
+                        yield xs.index_select(0, index), ys.index_select(0, index)
         else:
             loader = DataLoader(TensorDataset(x, y), batch_size=shape.batch, shuffle=True, drop_last=True)
 
@@ -180,7 +211,7 @@ def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threa
                         yield features.to(device), labels.to(device)
 
         stream = batches()
-        for index in range(steps + 5):
+        for index in range(timed + 5):
             if index == 5:
                 _sync(device)
                 started = time.perf_counter()
@@ -194,8 +225,8 @@ def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threa
             optimizer.step()
             scheduler.step()
         _sync(device)
-        results[name] = steps * shape.batch / (time.perf_counter() - started)
-    return results
+        results[name].append(timed * shape.batch / (time.perf_counter() - started))
+    return {name: statistics.median(rates) for name, rates in results.items()}
 
 
 def _model(shape: Shape, device, total_steps: int):
@@ -246,11 +277,15 @@ def determinism(work: Path, data: Path, columns: list[str], shape: Shape, mode: 
 
 
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--bare-worker":
+        _bare_worker(sys.argv[2])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", action="append", choices=sorted(SHAPES), help="default: cpu (or both GPU shapes on CUDA)")
     parser.add_argument("--mode", action="append", choices=MODES, help="default: all three")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (CPU)")
-    parser.add_argument("--bare-steps", type=int, default=60)
+    parser.add_argument("--bare-steps", type=int, default=128, help="timed steps of each resident-loop run")
+    parser.add_argument("--repeats", type=int, default=3, help="resident-loop runs (the median is the baseline)")
     parser.add_argument("--trainer-path", type=Path, default=REPO / "trainer_image",
                         help="the trainer_image folder of the trainer to measure (default: this checkout's)")
     parser.add_argument("--skip-determinism", action="store_true")
@@ -280,7 +315,8 @@ def main() -> int:
                 if run.returncode != 0:
                     print(f"  {mode:15s} trainer FAILED (exit {run.returncode}):\n{run.output[-3000:]}")
                     continue
-                bare = bare_loops(data, columns, shape, mode, threads=args.threads, steps=args.bare_steps)
+                bare = bare_loops_in_process(data, shape, mode, threads=args.threads, steps=args.bare_steps,
+                                             repeats=args.repeats)
                 ratio = run.samples_per_second / bare["resident"]
                 target = targets[mode]
                 print(f"  {mode:15s} resident loop {bare['resident']:>11,.0f} samples/s | DataLoader loop "

@@ -109,3 +109,12 @@ def test_run_note_keeps_a_persons_note_and_adds_each_line_once():
          "training used 0 GPU-hours, 0.01 CPU-hours over 1 try")
     long = merged_note(None, ["y" * 2000])
     assert len(long) == NOTE_MAX_CHARS and long.endswith("…")
+
+
+def test_the_cost_line_states_the_training_throughput() -> None:
+    from trainpipe.runtime.usage import RunUsage, usage_note
+
+    usage = RunUsage(gpu_hours=0.0, cpu_hours=0.01, cost=None, tries=1)
+    assert usage_note(usage, samples_per_second=24500.4) == \
+        "training used 0 GPU-hours, 0.01 CPU-hours (no price table: no cost) over 1 try, at 24,500 samples/s"
+    assert usage_note(usage) == "training used 0 GPU-hours, 0.01 CPU-hours (no price table: no cost) over 1 try"

@@ -6,6 +6,8 @@ Small data and one epoch: the training itself is not under test.
 
 from __future__ import annotations
 
+import re
+
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -106,6 +108,8 @@ def _note(dag_run) -> str:  # noqa: ANN001 - DagRun
     # The reason is the first line; after it only the cost of the training (issue 23), when it ran.
     reason, *rest = note.splitlines()
     assert all(line.startswith("training used ") for line in rest), note
+    # ... and the training throughput of the try that finished (issue 31).
+    assert all(re.search(r", at [\d,]+ samples/s$", line) for line in rest), note
     return reason
 
 

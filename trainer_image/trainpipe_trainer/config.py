@@ -614,6 +614,9 @@ class TrainingResult:
     resumed_from_step: int | None = None
     # [first step, world size] per change of world size (one entry when it never changed).
     world_size_history: list[list[int]] = field(default_factory=list)
+    # The step loop's rate in this attempt (all ranks' samples per second, first step excluded);
+    # None when the attempt trained fewer than two steps.
+    samples_per_second: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -584,6 +584,7 @@ class Trainer:
                 final_loss=self.state.last_epoch_loss,
                 resumed_from_step=resumed,
                 world_size_history=self.state.world_size_history,
+                samples_per_second=round(self.stats.samples_per_second, 1) or None,
             )
             storage.write_text(
                 storage.join(self.config.output_uri, RESULT_FILE), result.to_json(), self.config.storage_options

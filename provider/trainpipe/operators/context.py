@@ -88,16 +88,18 @@ def training_failure_noted(context: Any, retries: int | None) -> Iterator[None]:
 
 
 def log_trained(log: Any, result: TrainingResult) -> None:
-    log.info("trained: model %s, weights sha256 %s, %d steps on %d processes",
-             result.model_uri, result.weights_sha256, result.global_step, result.world_size)
+    log.info("trained: model %s, weights sha256 %s, %d steps on %d processes%s",
+             result.model_uri, result.weights_sha256, result.global_step, result.world_size,
+             f", {result.samples_per_second:,.0f} samples/s" if result.samples_per_second else "")
 
 
-def leave_usage_note(context: Any, plan: PipelinePlan, settings: Any) -> None:
-    """The run's note says what its training cost: every try's GPU and CPU hours, and the money."""
+def leave_usage_note(context: Any, plan: PipelinePlan, settings: Any, result: TrainingResult) -> None:
+    """The run's note says what its training cost (every try's GPU and CPU hours, and the money) and
+    the training throughput of the try that finished."""
     from trainpipe.run_notes import leave_note
     from trainpipe.runtime.train import run_dir_for
     from trainpipe.runtime.usage import run_usage, usage_note
 
     usage = run_usage(run_dir_for(plan.dag_id, settings, context["run_id"]), plan.resources)
     if usage is not None and usage.tries:
-        leave_note(context["ti"], usage_note(usage))
+        leave_note(context["ti"], usage_note(usage, samples_per_second=result.samples_per_second))

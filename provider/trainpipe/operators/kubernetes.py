@@ -89,7 +89,7 @@ def finish(operator: Any, context: Context) -> dict[str, Any]:
     result = read_training_result(run_dir)
     log_trained(operator.log, result)
     account_kubernetes_try(operator.plan, context, outcome="succeeded", mlflow_run_id=result.mlflow_run_id)
-    leave_usage_note(context, operator.plan, settings)
+    leave_usage_note(context, operator.plan, settings, result)
     value = asdict(result)
     # do_xcom_push stays False (it would add the provider's XCom sidecar): push the result ourselves.
     context["ti"].xcom_push(key="return_value", value=value)

@@ -140,7 +140,7 @@ class TrainOperator(_PipelineStepOperator):
                                   hook=self.hook, on_line=lambda line: self.log.info("%s", line),
                                   param_overrides=inputs.param_overrides, run_tags=inputs.run_tags)
         log_trained(self.log, result)
-        leave_usage_note(context, self.plan, self.settings)
+        leave_usage_note(context, self.plan, self.settings, result)
         return asdict(result)
 
 

@@ -141,6 +141,7 @@ def run_usage(run_dir: Any, resources: ResourcePlan) -> RunUsage | None:
         return None
 
 
-def usage_note(usage: RunUsage) -> str:
-    """The run-note line (ADR 0009) that says what the training cost."""
-    return f"training used {usage.describe()}"
+def usage_note(usage: RunUsage, *, samples_per_second: float | None = None) -> str:
+    """The run-note line (ADR 0009) that says what the training cost, and how fast it trained."""
+    rate = f", at {samples_per_second:,.0f} samples/s" if samples_per_second else ""
+    return f"training used {usage.describe()}{rate}"
