@@ -75,6 +75,14 @@ def training_note(reasons: tuple[str, ...] | list[str], *, fallback: str, try_nu
     return f"{TRAINING_FAILED}: " + "; ".join(facts)
 
 
+def preempted_leaving(step: int | None) -> str:
+    """A try whose launcher was sent SIGTERM (its task or host going away): it left after the trainer's commit,
+    not relaunched in place. The training error's reason, so ``training_note`` words the note with it as is."""
+    if step is None:
+        return "preempted before its first committed step; the next try resumes from the newest checkpoint"
+    return f"preempted at step {step}; the next try resumes there"
+
+
 _NAN = re.compile(r"^(?P<what>non-finite (?:loss|gradient norm) \([^)]*\)) at step (?P<step>\d+)")
 _PREEMPTED = re.compile(r"^received (?P<signal>\w+): committed checkpoint step-(?P<step>\d+)")
 _OOM = re.compile(r"out of memory|OutOfMemoryError|OOMKilled|exit code 137\b|exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\)",

@@ -7,6 +7,7 @@ of the worker's environment: the Kubernetes launcher puts the same command and v
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -21,6 +22,40 @@ from trainpipe.errors import TrainingFailedError
 from trainpipe_trainer.config import PREEMPTION_GRACE_SECONDS
 
 log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+class LauncherStoppedError(TrainingFailedError):
+    """The launcher itself was sent SIGTERM (its task or host is going away) and the trainer stopped on it:
+    the training must not be launched again in this process; the next try resumes from the committed step."""
+
+
+def _die_with_launcher() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel send torchrun SIGTERM when the launcher dies (``kill -9``
+    included): torchrun passes it on to its ranks, which commit and exit, instead of running orphaned.
+
+    Linux only (``prctl(PR_SET_PDEATHSIG)``); elsewhere None. The signal comes when the thread that started
+    the child ends: ``run_local`` waits for the child in that thread, so only the launcher's death sends it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    # Resolved here, not after the fork: the child only makes the call.
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    launcher = os.getpid()
+    sigterm = int(signal.SIGTERM)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
+        # The launcher died between the fork and the prctl: no signal would come.
+        if os.getppid() != launcher:
+            os.kill(os.getpid(), sigterm)
+
+    return preexec
 
 
 def local_python() -> str:
@@ -78,7 +113,9 @@ def run_local(command: Sequence[str], *, env: Mapping[str, str], on_line: Callab
 
     ``executable`` runs in place of ``command[0]`` (this venv's Python for the planned ``python``);
     the log shows the planned command. A SIGTERM is passed on to the trainer (``_PreemptionNotice``);
-    the caller recognises the preempted trainer by its message and may launch it again."""
+    if this process was sent it and the trainer did not finish, ``LauncherStoppedError``: the caller
+    must not launch it again. A trainer preempted alone is a ``TrainingFailedError`` the caller
+    recognises by its message and may launch again. torchrun gets SIGTERM if this process dies."""
     emit = on_line or (lambda line: log.info("%s", line))
     full_env = {**os.environ, **env}
     emit("launching: " + " ".join(command))
@@ -86,7 +123,7 @@ def run_local(command: Sequence[str], *, env: Mapping[str, str], on_line: Callab
     argv = [executable, *command[1:]] if executable else list(command)
     process = subprocess.Popen(
         argv, env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, bufsize=1, start_new_session=True,
+        text=True, bufsize=1, start_new_session=True, preexec_fn=_die_with_launcher(),
     )
     try:
         with _PreemptionNotice(group=process.pid) as notice:
@@ -105,5 +142,8 @@ def run_local(command: Sequence[str], *, env: Mapping[str, str], on_line: Callab
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
         raise
+    if code != 0 and notice.received:
+        raise LauncherStoppedError(f"the launcher was sent SIGTERM and the trainer exited with code {code}: "
+                                   f"{' '.join(command)}", exit_code=code)
     if code != 0:
         raise TrainingFailedError(f"trainer exited with code {code}: {' '.join(command)}", exit_code=code)

@@ -22,9 +22,10 @@ from trainpipe import storage
 from trainpipe.errors import ResumeRefusedError, TrainingFailedError
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.launch import LaunchValues, resolve
-from trainpipe.launchers.local import local_python, run_local
+from trainpipe.launchers.local import LauncherStoppedError, local_python, run_local
 from trainpipe.lineage import log_spec_text
 from trainpipe.plan import FaultPlan, PipelinePlan, run_key
+from trainpipe.run_notes import preempted_leaving
 from trainpipe.runtime.snapshot import SnapshotInfo
 from trainpipe.runtime.usage import account_try
 from trainpipe.settings import Settings
@@ -237,6 +238,12 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
                 preempted = step is not None or err.exit_code == PREEMPTED_EXIT_CODE
                 saved = (f"committed checkpoint step-{step}" if step is not None
                          else "was stopped by SIGTERM before it reported a commit")
+                if preempted and isinstance(err, LauncherStoppedError):
+                    # This process was told to stop (its task or host is going away): leave, never relaunch here.
+                    outcome = "preempted"
+                    fact = preempted_leaving(step)
+                    say(f"{fact} (the launcher was sent SIGTERM: not launching the trainer again in this try)")
+                    raise LauncherStoppedError(fact, reasons=(fact,), exit_code=err.exit_code) from err
                 if preempted and attempt < allowed:
                     # Not a failure: the step is committed; the same launch resumes there, in this try.
                     say(f"preempted: the trainer {saved} and stopped; launching it again to resume there "
