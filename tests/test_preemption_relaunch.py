@@ -173,6 +173,17 @@ def _exited(process) -> bool:  # noqa: ANN001 - psutil.Process
         return True
 
 
+def _command_line(process: object) -> str:  # a psutil.Process
+    """A process's command line; empty for one that exited but is not reaped yet (a short-lived helper of the
+    launch, a rank that already ended), whose command line can no longer be read."""
+    import psutil
+
+    try:
+        return " ".join(process.cmdline())
+    except psutil.ZombieProcess:
+        return ""
+
+
 def test_a_sigterm_that_reaches_torchrun_after_the_trainer_wrote_its_result_does_not_retrain(tmp_path: Path) -> None:
     """Found on the stack: torchrun was sent SIGTERM as the training ended (its workers had written the result
     and exited); the launch exited non-zero and the try failed, so the retry trained again. Here torchrun is held
@@ -196,7 +207,7 @@ def test_a_sigterm_that_reaches_torchrun_after_the_trainer_wrote_its_result_does
                 assert process.poll() is None, log.read_text()[-3000:]
                 assert time.monotonic() < deadline, "no result within 600 s"
                 torchrun = torchrun or next((child for child in psutil.Process(process.pid).children(recursive=True)
-                                             if "trainpipe_trainer.elastic" in " ".join(child.cmdline())), None)
+                                             if "trainpipe_trainer.elastic" in _command_line(child)), None)
                 time.sleep(0.005)
             assert torchrun is not None
             torchrun.suspend()

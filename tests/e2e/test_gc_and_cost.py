@@ -4,6 +4,8 @@ exactly what it listed, and `trainpipe reproduce MODEL@champion` still rebuilds 
 
 from __future__ import annotations
 
+import re
+
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -94,7 +96,8 @@ def test_each_run_records_its_hours_and_cost(two_runs) -> None:
     assert version.tags["cpu_hours"] == f"{metrics['cpu_hours']:.6g}" and version.tags["cost"] == f"{metrics['cost']:.6g}"
     note = two_runs[1].get_task_instance("train").xcom_pull(task_ids="train", key="trainpipe_run_note")
     assert note.startswith(f"training used 0 GPU-hours, {metrics['cpu_hours']:.3g} CPU-hours, cost ")
-    assert note.endswith("over 1 try")
+    # ... and how fast it trained (issue 31).
+    assert re.search(r"over 1 try, at [\d,]+ samples/s$", note), note
     assert main(["cost", "--by", "team", "--json"]) == 0
 
 
