@@ -19,7 +19,7 @@ import psutil
 import pytest
 from trainpipe_trainer.config import CHECKPOINTS_DIR, PREEMPTION_GRACE_SECONDS, preempted_message
 
-from tests.test_preemption_relaunch import LOGICAL_DATE, _env, _exited, _spec, _trainpipe
+from tests.test_preemption_relaunch import LOGICAL_DATE, _command_line, _env, _exited, _spec, _trainpipe
 from tests.trainer.helpers import committed_steps
 
 pytestmark = pytest.mark.integration
@@ -58,7 +58,7 @@ class _Training:
             assert time.monotonic() < deadline, "no training step within 600 s"
             time.sleep(0.1)
         started = psutil.Process(self.process.pid).children(recursive=True)
-        assert any("trainpipe_trainer.elastic" in " ".join(child.cmdline()) for child in started), started
+        assert any("trainpipe_trainer.elastic" in _command_line(child) for child in started), started
         assert sum(child.environ().get("RANK") is not None for child in started) >= 1, started
         return started
 
