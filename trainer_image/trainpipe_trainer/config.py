@@ -19,7 +19,8 @@ from typing import Any, Literal
 # 3: tuning (a hyperparameter-search trial reports into its Optuna study).
 # 4: transforms (declared feature transforms, fitted on the train split and shipped in the model).
 # 5: stop_after_step (`trainpipe reproduce` replays a world-size history segment by segment).
-CONFIG_VERSION = 5
+# 6: scale_target (regression labels standardised on the train split) and early_stopping.
+CONFIG_VERSION = 6
 
 # The names both sides use, each choice list once: the spec models' fields (and so the JSON Schema),
 # the provider's metrics and plan, and the trainer's code paths read them from here.
@@ -200,6 +201,27 @@ class CheckpointConfig:
         _require(0.0 <= self.validation_fraction < 1.0, "checkpoint.validation_fraction: must be in [0, 1)")
 
 
+# What early stopping may watch: the validation loss (every task has one).
+EarlyStoppingMetric = Literal["validation_loss"]
+EARLY_STOPPING_METRICS: tuple[str, ...] = typing.get_args(EarlyStoppingMetric)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class EarlyStoppingConfig:
+    """Stop when ``metric`` on the validation split has not improved by more than ``min_delta`` for
+    ``patience`` evaluation points in a row (one per epoch end); the best checkpoint is the model."""
+
+    metric: EarlyStoppingMetric = "validation_loss"
+    patience: int = 3
+    min_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        _require(self.metric in EARLY_STOPPING_METRICS,
+                 f"early_stopping.metric: one of {EARLY_STOPPING_METRICS}, got {self.metric!r}")
+        _require(self.patience >= 1, "early_stopping.patience: must be >= 1")
+        _require(self.min_delta >= 0, "early_stopping.min_delta: must be >= 0")
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class FeatureTransform:
     """How one feature column becomes model inputs; fitted on the rows trained on.
@@ -361,6 +383,11 @@ class TrainingConfig:
     batch_size: int = 256
     learning_rate: float = 1e-3
     seed: int = 0
+    # Regression: train on the label standardised with the train split's mean and std; the served
+    # model and the validation metrics turn predictions back into the label's units (ADR 0013).
+    scale_target: bool = True
+    # Stop when the validation loss stops improving; the weights of the best epoch end are the model.
+    early_stopping: EarlyStoppingConfig | None = None
     strategy: StrategyName = "ddp"
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     # Required when strategy == "deepspeed"; the DeepSpeed JSON config is generated from it and the rest.
@@ -415,6 +442,10 @@ class TrainingConfig:
             self.strategy != "deepspeed" or self.deepspeed is not None,
             "deepspeed: required when strategy is 'deepspeed' (zero_stage, offload)",
         )
+        _require(
+            self.early_stopping is None or (self.checkpoint.keep_best and self.checkpoint.validation_fraction > 0),
+            "early_stopping: needs a validation split (checkpoint.keep_best with validation_fraction > 0)",
+        )
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -450,6 +481,7 @@ class TrainingConfig:
             deepspeed = data.pop("deepspeed", None)
             fault_injection = data.pop("fault_injection", None)
             tuning = data.pop("tuning", None)
+            early_stopping = data.pop("early_stopping", None)
             return cls(
                 model=ModelConfig(**model),
                 optimization=OptimizationConfig(**data.pop("optimization", {})),
@@ -458,6 +490,7 @@ class TrainingConfig:
                 tracking=TrackingConfig(**data.pop("tracking", {})),
                 fault_injection=FaultInjection(**fault_injection) if fault_injection is not None else None,
                 tuning=TuningTrial(**tuning) if tuning is not None else None,
+                early_stopping=EarlyStoppingConfig(**early_stopping) if early_stopping is not None else None,
                 **data,
             )
         except (KeyError, TypeError) as err:
@@ -479,6 +512,8 @@ RESUME_FINGERPRINT_FIELDS: tuple[str, ...] = (
     # epochs too: a linear or cosine schedule is shaped by the total step count, and the run's
     # recorded params must describe its model. Training longer is a new run (a new folder).
     "epochs", "batch_size", "learning_rate", "seed", "strategy", "optimization", "deepspeed",
+    # What the network is trained on (raw or standardised labels) and when training stops.
+    "scale_target", "early_stopping",
     # Which rows are held out for validation (none without keep_best), so which rows are trained on.
     "checkpoint.validation_fraction", "checkpoint.keep_best",
 )

@@ -22,7 +22,7 @@ from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import TrainerDataError
-from trainpipe_trainer.preprocessing import FeatureTransformer, require_columns
+from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler, require_columns
 
 
 def is_listwise(config: TrainingConfig) -> bool:
@@ -84,6 +84,9 @@ class TrainingData:
     n_validation_rows: int
     # A few raw feature rows: the logged model's input example for its signature.
     sample_frame: pd.DataFrame
+    # Regression with scale_target: the labels of both splits are standardised with the train split's
+    # mean and std (fitted like the transformer, shipped in the model); None: labels as they are.
+    target: TargetScaler | None = None
 
     def __post_init__(self) -> None:
         if len(self.dataset) == 0:
@@ -111,9 +114,12 @@ def validation_mask(frame: pd.DataFrame, config: TrainingConfig) -> np.ndarray:
     return np.isin(units, chosen)
 
 
-def _tensors(frame: pd.DataFrame, config: TrainingConfig, transformer: FeatureTransformer, source: str) -> TensorDataset:
+def _tensors(frame: pd.DataFrame, config: TrainingConfig, transformer: FeatureTransformer, source: str,
+             target: TargetScaler | None = None) -> TensorDataset:
     features = transformer.transform(frame, source=source).astype(np.float32)
-    labels = label_vector(frame, config, source=source).astype(np.float32)
+    labels = label_vector(frame, config, source=source)
+    # Scaled in float64, then cast: the same float32 labels whatever the label column's own dtype.
+    labels = (target.scale(labels) if target is not None else labels).astype(np.float32)
     if is_listwise(config):
         x, y, mask = pad_queries(frame[config.group_column], features, labels)
         return TensorDataset(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(mask))
@@ -140,8 +146,10 @@ def load_training_data(config: TrainingConfig) -> TrainingData:
     try:
         # Fitted on the rows trained on; the validation rows are transformed the way serving will transform them.
         transformer = FeatureTransformer.fit(train_frame, transforms, source=source)
-        dataset = _tensors(train_frame, config, transformer, source)
-        validation = _tensors(validation_frame, config, transformer, source) if len(validation_frame) else None
+        target = (TargetScaler.fit(label_vector(train_frame, config, source=source))
+                  if config.task == "regression" and config.scale_target else None)
+        dataset = _tensors(train_frame, config, transformer, source, target)
+        validation = _tensors(validation_frame, config, transformer, source, target) if len(validation_frame) else None
     except TrainerDataError:
         if train_frame is frame:
             raise
@@ -157,6 +165,7 @@ def load_training_data(config: TrainingConfig) -> TrainingData:
         n_rows=len(train_frame),
         n_validation_rows=len(validation_frame),
         sample_frame=sample,
+        target=target,
     )
 
 

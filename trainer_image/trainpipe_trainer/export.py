@@ -15,7 +15,7 @@ from torch import nn
 
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.model import linear_layers
-from trainpipe_trainer.preprocessing import FeatureTransformer
+from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
 from trainpipe_trainer.serving import (
     PREPROCESSING_ARTIFACT,
     SERVING_FORMAT_VERSION,
@@ -44,9 +44,11 @@ def weights_sha256(model: nn.Module) -> str:
 
 
 def write_serving_artifacts(
-    model: nn.Module, *, transformer: FeatureTransformer, task: str, directory: str
+    model: nn.Module, *, transformer: FeatureTransformer, task: str, directory: str,
+    target: TargetScaler | None = None,
 ) -> dict[str, str]:
-    """Weights as ``.npz`` and the fitted feature transforms as JSON: all the torch-free scorer needs."""
+    """Weights as ``.npz``, the fitted feature transforms and target scale as JSON: all the torch-free
+    scorer needs."""
     arrays: dict[str, np.ndarray] = {}
     layers = []
     for index, linear in enumerate(linear_layers(model)):
@@ -61,6 +63,7 @@ def write_serving_artifacts(
         "format_version": SERVING_FORMAT_VERSION,
         "task": task,
         "transforms": transformer.to_dict(),
+        "target": target.to_dict() if target is not None else None,
         # The model's input columns, for people reading the artifact (the scorer derives them).
         "inputs": list(transformer.output_names),
         "layers": layers,
@@ -71,14 +74,16 @@ def write_serving_artifacts(
 
 
 def log_pyfunc_model(
-    model: nn.Module, *, transformer: FeatureTransformer, config: TrainingConfig, sample_frame: pd.DataFrame
+    model: nn.Module, *, transformer: FeatureTransformer, config: TrainingConfig, sample_frame: pd.DataFrame,
+    target: TargetScaler | None = None,
 ) -> str:
     """Log the numpy pyfunc into the active MLflow run; returns its ``models:/...`` URI."""
     mlflow = import_mlflow()
     from mlflow.models import infer_signature
 
     with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as directory:
-        artifacts = write_serving_artifacts(model, transformer=transformer, task=config.task, directory=directory)
+        artifacts = write_serving_artifacts(model, transformer=transformer, task=config.task, directory=directory,
+                                            target=target)
         # Score the sample with the scorer that will serve: the signature then describes real output.
         scorer = MLPScorer.from_artifacts(artifacts)
         info = mlflow.pyfunc.log_model(

@@ -259,3 +259,35 @@ class FeatureTransformer:
         """A model logged before transforms (serving format 1): every feature numeric and standardised."""
         return cls(encoders=tuple(NumericEncoder(feature=f, mean=m, std=s)
                                   for f, m, s in zip(raw["features"], raw["means"], raw["stds"], strict=True)))
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TargetScaler:
+    """A regression label <-> the standardised target the network is trained on.
+
+    Fitted on the train split's labels like the feature transforms, and shipped in the model beside
+    them, so the served model answers in the label's units (an MSE on labels in the hundreds would
+    otherwise need its own learning rate and many epochs before the output even reaches their mean).
+    """
+
+    mean: float
+    std: float
+
+    @classmethod
+    def fit(cls, labels: np.ndarray) -> TargetScaler:
+        std = float(labels.std())
+        # A constant label would divide by zero; centring it is all that is useful.
+        return cls(mean=float(labels.mean()), std=std if std > 1e-12 else 1.0)
+
+    def scale(self, labels: np.ndarray) -> np.ndarray:
+        return (labels - self.mean) / self.std
+
+    def unscale(self, outputs: np.ndarray) -> np.ndarray:
+        return outputs * self.std + self.mean
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean, "std": self.std}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | None) -> TargetScaler | None:
+        return cls(mean=float(raw["mean"]), std=float(raw["std"])) if raw else None

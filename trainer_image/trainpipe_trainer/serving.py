@@ -14,11 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from trainpipe_trainer.preprocessing import FeatureTransformer
+from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
 
-# 2: declared feature transforms ("transforms"); 1 (a standardizer only) is still read.
-SERVING_FORMAT_VERSION = 2
-_READABLE_FORMATS = (1, 2)
+# 3: a regression model's target scale ("target"); 2: declared feature transforms ("transforms");
+# 1 (a standardizer only) is still read.
+SERVING_FORMAT_VERSION = 3
+_READABLE_FORMATS = (1, 2, 3)
 WEIGHTS_ARTIFACT = "weights"
 PREPROCESSING_ARTIFACT = "preprocessing"
 
@@ -31,6 +32,8 @@ class MLPScorer:
     transformer: FeatureTransformer
     # (weight [out, in], bias [out]) per Linear layer, input to output.
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]
+    # Regression trained on the standardised label: the output is turned back into the label's units.
+    target: TargetScaler | None = None
 
     def __post_init__(self) -> None:
         width = self.transformer.width
@@ -59,14 +62,16 @@ class MLPScorer:
             layers = tuple((arrays[layer["weight"]], arrays[layer["bias"]]) for layer in meta["layers"])
         transformer = (FeatureTransformer.from_dict(meta["transforms"]) if "transforms" in meta
                        else FeatureTransformer.from_standardizer(meta["standardizer"]))
-        return cls(task=meta["task"], transformer=transformer, layers=layers)
+        return cls(task=meta["task"], transformer=transformer, layers=layers,
+                   target=TargetScaler.from_dict(meta.get("target")))
 
     def feature_matrix(self, frame: pd.DataFrame) -> np.ndarray:
         """The model's input matrix for raw feature rows: what training computed for the same rows."""
         return self.transformer.transform(frame, source="model input")
 
     def score(self, frame: pd.DataFrame) -> np.ndarray:
-        """One score per row: P(label = 1) for binary, the raw output for regression and ranking."""
+        """One score per row: P(label = 1) for binary, the prediction in the label's units for
+        regression, the raw output for ranking."""
         hidden = self.feature_matrix(frame)
         for weight, bias in self.layers[:-1]:
             hidden = np.maximum(hidden @ weight.T + bias, 0.0)
@@ -76,4 +81,6 @@ class MLPScorer:
             # Stable sigmoid: never exponentiates a large positive number.
             decay = np.exp(-np.abs(out))
             return np.where(out >= 0, 1.0 / (1.0 + decay), decay / (1.0 + decay))
+        if self.target is not None:
+            return self.target.unscale(out)
         return out

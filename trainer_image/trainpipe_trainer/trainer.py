@@ -493,7 +493,12 @@ class Trainer:
             total += value
         metrics = {"validation_loss": total / max(len(validation), 1)}
         if all_scores:
-            metrics.update(task_metrics(self.config.task, torch.cat(all_scores).cpu(), torch.cat(all_labels).cpu()))
+            scores, labels = torch.cat(all_scores).cpu().double(), torch.cat(all_labels).cpu().double()
+            target = self.data.target
+            if target is not None:
+                # The loss stays on the scaled target (what is trained); rmse and mae in the label's units.
+                scores, labels = scores * target.std + target.mean, labels * target.std + target.mean
+            metrics.update(task_metrics(self.config.task, scores, labels))
         return metrics
 
     def _data_device(self) -> torch.device:
@@ -573,7 +578,8 @@ class Trainer:
             # Every queued metric is in the run before the model (a server outage ends here, or fails).
             self.tracker.flush()
             model_uri = log_pyfunc_model(
-                module, transformer=self.data.transformer, config=self.config, sample_frame=self.data.sample_frame
+                module, transformer=self.data.transformer, config=self.config, sample_frame=self.data.sample_frame,
+                target=self.data.target,
             )
             result = TrainingResult(
                 mlflow_run_id=self.tracker.run_id or "",
