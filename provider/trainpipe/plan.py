@@ -250,6 +250,8 @@ class Gate:
     text: str
     # On the worst slice of EvaluationPlan.slices (lowest value; highest where lower is better).
     worst_slice: bool = False
+    # Against the evaluation's baseline model: value OP baseline's value + threshold.
+    baseline: bool = False
 
     def __str__(self) -> str:
         return self.text
@@ -599,7 +601,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
             group_column=training.group_column, metrics=tuple(spec.evaluation.metrics),
             decision_threshold=spec.evaluation.decision_threshold,
             gates=tuple(Gate(metric=g.metric, op=g.op, threshold=g.threshold, relative=g.relative, text=str(g),
-                             worst_slice=g.worst_slice)
+                             worst_slice=g.worst_slice, baseline=g.baseline)
                         for g in spec.evaluation.gates),
             on_gate_failure=spec.evaluation.on_gate_failure,
             slices=tuple(spec.evaluation.slices),

@@ -113,6 +113,13 @@ def stall_note(message: str) -> str:
     return f"{TRAINING_STALLED}: {facts}"
 
 
+def below_baseline_note(baseline_model: str, rows: list[tuple[str, float, float]]) -> str:
+    """A candidate that does worse than the evaluation's baseline model, said even when no gate names it:
+    ``below baseline (ridge): rmse 70.120000 vs 65.300000; r2 0.410000 vs 0.500000``"""
+    return f"below baseline ({baseline_model}): " + "; ".join(
+        f"{metric} {value:.6f} vs {reference:.6f}" for metric, value, reference in rows)
+
+
 def promotion_note(*, model_name: str, version: str | int, alias: str, metric: str | None,
                    value: float | None, champion_value: float | None, champion_version: int | None,
                    approved_by: str | None = None) -> str:

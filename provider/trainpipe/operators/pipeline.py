@@ -180,10 +180,21 @@ class GateOperator(ShortCircuitOperator):
         evaluation = context["ti"].xcom_pull(task_ids="evaluate")
         for outcome in evaluation["gates"]:
             log_gate(outcome, self.log)
+        note_below_baseline(evaluation, context)
         if evaluation["gates_passed"]:
             return True
         on_failure_of_gates(self.plan, evaluation, context, self.log)
         return False
+
+
+def note_below_baseline(evaluation: dict[str, Any], context: Any) -> None:
+    """The run's note says when the candidate does worse than the baseline model, gated or not."""
+    from trainpipe.run_notes import below_baseline_note, leave_note
+
+    below = evaluation.get("below_baseline") or []
+    if below:
+        rows = [(name, evaluation["candidate"][name], evaluation["baseline"][name]) for name in below]
+        leave_note(context["ti"], below_baseline_note(evaluation["baseline_model"], rows))
 
 
 def on_failure_of_gates(plan: PipelinePlan, evaluation: dict[str, Any], context: Any, log: Any) -> None:

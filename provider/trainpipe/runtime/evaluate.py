@@ -87,14 +87,32 @@ def holdout_slices(evaluation: EvaluationPlan, holdout: pd.DataFrame, candidate:
 
 def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, holdout_uri: str, model_uri: str,
              mlflow_run_id: str, hook: MlflowHook, snapshot: SnapshotInfo | None = None,
-             pipeline_id: str | None = None, settings: Settings | None = None) -> dict[str, Any]:
-    """Score the candidate and the champion on the holdout (whole and per slice), check the gates,
-    and record it all on the MLflow run: metrics, the verdict tag, the evaluation report and, given
-    the ``snapshot``, its splits as dataset inputs."""
+             pipeline_id: str | None = None, settings: Settings | None = None,
+             train_uri: str | None = None) -> dict[str, Any]:
+    """Score the candidate, the champion and the baseline model on the holdout (whole and per slice),
+    check the gates, and record it all on the MLflow run: metrics, the verdict tag, the evaluation
+    report and, given the ``snapshot``, its splits as dataset inputs.
+
+    The baseline (``trainpipe.runtime.baseline``) is fitted on the train split: ``train_uri``, else the
+    snapshot's; without either there is none, and a gate on it fails saying so."""
     holdout = storage.read_parquet_uri(holdout_uri)
     candidate_scores = predict(hook, model_uri, holdout, evaluation)
     candidate = holdout_metrics(evaluation, holdout, candidate_scores)
     log.info("candidate on holdout: %s", _fmt(candidate))
+    baseline_scores = baseline = None
+    train_uri = train_uri or (snapshot.train_uri if snapshot is not None else None)
+    if train_uri:
+        from trainpipe.runtime.baseline import BASELINE_MODELS
+        from trainpipe.runtime.baseline import baseline_scores as fit_baseline
+
+        baseline_scores = fit_baseline(evaluation.task, evaluation.features, evaluation.label,
+                                       storage.read_parquet_uri(train_uri), holdout)
+        baseline = holdout_metrics(evaluation, holdout, baseline_scores)
+        log.info("baseline (%s, fitted on the train split) on the same holdout: %s",
+                 BASELINE_MODELS[evaluation.task], _fmt(baseline))
+    below = below_baseline(candidate, baseline)
+    if below:
+        log.warning("the candidate does worse than the baseline on %s", ", ".join(below))
     champion_version = hook.version_by_alias(registration.model_name, registration.alias)
     champion = champion_scores = None
     if champion_version is not None:
@@ -108,7 +126,8 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     for column, entries in slices.items():
         log.info("slices of %s: %s", column, "; ".join(
             f"{entry['value']} ({entry['rows']} rows) {_fmt_optional(entry['candidate'])}" for entry in entries))
-    outcomes = check_gates(evaluation.gates, {"candidate": candidate, "champion": champion, "slices": slices})
+    outcomes = check_gates(evaluation.gates, {"candidate": candidate, "champion": champion, "slices": slices,
+                                              "baseline": baseline})
     passed = all(o.passed for o in outcomes)
     from mlflow.entities import RunTag
 
@@ -118,6 +137,7 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
         mlflow_run_id,
         metrics=_metric_entities({f"holdout_{mlflow_metric_key(k)}": v for k, v in candidate.items()}
                                  | {f"champion_holdout_{mlflow_metric_key(k)}": v for k, v in (champion or {}).items()}
+                                 | {f"baseline_holdout_{mlflow_metric_key(k)}": v for k, v in (baseline or {}).items()}
                                  | _worst_slice_metrics(evaluation, slices)),
         tags=[RunTag(GATES_PASSED_TAG, str(passed).lower())],
     )
@@ -128,15 +148,38 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
         "gates": outcomes_as_dicts(outcomes),
         "gates_passed": passed,
         "slices": slices,
+        "baseline": baseline,
+        "baseline_model": _baseline_model(evaluation) if baseline is not None else None,
+        # The metrics on which the candidate does worse than the baseline (the run's note says so).
+        "below_baseline": below,
     }
     report_inputs = _report_inputs(evaluation, registration, holdout, result, candidate_scores, champion_scores,
-                                   mlflow_run_id=mlflow_run_id, snapshot=snapshot, pipeline_id=pipeline_id)
+                                   mlflow_run_id=mlflow_run_id, snapshot=snapshot, pipeline_id=pipeline_id,
+                                   baseline_scores=baseline_scores)
     result["report"] = log_report(hook, mlflow_run_id, report_inputs)
     if snapshot is not None and pipeline_id is not None:
         from trainpipe.runtime.datasets import log_snapshot_inputs
 
         log_snapshot_inputs(hook, mlflow_run_id, pipeline_id, snapshot, holdout, settings=settings or Settings.from_env())
     return result
+
+
+def _baseline_model(evaluation: EvaluationPlan) -> str:
+    from trainpipe.runtime.baseline import BASELINE_MODELS
+
+    return BASELINE_MODELS[evaluation.task]
+
+
+def below_baseline(candidate: dict[str, float], baseline: dict[str, float] | None) -> list[str]:
+    """The metrics on which the candidate is worse than the baseline (in each metric's good direction)."""
+    worse = []
+    for name, value in candidate.items():
+        reference = (baseline or {}).get(name)
+        if reference is None:
+            continue
+        if (value < reference) if metrics.higher_is_better(name) else (value > reference):
+            worse.append(name)
+    return worse
 
 
 def _worst_slice_metrics(evaluation: EvaluationPlan, slices: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
@@ -151,7 +194,8 @@ def _worst_slice_metrics(evaluation: EvaluationPlan, slices: dict[str, list[dict
 
 def _report_inputs(evaluation: EvaluationPlan, registration: RegistrationPlan, holdout: pd.DataFrame,
                    result: dict[str, Any], candidate_scores: np.ndarray, champion_scores: np.ndarray | None, *,
-                   mlflow_run_id: str, snapshot: SnapshotInfo | None, pipeline_id: str | None) -> ReportInputs:
+                   mlflow_run_id: str, snapshot: SnapshotInfo | None, pipeline_id: str | None,
+                   baseline_scores: np.ndarray | None = None) -> ReportInputs:
     from trainpipe.runtime.report import ModelScores, ReportInputs
 
     version = result["champion_version"]
@@ -169,6 +213,10 @@ def _report_inputs(evaluation: EvaluationPlan, registration: RegistrationPlan, h
             facts.append(("data window", f"{snapshot.window_start} .. {snapshot.window_end}"))
     if evaluation.slices:
         facts.append(("sliced by", ", ".join(evaluation.slices)))
+    if result["baseline"] is not None:
+        facts.append(("baseline", f"{result['baseline_model']}, fitted on the train split"))
+        if result["below_baseline"]:
+            facts.append(("below the baseline on", ", ".join(result["below_baseline"])))
     return ReportInputs(
         title=f"Evaluation of {pipeline_id or registration.model_name}: candidate vs {registration.alias}",
         task=evaluation.task,
@@ -177,6 +225,8 @@ def _report_inputs(evaluation: EvaluationPlan, registration: RegistrationPlan, h
         candidate=ModelScores(label="candidate", scores=candidate_scores, metrics=result["candidate"]),
         champion=ModelScores(label=champion_label, scores=champion_scores, metrics=result["champion"])
         if champion_scores is not None else None,
+        baseline=ModelScores(label=f"baseline ({result['baseline_model']})", scores=baseline_scores,
+                             metrics=result["baseline"]) if baseline_scores is not None else None,
         decision_threshold=evaluation.decision_threshold,
         groups=holdout[evaluation.group_column].to_numpy() if evaluation.group_column else None,
         slices=result["slices"],
@@ -216,14 +266,20 @@ class GateOutcome:
     threshold: float
     passed: bool
     note: str
+    # What ``baseline`` is the value of: the champion's (relative and worst_slice gates) or the baseline model's.
+    reference: str = "champion"
 
 
 _OPS = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
 
 
 def check_gate(gate: Gate, candidate: dict[str, float], champion: dict[str, float] | None,
-               slices: dict[str, list[dict[str, Any]]] | None = None) -> GateOutcome:
-    """``slices`` (as ``holdout_slices`` returns them) is needed by a worst_slice gate only."""
+               slices: dict[str, list[dict[str, Any]]] | None = None,
+               baseline: dict[str, float] | None = None) -> GateOutcome:
+    """``slices`` (as ``holdout_slices`` returns them) is needed by a worst_slice gate only, ``baseline``
+    (the baseline model's metrics) by a baseline gate only."""
+    if gate.baseline:
+        return _check_baseline_gate(gate, candidate[gate.metric], (baseline or {}).get(gate.metric))
     if gate.worst_slice:
         return _check_worst_slice_gate(gate, slices or {}, has_champion=champion is not None)
     return _compare(gate, candidate[gate.metric], champion[gate.metric] if champion is not None else None,
@@ -250,6 +306,19 @@ def _compare(gate: Gate, value: float, baseline: float | None, *, has_champion: 
                        threshold=gate.threshold, passed=passed, note=f"{change * 100:+.3f}% vs champion{where}")
 
 
+def _check_baseline_gate(gate: Gate, value: float, reference: float | None) -> GateOutcome:
+    """``value OP reference + threshold``; with no baseline (no train split to fit it on) the gate fails:
+    nothing shows the candidate beats it."""
+    if reference is None:
+        return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=None, compared=value,
+                           threshold=gate.threshold, passed=False, note="no baseline was fitted (no train split)",
+                           reference="baseline")
+    bound = reference + gate.threshold
+    return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=reference, compared=value,
+                       threshold=bound, passed=_OPS[gate.op](value, bound),
+                       note=f"{value - reference:+.6f} vs baseline", reference="baseline")
+
+
 def _check_worst_slice_gate(gate: Gate, slices: dict[str, list[dict[str, Any]]], *, has_champion: bool) -> GateOutcome:
     """The candidate's worst slice against the threshold, or (relative) against the champion's own worst slice."""
     worst = metrics.worst_slice(gate.metric, slices, model="candidate")
@@ -269,7 +338,8 @@ def _check_worst_slice_gate(gate: Gate, slices: dict[str, list[dict[str, Any]]],
 
 
 def check_gates(gates: tuple[Gate, ...], evaluation: dict[str, Any]) -> list[GateOutcome]:
-    outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"], evaluation.get("slices")) for g in gates]
+    outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"], evaluation.get("slices"),
+                           evaluation.get("baseline")) for g in gates]
     for outcome in outcomes:
         log_gate(asdict(outcome))
     return outcomes
@@ -281,7 +351,8 @@ def log_gate(outcome: dict[str, Any], logger: logging.Logger | None = None) -> N
     baseline = outcome["baseline"]
     (logger or log).log(logging.INFO if outcome["passed"] else logging.WARNING, "gate %-4s %s: value %.6f%s (%s)",
                         "PASS" if outcome["passed"] else "FAIL", outcome["gate"], outcome["value"],
-                        f", champion {baseline:.6f}" if baseline is not None else "", outcome["note"])
+                        f", {outcome.get('reference', 'champion')} {baseline:.6f}" if baseline is not None else "",
+                        outcome["note"])
 
 
 def _metric_entities(values: dict[str, float]) -> list[Any]:

@@ -26,6 +26,8 @@ class MetricRow:
     candidate: float | None
     champion: float | None
     gates: tuple[GateVerdict, ...] = ()
+    # The evaluation's baseline model on the same holdout (None: no baseline, or not one of its metrics).
+    baseline: float | None = None
 
     @property
     def change(self) -> float | None:
@@ -39,6 +41,8 @@ class GateTable:
     rows: tuple[MetricRow, ...]
     champion_version: int | None
     passed: bool
+    # The baseline model's name when the evaluation fitted one: the table then has its column.
+    baseline_model: str | None = None
 
     @property
     def failed(self) -> tuple[tuple[MetricRow, GateVerdict], ...]:
@@ -66,13 +70,16 @@ def gate_table(evaluation: dict[str, Any]) -> GateTable:
                         value=outcome.get("value")))
         if metric not in candidate:
             extra.setdefault(metric, (outcome.get("value"), outcome.get("baseline")))
-    rows = [MetricRow(metric=m, candidate=v, champion=champion.get(m), gates=tuple(by_metric.get(m, ())))
+    baseline: dict[str, float] = evaluation.get("baseline") or {}
+    rows = [MetricRow(metric=m, candidate=v, champion=champion.get(m), gates=tuple(by_metric.get(m, ())),
+                      baseline=baseline.get(m))
             for m, v in candidate.items()]
     rows += [MetricRow(metric=m, candidate=value, champion=baseline, gates=tuple(by_metric[m]))
              for m, (value, baseline) in extra.items()]
     version = evaluation.get("champion_version")
     return GateTable(rows=tuple(rows), champion_version=int(version) if version is not None else None,
-                     passed=bool(evaluation.get("gates_passed", all(v.passed for r in rows for v in r.gates))))
+                     passed=bool(evaluation.get("gates_passed", all(v.passed for r in rows for v in r.gates))),
+                     baseline_model=evaluation.get("baseline_model") if evaluation.get("baseline") else None)
 
 
 def _row_metric(outcome: dict[str, Any]) -> str:
@@ -109,6 +116,11 @@ def _cells(table: GateTable) -> tuple[list[str], list[list[str]]]:
     header = ["metric", "candidate", _champion_header(table), "change", "gates"]
     body = [[row.metric, _number(row.candidate), _number(row.champion), _number(row.change, signed=True),
              _verdicts(row)] for row in table.rows]
+    if table.baseline_model is not None:
+        # Before the verdicts: the gates column is the widest.
+        header.insert(4, f"baseline ({table.baseline_model})")
+        for line, row in zip(body, table.rows, strict=True):
+            line.insert(4, _number(row.baseline))
     return header, body
 
 

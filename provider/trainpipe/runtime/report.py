@@ -67,6 +67,8 @@ class ReportInputs:
     candidate: ModelScores
     champion: ModelScores | None
     decision_threshold: float
+    # The evaluation's baseline model (trainpipe.runtime.baseline), shown beside the two in the metrics table.
+    baseline: ModelScores | None = None
     groups: np.ndarray | None = None
     # Column -> per value, as trainpipe.runtime.evaluate builds them (value, rows, candidate, champion, undefined).
     slices: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -359,9 +361,15 @@ def _metrics_table(inputs: ReportInputs) -> str:
         baseline = champion.metrics.get(name) if champion else None
         change = value - baseline if value is not None and baseline is not None else None
         direction = "higher is better" if metrics.higher_is_better(name) else "lower is better"
-        rows.append([e(name), _number(value), _number(baseline), _number(change, signed=True), e(direction)])
+        row = [e(name), _number(value), _number(baseline), _number(change, signed=True)]
+        if inputs.baseline is not None:
+            row.append(_number(inputs.baseline.metrics.get(name)))
+        rows.append([*row, e(direction)])
     champion_label = e(champion.label) if champion else "champion (none yet)"
-    return _table(["metric", e(inputs.candidate.label), champion_label, "change", ""], rows)
+    columns = ["metric", e(inputs.candidate.label), champion_label, "change"]
+    if inputs.baseline is not None:
+        columns.append(e(inputs.baseline.label))
+    return _table([*columns, ""], rows)
 
 
 def _slice_table(inputs: ReportInputs, entries: list[dict[str, Any]]) -> str:

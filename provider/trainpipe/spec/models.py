@@ -510,6 +510,9 @@ class GateSpec(_Model):
 
     def __str__(self) -> str:
         metric = f"{WORST_SLICE}({self.metric})" if self.worst_slice else self.metric
+        if self.baseline:
+            margin = f" {'-' if self.threshold < 0 else '+'} {abs(self.threshold):g}" if self.threshold else ""
+            return f"{metric} {self.op} {BASELINE}{margin}"
         if self.relative:
             return f"{metric} {self.op} {self.threshold * 100:+g}% vs champion"
         return f"{metric} {self.op} {self.threshold:g}"
