@@ -485,8 +485,11 @@ class TrainingSpec(_Model):
 
 _GATE = re.compile(
     r"^\s*(?:worst_slice\(\s*(?P<slice_metric>[A-Za-z_][\w@]*)\s*\)|(?P<metric>[A-Za-z_][\w@]*))"
-    r"\s*(?P<op>>=|<=|>|<)\s*(?P<sign>[+-])?(?P<value>\d+(?:\.\d+)?|\.\d+)\s*(?P<pct>%)?\s*$"
+    r"\s*(?P<op>>=|<=|>|<)\s*(?:(?P<baseline>baseline)(?:\s*(?P<margin_sign>[+-])\s*(?P<margin>\d+(?:\.\d+)?|\.\d+))?"
+    r"|(?P<sign>[+-])?\s*(?P<value>\d+(?:\.\d+)?|\.\d+)\s*(?P<pct>%)?)\s*$"
 )
+# The right-hand side that compares with the evaluation's baseline model ("rmse <= baseline").
+BASELINE = "baseline"
 # The gate on the worst slice; "min_slice"/"max_slice" are refused with a pointer to it, since
 # which of the two is the worst depends on the metric.
 WORST_SLICE = "worst_slice"
@@ -507,6 +510,21 @@ class GateSpec(_Model):
         "highest for log_loss, rmse and mae) instead of the whole holdout.",
         examples=[False],
     )
+    baseline: bool = Field(
+        default=False,
+        description="Compare with the baseline model of the evaluation (ridge, logistic regression or a linear "
+        "scorer, fitted on the same train split) plus threshold: 'rmse <= baseline', 'auc >= baseline + 0.01'.",
+        examples=[False],
+    )
+
+    @model_validator(mode="after")
+    def _one_reference(self) -> GateSpec:
+        if self.baseline and self.relative:
+            raise ValueError("a gate compares with the champion (relative) or with the baseline, not both")
+        if self.baseline and self.worst_slice:
+            raise ValueError("the baseline is scored on the whole holdout: write 'METRIC OP baseline' without "
+                             f"{WORST_SLICE}()")
+        return self
 
     def __str__(self) -> str:
         metric = f"{WORST_SLICE}({self.metric})" if self.worst_slice else self.metric
@@ -531,8 +549,22 @@ def _parse_gate(value: Any) -> Any:
             )
         raise ValueError(
             f"cannot read gate {value!r}: write 'METRIC OP VALUE' such as 'auc >= 0.80', a relative "
-            "improvement over the champion such as 'ndcg@10 >= +0.5%', or a gate on the worst slice such as "
+            "improvement over the champion such as 'ndcg@10 >= +0.5%', a comparison with the baseline model "
+            f"such as 'rmse <= baseline' or 'auc >= baseline + 0.01', or a gate on the worst slice such as "
             f"'{WORST_SLICE}(auc) >= 0.75'"
+        )
+    on_slices = match["slice_metric"] is not None
+    metric = match["slice_metric"] if on_slices else match["metric"]
+    if match["baseline"]:
+        margin = float(match["margin"] or 0.0) * (-1 if match["margin_sign"] == "-" else 1)
+        return {"metric": metric, "op": match["op"], "threshold": margin, "relative": False,
+                "worst_slice": on_slices, "baseline": True}
+    if match["pct"] and not match["sign"]:
+        # "rmse < 65 %" reads like an absolute bound in percent; a change over the champion says its direction.
+        raise ValueError(
+            f"cannot read gate {value!r}: a relative gate (a change over the champion) needs an explicit sign: "
+            f"write '{metric} {match['op']} +{match['value']}%' or '{metric} {match['op']} -{match['value']}%' "
+            "(the change over the champion, + for better); for an absolute bound drop the %"
         )
     number = float(match["value"])
     relative = bool(match["sign"] or match["pct"])
@@ -540,9 +572,7 @@ def _parse_gate(value: Any) -> Any:
         number /= 100.0
     if match["sign"] == "-":
         number = -number
-    on_slices = match["slice_metric"] is not None
-    return {"metric": match["slice_metric"] if on_slices else match["metric"], "op": match["op"], "threshold": number,
-            "relative": relative, "worst_slice": on_slices}
+    return {"metric": metric, "op": match["op"], "threshold": number, "relative": relative, "worst_slice": on_slices}
 
 
 class EvaluationSpec(_Model):
@@ -553,19 +583,21 @@ class EvaluationSpec(_Model):
             BeforeValidator(_parse_gate),
             WithJsonSchema({
                 "anyOf": [
-                    {"type": "string", "pattern": r"^\s*([A-Za-z_][\w@]*|worst_slice\(\s*[A-Za-z_][\w@]*\s*\))\s*(>=|<=|>|<)\s*[+-]?(\d+(\.\d+)?|\.\d+)\s*%?\s*$"},
+                    {"type": "string", "pattern": r"^\s*([A-Za-z_][\w@]*|worst_slice\(\s*[A-Za-z_][\w@]*\s*\))\s*(>=|<=|>|<)\s*(baseline(\s*[+-]\s*(\d+(\.\d+)?|\.\d+))?|[+-]?\s*(\d+(\.\d+)?|\.\d+)\s*%?)\s*$"},
                     GateSpec.model_json_schema(),
                 ],
-                "description": "'METRIC OP VALUE' (absolute), 'METRIC OP +N%' (relative to the champion), either "
-                "on 'worst_slice(METRIC)' (the worst slice of evaluation.slices).",
+                "description": "'METRIC OP VALUE' (absolute), 'METRIC OP +N%' (relative to the champion: the sign "
+                "is required), 'METRIC OP baseline [+|- MARGIN]' (against the baseline model), the first two "
+                "also on 'worst_slice(METRIC)' (the worst slice of evaluation.slices).",
             }),
         ]
     ] = Field(
         default_factory=list,
         description="All must pass before the model is registered: 'auc >= 0.80' (absolute), "
-        "'auc >= +0.1%' (relative to the current champion), or 'worst_slice(auc) >= 0.75' (the worst slice "
+        "'auc >= +0.1%' (relative to the current champion; the sign is required), 'auc >= baseline + 0.01' "
+        "(against the baseline model fitted on the same split), or 'worst_slice(auc) >= 0.75' (the worst slice "
         "of evaluation.slices: the lowest value, the highest for log_loss, rmse and mae).",
-        examples=[["auc >= 0.80", "auc >= +0.1%", "worst_slice(auc) >= 0.75"]],
+        examples=[["auc >= 0.80", "auc >= +0.1%", "auc >= baseline + 0.01", "worst_slice(auc) >= 0.75"]],
     )
     slices: Annotated[
         list[str],
