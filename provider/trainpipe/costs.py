@@ -10,7 +10,8 @@ of the YAML file named by ``TRAINPIPE_POLICY`` (the platform policy file), with 
       spot_discount: 0.7     # a spot run pays 30% of the price
 
 A run's cost = (gpu_hours x the price of its GPU resource + cpu_hours x cpu_hour) x (1 - spot_discount
-when its pods are placed on spot capacity only).
+when its pods are placed on spot capacity only), summed over its tries: a run whose last tries fell back
+to on-demand capacity (``training.kubernetes.capacity``) pays the spot price for its spot tries only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from typing import Any
 GPU_HOURS = "gpu_hours"
 CPU_HOURS = "cpu_hours"
 COST = "cost"
-USAGE_KEYS = (GPU_HOURS, CPU_HOURS, COST)
+# The GPU-hours of the tries on spot capacity and on on-demand capacity (gpu_hours is their sum).
+SPOT_GPU_HOURS = "spot_gpu_hours"
+ON_DEMAND_GPU_HOURS = "on_demand_gpu_hours"
+USAGE_KEYS = (GPU_HOURS, CPU_HOURS, COST, SPOT_GPU_HOURS, ON_DEMAND_GPU_HOURS)
 DEFAULT_GPU_PRICE = "default"
 
 

@@ -407,6 +407,11 @@ class KubernetesPlan:
     rendezvous_port: int
     # Kueue LocalQueue: the Job/pod is labelled for it and created suspended.
     queue: str | None = None
+    # Retry with more memory after an OOM kill: {memory_factor, max_memory} (trainpipe.kubernetes.tries).
+    on_oom: dict[str, Any] | None = None
+    # Spot placement with an on-demand fallback: {spot: {node_selector, tolerations}, on_demand: {...},
+    # on_demand_after_preemptions} (trainpipe.kubernetes.tries).
+    capacity: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -812,7 +817,10 @@ def _resources(spec: PipelineSpec, kubernetes: KubernetesPlan | None, priority: 
         gpus = nodes * kubernetes.resources["gpus"]
         return ResourcePlan(gpus=gpus, cpus=nodes * cpu_quantity(kubernetes.resources["cpu"]),
                             gpu_resource=kubernetes.resources["gpu_resource"] if gpus else None,
-                            spot=selects_spot_only(kubernetes.node_selector, kubernetes.affinity["required"]),
+                            # With a capacity section the first tries run on its spot placement (each try's
+                            # own placement is in its usage entry: runtime.usage prices them apart).
+                            spot=kubernetes.capacity is not None
+                            or selects_spot_only(kubernetes.node_selector, kubernetes.affinity["required"]),
                             priority=priority, priority_class=priority_class, team=team)
     return ResourcePlan(gpus=0, cpus=float(distributed.nnodes * distributed.nproc_per_node), gpu_resource=None,
                         spot=False, priority=priority, priority_class=priority_class, team=team)

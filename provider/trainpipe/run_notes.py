@@ -83,6 +83,12 @@ def preempted_leaving(step: int | None) -> str:
     return f"preempted at step {step}; the next try resumes there"
 
 
+def retry_note(try_number: int, changes: tuple[str, ...] | list[str]) -> str:
+    """What a try asks of the cluster that the first did not (``trainpipe.kubernetes.tries``):
+    ``try 2 changed: memory 16Gi -> 24Gi, limit 16Gi -> 24Gi after 1 OOM kill (OOMKilled) (on_oom: ...)``."""
+    return f"try {try_number} changed: " + "; ".join(changes)
+
+
 _NAN = re.compile(r"^(?P<what>non-finite (?:loss|gradient norm) \([^)]*\)) at step (?P<step>\d+)")
 _PREEMPTED = re.compile(r"^received (?P<signal>\w+): committed checkpoint step-(?P<step>\d+)")
 _OOM = re.compile(r"out of memory|OutOfMemoryError|OOMKilled|exit code 137\b|exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\)",

@@ -52,6 +52,18 @@ CASES = [
     ("kubernetes.max_gpus_per_pod", {f"{K8S}.resources.gpus": 2, "training.distributed.nproc_per_node": 2},
      f"{K8S}.resources.gpus", "2"),
     ("kubernetes.max_nodes", {"training.distributed.nnodes": 16}, "training.distributed.nnodes", "16"),
+    # Growth after an OOM kill is judged where it ends: on_oom.max_memory (the request itself too).
+    ("kubernetes.max_memory_per_pod", {f"{K8S}.on_oom": {"memory_factor": 2, "max_memory": "512Gi"}},
+     f"{K8S}.on_oom.max_memory", "512Gi"),
+    ("kubernetes.max_memory_per_pod", {f"{K8S}.resources.memory": "300Gi"}, f"{K8S}.resources.memory", "300Gi"),
+    # The on-demand placement a run falls back to after its preemptions is judged like the spec's own.
+    ("kubernetes.node_labels", {f"{K8S}.capacity": {"spot": {"node_selector": {"karpenter.sh/capacity-type": "spot"}},
+                                                    "on_demand": {"node_selector": {"pool": "reserved-h100"}}}},
+     f"{K8S}.capacity.on_demand.node_selector.pool", "pool=reserved-h100"),
+    ("kubernetes.tolerations", {f"{K8S}.capacity": {"spot": {}, "on_demand": {"tolerations": [
+        {"key": "dedicated", "operator": "Exists"}]}}}, f"{K8S}.capacity.on_demand.tolerations[0]", "dedicated"),
+    ("kubernetes.node_labels", {f"{K8S}.node_selector": {"hostname": "n1"}}, f"{K8S}.node_selector.hostname",
+     "hostname=n1"),
     ("limits.max_nproc_per_node", {"training.distributed.nproc_per_node": 8, f"{K8S}.resources.gpus": 0},
      "training.distributed.nproc_per_node", "8"),
     ("data.uris", {"data.uri": "s3://search-data/clicks/", "data.conn_id": "aws_risk"}, "data.uri", "search-data"),

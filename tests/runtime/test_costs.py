@@ -113,11 +113,11 @@ def _groups(payload: dict) -> dict[str, dict]:
 def test_cost_sums_by_pipeline_as_json(logged_costs, capsys) -> None:
     assert main(["cost", "--since", "1d", "--by", "pipeline", "--json"]) == 0
     groups = _groups(json.loads(capsys.readouterr().out))
-    assert groups["cost_a"] == {"name": "cost_a", "runs": 2, "gpu_hours": 12.5, "cpu_hours": 50.0, "cost": 31.25,
-                                "unpriced_runs": 0}
+    assert groups["cost_a"] == {"name": "cost_a", "runs": 2, "gpu_hours": 12.5, "spot_gpu_hours": 0.0,
+                                "on_demand_gpu_hours": 12.5, "cpu_hours": 50.0, "cost": 31.25, "unpriced_runs": 0}
     assert groups["cost_b"]["gpu_hours"] == 4.0 and groups["cost_b"]["cost"] == 10.0
-    assert groups["cost_c"] == {"name": "cost_c", "runs": 1, "gpu_hours": 0.0, "cpu_hours": 3.0, "cost": 0.0,
-                                "unpriced_runs": 1}
+    assert groups["cost_c"] == {"name": "cost_c", "runs": 1, "gpu_hours": 0.0, "spot_gpu_hours": 0.0,
+                                "on_demand_gpu_hours": 0.0, "cpu_hours": 3.0, "cost": 0.0, "unpriced_runs": 1}
 
 
 def test_cost_sums_by_team(logged_costs, capsys) -> None:
@@ -129,7 +129,8 @@ def test_cost_sums_by_team(logged_costs, capsys) -> None:
     out = capsys.readouterr().out
     assert "training usage by team" in out
     row = next(line for line in out.splitlines() if line.startswith("team-x "))
-    assert row.split() == ["team-x", "3", "12.500", "53.000", "31.25", "(1", "run(s)", "without", "a", "price)"]
+    assert row.split() == ["team-x", "3", "12.500", "0.000", "12.500", "53.000", "31.25", "(1", "run(s)", "without",
+                           "a", "price)"]
 
 
 def test_cost_since_leaves_older_runs_out(logged_costs, capsys) -> None:
@@ -141,3 +142,37 @@ def test_cost_since_leaves_older_runs_out(logged_costs, capsys) -> None:
         main(["cost", "--since", "soon"])
     assert stopped.value.code == 2
     assert "expected a duration such as '30d'" in capsys.readouterr().err
+
+
+def test_spot_and_on_demand_tries_are_priced_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A run that fell back to on-demand capacity (training.kubernetes.capacity) pays the spot price for its
+    spot tries only; the split reaches the MLflow run, the version's tags and `trainpipe cost`."""
+    from airflow.sdk import ObjectStoragePath
+
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(_policy(tmp_path, "teams: {risk: {folders: ['risk/**']}}\n"
+                                                                  "costs: {gpu_hour: {default: 2.0}, spot_discount: 0.75}\n")))
+    spot_job = ResourcePlan(gpus=8, cpus=0.0, gpu_resource="nvidia.com/gpu", spot=True, team="risk-ml")
+    run_dir = ObjectStoragePath(f"file://{tmp_path / 'run'}")
+    client = mlflow.MlflowClient()
+    run_id = client.create_run(client.create_experiment("trainpipe/spot_fallback")).info.run_id
+    now = datetime.now(timezone.utc)
+    # Tries of 3 h and 2 h on spot (preempted), then 1 h on demand (each ends now): 40 spot GPU-hours at 0.5, 8 at 2.0.
+    for number, (hours, outcome, capacity) in enumerate(
+            [(3, "preempted", "spot"), (2, "preempted", "spot"), (1, "succeeded", "on_demand")], start=1):
+        usage = account_try(run_dir, resources=spot_job, pipeline_id="spot_fallback", try_number=number,
+                            started_at=now - timedelta(hours=hours), outcome=outcome, client=client,
+                            mlflow_run_id=run_id, capacity=capacity)
+    entries = read_tries(run_dir)
+    assert [t.capacity for t in entries] == ["spot", "spot", "on_demand"]
+    assert usage.spot_gpu_hours == pytest.approx(40, rel=1e-3)
+    assert usage.gpu_hours - usage.spot_gpu_hours == pytest.approx(8, rel=1e-3)
+    assert usage.cost == pytest.approx(40 * 2.0 * 0.25 + 8 * 2.0, rel=1e-3)
+    assert "GPU-hours on spot" in usage.describe() and "on demand" in usage.describe()
+    tags = version_usage_tags(client, run_id)
+    assert float(tags["spot_gpu_hours"]) == pytest.approx(40, rel=1e-3)
+    assert float(tags["on_demand_gpu_hours"]) == pytest.approx(8, rel=1e-3)
+    assert main(["cost", "--by", "pipeline", "--json"]) == 0
+    group = next(g for g in json.loads(capsys.readouterr().out)["groups"] if g["name"] == "spot_fallback")
+    assert group["spot_gpu_hours"] == pytest.approx(40, rel=1e-3)
+    assert group["on_demand_gpu_hours"] == pytest.approx(8, rel=1e-3)
+    assert group["cost"] == pytest.approx(usage.cost)

@@ -23,6 +23,7 @@ from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
 
+    from trainpipe.kubernetes.tries import TryResources
     from trainpipe.plan import KubernetesPlan, PipelinePlan
 
 SHM_VOLUME = "dshm"
@@ -89,11 +90,13 @@ def job_name(plan: PipelinePlan, launch: TrainerLaunch) -> str:
     return f"{JOB_NAME_PREFIX}{base}{suffix}"
 
 
-def _resources(k: KubernetesPlan) -> k8s.V1ResourceRequirements:
+def _resources(k: KubernetesPlan, *, memory: str | None = None, memory_limit: str | None = None,
+               ) -> k8s.V1ResourceRequirements:
+    """``memory``/``memory_limit``: a try's own (grown after an OOM kill, ``trainpipe.kubernetes.tries``)."""
     models = k8s_models()
     r = k.resources
-    requests: dict[str, str] = {"cpu": r["cpu"], "memory": r["memory"]}
-    limits: dict[str, str] = {"memory": r["limits"]["memory"] or r["memory"]}
+    requests: dict[str, str] = {"cpu": r["cpu"], "memory": memory or r["memory"]}
+    limits: dict[str, str] = {"memory": memory_limit or r["limits"]["memory"] or r["memory"]}
     if r["limits"]["cpu"]:
         limits["cpu"] = r["limits"]["cpu"]
     if r["gpus"]:
@@ -154,11 +157,7 @@ def static_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
         "image_pull_secrets": [models.V1LocalObjectReference(name=s) for s in k.image_pull_secrets],
         "container_resources": _resources(k),
         "node_selector": dict(k.node_selector),
-        "tolerations": [
-            models.V1Toleration(key=t["key"], operator=t["operator"], value=t["value"], effect=t["effect"],
-                                toleration_seconds=t["toleration_seconds"])
-            for t in k.tolerations
-        ],
+        "tolerations": _tolerations(k.tolerations),
         "affinity": _affinity(k),
         "priority_class_name": k.priority_class,
         "labels": {**k.labels, LABEL_PIPELINE: _label_value(plan.dag_id), **kueue_labels(plan)},
@@ -183,6 +182,23 @@ def static_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
         "deferrable": True,
         # The pod is the only place the trainer runs: no sidecar, the result comes from storage.
         "do_xcom_push": False,
+    }
+
+
+def _tolerations(items: tuple[dict[str, Any], ...]) -> list[k8s.V1Toleration]:
+    models = k8s_models()
+    return [models.V1Toleration(key=t["key"], operator=t["operator"], value=t["value"], effect=t["effect"],
+                                toleration_seconds=t["toleration_seconds"]) for t in items]
+
+
+def try_operator_fields(plan: PipelinePlan, resources: TryResources) -> dict[str, Any]:
+    """The operator attributes one try sets over the plan's: its memory (grown after an OOM kill) and its
+    placement (spot or on-demand); the same names as the operator's arguments."""
+    k = _kubernetes(plan)
+    return {
+        "container_resources": _resources(k, memory=resources.memory, memory_limit=resources.memory_limit),
+        "node_selector": dict(resources.node_selector),
+        "tolerations": _tolerations(resources.tolerations),
     }
 
 

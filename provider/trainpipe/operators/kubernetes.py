@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from kubernetes.client import models as k8s
 
+    from trainpipe.kubernetes.tries import TryResources
     from trainpipe.plan import PipelinePlan
 
 operator_log = logging.getLogger(__name__)
@@ -58,10 +59,13 @@ def check_reachable_from_pods(storage_root: str, mlflow_tracking_uri: str) -> No
         )
 
 
-def prepare_launch(operator: Any, context: Context) -> builders.TrainerLaunch:
-    """Write this try's trainer config into the run folder (same code as the local launcher)."""
+def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLaunch, TryResources]:
+    """Write this try's trainer config into the run folder (same code as the local launcher), and find what
+    this try asks of the cluster after the run's earlier tries (grown memory, on-demand capacity): recorded
+    on the MLflow run (the registered version copies it) and, when it changed, in the run note."""
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.operators.context import failed_for_good_on_refused_resume, train_inputs
+    from trainpipe.run_notes import leave_note, retry_note
     from trainpipe.runtime.train import prepare_training_run
     from trainpipe.settings import Settings
 
@@ -69,13 +73,38 @@ def prepare_launch(operator: Any, context: Context) -> builders.TrainerLaunch:
     settings = Settings.from_env()
     check_reachable_from_pods(settings.storage_root, settings.mlflow_tracking_uri)
     inputs = train_inputs(plan, context)
+    hook = MlflowHook(settings)
     with failed_for_good_on_refused_resume():
         prepared = prepare_training_run(inputs.plan, inputs.snapshot, settings=settings, run=inputs.run,
-                                        hook=MlflowHook(settings), param_overrides=inputs.param_overrides)
+                                        hook=hook, param_overrides=inputs.param_overrides)
     operator.log.info("trainer config: %s (MLflow run %s)", prepared.config_uri, prepared.mlflow_run_id)
-    return builders.TrainerLaunch(config_uri=prepared.config_uri, mlflow_tracking_uri=settings.mlflow_tracking_uri,
-                                  dag_id=inputs.run.dag_id, airflow_run_id=inputs.run.airflow_run_id,
-                                  try_number=inputs.run.try_number)
+    launch = builders.TrainerLaunch(config_uri=prepared.config_uri, mlflow_tracking_uri=settings.mlflow_tracking_uri,
+                                    dag_id=inputs.run.dag_id, airflow_run_id=inputs.run.airflow_run_id,
+                                    try_number=inputs.run.try_number)
+    resources = resources_for_try(plan, launch, run_dir=prepared.run_dir)
+    from mlflow.entities import RunTag
+
+    hook.client.log_batch(prepared.mlflow_run_id, tags=[
+        RunTag(key, value) for key, value in resources.tags(plan.kubernetes.resources["gpus"]).items()])
+    if resources.changes:
+        line = retry_note(resources.try_number, resources.changes)
+        operator.log.warning("%s", line)
+        leave_note(context["ti"], line)
+    return launch, resources
+
+
+def resources_for_try(plan: PipelinePlan, launch: builders.TrainerLaunch, *, run_dir: Any = None) -> TryResources:
+    """What the try of ``launch`` asks of the cluster, from the ledger of the run's earlier tries (the run
+    folder's usage.json): the same for a real try and for ``trainpipe render --k8s``."""
+    from trainpipe.kubernetes.tries import try_resources
+    from trainpipe.runtime.train import run_dir_for
+    from trainpipe.runtime.usage import read_tries
+    from trainpipe.settings import Settings
+
+    if run_dir is None:
+        run_dir = run_dir_for(plan.dag_id, Settings.from_env(), launch.airflow_run_id)
+    earlier = [entry for entry in read_tries(run_dir) if entry.try_number < launch.try_number]
+    return try_resources(plan.kubernetes, try_number=launch.try_number, earlier=earlier)
 
 
 def finish(operator: Any, context: Context) -> dict[str, Any]:
@@ -88,7 +117,8 @@ def finish(operator: Any, context: Context) -> dict[str, Any]:
     run_dir = run_dir_for(operator.plan.dag_id, settings, context["run_id"])
     result = read_training_result(run_dir)
     log_trained(operator.log, result)
-    account_kubernetes_try(operator.plan, context, outcome="succeeded", mlflow_run_id=result.mlflow_run_id)
+    account_kubernetes_try(operator.plan, context, outcome="succeeded", mlflow_run_id=result.mlflow_run_id,
+                           resources=getattr(operator, "try_resources", None))
     leave_usage_note(context, operator.plan, settings, result)
     value = asdict(result)
     # do_xcom_push stays False (it would add the provider's XCom sidecar): push the result ourselves.
@@ -96,16 +126,20 @@ def finish(operator: Any, context: Context) -> dict[str, Any]:
     return value
 
 
-def account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None) -> None:
-    """This try's pods held their devices from the try's start (status.json) until now: record it.
+def account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None,
+                           resources: TryResources | None = None, reason: str | None = None) -> None:
+    """This try's pods held their devices from the try's start (status.json) until now: record it, with
+    how it ended (``reason``: OOMKilled) and what it asked for (``resources``), which the next try reads.
     Never raises: it also runs while a failure propagates, which it must not replace."""
     try:
-        _account_kubernetes_try(plan, context, outcome=outcome, mlflow_run_id=mlflow_run_id)
+        _account_kubernetes_try(plan, context, outcome=outcome, mlflow_run_id=mlflow_run_id, resources=resources,
+                                reason=reason)
     except Exception as err:  # noqa: BLE001 - see the docstring
         operator_log.warning("could not record the GPU/CPU hours of this try: %s: %s", type(err).__name__, err)
 
 
-def _account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None) -> None:
+def _account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None,
+                            resources: TryResources | None, reason: str | None) -> None:
     from datetime import timezone
 
     from trainpipe.checkpoint_state import read_training_status
@@ -128,11 +162,29 @@ def _account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: st
     started_at = (status.started_at if status is not None and status.try_number == try_number
                   else datetime.now(timezone.utc))
     account_try(run_dir, resources=plan.resources, pipeline_id=plan.dag_id, try_number=try_number,
-                started_at=started_at, outcome=outcome, client=hook.client, mlflow_run_id=mlflow_run_id)
+                started_at=started_at, outcome=outcome, client=hook.client, mlflow_run_id=mlflow_run_id, reason=reason,
+                memory=resources.memory if resources is not None else None,
+                capacity=resources.capacity if resources is not None else None)
+
+
+def account_failed_try(operator: Any, context: Context, pods: Any) -> None:
+    """A failed try: how it ended, read from its pods (``pods``: a callable, so reading them cannot
+    replace the failure being raised), recorded for the next try."""
+    from trainpipe.kubernetes.tries import failed_try_end
+
+    try:
+        outcome, reason = failed_try_end(pods())
+    except Exception as err:  # noqa: BLE001 - the try is still recorded, as failed
+        operator.log.warning("could not read how the pods ended: %s: %s", type(err).__name__, err)
+        outcome, reason = "failed", None
+    if reason is not None or outcome != "failed":
+        operator.log.warning("this try ended %s%s", outcome, f" ({reason})" if reason else "")
+    account_kubernetes_try(operator.plan, context, outcome=outcome, mlflow_run_id=None, reason=reason,
+                           resources=getattr(operator, "try_resources", None))
 
 
 @contextlib.contextmanager
-def failed_try_accounted(operator: Any, context: Context) -> Iterator[None]:
+def failed_try_accounted(operator: Any, context: Context, pods: Any) -> Iterator[None]:
     """A try that ends in an error still held its devices: record them (a deferral is no end)."""
     from airflow.sdk.exceptions import TaskDeferred
 
@@ -141,7 +193,7 @@ def failed_try_accounted(operator: Any, context: Context) -> Iterator[None]:
     except TaskDeferred:
         raise
     except BaseException:
-        account_kubernetes_try(operator.plan, context, outcome="failed", mlflow_run_id=None)
+        account_failed_try(operator, context, pods)
         raise
 
 
@@ -162,21 +214,38 @@ class KubernetesTrainPodOperator(LiteralFields, KubernetesPodOperator):
         super().__init__(**options)
         self.plan = plan
 
-    def bind_launch(self, launch: builders.TrainerLaunch) -> None:
-        """Set the per-run part of the pod: the trainer command and environment."""
+    def bind_launch(self, launch: builders.TrainerLaunch, resources: TryResources) -> None:
+        """Set the per-run part of the pod: the trainer command and environment, this try's memory and placement."""
         self.cmds = builders.container_command(self.plan, launch)
         self.arguments = []
         self.env_vars = builders.container_env(self.plan, launch)
+        bind_try_resources(self, resources)
 
     def execute(self, context: Context) -> Any:
-        self.bind_launch(prepare_launch(self, context))
+        self.bind_launch(*prepare_launch(self, context))
         super().execute(context)  # defers; returns here only when not deferrable
         return finish(self, context)
 
     def trigger_reentry(self, context: Context, event: dict[str, Any]) -> Any:
-        with failed_try_accounted(self, context):
+        # A new process after the deferral: this try's resources again, for its ledger entry.
+        self.try_resources = resources_for_try(self.plan, _launch_of(context))
+        with failed_try_accounted(self, context, lambda: [self.pod] if self.pod is not None else []):
             super().trigger_reentry(context, event)  # raises if the pod failed, re-defers while it runs
         return finish(self, context)
+
+
+def bind_try_resources(operator: Any, resources: TryResources) -> None:
+    """The try's memory and placement over the plan's (the same fields the operator was built with)."""
+    for name, value in builders.try_operator_fields(operator.plan, resources).items():
+        setattr(operator, name, value)
+    operator.try_resources = resources
+
+
+def _launch_of(context: Context) -> builders.TrainerLaunch:
+    # Only the run and the try matter to resources_for_try.
+    ti = context["ti"]
+    return builders.TrainerLaunch(config_uri="", mlflow_tracking_uri="", dag_id=ti.dag_id,
+                                  airflow_run_id=context["run_id"], try_number=ti.try_number)
 
 
 class _PodTemplateDryRun(KubernetesPodOperator):
@@ -213,8 +282,9 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
     def rendezvous_port(self) -> int:
         return self.plan.kubernetes.rendezvous_port
 
-    def bind_launch(self, launch: builders.TrainerLaunch) -> None:
-        """Set the per-run part: Job name (= Service name = pods' subdomain), command, environment."""
+    def bind_launch(self, launch: builders.TrainerLaunch, resources: TryResources) -> None:
+        """Set the per-run part: Job name (= Service name = pods' subdomain), command, environment, and this
+        try's memory and placement."""
         full_name = builders.job_name(self.plan, launch)
         self.name = full_name.removeprefix(builders.JOB_NAME_PREFIX)  # the operator adds the prefix back
         self.subdomain = full_name
@@ -223,6 +293,7 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
         self.cmds = builders.container_command(self.plan, launch)
         self.arguments = []
         self.env_vars = builders.container_env(self.plan, launch)
+        bind_try_resources(self, resources)
 
     def build_job_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Job:
         """The Job to submit; ``dry_run`` builds it without a cluster (``trainpipe render --k8s``)."""
@@ -243,8 +314,8 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
     def execute(self, context: Context) -> Any:
         from airflow.sdk.exceptions import TaskDeferred
 
-        launch = prepare_launch(self, context)
-        self.bind_launch(launch)
+        launch, resources = prepare_launch(self, context)
+        self.bind_launch(launch, resources)
         self._launch_context = context  # create_job records the queued status of this try
         self.delete_leftovers(builders.run_label(launch.dag_id, launch.airflow_run_id))
         try:
@@ -252,7 +323,7 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
         except TaskDeferred:
             raise
         except BaseException:
-            account_kubernetes_try(self.plan, context, outcome="failed", mlflow_run_id=None)
+            account_failed_try(self, context, lambda: self._pods_of_job(self.job))
             self.delete_job_and_service(succeeded=False)
             raise
         self.delete_job_and_service(succeeded=True)
@@ -344,10 +415,20 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
             method_name="execute_complete",
         )
 
+    def _pods_of_job(self, job: Any, name: str | None = None, namespace: str | None = None) -> list[Any]:
+        if job is not None:
+            name, namespace = job.metadata.name, job.metadata.namespace
+        if name is None:
+            return []
+        return self.client.list_namespaced_pod(namespace=namespace,
+                                               label_selector=f"{builders.LABEL_JOB}={name}").items
+
     def execute_complete(self, context: Context, event: dict, **kwargs: Any) -> Any:
         self.job = None
+        self.try_resources = resources_for_try(self.plan, _launch_of(context))
         try:
-            with failed_try_accounted(self, context):
+            with failed_try_accounted(self, context,
+                                      lambda: self._pods_of_job(None, event["name"], event["namespace"])):
                 super().execute_complete(context, event, **kwargs)
         finally:
             self.delete_job_and_service(name=event["name"], namespace=event["namespace"],

@@ -41,8 +41,12 @@ def render_manifests(plan: PipelinePlan, *, launch: TrainerLaunch | None = None)
         )
     from trainpipe.operators.kubernetes import KubernetesTrainJobOperator, kubernetes_train_operator
 
+    from trainpipe.operators.kubernetes import resources_for_try
+
     operator = kubernetes_train_operator(plan=plan, task_id="train")
-    operator.bind_launch(launch or render_launch(plan))
+    launch = launch or render_launch(plan)
+    # The try's memory and placement after the run's earlier tries, read as the try itself reads them.
+    operator.bind_launch(launch, resources_for_try(plan, launch))
     if isinstance(operator, KubernetesTrainJobOperator):
         job = operator.build_job_request_obj(dry_run=True)
         return [to_manifest(operator.build_service(job)), to_manifest(job)]

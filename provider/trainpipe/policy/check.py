@@ -116,8 +116,42 @@ def _kubernetes(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
             judge.names((*base, "image_pull_secrets", index), "kubernetes.secrets", secret, k8s.secrets)
         judge.at_most((*base, "resources", "gpus"), "kubernetes.max_gpus_per_pod", section.resources.gpus,
                       k8s.max_gpus_per_pod)
+        _memory(judge, section, k8s)
+        _placement(judge, base, section.node_selector, section.tolerations, k8s)
+        if section.capacity is not None:
+            for kind in ("spot", "on_demand"):
+                placement = getattr(section.capacity, kind)
+                _placement(judge, (*base, "capacity", kind), placement.node_selector, placement.tolerations, k8s)
     judge.at_most(("training", "distributed", "nnodes"), "kubernetes.max_nodes", spec.training.distributed.nnodes,
                   k8s.max_nodes)
+
+
+def _memory(judge: _Judge, section: Any, rules: Any) -> None:
+    """Every memory a pod may ask for, the grown request of a retry after an OOM kill included."""
+    from trainpipe.quantities import quantity_bytes
+
+    cap = rules.max_memory_per_pod
+    if cap is None:
+        return
+    base = ("training", "kubernetes")
+    asked = [((*base, "resources", "memory"), section.resources.memory),
+             ((*base, "resources", "limits", "memory"), section.resources.limits.memory)]
+    if section.on_oom is not None:
+        asked.append(((*base, "on_oom", "max_memory"), section.on_oom.max_memory))
+    for path, value in asked:
+        if value is not None and quantity_bytes(value) > quantity_bytes(cap):
+            judge.refuse(path, "kubernetes.max_memory_per_pod", value, f"at most {cap}")
+
+
+def _placement(judge: _Judge, at: FieldPath, node_selector: dict[str, str], tolerations: list[Any],
+               rules: Any) -> None:
+    """Node labels and taints the pods may use, wherever the spec places them."""
+    for key, value in node_selector.items():
+        judge.names((*at, "node_selector", key), "kubernetes.node_labels", f"{key}={value}", rules.node_labels,
+                    glob=True)
+    for index, toleration in enumerate(tolerations):
+        judge.names((*at, "tolerations", index), "kubernetes.tolerations", toleration.key or "*", rules.tolerations,
+                    glob=True)
 
 
 def _data(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy, storage_root: str) -> None:

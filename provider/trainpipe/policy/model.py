@@ -21,6 +21,7 @@ from trainpipe.costs import PriceTable
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.policy import FAULT_INJECTION_ENV, POLICY_ENV, globs
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_text, read_spec_text
+from trainpipe.spec.kubernetes import Quantity
 from trainpipe.spec.types import Duration
 
 # What the DAGs' Airflow roles may be given on a DAG (the FAB auth manager's DAG permissions).
@@ -54,6 +55,15 @@ class KubernetesRules(_Model):
     queues: Names = Field(default=None, description="Kueue LocalQueues a spec may name in training.kubernetes.queue.",
                           examples=[["risk-gpu"]])
     max_gpus_per_pod: int | None = Field(default=None, ge=0, description="GPUs per pod at most.", examples=[8])
+    max_memory_per_pod: Quantity | None = Field(
+        default=None, description="Memory per pod at most: resources.memory, resources.limits.memory and "
+        "on_oom.max_memory (the most a retry after an OOM kill grows to).", examples=["512Gi"])
+    node_labels: Names = Field(default=None, description="Glob patterns of `key=value` node labels the pods may "
+                               "select: training.kubernetes.node_selector and each capacity placement's.",
+                               examples=[["karpenter.sh/capacity-type=*", "nvidia.com/gpu.product=*"]])
+    tolerations: Names = Field(default=None, description="Glob patterns of the taint keys the pods may tolerate "
+                               "(training.kubernetes.tolerations and each capacity placement's); a toleration "
+                               "without a key (every taint) is judged as `*`.", examples=[["nvidia.com/gpu", "spot"]])
     max_nodes: int | None = Field(default=None, ge=1, description="training.distributed.nnodes at most.", examples=[4])
 
 

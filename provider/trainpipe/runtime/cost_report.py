@@ -2,7 +2,9 @@
 
 It reads what each training logged (``trainpipe.runtime.usage``): the metrics ``gpu_hours``,
 ``cpu_hours`` and ``cost`` of every run of trainpipe's experiments (``trainpipe/<pipeline>``) that has
-them, trials and ``trainpipe reproduce`` runs included (they used devices too). Searches go in
+them, trials and ``trainpipe reproduce`` runs included (they used devices too); the GPU-hours on spot and on
+on-demand capacity apart (``spot_gpu_hours``, ``on_demand_gpu_hours``: each run's cost already prices them
+apart, ``trainpipe.runtime.usage.totals``). Searches go in
 batches: a page of up to 1,000 runs over up to 100 experiments per request, never one request per run.
 """
 
@@ -12,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from trainpipe.costs import COST, CPU_HOURS, GPU_HOURS
+from trainpipe.costs import COST, CPU_HOURS, GPU_HOURS, ON_DEMAND_GPU_HOURS, SPOT_GPU_HOURS
 from trainpipe.runtime.usage import PIPELINE_TAG, TEAM_TAG
 
 EXPERIMENT_PREFIX = "trainpipe/"
@@ -26,6 +28,9 @@ class CostGroup:
     name: str
     runs: int = 0
     gpu_hours: float = 0.0
+    # Of gpu_hours: on spot capacity and on demand (runs logged before the split count in neither).
+    spot_gpu_hours: float = 0.0
+    on_demand_gpu_hours: float = 0.0
     cpu_hours: float = 0.0
     cost: float = 0.0
     # Runs without a cost (logged while there was no price table): their hours count, their money cannot.
@@ -34,6 +39,8 @@ class CostGroup:
     def add(self, metrics: dict[str, float]) -> None:
         self.runs += 1
         self.gpu_hours += metrics.get(GPU_HOURS, 0.0)
+        self.spot_gpu_hours += metrics.get(SPOT_GPU_HOURS, 0.0)
+        self.on_demand_gpu_hours += metrics.get(ON_DEMAND_GPU_HOURS, 0.0)
         self.cpu_hours += metrics.get(CPU_HOURS, 0.0)
         if COST in metrics:
             self.cost += metrics[COST]
@@ -53,6 +60,8 @@ class CostSummary:
         for group in self.groups:
             total.runs += group.runs
             total.gpu_hours += group.gpu_hours
+            total.spot_gpu_hours += group.spot_gpu_hours
+            total.on_demand_gpu_hours += group.on_demand_gpu_hours
             total.cpu_hours += group.cpu_hours
             total.cost += group.cost
             total.unpriced_runs += group.unpriced_runs
@@ -64,14 +73,15 @@ class CostSummary:
 
     def as_text(self) -> str:
         width = max([len(self.by), *(len(g.name) for g in self.groups), len("total")])
-        header = f"{self.by:<{width}}  {'runs':>5}  {'GPU-hours':>10}  {'CPU-hours':>10}  {'cost':>10}"
+        header = (f"{self.by:<{width}}  {'runs':>5}  {'GPU-hours':>10}  {'spot':>10}  {'on-demand':>10}  "
+                  f"{'CPU-hours':>10}  {'cost':>10}")
         lines = [header, "-" * len(header)]
         for group in [*self.groups, self.total]:
             if group.name == "total":
                 lines.append("-" * len(header))
             note = f"  ({group.unpriced_runs} run(s) without a price)" if group.unpriced_runs else ""
-            lines.append(f"{group.name:<{width}}  {group.runs:>5}  {group.gpu_hours:>10.3f}  {group.cpu_hours:>10.3f}"
-                         f"  {group.cost:>10.2f}{note}")
+            lines.append(f"{group.name:<{width}}  {group.runs:>5}  {group.gpu_hours:>10.3f}  {group.spot_gpu_hours:>10.3f}"
+                         f"  {group.on_demand_gpu_hours:>10.3f}  {group.cpu_hours:>10.3f}  {group.cost:>10.2f}{note}")
         return "\n".join(lines)
 
 

@@ -18,7 +18,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.costs import COST, CPU_HOURS, GPU_HOURS, USAGE_KEYS, PriceTable, format_usage
+from trainpipe.costs import (
+    COST, CPU_HOURS, GPU_HOURS, ON_DEMAND_GPU_HOURS, SPOT_GPU_HOURS, USAGE_KEYS, PriceTable, format_usage,
+)
+from trainpipe.kubernetes.tries import RESOURCE_TAG_PREFIX, SPOT
 from trainpipe.policy.model import load_price_table
 
 if TYPE_CHECKING:
@@ -41,6 +44,14 @@ class TryUsage:
     gpus: int
     cpus: float
     outcome: str  # succeeded | failed | preempted
+    # Why it ended, when known: OOMKilled (trainpipe.kubernetes.tries reads it to grow the next try's memory).
+    reason: str | None = None
+    # Kubernetes: the memory request the try asked for, and its capacity (spot | on_demand) with a capacity section.
+    memory: str | None = None
+    capacity: str | None = None
+
+    def on_spot(self, resources: ResourcePlan) -> bool:
+        return self.capacity == SPOT if self.capacity is not None else resources.spot
 
     @property
     def gpu_hours(self) -> float:
@@ -57,9 +68,15 @@ class RunUsage:
     cpu_hours: float
     cost: float | None
     tries: int
+    # The part of gpu_hours on spot capacity (priced with the spot discount); the rest ran on demand.
+    spot_gpu_hours: float = 0.0
 
     def describe(self) -> str:
-        return f"{format_usage(self.gpu_hours, self.cpu_hours, self.cost)} over {self.tries} tr{'y' if self.tries == 1 else 'ies'}"
+        text = f"{format_usage(self.gpu_hours, self.cpu_hours, self.cost)} over {self.tries} tr{'y' if self.tries == 1 else 'ies'}"
+        if self.spot_gpu_hours and self.spot_gpu_hours < self.gpu_hours:
+            text += (f" ({self.spot_gpu_hours:.3g} GPU-hours on spot, {self.gpu_hours - self.spot_gpu_hours:.3g} "
+                     "on demand)")
+        return text
 
 
 def usage_path(run_dir: Any) -> Any:  # ObjectStoragePath in and out
@@ -75,14 +92,16 @@ def read_tries(run_dir: Any) -> list[TryUsage]:
 
 
 def record_try(run_dir: Any, *, try_number: int, started_at: datetime, ended_at: datetime, resources: ResourcePlan,
-               outcome: str) -> list[TryUsage]:
+               outcome: str, reason: str | None = None, memory: str | None = None,
+               capacity: str | None = None) -> list[TryUsage]:
     """Append this try (once: a try already recorded keeps its first entry) and return every try."""
     tries = read_tries(run_dir)
     if any(t.try_number == try_number for t in tries):
         return tries
     seconds = max(0.0, (ended_at - started_at).total_seconds())
     tries.append(TryUsage(try_number=try_number, started_at=started_at.isoformat(), ended_at=ended_at.isoformat(),
-                          seconds=seconds, gpus=resources.gpus, cpus=resources.cpus, outcome=outcome))
+                          seconds=seconds, gpus=resources.gpus, cpus=resources.cpus, outcome=outcome, reason=reason,
+                          memory=memory, capacity=capacity))
     path = usage_path(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"tries": [asdict(t) for t in tries]}, indent=2))
@@ -90,11 +109,16 @@ def record_try(run_dir: Any, *, try_number: int, started_at: datetime, ended_at:
 
 
 def totals(tries: list[TryUsage], resources: ResourcePlan, prices: PriceTable | None) -> RunUsage:
-    gpu_hours = sum(t.gpu_hours for t in tries)
-    cpu_hours = sum(t.cpu_hours for t in tries)
-    cost = (prices.cost(gpu_hours=gpu_hours, cpu_hours=cpu_hours, gpu_resource=resources.gpu_resource,
-                        spot=resources.spot) if prices is not None else None)
-    return RunUsage(gpu_hours=gpu_hours, cpu_hours=cpu_hours, cost=cost, tries=len(tries))
+    """The run's hours, and its cost with the spot tries and the on-demand tries priced apart."""
+    cost: float | None = 0.0 if prices is not None else None
+    for spot in (True, False):
+        part = [t for t in tries if t.on_spot(resources) == spot]
+        if part and cost is not None:
+            priced = prices.cost(gpu_hours=sum(t.gpu_hours for t in part), cpu_hours=sum(t.cpu_hours for t in part),
+                                 gpu_resource=resources.gpu_resource, spot=spot)
+            cost = None if priced is None else cost + priced
+    return RunUsage(gpu_hours=sum(t.gpu_hours for t in tries), cpu_hours=sum(t.cpu_hours for t in tries), cost=cost,
+                    tries=len(tries), spot_gpu_hours=sum(t.gpu_hours for t in tries if t.on_spot(resources)))
 
 
 def log_usage(client: Any, mlflow_run_id: str, usage: RunUsage, *, pipeline_id: str, team: str) -> None:
@@ -104,18 +128,20 @@ def log_usage(client: Any, mlflow_run_id: str, usage: RunUsage, *, pipeline_id: 
     from mlflow.entities import Metric, RunTag
 
     now = int(time.time() * 1000)
-    values = {GPU_HOURS: usage.gpu_hours, CPU_HOURS: usage.cpu_hours, COST: usage.cost}
+    values = {GPU_HOURS: usage.gpu_hours, CPU_HOURS: usage.cpu_hours, COST: usage.cost,
+              SPOT_GPU_HOURS: usage.spot_gpu_hours, ON_DEMAND_GPU_HOURS: usage.gpu_hours - usage.spot_gpu_hours}
     metrics = [Metric(key, value, now, 0) for key, value in values.items() if value is not None]
     tags = [RunTag(PIPELINE_TAG, pipeline_id), RunTag(TEAM_TAG, team)]
     client.log_batch(mlflow_run_id, metrics=metrics, tags=tags)
 
 
 def account_try(run_dir: Any, *, resources: ResourcePlan, pipeline_id: str, try_number: int, started_at: datetime,
-                outcome: str, client: Any, mlflow_run_id: str | None) -> RunUsage | None:
+                outcome: str, client: Any, mlflow_run_id: str | None, reason: str | None = None,
+                memory: str | None = None, capacity: str | None = None) -> RunUsage | None:
     """Record one ended try and log the run's totals; None (and a warning) when that failed."""
     try:
         tries = record_try(run_dir, try_number=try_number, started_at=started_at, ended_at=datetime.now(timezone.utc),
-                           resources=resources, outcome=outcome)
+                           resources=resources, outcome=outcome, reason=reason, memory=memory, capacity=capacity)
         usage = totals(tries, resources, load_price_table())
         if mlflow_run_id is not None:
             log_usage(client, mlflow_run_id, usage, pipeline_id=pipeline_id, team=resources.team)
@@ -127,9 +153,12 @@ def account_try(run_dir: Any, *, resources: ResourcePlan, pipeline_id: str, try_
 
 
 def version_usage_tags(client: Any, mlflow_run_id: str) -> dict[str, str]:
-    """The training run's usage metrics as registered-version tags (none when it has none)."""
-    metrics = client.get_run(mlflow_run_id).data.metrics
-    return {key: f"{metrics[key]:.6g}" for key in USAGE_KEYS if key in metrics}
+    """The training run's usage metrics, and the resources its last try trained with (memory, capacity:
+    ``trainpipe.kubernetes.tries``), as registered-version tags (none when it has none)."""
+    data = client.get_run(mlflow_run_id).data
+    tags = {key: f"{data.metrics[key]:.6g}" for key in USAGE_KEYS if key in data.metrics}
+    tags.update({key: value for key, value in data.tags.items() if key.startswith(RESOURCE_TAG_PREFIX)})
+    return tags
 
 
 def run_usage(run_dir: Any, resources: ResourcePlan) -> RunUsage | None:

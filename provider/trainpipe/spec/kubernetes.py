@@ -121,6 +121,48 @@ class SecretKeySpec(_Model):
     key: str = Field(description="Key inside the Secret.", examples=["token"])
 
 
+class OnOomSpec(_Model):
+    memory_factor: float = Field(
+        default=1.5, gt=1, le=4,
+        description="After a try whose pod was OOM-killed (reason OOMKilled), the next try asks for the memory "
+        "request and limit of the try before it times this (compounding per OOM-killed try), up to max_memory.",
+        examples=[1.5],
+    )
+    max_memory: Quantity = Field(
+        description="The most memory (request and limit) a grown try asks for; at least resources.memory and "
+        "within the platform policy's kubernetes.max_memory_per_pod.",
+        examples=["512Gi"],
+    )
+
+
+class PlacementSpec(_Model):
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels of this capacity, added to training.kubernetes.node_selector.",
+        examples=[{"karpenter.sh/capacity-type": "spot"}],
+    )
+    tolerations: list[TolerationSpec] = Field(
+        default_factory=list, description="Taints of this capacity the pods tolerate, added to "
+        "training.kubernetes.tolerations.",
+        examples=[[{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]],
+    )
+
+
+class CapacitySpec(_Model):
+    spot: PlacementSpec = Field(
+        description="Where the tries run first: spot (preemptible) capacity, priced with the policy's spot_discount.",
+        examples=[{"node_selector": {"karpenter.sh/capacity-type": "spot"}}],
+    )
+    on_demand: PlacementSpec = Field(
+        description="Where the tries run once on_demand_after_preemptions tries of the run were preempted.",
+        examples=[{"node_selector": {"karpenter.sh/capacity-type": "on-demand"}}],
+    )
+    on_demand_after_preemptions: int = Field(
+        default=2, ge=1,
+        description="Preempted tries in one DAG run after which the next tries run on on_demand capacity.",
+        examples=[2],
+    )
+
+
 def _secret_ref(value: Any) -> Any:
     # Friendly form "secret-name/key".
     if isinstance(value, str):
@@ -248,6 +290,21 @@ class KubernetesSpec(_Model):
         examples=["24h"],
     )
     rendezvous_port: int = Field(default=29500, ge=1024, le=65535, description="Multi-node: c10d rendezvous port on the index-0 pod.", examples=[29500])
+    on_oom: OnOomSpec | None = Field(
+        default=None,
+        description="Retry with more memory: after a try whose pod was OOM-killed, the next try's memory request "
+        "and limit are multiplied by memory_factor, up to max_memory (the run note says so). Unset: every try "
+        "asks for the same memory.",
+        examples=[{"memory_factor": 1.5, "max_memory": "512Gi"}],
+    )
+    capacity: CapacitySpec | None = Field(
+        default=None,
+        description="Spot capacity with an on-demand fallback: tries run with the spot placement until "
+        "on_demand_after_preemptions tries of the DAG run were preempted, then with the on_demand placement.",
+        examples=[{"spot": {"node_selector": {"karpenter.sh/capacity-type": "spot"}},
+                   "on_demand": {"node_selector": {"karpenter.sh/capacity-type": "on-demand"}},
+                   "on_demand_after_preemptions": 2}],
+    )
 
     @field_validator("env")
     @classmethod

@@ -554,6 +554,34 @@ def _param_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]
     return problems
 
 
+def _retry_resource_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]:
+    """training.kubernetes.on_oom and capacity against the resources and placement they change."""
+    from trainpipe.quantities import quantity_bytes
+
+    section = spec.training.kubernetes
+    if section is None:
+        return []
+    base = ("training", "kubernetes")
+    problems: list[SpecProblem] = []
+    if section.on_oom is not None:
+        ceiling = quantity_bytes(section.on_oom.max_memory)
+        asked = [("memory", section.resources.memory), ("limits.memory", section.resources.limits.memory)]
+        for name, value in asked:
+            if value is not None and quantity_bytes(value) > ceiling:
+                problems.append(loaded.problem((*base, "on_oom", "max_memory"), (
+                    f"max_memory {section.on_oom.max_memory} is below resources.{name} {value}: a retry would ask "
+                    f"for less than the first try; raise max_memory to at least {value}")))
+                break
+    if section.capacity is not None:
+        for kind in ("spot", "on_demand"):
+            for key, value in getattr(section.capacity, kind).node_selector.items():
+                if key in section.node_selector:
+                    problems.append(loaded.problem((*base, "capacity", kind, "node_selector", key), (
+                        f"{key} is also in training.kubernetes.node_selector ({section.node_selector[key]!r}); a "
+                        f"capacity's labels are added to it: keep {key} in one of the two")))
+    return problems
+
+
 def validate_loaded(loaded: LoadedYaml) -> PipelineSpec:
     if not isinstance(loaded.data, dict):
         found = type(loaded.data).__name__ if loaded.data is not None else "an empty file"
@@ -569,6 +597,7 @@ def validate_loaded(loaded: LoadedYaml) -> PipelineSpec:
     if spec is not None:
         problems.extend(_param_problems(loaded, spec))
         problems.extend(_tuning_problems(loaded, spec))
+        problems.extend(_retry_resource_problems(loaded, spec))
     if problems or spec is None:
         problems.sort(key=lambda p: (p.file != loaded.file, p.file, p.line or 0, p.column or 0))
         raise SpecError(problems)

@@ -1,0 +1,203 @@
+"""The train task's next try after an OOM kill or preemptions: the manifests rendered for it (by the
+operators the DAG uses, from the run folder's ledger as a real try reads it) carry the grown memory
+or the on-demand placement, valid against the Kubernetes schema; the spec refuses what cannot work."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes.client import models as k8s
+
+from trainpipe.errors import SpecError
+from trainpipe.factory import compile_file
+from trainpipe.kubernetes.builders import TrainerLaunch
+from trainpipe.kubernetes.tries import OOM_KILLED, PREEMPTED, failed_try_end, try_resources
+from trainpipe.operators.kubernetes_render import render_manifests
+from trainpipe.run_notes import retry_note
+from trainpipe.runtime.train import run_dir_for
+from trainpipe.runtime.usage import record_try
+from trainpipe.settings import Settings
+from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
+
+REPO = Path(__file__).resolve().parents[2]
+K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
+RUN_ID = "scheduled__2026-06-30T00:00:00+00:00"
+ON_OOM = {"memory_factor": 1.5, "max_memory": "128Gi"}
+CAPACITY = {
+    "spot": {"node_selector": {"karpenter.sh/capacity-type": "spot"},
+             "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]},
+    "on_demand": {"node_selector": {"karpenter.sh/capacity-type": "on-demand"}},
+    "on_demand_after_preemptions": 2,
+}
+
+
+@pytest.fixture
+def storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", f"file://{tmp_path / 'storage'}")
+    monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
+    return tmp_path
+
+
+def _spec(tmp_path: Path, example: str, **kubernetes: object) -> Path:
+    spec = yaml.safe_load((REPO / "dag_configs" / example).read_text())
+    spec["training"]["kubernetes"].update(kubernetes)
+    path = tmp_path / example
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _ended(plan, try_number: int, outcome: str, reason: str | None = None, capacity: str | None = None) -> None:
+    """A try of the run as the operator records it when it ends (the run folder's usage.json)."""
+    now = datetime.now(timezone.utc)
+    record_try(run_dir_for(plan.dag_id, Settings.from_env(), RUN_ID), try_number=try_number,
+               started_at=now - timedelta(minutes=10), ended_at=now, resources=plan.resources, outcome=outcome,
+               reason=reason, capacity=capacity)
+
+
+def _render(plan, try_number: int) -> list[dict]:
+    launch = TrainerLaunch(config_uri=f"s3://bucket/trainpipe/runs/{plan.dag_id}/r/trainer_config.json",
+                           mlflow_tracking_uri="http://mlflow.mlflow.svc:5000", dag_id=plan.dag_id,
+                           airflow_run_id=RUN_ID, try_number=try_number)
+    manifests = render_manifests(plan, launch=launch)
+    for manifest in manifests:
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(manifest, version, strict=True)
+    return manifests
+
+
+def _pod_spec(manifests: list[dict]) -> dict:
+    last = manifests[-1]
+    return last["spec"] if last["kind"] == "Pod" else last["spec"]["template"]["spec"]
+
+
+def test_the_try_after_an_oom_kill_asks_for_more_memory_up_to_the_max(storage):
+    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml", on_oom=ON_OOM))  # 64Gi, limit 72Gi
+
+    (first,) = _render(plan, 1)
+    assert first["spec"]["containers"][0]["resources"]["requests"]["memory"] == "64Gi"
+    _ended(plan, 1, "failed", OOM_KILLED)
+    (second,) = _render(plan, 2)
+    resources = second["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == {"cpu": "16", "memory": "96Gi", "nvidia.com/gpu": "2"}
+    assert resources["limits"] == {"memory": "108Gi", "nvidia.com/gpu": "2"}
+    # A second OOM kill compounds, and the ceiling holds: 144Gi and 162Gi become 128Gi.
+    _ended(plan, 2, "failed", OOM_KILLED)
+    (third,) = _render(plan, 3)
+    assert third["spec"]["containers"][0]["resources"]["requests"]["memory"] == "128Gi"
+    assert third["spec"]["containers"][0]["resources"]["limits"]["memory"] == "128Gi"
+
+
+def test_a_failure_that_was_no_oom_kill_keeps_the_memory(storage):
+    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml", on_oom=ON_OOM))
+    _ended(plan, 1, "failed")
+    _ended(plan, 2, PREEMPTED)
+    (pod,) = _render(plan, 3)
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == "64Gi"
+
+
+def test_without_on_oom_every_try_asks_for_the_same_memory(storage):
+    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml"))
+    _ended(plan, 1, "failed", OOM_KILLED)
+    (pod,) = _render(plan, 2)
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == "64Gi"
+
+
+def test_the_multi_node_job_runs_on_demand_after_n_preemptions(storage):
+    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", capacity=CAPACITY, on_oom=ON_OOM))
+    base_tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                        {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true",
+                         "effect": "NoSchedule"}]
+
+    spec = _pod_spec(_render(plan, 1))
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true", "karpenter.sh/capacity-type": "spot"}
+    assert spec["tolerations"] == [*base_tolerations, {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]
+    _ended(plan, 1, PREEMPTED, capacity="spot")
+    assert _pod_spec(_render(plan, 2))["nodeSelector"]["karpenter.sh/capacity-type"] == "spot"
+    _ended(plan, 2, PREEMPTED, capacity="spot")
+
+    manifests = _render(plan, 3)
+    spec = _pod_spec(manifests)
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true", "karpenter.sh/capacity-type": "on-demand"}
+    assert spec["tolerations"] == base_tolerations
+    # The memory stays (no OOM kill); the Job's name is per try.
+    assert spec["containers"][0]["resources"]["requests"]["memory"] == "32Gi"
+    assert manifests[-1]["metadata"]["name"].endswith("-t3")
+
+
+def test_what_changed_is_worded_for_the_run_note(storage):
+    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", capacity=CAPACITY, on_oom=ON_OOM))
+    first = try_resources(plan.kubernetes, try_number=1, earlier=[])
+    assert first.changes == () and first.capacity == "spot"
+    _ended(plan, 1, PREEMPTED, capacity="spot")
+    _ended(plan, 2, "failed", OOM_KILLED, capacity="spot")
+    from trainpipe.runtime.usage import read_tries
+
+    third = try_resources(plan.kubernetes, try_number=3,
+                          earlier=read_tries(run_dir_for(plan.dag_id, Settings.from_env(), RUN_ID)))
+    assert third.capacity == "spot"  # one preemption of two
+    assert retry_note(3, third.changes) == (
+        "try 3 changed: memory 32Gi -> 48Gi, limit 32Gi -> 48Gi after 1 OOM kill (OOMKilled) "
+        "(on_oom: x1.5 per OOM kill, max 128Gi)")
+    # What it trained with, for the MLflow run and the registered version.
+    assert third.tags(gpus=1) == {"trainpipe.resources.memory": "48Gi", "trainpipe.resources.memory_limit": "48Gi",
+                                  "trainpipe.resources.gpus_per_pod": "1", "trainpipe.resources.try": "3",
+                                  "trainpipe.resources.capacity": "spot"}
+    _ended(plan, 3, PREEMPTED, capacity="spot")
+    fourth = try_resources(plan.kubernetes, try_number=4,
+                           earlier=read_tries(run_dir_for(plan.dag_id, Settings.from_env(), RUN_ID)))
+    assert fourth.capacity == "on_demand"
+    assert fourth.changes[-1] == "on-demand capacity after 2 preempted tries (capacity.on_demand_after_preemptions: 2)"
+
+
+def test_a_template_in_a_capacity_label_reaches_the_pod_as_written(storage):
+    template = "{{ conn.aws_default.password }}"
+    capacity = {**CAPACITY, "on_demand": {"node_selector": {"pool": template}}, "on_demand_after_preemptions": 1}
+    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml", capacity=capacity))
+    _ended(plan, 1, PREEMPTED, capacity="spot")
+    launch = TrainerLaunch(config_uri="s3://b/c.json", mlflow_tracking_uri="http://m:5000", dag_id=plan.dag_id,
+                           airflow_run_id=RUN_ID, try_number=2)
+    (pod,) = render_manifests(plan, launch=launch)
+    assert pod["spec"]["nodeSelector"]["pool"] == template
+
+
+def _pod(*, reason: str | None = None, exit_code: int = 1, condition: str | None = None) -> k8s.V1Pod:
+    ended = k8s.V1ContainerStateTerminated(exit_code=exit_code, reason=reason)
+    status = k8s.V1ContainerStatus(name="base", image="i", image_id="", ready=False, restart_count=0,
+                                   state=k8s.V1ContainerState(terminated=ended))
+    conditions = [k8s.V1PodCondition(type=condition, status="True")] if condition else None
+    return k8s.V1Pod(status=k8s.V1PodStatus(phase="Failed", container_statuses=[status], conditions=conditions))
+
+
+def test_how_a_failed_try_ended_is_read_from_its_pods():
+    assert failed_try_end([_pod(reason=OOM_KILLED, exit_code=137)]) == ("failed", OOM_KILLED)
+    assert failed_try_end([_pod(exit_code=PREEMPTED_EXIT_CODE)]) == (PREEMPTED, None)
+    assert failed_try_end([_pod(condition="DisruptionTarget")]) == (PREEMPTED, None)
+    # An OOM kill on any node of a Job wins: the next try needs the memory whatever else happened.
+    assert failed_try_end([_pod(condition="DisruptionTarget"), _pod(reason=OOM_KILLED)]) == ("failed", OOM_KILLED)
+    assert failed_try_end([_pod(reason="Error")]) == ("failed", None)
+    assert failed_try_end([]) == ("failed", None)
+
+
+def _problems(path: Path) -> list[str]:
+    with pytest.raises(SpecError) as caught:
+        compile_file(path)
+    return [str(p) for p in caught.value.problems]
+
+
+def test_a_max_memory_below_the_request_is_refused_with_the_fix(storage):
+    path = _spec(storage, "search_ranker_gpu.yaml", on_oom={"max_memory": "70Gi"})  # limit 72Gi
+    (problem,) = _problems(path)
+    assert re.search(r"search_ranker_gpu.yaml:\d+:\d+: training.kubernetes.on_oom.max_memory: max_memory 70Gi is "
+                    r"below resources.limits.memory 72Gi: .*raise max_memory to at least 72Gi", problem), problem
+
+
+def test_a_capacity_label_also_in_the_node_selector_is_refused(storage):
+    capacity = {**CAPACITY, "on_demand": {"node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100"}}}
+    (problem,) = _problems(_spec(storage, "search_ranker_gpu.yaml", capacity=capacity))
+    assert "training.kubernetes.capacity.on_demand.node_selector.nvidia.com/gpu.product: nvidia.com/gpu.product is " \
+           "also in training.kubernetes.node_selector ('NVIDIA-L4')" in problem
