@@ -181,7 +181,8 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
                          indent=2, default=str))
         return 0
     for info, accepted in versions:
-        marks = ["baseline" if info.digest == baseline_digest else "", "accepted" if accepted else "not accepted"]
+        marks = ["baseline" if info.digest == baseline_digest else "", "accepted" if accepted else "not accepted",
+                 "backtest" if accepted and accepted.get("backtest") else ""]
         print(f"{info.name or args.pipeline} version {info.digest[:16]}  ({', '.join(m for m in marks if m)})")
         split = info.split or {}
         rows = [

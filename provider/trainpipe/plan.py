@@ -286,6 +286,18 @@ class ApprovalPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BacktestPlan:
+    """``registration.backtest``: what a run for a past window may do (``trainpipe.runtime.backtest``)."""
+
+    # Register the backtest's model, tagged trainpipe.backtest=true (never challenger).
+    register: bool = False
+    # With register: the alias of its own the version takes; None: none.
+    alias: str | None = None
+    # "deny": no alias of the lifecycle moves, the baseline stays; "allow": treated as any run.
+    promote: str = "deny"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RegistrationPlan:
     model_name: str
     # The production alias (champion); `promote` moves it.
@@ -299,6 +311,7 @@ class RegistrationPlan:
     # Under a policy: the team that owns the model (its `trainpipe.owner` tag); register and promote
     # refuse a model another team owns.
     owner_team: str | None = None
+    backtest: BacktestPlan = dataclasses.field(default_factory=BacktestPlan)
 
 
 # The events ``notify:`` can send a message on (trainpipe.notifications sends them).
@@ -615,7 +628,8 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
                                       challenger_alias=spec.registration.challenger_alias,
                                       previous_alias=spec.registration.previous_alias,
                                       description=spec.description, approval=_approval(spec),
-                                      owner_team=team.name if team is not None else None),
+                                      owner_team=team.name if team is not None else None,
+                                      backtest=_backtest(spec)),
         testing=FaultPlan(inject_nan_at_step=training.testing.inject_nan_at_step,
                           crash_first_try_after_step=training.testing.crash_first_try_after_step,
                           step_delay_seconds=training.testing.step_delay_seconds),
@@ -640,6 +654,11 @@ def _notify(spec: PipelineSpec) -> NotifyPlan:
         channels.append(NotifyChannel(kind="slack", conn_id=slack.conn_id, events=tuple(dict.fromkeys(slack.events)),
                                       channel=slack.channel))
     return NotifyPlan(channels=tuple(channels))
+
+
+def _backtest(spec: PipelineSpec) -> BacktestPlan:
+    backtest = spec.registration.backtest
+    return BacktestPlan(register=backtest.register_version, alias=backtest.alias, promote=backtest.promote)
 
 
 def _approval(spec: PipelineSpec) -> ApprovalPlan:

@@ -36,6 +36,10 @@ AIRFLOW_RUN_ID_TAG = "airflow_run_id"
 # Written when `register` gave the version the challenger alias: a re-run does not move it again.
 STAGED_AT_TAG = "trainpipe.staged_at"
 EVALUATION_REPORT_TAG = "trainpipe.evaluation_report"
+# On a version a backtest registered (registration.backtest.register), and on its MLflow run: never promoted.
+BACKTEST_TAG = "trainpipe.backtest"
+# On every version: the end of the data window it was trained on; a run whose window ends earlier is a backtest.
+WINDOW_END_TAG = "trainpipe.window_end"
 PROMOTED_BY_TAG = "trainpipe.promoted_by"
 PROMOTED_AT_TAG = "trainpipe.promoted_at"
 PROMOTION_REASON_TAG = "trainpipe.promotion_reason"
@@ -200,10 +204,15 @@ def _version_description(tags: dict[str, str], evaluation: dict[str, Any], repor
 
 
 def register_candidate(registration: RegistrationPlan, *, model_uri: str, mlflow_run_id: str,
-                       tags: dict[str, str], evaluation: dict[str, Any], hook: MlflowHook) -> dict[str, Any]:
+                       tags: dict[str, str], evaluation: dict[str, Any], hook: MlflowHook,
+                       backtest: bool = False) -> dict[str, Any]:
     """The DAG run's model version with its lineage tags and the challenger alias; a retry or a re-run
-    of the task finds the version it made before and moves no alias again."""
+    of the task finds the version it made before and moves no alias again. A ``backtest``'s version is
+    tagged ``BACKTEST_TAG`` and takes ``registration.backtest.alias`` (if any), never the challenger alias."""
     client = hook.client
+    if backtest:
+        tags = {**tags, BACKTEST_TAG: "true"}
+    alias = registration.backtest.alias if backtest else registration.challenger_alias
     name = registration.model_name
     team = registration.owner_team
     from mlflow.exceptions import MlflowException
@@ -238,12 +247,14 @@ def register_candidate(registration: RegistrationPlan, *, model_uri: str, mlflow
     for key, value in extra.items():
         if version.tags.get(key) != value:
             client.set_model_version_tag(name, version.version, key, value)
-    if STAGED_AT_TAG not in version.tags:
+    if alias is not None and STAGED_AT_TAG not in version.tags:
         # Once per version: a re-run after a newer version became challenger must not take it back.
-        client.set_registered_model_alias(name, registration.challenger_alias, version.version)
+        client.set_registered_model_alias(name, alias, version.version)
         client.set_model_version_tag(name, version.version, STAGED_AT_TAG, now_utc())
-        log.info("registered %s version %s with alias %s", name, version.version, registration.challenger_alias)
-    return {"model_name": name, "version": int(version.version), "alias": registration.challenger_alias,
+        log.info("registered %s version %s with alias %s", name, version.version, alias)
+    elif alias is None:
+        log.info("registered %s version %s as a backtest, without an alias", name, version.version)
+    return {"model_name": name, "version": int(version.version), "alias": alias,
             "model_uri": f"models:/{name}/{version.version}", "metrics": evaluation["candidate"],
             "created": existing is None}
 

@@ -26,9 +26,10 @@ GATES_FAILED = "gates failed"  # followed by " (n of m)"
 APPROVAL_REJECTED = "approval rejected"
 APPROVAL_TIMED_OUT = "approval timed out"
 PROMOTED = "promoted"
+BACKTEST = "backtest"  # followed by " for <window>"
 FAILED_AT = "failed at"  # the listener's own line, for a failure no step explained
 OUTCOMES = (VALIDATION_FAILED, TRAINING_FAILED, TRAINING_STALLED, GATES_FAILED, APPROVAL_REJECTED,
-            APPROVAL_TIMED_OUT, PROMOTED, FAILED_AT)
+            APPROVAL_TIMED_OUT, PROMOTED, BACKTEST, FAILED_AT)
 # Airflow's limit on a note's length (dag_run_note.content is a String(1000)).
 NOTE_MAX_CHARS = 1000
 
@@ -153,6 +154,13 @@ def approval_note(*, model_name: str, version: str | int, at: str | None, challe
         return (f"{APPROVAL_TIMED_OUT}: {model_name} version {version}: no answer within {waited}{when} "
                 f"(on_timeout: reject); it stays {challenger_alias}")
     return f"{APPROVAL_REJECTED}: {model_name} version {version} by {rejected_by}{when}; it stays {challenger_alias}"
+
+
+def backtest_note(window: str, *, registered: str | None = None) -> str:
+    """``backtest for 2026-10-07..2026-11-06: not promoted (run for a past window)``; with ``registered``
+    (``fraud_detector version 5``), the version it was registered as follows."""
+    line = f"{BACKTEST} for {window}: not promoted (run for a past window)"
+    return f"{line}; registered as {registered}" if registered else line
 
 
 def failed_at_note(task_ids: list[str]) -> str:

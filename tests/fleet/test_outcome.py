@@ -60,3 +60,14 @@ def test_markup_in_a_note_or_a_name_is_shown_as_text() -> None:
     html = render.fleet_page([row], teams=[attack], team=None, outcome=None, base="/trainpipe")
     assert "<img" not in html and "<script>alert" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def test_a_backtest_is_a_hollow_point_off_the_metric_history_line() -> None:
+    """Issue 33: a registered backtest (a run for a past window) never held production; the history shows it
+    apart instead of as a dip or a jump of the lifecycle's line."""
+    svg = render.line_chart({"auc": [(1, 0.8), (2, 0.6), (3, 0.82)]}, backtests=frozenset({2}))
+
+    [line] = [part for part in svg.split("<") if part.startswith("polyline")]
+    assert line.count(",") == 2  # versions 1 and 3 only
+    assert svg.count("class='backtest'") == 1 and "auc v2: 0.6000 (backtest)" in svg
+    assert "auc v1: 0.8000 (backtest)" not in svg

@@ -34,6 +34,7 @@ from trainpipe.fleet.collect import (
     version_metrics,
 )
 from trainpipe.fleet.outcome import NEEDS_ATTENTION
+from trainpipe.registry import BACKTEST_TAG
 from trainpipe.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,8 @@ def detail_for(pipeline: PipelineFacts, session: Any, request: Request) -> dict[
         versions = client.search_model_versions(f"name = {quoted(model_name)}", max_results=10_000)
         history = [{"version": int(v.version), "created_at": datetime.fromtimestamp(
             v.creation_timestamp / 1000, UTC).isoformat(timespec="seconds"), "metrics": version_metrics(v),
-            "aliases": sorted(v.aliases or ())} for v in sorted(versions, key=lambda v: int(v.version))]
+            "aliases": sorted(v.aliases or ()), "backtest": (v.tags or {}).get(BACKTEST_TAG) == "true"}
+            for v in sorted(versions, key=lambda v: int(v.version))]
     except MlflowException:
         pass  # no model registered yet
     drift_rows = []

@@ -63,8 +63,10 @@ def sparkline(values: list[float], *, width: int = 90, height: int = 22) -> str:
             f"stroke-width='1.5' points='{line}'/><circle cx='{x:.1f}' cy='{y:.1f}' r='2.2' fill='#2c5282'/></svg>")
 
 
-def line_chart(series: dict[str, list[tuple[int, float]]], *, width: int = 420, height: int = 170) -> str:
-    """Metric history: one line per metric over version numbers, with axes and a legend."""
+def line_chart(series: dict[str, list[tuple[int, float]]], *, width: int = 420, height: int = 170,
+               backtests: frozenset[int] = frozenset()) -> str:
+    """Metric history: one line per metric over version numbers, with axes and a legend. Versions in
+    ``backtests`` (runs for a past window) are hollow points off the line: they never held production."""
     points = [p for values in series.values() for p in values]
     if not points:
         return "<p class='muted'>No versions with metrics yet.</p>"
@@ -93,10 +95,13 @@ def line_chart(series: dict[str, list[tuple[int, float]]], *, width: int = 420, 
                      f"text-anchor='middle'>v{value}</text>")
     for i, (name, values) in enumerate(sorted(series.items())):
         colour = colours[i % len(colours)]
-        line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in sorted(values))
+        line = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in sorted(values) if x not in backtests)
         parts.append(f"<polyline fill='none' stroke='{colour}' stroke-width='1.8' points='{line}'/>")
         parts += [f"<circle cx='{sx(x):.1f}' cy='{sy(y):.1f}' r='2.5' fill='{colour}'><title>{escape(name)} "
-                  f"v{x}: {y:.4f}</title></circle>" for x, y in values]
+                  f"v{x}: {y:.4f}</title></circle>" if x not in backtests else
+                  f"<circle class='backtest' cx='{sx(x):.1f}' cy='{sy(y):.1f}' r='3' fill='#fff' stroke='{colour}' "
+                  f"stroke-width='1.5'><title>{escape(name)} v{x}: {y:.4f} (backtest)</title></circle>"
+                  for x, y in values]
         parts.append(f"<text x='{width - right + 8}' y='{top + 12 + 14 * i}' font-size='11' fill='{colour}'>"
                      f"{escape(name)}</text>")
     parts.append("</svg>")
@@ -217,14 +222,17 @@ def pipeline_page(detail: dict[str, Any], *, base: str, airflow_api: str) -> str
         for name, value in point["metrics"].items():
             series.setdefault(name, []).append((point["version"], value))
     # One chart per metric, each on its own scale (auc and log_loss on one axis would flatten both).
-    charts = "".join(f"<div>{line_chart({name: values})}</div>" for name, values in sorted(series.items()))
-    parts.append(f"<h2>Metric history ({len(history)} versions)</h2><div style='display:flex;flex-wrap:wrap;gap:16px'>"
-                 f"{charts or line_chart({})}</div>")
+    charts = "".join(f"<div>{line_chart({name: values}, backtests=backtests)}</div>"
+                     for name, values in sorted(series.items()))
+    shown = f", {len(backtests)} backtests as hollow points" if backtests else ""
+    parts.append(f"<h2>Metric history ({len(history)} versions{shown})</h2>"
+                 f"<div style='display:flex;flex-wrap:wrap;gap:16px'>{charts or line_chart({})}</div>")
     parts.append(f"<h2>Drift per feature</h2>{heatmap(detail['drift_history'])}")
     log_rows = "".join(f"<tr><td>v{_e(e.get('version'))}</td><td>{_e(e.get('at'))}</td><td>{_e(e.get('by'))}</td>"
                        f"<td>{_e(e.get('reason'))}</td><td>{_e(e.get('replaced_version'))}</td></tr>"
                        for e in detail["promotion_log"])
     parts.append("<h2>Promotion log</h2>" + (
+    backtests = frozenset(point["version"] for point in history if point.get("backtest"))
         f"<table id='promotion-log'><tr><th>version</th><th>when</th><th>who</th><th>why</th><th>replaced</th></tr>"
         f"{log_rows}</table>" if log_rows else "<p class='muted'>No promotion yet.</p>"))
     versions = "".join(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
+from trainpipe.operators.context import backtest_of
 from trainpipe.operators.literal import LiteralFields
 from trainpipe.settings import Settings
 
@@ -55,6 +56,11 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
         from trainpipe.plan import APPROVAL
 
         ti = context["ti"]
+        if backtest_of(context) is not None:
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            # Nobody is asked about a version that is never promoted (registration.backtest.promote: deny).
+            raise AirflowSkipException("a backtest is never promoted: no approval asked")
         registered = ti.xcom_pull(task_ids="register")
         evaluation = ti.xcom_pull(task_ids="evaluate")
         registration = self.plan.registration

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainpipe.plan import PipelinePlan
+    from trainpipe.runtime.backtest import Backtest
     from trainpipe.runtime.snapshot import SnapshotInfo
     from trainpipe.runtime.train import RunContext
     from trainpipe_trainer.config import TrainingResult
@@ -25,6 +26,13 @@ def snapshot_info(context: Any) -> SnapshotInfo:
     from trainpipe.runtime.snapshot import SnapshotInfo
 
     return SnapshotInfo.from_dict(context["ti"].xcom_pull(task_ids="snapshot"))
+
+
+def backtest_of(context: Any) -> Backtest | None:
+    """The snapshot task's verdict: this run is a backtest (``trainpipe.runtime.backtest``), or None."""
+    from trainpipe.runtime.backtest import BACKTEST_XCOM, Backtest
+
+    return Backtest.from_dict(context["ti"].xcom_pull(task_ids="snapshot", key=BACKTEST_XCOM))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +62,11 @@ def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
         # The final training: the search's best parameters over the plan's (and a trigger's) values.
         best = ti.xcom_pull(task_ids="pick_best")
         plan, run_tags = with_trial_params(plan, best["params"]), best_trial_tags(best)
+    if backtest_of(context) is not None:
+        from trainpipe.runtime.backtest import BACKTEST_TAG
+
+        # The MLflow run says so from its start: the fleet view and the run list tell backtests apart.
+        run_tags = {**(run_tags or {}), BACKTEST_TAG: "true"}
     return TrainInputs(plan=plan, param_overrides=overrides, run=run, snapshot=snapshot_info(context),
                        run_tags=run_tags)
 

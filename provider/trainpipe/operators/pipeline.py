@@ -13,6 +13,7 @@ from airflow.sdk import BaseOperator
 
 from trainpipe.lineage import git_commit
 from trainpipe.operators.context import (
+    backtest_of,
     failed_for_good_on_refused_resume,
     leave_usage_note,
     log_trained,
@@ -75,6 +76,10 @@ class _PipelineStepOperator(BaseOperator):
             "seed": str(self.run_plan(context).trainer.seed),  # the run's, with a trigger's override
             "weights_sha256": trained["weights_sha256"],
         }
+        if snapshot.window_end is not None:  # what tells a later run for an older window that it is a backtest
+            from trainpipe.registry import WINDOW_END_TAG
+
+            tags[WINDOW_END_TAG] = snapshot.window_end
         commit = git_commit(self.plan.source_path)
         if commit is not None:  # left out, never made up, when the specs are not a git checkout
             tags["git_commit"] = commit
@@ -88,8 +93,30 @@ class SnapshotOperator(_PipelineStepOperator):
         from trainpipe.runtime.snapshot import take_snapshot
 
         logical_date = context.get("logical_date") or context["dag_run"].run_after
-        return take_snapshot(self.plan.dag_id, self.plan.data, settings=self.settings, logical_date=logical_date,
-                             dag_id=self.dag_id, run_id=context["run_id"]).to_dict()
+        info = take_snapshot(self.plan.dag_id, self.plan.data, settings=self.settings, logical_date=logical_date,
+                             dag_id=self.dag_id, run_id=context["run_id"])
+        self.decide_backtest(context, info, logical_date)
+        return info.to_dict()
+
+    def decide_backtest(self, context: Context, info: Any, logical_date: Any) -> None:
+        """Once per run, before anything is accepted or trained: is this a run for a past window? The verdict
+        goes under ``BACKTEST_XCOM`` for validate, train, register, approve and promote."""
+        from trainpipe.runtime.backtest import BACKTEST_XCOM, champion_window_end, classify
+
+        registration = self.plan.registration
+        champion = champion_window_end(self.hook.client, registration.model_name, registration.alias,
+                                       settings=self.settings, pipeline_id=self.plan.dag_id)
+        run_type = getattr(context["dag_run"], "run_type", None)
+        backtest = classify(run_type=getattr(run_type, "value", run_type), window_start=info.window_start,
+                            window_end=info.window_end, champion=champion, logical_date=logical_date)
+        if backtest is not None and registration.backtest.promote == "allow":
+            self.log.info("a run for a past window (%s, %s); registration.backtest.promote: allow, so it is treated "
+                          "as any run", backtest.window, backtest.reason)
+            backtest = None
+        elif backtest is not None:
+            self.log.info("backtest for %s (%s): it trains and is evaluated, moves no alias and leaves the "
+                          "validation baseline as it is", backtest.window, backtest.reason)
+        context["ti"].xcom_push(key=BACKTEST_XCOM, value=backtest.to_dict() if backtest is not None else None)
 
 
 class ValidateDataOperator(_PipelineStepOperator):
@@ -107,7 +134,7 @@ class ValidateDataOperator(_PipelineStepOperator):
         try:
             result = validate_snapshot(self.plan.dag_id, self.plan.validation, self.snapshot_info(context),
                                        settings=self.settings, dag_id=self.dag_id, run_id=context["run_id"],
-                                       hook=self.hook)
+                                       hook=self.hook, move_baseline=backtest_of(context) is None)
         except ValidationFailedError as err:
             from trainpipe.run_notes import leave_note, validation_note
 
@@ -241,16 +268,29 @@ class RegisterModelOperator(_PipelineStepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trainpipe.registry import register_candidate
+        from trainpipe.run_notes import backtest_note, leave_note
 
+        backtest = backtest_of(context)
+        if backtest is not None and not self.plan.registration.backtest.register:
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            leave_note(context["ti"], backtest_note(backtest.window))
+            raise AirflowSkipException(f"backtest for {backtest.window} ({backtest.reason}): its metrics are on the "
+                                       "MLflow run; nothing registered (registration.backtest.register: false)")
         trained = context["ti"].xcom_pull(task_ids="train")
         evaluation = context["ti"].xcom_pull(task_ids="evaluate")
         from trainpipe.runtime.usage import version_usage_tags
 
         # What the training cost (gpu_hours, cpu_hours, cost) goes on the version with its lineage.
         tags = {**self.lineage_tags(context, trained), **version_usage_tags(self.hook.client, trained["mlflow_run_id"])}
-        return register_candidate(self.plan.registration, model_uri=trained["model_uri"],
-                                  mlflow_run_id=trained["mlflow_run_id"], tags=tags,
-                                  evaluation=evaluation, hook=self.hook)
+        registered = register_candidate(self.plan.registration, model_uri=trained["model_uri"],
+                                        mlflow_run_id=trained["mlflow_run_id"], tags=tags,
+                                        evaluation=evaluation, hook=self.hook, backtest=backtest is not None)
+        if backtest is not None:
+            alias = f" (alias {registered['alias']})" if registered["alias"] else ""
+            leave_note(context["ti"], backtest_note(
+                backtest.window, registered=f"{registered['model_name']} version {registered['version']}{alias}"))
+        return registered
 
 
 class PromoteOperator(_PipelineStepOperator):
@@ -298,6 +338,9 @@ class PromoteOperator(_PipelineStepOperator):
         from trainpipe.registry import promote_once
 
         registered = context["ti"].xcom_pull(task_ids="register")
+        if backtest_of(context) is not None:
+            # Register's note says why; run on its own (`airflow tasks test`), promote must not move it either.
+            raise AirflowSkipException("a backtest is never promoted (registration.backtest.promote: deny)")
         if not context["ti"].xcom_pull(task_ids="evaluate")["gates_passed"]:
             # The gate task skips this one; run on its own (`airflow tasks test`), it must not promote either.
             raise AirflowSkipException("a gate failed: nothing is promoted")

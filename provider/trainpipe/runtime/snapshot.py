@@ -225,9 +225,10 @@ def _read_version_frame(settings: Settings, uri: str) -> pd.DataFrame:
 
 def validate_snapshot(pipeline_id: str, validation: ValidationPlan, snapshot: SnapshotInfo, *,
                       settings: Settings, dag_id: str | None = None, run_id: str | None = None,
-                      hook: MlflowHook | None = None) -> dict[str, Any]:
+                      hook: MlflowHook | None = None, move_baseline: bool = True) -> dict[str, Any]:
     """Run the spec's Great Expectations suite, the volume, schema and drift checks against the
-    baseline (the last accepted version); raise when anything fails, else accept the version.
+    baseline (the last accepted version); raise when anything fails, else accept the version (and,
+    unless ``move_baseline`` is False, as for a backtest, make it the baseline).
 
     With ``hook`` and ``run_id``, drift results go to the DAG run's MLflow run (the one training
     then uses): metrics ``drift_psi.<feature>``, ``drift_ks.<feature>`` and ``drift/drift_report.html``.
@@ -290,8 +291,8 @@ def validate_snapshot(pipeline_id: str, validation: ValidationPlan, snapshot: Sn
     if failures:
         raise ValidationFailedError(f"snapshot {snapshot.digest[:16]} of {pipeline_id} failed validation: "
                                     + "; ".join(failures), note_parts=tuple(notes), drift_mlflow_run_id=drift_run)
-    _accept(settings, pipeline_id, snapshot, current_schema, dag_id=dag_id, run_id=run_id)
-    return {"success": True, "rows": snapshot.rows, "volume_change": change,
+    _accept(settings, pipeline_id, snapshot, current_schema, dag_id=dag_id, run_id=run_id, move_baseline=move_baseline)
+    return {"success": True, "baseline_moved": move_baseline, "rows": snapshot.rows, "volume_change": change,
             "baseline": baseline["digest"] if baseline else None,
             "schema_diff": diff.to_dict() if diff is not None else None,
             "drift": drift_report.to_dict() if drift_report is not None else None, "drift_mlflow_run_id": drift_run,
@@ -356,13 +357,22 @@ def _log_drift(hook: MlflowHook, report: DriftReport, *, pipeline_id: str, dag_i
 
 
 def _accept(settings: Settings, pipeline_id: str, snapshot: SnapshotInfo, schema: list[list[str]], *,
-            dag_id: str | None, run_id: str | None) -> None:
-    """Record the version as accepted, and make it the baseline of the next validation."""
+            dag_id: str | None, run_id: str | None, move_baseline: bool = True) -> None:
+    """Record the version as accepted, and make it the baseline of the next validation (a backtest's,
+    ``move_baseline`` False, is recorded as accepted only: older data must not become what tomorrow is
+    compared with)."""
     from trainpipe import drift
 
     accepted = {"digest": snapshot.digest, "accepted_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "dag_id": dag_id, "run_id": run_id}
-    storage.write_json(version_folder(settings, pipeline_id, snapshot.digest) / ACCEPTED_FILE, accepted)
+    record = version_folder(settings, pipeline_id, snapshot.digest) / ACCEPTED_FILE
+    if not move_baseline:
+        accepted["backtest"] = True
+        if not record.exists():  # a normal run's acceptance of the same rows is kept as it was
+            storage.write_json(record, accepted)
+        log.info("dataset version %s accepted as a backtest: the baseline stays as it is", snapshot.digest[:16])
+        return
+    storage.write_json(record, accepted)
     storage.write_json(versions_root(settings, pipeline_id) / BASELINE_FILE,
                        {"digest": snapshot.digest, "rows": snapshot.rows, "uri": snapshot.uri, "schema": schema,
                         "schema_hash": drift.schema_hash(schema), **{k: accepted[k] for k in ("accepted_at", "run_id")}})

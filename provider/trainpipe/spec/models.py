@@ -655,6 +655,33 @@ def _normalise_approval(value: Any) -> Any:
     return value
 
 
+class BacktestSpec(_Model):
+    """A run for a past window (a backfill, or data older than the champion's): what it may do."""
+
+    # "register" as a Python name would shadow pydantic's BaseModel.register (a warning at every import).
+    register_version: bool = Field(
+        default=False,
+        alias="register",
+        description="Register the backtest's model as a version tagged `trainpipe.backtest=true` (never "
+        "challenger). false: it trains, evaluates and records its metrics on the MLflow run only.",
+        examples=[True],
+    )
+    alias: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z][\w-]*$",
+        description="With register: true, the alias the registered backtest version takes (a plain name, kept "
+        "literal; not the production, challenger or previous alias, nor champion, challenger or "
+        "previous_champion). null: no alias.",
+        examples=["backtest"],
+    )
+    promote: Literal["deny", "allow"] = Field(
+        default="deny",
+        description="'deny': a backtest moves no alias of the lifecycle and never becomes the validation "
+        "baseline. 'allow': a run for a past window is treated as any other run (register, promote, baseline).",
+        examples=["deny"],
+    )
+
+
 class RegistrationSpec(_Model):
     model_name: str = Field(description="MLflow registered model name.", examples=["fraud_detector"])
     alias: str = Field(
@@ -690,6 +717,13 @@ class RegistrationSpec(_Model):
         "approves in Airflow's Required Actions or through the REST API; unanswered after 24h: rejected), or "
         "{mode: required, timeout: 2h, on_timeout: reject | approve}.",
         examples=["required", {"mode": "required", "timeout": "8h", "on_timeout": "reject"}],
+    )
+    backtest: BacktestSpec = Field(
+        default_factory=BacktestSpec,
+        description="A backtest is a backfill run, or a run whose data window ends before the current production "
+        "version's training window ends. By default it trains, evaluates and records its metrics, moves no alias "
+        "and leaves the validation baseline as it is.",
+        examples=[{"register": True, "alias": "backtest", "promote": "deny"}],
     )
 
 

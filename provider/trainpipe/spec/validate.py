@@ -319,7 +319,28 @@ def _alias_problems(loaded: LoadedYaml) -> list[SpecProblem]:
                 problems.append(loaded.problem(("registration", where), (
                     f"{values[key]!r} is also registration.{clash}; the production, challenger and previous "
                     "aliases must differ")))
+    problems.extend(_backtest_alias_problems(loaded, registration, values))
     return problems
+
+
+def _backtest_alias_problems(loaded: LoadedYaml, registration: dict[str, Any],
+                             lifecycle: dict[str, Any]) -> list[SpecProblem]:
+    """registration.backtest.alias: a name of its own, never one the lifecycle moves (a backtest must not
+    look like a production, challenger or previous version, in this spec or by the usual names)."""
+    backtest = registration.get("backtest")
+    if not isinstance(backtest, dict) or backtest.get("alias") is None:
+        return []
+    alias = backtest["alias"]
+    where = ("registration", "backtest", "alias")
+    if backtest.get("register") is not True:
+        return [loaded.problem(where, "an alias applies only with register: true (an unregistered backtest has no "
+                               "version to name); set register: true or remove the alias")]
+    taken = {**{value: f"registration.{key}" for key, value in lifecycle.items() if isinstance(value, str)},
+             **{value: "a lifecycle alias" for value in _ALIAS_DEFAULTS.values() if value not in lifecycle.values()}}
+    if alias in taken:
+        return [loaded.problem(where, f"{alias!r} is {taken[alias]}; a backtest never takes a lifecycle alias, use a "
+                               "name of its own such as `backtest`")]
+    return []
 
 
 def _slice_problems(loaded: LoadedYaml, *, label: Any, group_column: Any, task: Any) -> list[SpecProblem]:

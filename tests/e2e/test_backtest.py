@@ -1,0 +1,171 @@
+"""Runs for the past are backtests (issue 33): a spec run for today, then for a date three weeks earlier, under real
+dag.test() (torchrun, GE, MLflow, trainpipe's note listener). The backtest trains and records its metrics, but
+`champion` and the validation baseline stay where today's run put them and the note says why; with
+`registration.backtest.register: true` its version is tagged and takes its own alias; with `promote: allow`
+the past run is promoted and becomes the baseline, as before.
+
+Small data and one epoch: the training itself is not under test.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from trainpipe.demo.synthetic import generate_transactions
+
+from .dags import load_dag, run_dag
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TODAY = datetime(2026, 11, 27, tzinfo=timezone.utc)
+PAST = TODAY - timedelta(days=21)
+PAST_WINDOW = "2026-10-07..2026-11-06"  # the 30d window of the past run, as the note shows it
+
+
+def _spec(pipeline_id: str, backtest: str = "") -> str:
+    return f"""\
+pipeline_id: {pipeline_id}
+schedule: none
+retries: 0
+data:
+  uri: backtest/{pipeline_id}.parquet
+  time_column: event_time
+  window: 30d
+validation:
+  expectations:
+    - expect_column_values_to_be_between: {{column: amount, min_value: 0}}
+training:
+  task: binary_classification
+  model: {{type: mlp, hidden_layers: [8]}}
+  features: [amount, merchant_risk, hour_of_day]
+  label: is_fraud
+  epochs: 1
+  batch_size: 128
+  distributed: {{nproc_per_node: 1}}
+  checkpoint: {{every_n_steps: 50}}
+evaluation:
+  metrics: [auc, f1]
+  gates: ["f1 >= 0.0"]
+registration:
+  model_name: {pipeline_id}
+{backtest}"""
+
+
+SPECS = {
+    "backtest_default": _spec("backtest_default"),
+    "backtest_registered": _spec("backtest_registered", "  backtest: {register: true, alias: backtest}\n"),
+    "backtest_allowed": _spec("backtest_allowed", "  backtest: {promote: allow}\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("backtest_configs")
+    for name, text in SPECS.items():
+        (folder / f"{name}.yaml").write_text(text)
+        data = state_dir / "storage" / "backtest" / f"{name}.parquet"
+        data.parent.mkdir(parents=True, exist_ok=True)
+        # 60 days of rows: both the current window and the one three weeks back are full.
+        generate_transactions(rows=4000, days=60, end=TODAY).to_parquet(data, index=False)
+    return folder
+
+
+def _run(configs: Path, monkeypatch: pytest.MonkeyPatch, dag_id: str, logical_date: datetime):
+    return run_dag(load_dag(configs, dag_id, monkeypatch), logical_date=logical_date)
+
+
+def _note(dag_run) -> str:  # noqa: ANN001 - DagRun
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        note = DagRun.find(dag_id=dag_run.dag_id, run_id=dag_run.run_id, session=session)[0].note
+    assert note, "the run has no note"
+    return note.splitlines()[0]  # the reason; the cost line follows
+
+
+def _aliases(client, model: str) -> dict[str, int]:  # noqa: ANN001 - MlflowClient
+    return {alias: int(v) for alias, v in client.get_registered_model(model).aliases.items()}
+
+
+def _baseline(pipeline_id: str) -> str:
+    from trainpipe.runtime.snapshot import baseline_version
+    from trainpipe.settings import Settings
+
+    return baseline_version(Settings.from_env(), pipeline_id)["digest"]
+
+
+def _mlflow_run(client, dag_run):  # noqa: ANN001, ANN202 - MlflowClient, DagRun -> Run
+    """The DAG run's MLflow run, as train reported it."""
+    from sqlalchemy import select
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.scalars(select(XComModel).where(
+            XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id, XComModel.task_id == "train",
+            XComModel.key == "return_value")).one()
+        return client.get_run(XComModel.deserialize_value(row)["mlflow_run_id"])
+
+
+def _today_then_past(configs: Path, monkeypatch: pytest.MonkeyPatch, dag_id: str):
+    today, states = _run(configs, monkeypatch, dag_id, TODAY)
+    assert today.state == "success" and states["promote"] == "success", states
+    baseline = _baseline(dag_id)
+    past, states = _run(configs, monkeypatch, dag_id, PAST)
+    assert past.state == "success", states
+    return today, baseline, past, states
+
+
+def test_a_past_run_trains_and_records_but_moves_neither_champion_nor_baseline(configs, monkeypatch):
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    dag_id = "backtest_default"
+    _, baseline, past, states = _today_then_past(configs, monkeypatch, dag_id)
+
+    assert states["train"] == states["evaluate"] == "success", states
+    assert states["register"] == states["promote"] == "skipped", states
+    assert _aliases(client, dag_id) == {"champion": 1, "challenger": 1}
+    assert len(client.search_model_versions(f"name = '{dag_id}'")) == 1
+    assert _baseline(dag_id) == baseline
+    # Recorded: the MLflow run has its holdout metrics and says it is a backtest.
+    run = _mlflow_run(client, past)
+    assert run.data.tags["trainpipe.backtest"] == "true"
+    assert {"holdout_auc", "holdout_f1"} <= set(run.data.metrics)
+    assert _note(past) == f"backtest for {PAST_WINDOW}: not promoted (run for a past window)"
+
+
+def test_a_registered_backtest_is_tagged_and_takes_its_own_alias(configs, monkeypatch):
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    dag_id = "backtest_registered"
+    _, baseline, past, states = _today_then_past(configs, monkeypatch, dag_id)
+
+    assert states["register"] == "success" and states["promote"] == "skipped", states
+    assert _aliases(client, dag_id) == {"champion": 1, "challenger": 1, "backtest": 2}
+    version = client.get_model_version(dag_id, "2")
+    assert version.tags["trainpipe.backtest"] == "true"
+    assert version.tags["trainpipe.window_end"].startswith(PAST_WINDOW[-10:])
+    assert _baseline(dag_id) == baseline
+    assert _note(past) == (f"backtest for {PAST_WINDOW}: not promoted (run for a past window); registered as "
+                           f"{dag_id} version 2 (alias backtest)")
+
+
+def test_promote_allow_treats_a_past_run_as_any_run(configs, monkeypatch):
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    dag_id = "backtest_allowed"
+    _, baseline, past, states = _today_then_past(configs, monkeypatch, dag_id)
+
+    assert states["register"] == states["promote"] == "success", states
+    assert _aliases(client, dag_id) == {"champion": 2, "challenger": 2, "previous_champion": 1}
+    assert "trainpipe.backtest" not in client.get_model_version(dag_id, "2").tags
+    assert _baseline(dag_id) != baseline
+    assert _note(past).startswith(f"promoted: {dag_id} version 2 is champion; ")
