@@ -156,7 +156,9 @@ def write_night(airflow: Any, headers: dict[str, str], *, now: datetime | None =
         "snapshot", "validate", "train", "evaluate", "gate", "register", "promote")})
     night.mlflow_runs["fraud_nightly"] = _mlflow_run(
         client, "fraud_nightly", run_id, started=now - timedelta(hours=5),
-        metrics={"gpu_hours": 1.5, "cpu_hours": 4.0, "cost": 3.75, "drift_psi.amount": 0.01},
+        # The night's training ran 1 GPU-hour on spot, was preempted twice, then 0.5 on demand (capacity fallback).
+        metrics={"gpu_hours": 1.5, "cpu_hours": 4.0, "cost": 3.75, "drift_psi.amount": 0.01, "spot_gpu_hours": 1.0,
+                 "on_demand_gpu_hours": 0.5},
         tags={"trainpipe.drift_verdict": "pass", "trainpipe.drift_failed_features": "",
               "trainpipe.gates_passed": "true", "trainpipe.dataset_digest": "ab12" * 16})
 

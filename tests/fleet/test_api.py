@@ -87,13 +87,18 @@ def test_champion_sparkline_cost_and_links(fleet) -> None:
     # Six version runs of 0.5 GPU-hours and the night's 1.5, all within 30 days.
     assert row["cost_30d"]["gpu_hours"] == pytest.approx(6 * 0.5 + 1.5)
     assert row["cost_30d"]["cost"] == pytest.approx(6 * 1.25 + 3.75)
+    # Spot and on-demand GPU-hours apart (the versions' runs logged no split), in the list page too.
+    assert (row["cost_30d"]["spot_gpu_hours"], row["cost_30d"]["on_demand_gpu_hours"]) == (1.0, 0.5)
+    page = fleet.client.get("/trainpipe/", headers=fleet.headers()).text
+    assert "1.0 spot, 0.5 on demand" in page
     mlflow_run = fleet.night.mlflow_runs["fraud_nightly"]
     assert row["last_run"]["mlflow_run_id"] == mlflow_run
     assert row["links"]["DAG"] == f"/dags/fraud_nightly/runs/{quote(fleet.night.runs['fraud_nightly'], safe='')}"
     assert row["links"]["Evaluation report"] == f"/trainpipe/runs/{mlflow_run}/artifacts/evaluation/report.html"
     assert row["links"]["Drift report"] == f"/trainpipe/runs/{mlflow_run}/artifacts/drift/drift_report.html"
     # No cost metric logged by any run: shown as missing, not as 0.
-    assert _rows(fleet)["ltv_crash"]["cost_30d"] == {"gpu_hours": None, "cpu_hours": None, "cost": None}
+    assert _rows(fleet)["ltv_crash"]["cost_30d"] == {"gpu_hours": None, "cpu_hours": None, "cost": None,
+                                                     "spot_gpu_hours": None, "on_demand_gpu_hours": None}
 
 
 def test_detail_history_log_drift_and_pending_approval(fleet) -> None:

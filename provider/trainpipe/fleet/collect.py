@@ -29,8 +29,9 @@ EXPERIMENT_PREFIX = "trainpipe/"
 # Tags that tie an MLflow run to its DAG run (trainpipe.hooks.mlflow.MlflowHook.run_for_dag_run).
 RUN_ID_TAG = "trainpipe.airflow_run_id"
 VERSION_DAG_ID_TAG = "dag_id"
-# Cost of a training run (MLflow metrics, logged by the cost accounting of issue 23).
-COST_METRICS = ("gpu_hours", "cpu_hours", "cost")
+# Cost of a training run (MLflow metrics, logged by trainpipe.runtime.usage): GPU-hours in all and on spot
+# and on-demand capacity apart (a run falls back to on-demand after preemptions: training.kubernetes.capacity).
+COST_METRICS = ("gpu_hours", "cpu_hours", "cost", "spot_gpu_hours", "on_demand_gpu_hours")
 # Metrics a pipeline is usually judged by, in order; otherwise the first holdout metric by name.
 MAIN_METRICS = ("auc", "ndcg_at_10", "ndcg", "map", "accuracy", "f1", "r2", "rmse", "mae", "log_loss")
 SPARKLINE_VERSIONS = 12
@@ -486,8 +487,7 @@ def pipeline_row(pipeline: PipelineFacts, facts: MlflowFacts, *, now: datetime, 
         "drift": None if facts.drift is None else {
             "verdict": facts.drift.verdict, "failed_features": list(facts.drift.failed_features),
             "psi": dict(facts.drift.psi), "ks": dict(facts.drift.ks)},
-        "cost_30d": {"gpu_hours": facts.cost_30d.get("gpu_hours"), "cpu_hours": facts.cost_30d.get("cpu_hours"),
-                     "cost": facts.cost_30d.get("cost")},
+        "cost_30d": {key: facts.cost_30d.get(key) for key in COST_METRICS},
         "links": links or {},
         "refreshing": facts.refreshing,
     }

@@ -184,7 +184,7 @@ def fleet_page(rows: list[dict[str, Any]], *, teams: list[str], team: str | None
             f"<td>{_e(r['team'])}<div class='muted'>{_e(r['owner'])}</div></td><td>{_e(r['schedule'])}</td>"
             f"<td><span class='badge o-{r['outcome']}'>{r['outcome'].replace('_', ' ')}</span>"
             f"<div class='reason'>{_e(run.get('reason'))}</div><div class='muted'>{_e(run.get('logical_date'))}</div></td>"
-            f"<td>{champ}</td><td>{data}</td><td class='num'>{_num(cost['gpu_hours'])}</td>"
+            f"<td>{champ}</td><td>{data}</td><td class='num'>{_num(cost['gpu_hours'])}{_capacity_split(cost)}</td>"
             f"<td class='num'>{_num(cost['cost'], 2)}</td><td class='links'>{_links(r['links'])}</td></tr>")
     body.append("</table>")
     return page("Training pipelines", "".join(body))
@@ -194,6 +194,15 @@ def _age(days: float | None) -> str:
     if days is None:
         return DASH
     return f"{days * 24:.0f} h" if days < 2 else f"{days:.0f} d"
+
+
+def _capacity_split(cost: dict[str, Any]) -> str:
+    """Under the GPU-hours: how many ran on spot and how many on demand, when any ran on spot."""
+    spot = cost.get("spot_gpu_hours")
+    if not spot:
+        return ""
+    return (f"<div class='muted'>{_num(spot)} spot, {_num(cost.get('on_demand_gpu_hours') or 0.0)} on demand"
+            "</div>")
 
 
 def pipeline_page(detail: dict[str, Any], *, base: str, airflow_api: str) -> str:
