@@ -27,6 +27,7 @@ from trainpipe_trainer.config import (
     PREEMPTION_GRACE_SECONDS,
     CheckpointConfig,
     DeepSpeedConfig,
+    EarlyStoppingConfig,
     FeatureTransform,
     ModelConfig,
     OptimizationConfig,
@@ -775,6 +776,8 @@ def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
             keep_last=checkpoint.keep_last,
             keep_best=checkpoint.keep_best,
             validation_fraction=checkpoint.validation_fraction,
+        early_stopping=EarlyStoppingConfig(**training.early_stopping.model_dump())
+        if training.early_stopping is not None else None,
         ),
         tracking=TrackingConfig(tracking_uri=TRACKING_URI, experiment_name=f"trainpipe/{spec.pipeline_id}"),
         output_uri=RUN_OUTPUT_URI,

@@ -342,6 +342,8 @@ class CheckpointManager:
     # Seconds the loop was blocked by each save (snapshot + start for async, everything for sync).
     blocked_seconds: list[float] = field(init=False, default_factory=list)
     best: tuple[int, float] | None = field(init=False, default=None)
+    # Early stopping's best weights (CPU state dict) as the restored checkpoint held them, if any.
+    restored_best_weights: dict[str, Any] | None = field(init=False, default=None)
     # Called on rank 0 as soon as a step's manifest is written (before older checkpoints are pruned).
     on_commit: Callable[[int], None] | None = None
     _in_flight: _InFlight | None = field(init=False, default=None)
@@ -377,6 +379,7 @@ class CheckpointManager:
         if self.scheduler is not None and rank_state.get("scheduler") is not None:
             self.scheduler.load_state_dict(rank_state["scheduler"])
         state = TrainState.from_dict(rank_state["train_state"])
+        self.restored_best_weights = rank_state.get("best_weights")
         if "sample_in_epoch" not in rank_state["train_state"]:
             # Written before checkpoints recorded the global position: every rank had done as many micro-batches.
             state.sample_in_epoch = state.batch_in_epoch * int(manifest.get("batch_size", 0)) * written_by
@@ -435,7 +438,8 @@ class CheckpointManager:
         every = self.config.every_seconds
         return every is not None and time.monotonic() - self.last_save_time >= every
 
-    def save(self, state: TrainState, *, validation_loss: float | None = None, wait: bool = False) -> bool:
+    def save(self, state: TrainState, *, validation_loss: float | None = None, wait: bool = False,
+             best_weights: dict[str, Any] | None = None) -> bool:
         """Checkpoint ``step-<global_step>`` (collective); False if this step is already saved.
 
         Blocks only for the snapshot when saving asynchronously; ``wait`` also waits for the commit.
@@ -453,6 +457,8 @@ class CheckpointManager:
                 "rng": capture_rng_state(),
                 "train_state": state.to_dict(),
                 "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+                # Early stopping: the weights that become the model, kept until training ends.
+                "best_weights": best_weights,
             },
             protocol=pickle.HIGHEST_PROTOCOL,
         )

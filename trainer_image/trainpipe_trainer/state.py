@@ -30,6 +30,14 @@ class TrainState:
     # [first step, world size] each time the world size changed, from [0, size] on: what `trainpipe
     # reproduce` replays to train the same weights (lineage tag trainpipe.world_size_history).
     world_size_history: list[list[int]] = field(default_factory=list)
+    # Early stopping (TrainingConfig.early_stopping), judged at epoch ends: the best value of its metric so
+    # far, the epoch count and step it was reached at, the epoch ends since without an improvement, and
+    # whether training stopped for it. In the checkpoint, so a resumed run stops where an uninterrupted one does.
+    best_value: float | None = None
+    best_epoch: int | None = None
+    best_step: int | None = None
+    epochs_without_improvement: int = 0
+    stopped_early: bool = False
 
     def __post_init__(self) -> None:
         if min(self.global_step, self.epoch, self.batch_in_epoch, self.sample_in_epoch) < 0:

@@ -119,6 +119,8 @@ class Trainer:
     # See _INTERVAL_SUM...: what a step adds on the device and _sync reads at the loop's sync points.
     device_sums: torch.Tensor = field(init=False)
     autocast: contextlib.AbstractContextManager = field(init=False)
+    # Early stopping: a CPU copy of the weights at the best epoch end so far (what is exported).
+    best_weights: dict[str, torch.Tensor] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         config, env = self.config, self.env
@@ -196,6 +198,7 @@ class Trainer:
         resumed = None
         if restored is not None:
             self.state, resumed = restored, restored.global_step
+            self.best_weights = self.checkpoints.restored_best_weights
             if self.env.is_main:
                 print(f"resumed from step {resumed}", flush=True)
                 written_by = self.checkpoints.resharded_from
@@ -230,7 +233,7 @@ class Trainer:
         try:
             with contextlib.nullcontext(self.watcher) if self.watcher is not None else PreemptionWatcher() as watcher:
                 start_step = self.state.global_step
-                while self.state.epoch < self.config.epochs:
+                while self.state.epoch < self.config.epochs and not self.state.stopped_early:
                     self._run_epoch(watcher)
                 if self.phases.loop_started is not None:
                     self.stats.loop_seconds = time.perf_counter() - self.phases.loop_started
@@ -458,6 +461,36 @@ class Trainer:
         self.state.next_epoch(epoch_loss)
         self.device_sums[_EPOCH_SUM] = 0.0
 
+        if self.config.early_stopping is not None:
+            self._judge_epoch()
+
+    def _judge_epoch(self) -> None:
+        """Early stopping at an epoch end: keep the weights if the validation metric improved by more than
+        ``min_delta``, else count the epoch; ``patience`` such epochs in a row stop training.
+
+        Every rank scores the whole validation split (same value, no collective) and draws no random
+        numbers, so judging changes nothing of the training that follows.
+        """
+        rule, state = self.config.early_stopping, self.state
+        value = self.validation_metrics()[rule.metric]
+        step = state.global_step
+        self.tracker.log_metric(f"epoch_end_{rule.metric}", value, step=step)
+        if state.best_value is None or value < state.best_value - rule.min_delta:
+            state.best_value, state.best_epoch, state.best_step = value, state.epoch, step
+            state.epochs_without_improvement = 0
+            # Collective under ZeRO-3 (the parameters are gathered): every rank is here.
+            module = self.strategy.full_module()
+            self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+            return
+        state.epochs_without_improvement += 1
+        if state.epochs_without_improvement < rule.patience or state.epoch >= self.config.epochs:
+            return
+        state.stopped_early = True
+        if self.env.is_main:
+            print(f"early stopping after epoch {state.epoch} of {self.config.epochs} (step {step}): {rule.metric} has "
+                  f"not improved by more than {rule.min_delta:g} for {rule.patience} epoch(s); the model is the "
+                  f"weights of epoch {state.best_epoch} (step {state.best_step}, {rule.metric} {state.best_value:.6g})",
+                  flush=True)
     @torch.no_grad()
     def validation_metrics(self) -> dict[str, float] | None:
         """Loss and the task's metrics on the held-out split (``config.CHECKPOINT_METRICS``); every
@@ -523,7 +556,7 @@ class Trainer:
         validation_loss = metrics["validation_loss"] if metrics else None
         self.state.compute_seconds += self.clock.seconds()
         self.clock = ComputeClock(device=self.env.device)
-        self.checkpoints.save(self.state, validation_loss=validation_loss, wait=wait)
+        self.checkpoints.save(self.state, validation_loss=validation_loss, wait=wait, best_weights=self.best_weights)
         for name, value in (metrics or {}).items():
             self.tracker.log_metric(name, value, step=step)
         self.tracker.log_metric("checkpoint_blocked_ms", 1000 * self.checkpoints.blocked_seconds[-1], step=step)
@@ -576,6 +609,13 @@ class Trainer:
             if best is not None:
                 self.tracker.set_tags({"best_checkpoint_step": str(best[0])})
             # Every queued metric is in the run before the model (a server outage ends here, or fails).
+            if self.best_weights is not None:
+                # Early stopping: the best epoch end's weights are the model (and its weights hash).
+                module.load_state_dict(self.best_weights)
+                self.tracker.set_tags({"trainpipe.early_stopping": json.dumps({
+                    "stopped": self.state.stopped_early, "epochs_trained": self.state.epoch,
+                    "best_epoch": self.state.best_epoch, "best_step": self.state.best_step,
+                    "best_value": self.state.best_value})})
             self.tracker.flush()
             model_uri = log_pyfunc_model(
                 module, transformer=self.data.transformer, config=self.config, sample_frame=self.data.sample_frame,

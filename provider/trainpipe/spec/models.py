@@ -23,6 +23,7 @@ from trainpipe.spec.types import Duration, parse_duration  # noqa: F401 - parse_
 from trainpipe_trainer.config import (
     CHECKPOINT_METRICS,
     PRUNERS,
+    EarlyStoppingMetric,
     CategoricalEncoding,
     Direction,
     FeatureType,
@@ -430,6 +431,22 @@ class TransformSpec(_Model):
         return "categorical" if categorical else "numeric"
 
 
+class EarlyStoppingSpec(_Model):
+    """Stop training when the validation loss stops improving; the best epoch's weights are the model."""
+
+    metric: EarlyStoppingMetric = Field(
+        default="validation_loss", description="What is watched on the validation split at each epoch end.",
+        examples=["validation_loss"],
+    )
+    patience: int = Field(
+        default=3, ge=1, description="Epochs in a row without an improvement after which training stops.",
+        examples=[3],
+    )
+    min_delta: float = Field(
+        default=0.0, ge=0, description="An improvement is a decrease by more than this.", examples=[0.0]
+    )
+
+
 class TrainingSpec(_Model):
     task: TaskType = Field(description="What the model predicts.", examples=["binary_classification"])
     model: ModelSpec = Field(default_factory=ModelSpec, description="The model to train.", examples=[{"type": "mlp"}])
@@ -452,6 +469,13 @@ class TrainingSpec(_Model):
     epochs: int = Field(default=1, ge=1, description="Passes over the training split.", examples=[3])
     batch_size: int = Field(default=256, ge=1, description="Per-process batch size (rows; queries for listwise ranking).", examples=[256])
     learning_rate: float = Field(default=1e-3, gt=0, description="Adam learning rate.", examples=[0.001])
+    early_stopping: EarlyStoppingSpec | None = Field(
+        default=None,
+        description="Judge the validation loss (on checkpoint.validation_fraction of the train split) at each epoch "
+        "end; stop after `patience` epochs without an improvement. The weights of the best epoch are the model, "
+        "so set a generous `epochs`. Needs checkpoint.keep_best (the validation split).",
+        examples=[{"metric": "validation_loss", "patience": 3, "min_delta": 0}],
+    )
     seed: int = Field(default=0, ge=0, description="Seed for initialisation, shuffling and the holdout split.", examples=[42])
     data_placement: DataPlacement = Field(
         default="auto",

@@ -168,13 +168,18 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
         except (ValueError, ValidationError):
             continue  # pydantic reports the unreadable gate itself
         if isinstance(metric_names, list) and gate.metric not in metric_names:
-            add(("evaluation", "gates", index),
-                f"gate '{gate}' uses {gate.metric!r}, which evaluation does not compute; add it to evaluation.metrics")
+            add(("evaluation", "gates", index), _gate_metric_problem(str(gate), gate.metric, metric_names,
+                                                                     task if known_task else None))
         if gate.worst_slice and not _get(data, "evaluation", "slices"):
             add(("evaluation", "gates", index),
                 f"gate '{gate}' is on the worst slice, but evaluation.slices names no column; add e.g. "
                 f"`slices: [region]` to evaluation, or gate the whole holdout with '{gate.metric} ...'")
     problems.extend(_slice_problems(loaded, label=label, group_column=group_column, task=task))
+    checkpoint = _get(data, "training", "checkpoint")
+    if isinstance(_get(data, "training", "early_stopping"), dict) and isinstance(checkpoint, dict) and (
+            checkpoint.get("keep_best") is False or checkpoint.get("validation_fraction") == 0):
+        add(("training", "early_stopping"), "early stopping judges the validation loss: keep "
+                                            "training.checkpoint.keep_best true and validation_fraction above 0")
 
     problems.extend(_alias_problems(loaded))
 
@@ -201,6 +206,21 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
         add(("notify", "slack"), f"needs Airflow's Slack provider, which is not installed here: pip install "
             f"{SLACK_PROVIDER} (on the scheduler and workers), or remove notify.slack")
     return problems
+
+
+def _gate_metric_problem(gate: str, metric: str, computed: list[Any], task: str | None) -> str:
+    """A gate on a metric evaluation does not compute: the metric meant (case, a near miss), or the fix."""
+    names = [name for name in computed if isinstance(name, str)]
+    same_but_case = [name for name in names if name.lower() == metric.lower()]
+    close = same_but_case or difflib.get_close_matches(metric.lower(), names, n=1, cutoff=0.6)
+    where = f"gate '{gate}' uses {metric!r}, which evaluation does not compute"
+    if close:
+        return f"{where}; did you mean `{close[0]}`?"
+    if task is not None and not metrics.is_known_metric(task, metric):
+        hint = metrics.suggest_metric(task, metric.lower())
+        return f"{where}, nor is it a {task} metric; " + (
+            f"did you mean `{hint}`?" if hint else f"use one of {', '.join(metrics.metric_names(task))}")
+    return f"{where}; add it to evaluation.metrics"
 
 
 def _drift_problems(loaded: LoadedYaml, features: list[Any] | None) -> list[SpecProblem]:
