@@ -37,6 +37,8 @@ class FakeApiServer:
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     # The first this-many reads of the Job show it suspended (waiting for Kueue's admission).
     suspended_reads: int = 0
+    # Pods the pod list answers with (as the API server returns them), whatever the label selector.
+    pods: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
     _reads: int = 0
 
@@ -63,6 +65,10 @@ class FakeApiServer:
                                   "spec": {"suspend": suspended, "template": {}},
                                   "status": {} if suspended else status})
 
+    async def _pods(self, request: web.Request) -> web.Response:
+        self._record(request)
+        return web.json_response({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": self.pods})
+
     async def _service(self, request: web.Request) -> web.Response:
         self._record(request)
         return self._deleted_or_404("Service", request.match_info["name"])
@@ -84,6 +90,7 @@ class FakeApiServer:
         app.router.add_route("*", "/apis/batch/v1/namespaces/{namespace}/jobs/{name}", self._job)
         app.router.add_route("GET", "/apis/batch/v1/namespaces/{namespace}/jobs/{name}/status", self._job)
         app.router.add_route("DELETE", "/api/v1/namespaces/{namespace}/services/{name}", self._service)
+        app.router.add_route("GET", "/api/v1/namespaces/{namespace}/pods", self._pods)
         ready = threading.Event()
         self._loop = asyncio.new_event_loop()
 

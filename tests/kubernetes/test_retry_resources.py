@@ -4,6 +4,7 @@ or the on-demand placement, valid against the Kubernetes schema; the spec refuse
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -13,10 +14,12 @@ import pytest
 import yaml
 from kubernetes.client import models as k8s
 
+from tests.kubernetes.fake_apiserver import FakeApiServer
 from trainpipe.errors import SpecError
 from trainpipe.factory import compile_file
 from trainpipe.kubernetes.builders import TrainerLaunch
 from trainpipe.kubernetes.tries import OOM_KILLED, PREEMPTED, failed_try_end, try_resources
+from trainpipe.operators.kubernetes import KubernetesTrainJobOperator
 from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.run_notes import retry_note
 from trainpipe.runtime.train import run_dir_for
@@ -181,6 +184,31 @@ def test_how_a_failed_try_ended_is_read_from_its_pods():
     assert failed_try_end([_pod(condition="DisruptionTarget"), _pod(reason=OOM_KILLED)]) == ("failed", OOM_KILLED)
     assert failed_try_end([_pod(reason="Error")]) == ("failed", None)
     assert failed_try_end([]) == ("failed", None)
+
+
+def test_the_job_operator_reads_how_its_pods_ended_from_the_cluster(tmp_path, monkeypatch):
+    """The failed Job's pods, listed by its label through the operator's own client: one node OOM-killed."""
+    job = "job-fraud-detector-multinode-1736162b-t1"
+    server = FakeApiServer(pods=[
+        {"metadata": {"name": f"{job}-0-a"}, "status": {"phase": "Failed", "containerStatuses": [
+            {"name": "base", "image": "i", "imageID": "", "ready": False, "restartCount": 0,
+             "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}},
+        {"metadata": {"name": f"{job}-1-b"}, "status": {"phase": "Failed", "containerStatuses": [
+            {"name": "base", "image": "i", "imageID": "", "ready": False, "restartCount": 0,
+             "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}},
+    ])
+    server.start()
+    try:
+        monkeypatch.setenv("AIRFLOW_CONN_K8S_TEST", json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config_path": str(server.kubeconfig(tmp_path))}}))
+        plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml")
+        operator = KubernetesTrainJobOperator(task_id="train", plan=plan, kubernetes_conn_id="k8s_test")
+        pods = operator._pods_of_job(None, job, "ml-training")
+    finally:
+        server.stop()
+    assert failed_try_end(pods) == ("failed", OOM_KILLED)
+    (listed,) = [query for method, path, query in server.requests if path.endswith("/pods")]
+    assert listed["labelSelector"] == f"trainpipe.io/job={job}"
 
 
 def _problems(path: Path) -> list[str]:

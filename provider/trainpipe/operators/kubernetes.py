@@ -63,6 +63,8 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
     """Write this try's trainer config into the run folder (same code as the local launcher), and find what
     this try asks of the cluster after the run's earlier tries (grown memory, on-demand capacity): recorded
     on the MLflow run (the registered version copies it) and, when it changed, in the run note."""
+    from mlflow.entities import RunTag
+
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.operators.context import failed_for_good_on_refused_resume, train_inputs
     from trainpipe.run_notes import leave_note, retry_note
@@ -82,8 +84,6 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
                                     dag_id=inputs.run.dag_id, airflow_run_id=inputs.run.airflow_run_id,
                                     try_number=inputs.run.try_number)
     resources = resources_for_try(plan, launch, run_dir=prepared.run_dir)
-    from mlflow.entities import RunTag
-
     hook.client.log_batch(prepared.mlflow_run_id, tags=[
         RunTag(key, value) for key, value in resources.tags(plan.kubernetes.resources["gpus"]).items()])
     if resources.changes:
