@@ -402,7 +402,8 @@ def _cmd_init(args: argparse.Namespace) -> int:
     from trainpipe.spec.starter import write_starter_spec
 
     try:
-        path = write_starter_spec(args.name, task=args.task, directory=Path(args.dir))
+        path = write_starter_spec(args.name, task=args.task, directory=Path(args.dir), data=args.data,
+                                  label=args.label)
     except (SpecError, FileExistsError) as err:
         print(f"trainpipe init: {err}", file=sys.stderr)
         return 1
@@ -555,6 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("name", help="pipeline id, also the file name")
     init.add_argument("--task", required=True, choices=["binary_classification", "regression", "ranking"])
     init.add_argument("--dir", default=str(DEFAULT_CONFIGS), help="folder (default: dag_configs/)")
+    init.add_argument("--data", help="a table (parquet, or .csv) to fit the starter to: its columns become the "
+                      "features, its rows size batch, learning rate and epochs (relative to the storage root, or a URI)")
+    init.add_argument("--label", help="with --data: the column the model predicts")
     init.set_defaults(func=_cmd_init)
 
     model = commands.add_parser("model", help="show a registered model's aliases and last promotions, or with "

@@ -44,7 +44,15 @@ def predict(hook: MlflowHook, model_uri: str, holdout: pd.DataFrame, evaluation:
     import pandas as pd
 
     model = hook.load_pyfunc(model_uri)
-    return pd.Series(model.predict(holdout[list(evaluation.features)])).to_numpy(dtype=float).ravel()
+    frame = holdout[list(evaluation.features)]
+    # A model logged from float samples declares its numeric inputs double, and MLflow refuses int64 there
+    # ("can not safely convert"): integer columns of the table are widened to what the signature asks.
+    schema = model.metadata.get_input_schema()
+    doubles = {spec.name for spec in (schema.inputs if schema is not None else [])
+               if getattr(spec, "name", None) and getattr(getattr(spec, "type", None), "name", None) == "double"}
+    widen = {name: "float64" for name in frame.columns if name in doubles
+             and (pd.api.types.is_integer_dtype(frame[name]) or pd.api.types.is_bool_dtype(frame[name]))}
+    return pd.Series(model.predict(frame.astype(widen) if widen else frame)).to_numpy(dtype=float).ravel()
 
 
 def holdout_metrics(evaluation: EvaluationPlan, holdout: pd.DataFrame, scores: np.ndarray) -> dict[str, float]:
