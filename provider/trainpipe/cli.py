@@ -10,14 +10,13 @@ import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
-DEFAULT_CONFIGS = Path("dag_configs")
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from trainpipe.errors import SpecError
     from trainpipe.factory import compile_directory, compile_file
 
-    paths = [Path(p) for p in (args.paths or [DEFAULT_CONFIGS])]
+    paths = [Path(p) for p in args.paths] or [_specs_folder(None, option="a PATH argument")]
     errors = 0
     valid = 0
     from trainpipe.policy import POLICY_ENV
@@ -98,9 +97,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _specs_folder(given: str | None, *, option: str) -> Path:
+    """The specs folder of every command that takes one optionally (``spec_files.resolve_specs_folder``:
+    the argument, else ``TRAINPIPE_DAG_CONFIGS``, else ``dag_configs/``), said on stderr so stdout keeps
+    each command's own format."""
+    from trainpipe.spec_files import resolve_specs_folder, specs_folder_line
+
+    folder, why = resolve_specs_folder(given, option=option)
+    print(specs_folder_line(folder, why), file=sys.stderr)
+    return folder
+
+
 def _configs_root(args: argparse.Namespace) -> Path:
     """``--configs``, else ``$TRAINPIPE_DAG_CONFIGS``, else ``dag_configs/`` (reproduce and gc)."""
-    return Path(args.configs or os.environ.get("TRAINPIPE_DAG_CONFIGS") or DEFAULT_CONFIGS)
+    return _specs_folder(args.configs, option="--configs")
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
@@ -368,7 +378,7 @@ def _policy_check(args: argparse.Namespace) -> int:
         print(f"no platform policy in force: set {POLICY_ENV} or pass --policy FILE")
         return 2
     files: list[Path] = []
-    for path in (Path(p) for p in (args.paths or [DEFAULT_CONFIGS])):
+    for path in [Path(p) for p in args.paths] or [_specs_folder(None, option="a SPECS argument")]:
         files.extend(spec_files(path) if path.is_dir() else [path])
     failed = 0
     for path in files:
@@ -402,8 +412,8 @@ def _cmd_init(args: argparse.Namespace) -> int:
     from trainpipe.spec.starter import write_starter_spec
 
     try:
-        path = write_starter_spec(args.name, task=args.task, directory=Path(args.dir), data=args.data,
-                                  label=args.label)
+        path = write_starter_spec(args.name, task=args.task, directory=_specs_folder(args.dir, option="--dir"),
+                                  data=args.data, label=args.label)
     except (SpecError, FileExistsError) as err:
         print(f"trainpipe init: {err}", file=sys.stderr)
         return 1
@@ -481,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     validate = commands.add_parser("validate", help="check specs; exit 1 and print every problem if any")
-    validate.add_argument("paths", nargs="*", help="spec files or folders (default: dag_configs/)")
+    validate.add_argument("paths", nargs="*", help="spec files or folders (default: $TRAINPIPE_DAG_CONFIGS, else "
+                          "dag_configs/)")
     validate.set_defaults(func=_cmd_validate)
 
     render = commands.add_parser("render", help="print the compiled plan of one spec")
@@ -546,7 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  "print its JSON Schema")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
     check = policy_commands.add_parser("check", help="print each spec's team and every violation; exit 1 if any")
-    check.add_argument("paths", nargs="*", help="spec files or folders (default: dag_configs/)")
+    check.add_argument("paths", nargs="*", help="spec files or folders (default: $TRAINPIPE_DAG_CONFIGS, else "
+                       "dag_configs/)")
     check.add_argument("--policy", help="the policy file to check against (default: $TRAINPIPE_POLICY)")
     check.set_defaults(func=_cmd_policy_check)
     policy_schema = policy_commands.add_parser("schema", help="print the JSON Schema (draft 2020-12) of a policy")
@@ -555,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     init = commands.add_parser("init", help="write a valid, commented starter spec")
     init.add_argument("name", help="pipeline id, also the file name")
     init.add_argument("--task", required=True, choices=["binary_classification", "regression", "ranking"])
-    init.add_argument("--dir", default=str(DEFAULT_CONFIGS), help="folder (default: dag_configs/)")
+    init.add_argument("--dir", help="folder (default: $TRAINPIPE_DAG_CONFIGS, else dag_configs/)")
     init.add_argument("--data", help="a table (parquet, or .csv) to fit the starter to: its columns become the "
                       "features, its rows size batch, learning rate and epochs (relative to the storage root, or a URI)")
     init.add_argument("--label", help="with --data: the column the model predicts")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import DagFileError
-from trainpipe.spec_files import defaults_files, list_specs
+from trainpipe.spec_files import SPECS_FOLDER_NAME, configured_specs_folder, defaults_files, list_specs
 
 if TYPE_CHECKING:
     from trainpipe.factory import CompileResult
@@ -39,7 +39,6 @@ SHARD_FILES = 64
 # Up to this many specs one file compiles them all (about 1 s of parse): a small folder keeps one
 # DAG file doing the work and the others return after listing the folder.
 SINGLE_FILE_MAX = 300
-SPECS_FOLDER_NAME = "dag_configs"
 # Set by Airflow when a worker parses a DAG file to run one task (airflow.sdk.get_parsing_context).
 _PARSING_CONTEXT_DAG_ID = "_AIRFLOW_PARSING_CONTEXT_DAG_ID"
 # With a parsing context, each DAG file may register the one DAG (a worker parses only the DAG's own
@@ -85,9 +84,9 @@ def specs_folder_for(dag_file: str | None, specs_folder: str | os.PathLike[str] 
             raise DagFileError("load_dags: a relative specs_folder needs the DAG file's __file__ in the globals "
                                "passed; call load_dags(globals(), ...) from the DAG file")
         return here / folder
-    configured = os.environ.get("TRAINPIPE_DAG_CONFIGS")
-    if configured:
-        return Path(configured)
+    configured = configured_specs_folder()
+    if configured is not None:
+        return configured
     for folder in (here, *here.parents) if here is not None else ():
         if (folder / SPECS_FOLDER_NAME).is_dir():
             return folder / SPECS_FOLDER_NAME

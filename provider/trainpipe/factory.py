@@ -184,11 +184,13 @@ def configs_root_for(spec_path: Path) -> Path:
     (``trainpipe render/train/validate FILE``), so it gets the same defaults as its DAG:
     ``TRAINPIPE_DAG_CONFIGS`` when the file is inside it, else the nearest enclosing folder named
     ``dag_configs``, else the file's own folder."""
+    from trainpipe.spec_files import SPECS_FOLDER_NAME, configured_specs_folder
+
     spec_path = spec_path.resolve()
-    configured = os.environ.get("TRAINPIPE_DAG_CONFIGS")
-    if configured and spec_path.is_relative_to(Path(configured).resolve()):
-        return Path(configured).resolve()
-    return next((folder for folder in spec_path.parents if folder.name == "dag_configs"), spec_path.parent)
+    configured = configured_specs_folder()
+    if configured is not None and spec_path.is_relative_to(configured.resolve()):
+        return configured.resolve()
+    return next((folder for folder in spec_path.parents if folder.name == SPECS_FOLDER_NAME), spec_path.parent)
 
 
 def compile_file(path: Path, display_name: str | None = None, *, configs_root: Path | None = None,

@@ -9,6 +9,32 @@ from pathlib import Path
 SPEC_SUFFIXES = (".yaml", ".yml")
 # Merged under the specs of its folder and below (trainpipe.factory); not a spec itself.
 DEFAULTS_FILE = "_defaults.yaml"
+# The specs folder: what an argument names, else this variable, else this folder (of the working directory).
+SPECS_FOLDER_ENV = "TRAINPIPE_DAG_CONFIGS"
+SPECS_FOLDER_NAME = "dag_configs"
+
+
+def configured_specs_folder() -> Path | None:
+    """``TRAINPIPE_DAG_CONFIGS`` when set: the one place the variable is read (the CLI, the DAG files
+    and the compiler's defaults lookup all ask here)."""
+    configured = os.environ.get(SPECS_FOLDER_ENV)
+    return Path(configured) if configured else None
+
+
+def resolve_specs_folder(given: str | os.PathLike[str] | None, *, option: str) -> tuple[Path, str]:
+    """The specs folder a command reads, and why: ``given`` (the command's ``option``), else
+    ``TRAINPIPE_DAG_CONFIGS``, else ``dag_configs/``. Commands print the reason, so a user sees which
+    folder was read (``specs folder: /srv/specs (from TRAINPIPE_DAG_CONFIGS)``)."""
+    if given is not None:
+        return Path(given), f"from {option}"
+    configured = configured_specs_folder()
+    if configured is not None:
+        return configured, f"from {SPECS_FOLDER_ENV}"
+    return Path(SPECS_FOLDER_NAME), f"the default; neither {option} nor {SPECS_FOLDER_ENV} is set"
+
+
+def specs_folder_line(folder: Path, why: str) -> str:
+    return f"specs folder: {folder} ({why})"
 
 
 def list_specs(root: Path) -> list[tuple[str, str]]:
