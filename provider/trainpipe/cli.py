@@ -407,13 +407,30 @@ def _cmd_policy_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _starter_table(uri: str):  # noqa: ANN202 - pandas.DataFrame
+    """The table ``init --data`` fits a starter to (parquet, or CSV by its suffix), by spec URI."""
+    from trainpipe import storage
+    from trainpipe.errors import SpecError
+    from trainpipe.settings import Settings
+
+    path = storage.resolve_uri(uri, Settings.from_env())
+    if not path.exists():
+        raise SpecError(f"--data: {uri} does not exist (read as {path}); give a parquet file's path relative to "
+                        "the storage root, or a file:// or s3:// URI")
+    import pandas as pd
+
+    with path.open("rb") as handle:
+        return pd.read_csv(handle) if uri.endswith(".csv") else storage.parquet_from_bytes(handle.read())
+
+
 def _cmd_init(args: argparse.Namespace) -> int:
     from trainpipe.errors import SpecError
     from trainpipe.spec.starter import write_starter_spec
 
     try:
+        table = _starter_table(args.data) if args.data else None
         path = write_starter_spec(args.name, task=args.task, directory=_specs_folder(args.dir, option="--dir"),
-                                  data=args.data, label=args.label)
+                                  data=args.data, label=args.label, table=table)
     except (SpecError, FileExistsError) as err:
         print(f"trainpipe init: {err}", file=sys.stderr)
         return 1

@@ -4,7 +4,6 @@ that trains and passes its own starter gates on the first run (real snapshot, tr
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

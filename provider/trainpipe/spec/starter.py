@@ -214,27 +214,14 @@ def starter_spec_text(name: str, *, task: str, schema_ref: str, profile: TablePr
                             patience=PATIENCE, **parts)
 
 
-def _read_table(uri: str) -> pd.DataFrame:
-    from trainpipe import storage
-    from trainpipe.settings import Settings
-
-    path = storage.resolve_uri(uri, Settings.from_env())
-    if not path.exists():
-        raise SpecError(f"--data: {uri} does not exist (read as {path}); give a parquet file's path relative to "
-                        "the storage root, or a file:// or s3:// URI")
-    import pandas as pd
-
-    with path.open("rb") as handle:
-        return pd.read_csv(handle) if uri.endswith(".csv") else storage.parquet_from_bytes(handle.read())
-
-
 def write_starter_spec(name: str, *, task: str, directory: Path, data: str | None = None,
-                       label: str | None = None) -> Path:
-    """``data`` (with its ``label`` column): read the table, list its columns as features (text columns
-    one-hot, numeric columns with missing values imputed) and size the training from its rows."""
+                       label: str | None = None, table: pd.DataFrame | None = None) -> Path:
+    """``data`` (the URI the spec reads), its rows as ``table`` (the CLI reads them: the spec stage
+    touches no storage) and its ``label`` column: the columns become features (text columns one-hot,
+    numeric columns with missing values imputed) and the rows size the training."""
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", name):
         raise SpecError(f"name: {name!r} must start with a letter and use only letters, digits, '_' and '-'")
-    if (data is None) != (label is None):
+    if (data is None) != (label is None) or (data is None) != (table is None):
         raise SpecError("--data and --label go together: the table, and the column the model predicts")
     path = directory / f"{name}.yaml"
     if path.exists():
@@ -247,7 +234,7 @@ def write_starter_spec(name: str, *, task: str, directory: Path, data: str | Non
         schema_ref = schema.as_uri()
     profile = None
     if data is not None:
-        profile = TableProfile.of(_read_table(data), label=label, task=task, source=data)
+        profile = TableProfile.of(table, label=label, task=task, source=data)
     text = starter_spec_text(name, task=task, schema_ref=schema_ref, profile=profile, data_uri=data)
     validate_loaded(load_yaml_text(text, str(path)))  # a starter that does not validate is a bug
     directory.mkdir(parents=True, exist_ok=True)
