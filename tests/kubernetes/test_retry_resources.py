@@ -124,6 +124,9 @@ def test_the_multi_node_job_runs_on_demand_after_n_preemptions(storage):
     _ended(plan, 2, PREEMPTED, capacity="spot")
 
     manifests = _render(plan, 3)
+    # A preempted pod ends the try (the Job fails) instead of being replaced on spot within it.
+    assert manifests[-1]["spec"]["podFailurePolicy"]["rules"][0] == {
+        "action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     spec = _pod_spec(manifests)
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true", "karpenter.sh/capacity-type": "on-demand"}
     assert spec["tolerations"] == base_tolerations

@@ -246,14 +246,17 @@ def job_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
     }
 
 
-def pod_failure_policy() -> k8s.V1PodFailurePolicy:
+def pod_failure_policy(*, disruption_ends_try: bool = False) -> k8s.V1PodFailurePolicy:
     """Only real failures count against ``backoffLimit``: a pod that was disrupted (preempted, evicted,
     its node drained or shut down: condition ``DisruptionTarget``) or whose trainer stopped for a
     SIGTERM after committing its step (``PREEMPTED_EXIT_CODE``) is replaced without counting it.
-    Needs ``restartPolicy: Never`` in the pod template (KubernetesPodOperator sets it)."""
+    ``disruption_ends_try`` (with ``capacity``): a disrupted pod fails the Job instead, so the try ends
+    preempted and the run's later tries can move to on-demand capacity (a replaced pod would ask for
+    the same spot capacity again). Needs ``restartPolicy: Never`` in the pod template (KubernetesPodOperator
+    sets it)."""
     models = k8s_models()
     return models.V1PodFailurePolicy(rules=[
-        models.V1PodFailurePolicyRule(action="Ignore", on_pod_conditions=[
+        models.V1PodFailurePolicyRule(action="FailJob" if disruption_ends_try else "Ignore", on_pod_conditions=[
             models.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")]),
         models.V1PodFailurePolicyRule(action="Ignore", on_exit_codes=models.V1PodFailurePolicyOnExitCodesRequirement(
             operator="In", values=[PREEMPTED_EXIT_CODE])),

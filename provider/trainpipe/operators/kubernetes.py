@@ -302,8 +302,10 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
             job = super().build_job_request_obj(context)
         finally:
             self._dry_run_pod_template = False
-        # KubernetesJobOperator has no argument for it; a preemption must not count as a failure.
-        job.spec.pod_failure_policy = builders.pod_failure_policy()
+        # KubernetesJobOperator has no argument for it; a preemption must not count as a failure (with
+        # capacity it ends the try, whose retry may run on on-demand capacity).
+        job.spec.pod_failure_policy = builders.pod_failure_policy(
+            disruption_ends_try=self.plan.kubernetes.capacity is not None)
         return job
 
     def build_service(self, job: k8s.V1Job) -> k8s.V1Service:
