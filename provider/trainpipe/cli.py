@@ -89,11 +89,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if args.nproc_per_node is not None:
             plan = with_nproc_per_node(plan, args.nproc_per_node)
         with storage_access(Settings.from_env()):
-            result = train_spec(plan, run_dir=args.run_dir, logical_date=args.logical_date)
+            train_spec(plan, run_dir=args.run_dir, logical_date=args.logical_date)
     except (SpecError, TrainpipeError) as err:
         print(f"trainpipe train: {err}", file=sys.stderr)
         return 1
-    print(f"weights sha256: {result.weights_sha256}")
     return 0
 
 

@@ -184,6 +184,8 @@ class DataPlan:
     holdout_key: str | None
     # Under a policy: the team's allowed data URI patterns (data.uris), checked again before reading.
     allowed_uris: tuple[str, ...] | None = None
+    # (file, line, column) of data.uri in the spec, so a run that cannot read it says where to fix it.
+    uri_declared_at: tuple[str, int | None, int | None] = ("", None, None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -494,6 +496,9 @@ class PipelinePlan:
     params: tuple[PlannedParam, ...] = ()
     data: DataPlan
     validation: ValidationPlan
+    # (file, line, column) of training.features and training.label in the spec: the train step's check
+    # of the snapshot against them (before torchrun starts) points there.
+    inputs_declared_at: dict[str, tuple[str, int | None, int | None]] = dataclasses.field(default_factory=dict)
     # The trainer config of every run, with the per-run values as the placeholders above.
     trainer: TrainingConfig
     launch: LaunchPlan
@@ -584,6 +589,8 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
                      approval_required=spec.registration.approval.mode == "required", tuning=_tuning(spec),
                      gpu_queue={"pool": pool, "pool_slots": resources.pool_slots,
                                 "priority_weight": PRIORITY_WEIGHTS[priority]}),
+        inputs_declared_at={name: loaded.location_of(("training", name)) for name in ("features", "label")}
+        if loaded is not None else {},
         params=_params(spec, loaded),
         data=DataPlan(
             uri=spec.data.uri, conn_id=spec.data.conn_id, format=spec.data.resolved_format,
@@ -603,6 +610,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
                 removed_columns=spec.validation.schema_.removed_columns,
                 retyped_columns=spec.validation.schema_.retyped_columns,
                 used_columns=tuple(dict.fromkeys(
+            uri_declared_at=loaded.location_of(("data", "uri")) if loaded is not None else ("", None, None),
                     (*training.features, training.label,
                      *([training.group_column] if training.group_column else []),
                      *([spec.data.time_column] if spec.data.time_column else [])))),

@@ -22,7 +22,7 @@ from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import TrainerDataError
-from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler, require_columns
+from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler, label_values, require_columns
 
 
 def is_listwise(config: TrainingConfig) -> bool:
@@ -45,17 +45,7 @@ def read_parquet(uri: str, storage_options: dict[str, Any]) -> pd.DataFrame:
 
 
 def label_vector(frame: pd.DataFrame, config: TrainingConfig, *, source: str) -> np.ndarray:
-    require_columns(frame, [config.label], source=source, role="label")
-    column = frame[config.label]
-    if not (pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column)) or column.isna().any():
-        raise TrainerDataError(f"{source}: label column {config.label!r} must be numeric without missing values")
-    labels = column.to_numpy(dtype=np.float64)
-    if config.task == "binary_classification" and not np.isin(labels, (0.0, 1.0)).all():
-        bad = sorted(set(labels[~np.isin(labels, (0.0, 1.0))].tolist()))[:5]
-        raise TrainerDataError(f"{source}: binary_classification needs labels 0/1 in {config.label!r}, found {bad}")
-    if config.task == "ranking" and (labels < 0).any():
-        raise TrainerDataError(f"{source}: ranking needs graded relevance >= 0 in {config.label!r}")
-    return labels
+    return label_values(frame, label=config.label, task=config.task, source=source)
 
 
 def pad_queries(

@@ -33,6 +33,22 @@ def require_columns(frame: pd.DataFrame, columns: tuple[str, ...] | list[str], *
         )
 
 
+def label_values(frame: pd.DataFrame, *, label: str, task: str, source: str) -> np.ndarray:
+    """The label column as float64, checked for the task (numeric, no missing values, 0/1 for binary,
+    >= 0 for ranking). Torch-free: the provider runs the same check before it launches the trainer."""
+    require_columns(frame, [label], source=source, role="label")
+    column = frame[label]
+    if not (pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column)) or column.isna().any():
+        raise TrainerDataError(f"{source}: label column {label!r} must be numeric without missing values")
+    labels = column.to_numpy(dtype=np.float64)
+    if task == "binary_classification" and not np.isin(labels, (0.0, 1.0)).all():
+        bad = sorted(set(labels[~np.isin(labels, (0.0, 1.0))].tolist()))[:5]
+        raise TrainerDataError(f"{source}: binary_classification needs labels 0/1 in {label!r}, found {bad}")
+    if task == "ranking" and (labels < 0).any():
+        raise TrainerDataError(f"{source}: ranking needs graded relevance >= 0 in {label!r}")
+    return labels
+
+
 def _numeric_values(frame: pd.DataFrame, name: str, *, source: str) -> np.ndarray:
     """A numeric column as float64, missing values as NaN."""
     column = frame[name]

@@ -73,15 +73,21 @@ def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
 
 @contextlib.contextmanager
 def failed_for_good_on_refused_resume() -> Iterator[None]:
-    """A refused resume fails the task without retries: a retry would find the same checkpoints."""
+    """A refused resume fails the task without retries: a retry would find the same checkpoints. So does
+    training data the spec cannot train on (a missing column, missing values without impute: the located
+    error of ``runtime.train.check_training_inputs``, raised before torchrun starts): a retry would read
+    the same snapshot."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from trainpipe.errors import ResumeRefusedError
+    from trainpipe.errors import ResumeRefusedError, SpecError
 
     try:
         yield
     except ResumeRefusedError as err:
         raise AirflowFailException(str(err)) from err
+    except SpecError as err:
+        # The located message is the whole story: no chained traceback under it.
+        raise AirflowFailException(str(err)) from None
 
 
 @contextlib.contextmanager

@@ -115,6 +115,27 @@ def _cut_window(frame: pd.DataFrame, data: DataPlan, logical_date: datetime) -> 
     return window, start.isoformat(), end.isoformat()
 
 
+def _read_source(data: DataPlan, source: Any) -> pd.DataFrame:
+    """The input table; a missing or unreadable one is a located error at the spec's data.uri (the
+    user's fix), raised before anything is written or launched."""
+    from trainpipe.errors import DataReadError, SpecError, SpecProblem
+
+    def located(message: str) -> SpecError:
+        file, line, column = data.uri_declared_at
+        return SpecError([SpecProblem(file, line, column, "data.uri", message)])
+
+    if not source.exists():
+        raise located(f"{data.uri} does not exist (read as {storage.fsspec_uri(source)}); fix data.uri: a path "
+                      "relative to the storage root, or a file:// or s3:// URI")
+    try:
+        return storage.read_table(source, data.format)
+    except DataReadError as err:
+        raise located(f"{err}") from None
+    except OSError as err:
+        raise located(f"{data.uri} cannot be read ({err.strerror or type(err).__name__}); check data.uri and the "
+                      "storage's permissions") from None
+
+
 def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logical_date: datetime,
                   dag_id: str | None = None, run_id: str | None = None) -> SnapshotInfo:
     """Snapshot the window as a dataset version; identical content is stored once (its first
@@ -124,7 +145,7 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
     source = storage.resolve_uri(data.uri, settings, data.conn_id)
     if data.allowed_uris is not None:  # under a policy: checked here again, with this worker's storage root
         storage.require_allowed(data.uri, source, data.allowed_uris, settings)
-    frame = storage.read_table(source, data.format)
+    frame = _read_source(data, source)
     window, window_start, window_end = _cut_window(frame, data, logical_date)
     # Stable row order, so the same rows always give the same digest and files.
     window = window.sort_values(list(window.columns), kind="stable").reset_index(drop=True)

@@ -138,6 +138,7 @@ def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings
         config = dataclasses.replace(config, tuning=trial.tuning, tags=tags)
     # First: a refused run must not retag the MLflow run nor overwrite the config that wrote the checkpoints.
     check_resumable(run_dir, config, world_size=plan.launch.world_size)
+    check_training_inputs(plan, config, snapshot)
     hook = hook or MlflowHook(settings)
     if trial is not None:
         mlflow_run_id = trial.mlflow_run_id
@@ -158,6 +159,45 @@ def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings
         # A result from an earlier try must not be mistaken for this try's.
         prepared.result_path.unlink()
     return prepared
+
+
+def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: SnapshotInfo) -> None:
+    """The trainer's own input checks, run on the snapshot's train split before torchrun starts: a
+    missing column, missing values without ``impute``, text in a numeric feature, a label the task cannot
+    use. Each is a located error at the spec's ``training.features`` (or ``label``) with the trainer's
+    fix, instead of torchrun's failure banners around the same line seconds later.
+
+    The local launcher's trainer reads the same file on this machine, so the whole split is checked;
+    for other launchers (the pod reads it) only the columns, from the snapshot's recorded schema.
+    """
+    from trainpipe.errors import SpecError, SpecProblem
+    from trainpipe_trainer.errors import TrainerDataError
+    from trainpipe_trainer.preprocessing import FeatureTransformer, label_values, require_columns
+
+    source = f"the snapshot's train split ({snapshot.digest[:16]})"
+
+    def located(field: str, err: TrainerDataError) -> SpecError:
+        file, line, column = plan.inputs_declared_at.get(field, (plan.spec_file, None, None))
+        return SpecError([SpecProblem(file or plan.spec_file, line, column, f"training.{field}", str(err))])
+
+    if plan.launch.launcher != "local":
+        if not snapshot.schema:
+            return  # a snapshot recorded before schemas were: the trainer checks it
+        import pandas as pd
+
+        frame = pd.DataFrame(columns=[name for name, _ in snapshot.schema])
+        checks = [("features", lambda: require_columns(frame, config.features, source=source, role="feature")),
+                  ("label", lambda: require_columns(frame, [config.label], source=source, role="label"))]
+    else:
+        frame = storage.read_parquet_uri(config.train_data_uri)
+        checks = [("features", lambda: FeatureTransformer.fit(frame, config.feature_transforms(), source=source)
+                   .transform(frame, source=source)),
+                  ("label", lambda: label_values(frame, label=config.label, task=config.task, source=source))]
+    for field, check in checks:
+        try:
+            check()
+        except TrainerDataError as err:
+            raise located(field, err) from None
 
 
 def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None:  # noqa: ANN001 - ObjectStoragePath

@@ -23,6 +23,9 @@ from trainpipe.runtime.train import RunContext, run_training
 from trainpipe.settings import Settings
 from trainpipe_trainer.config import TrainingResult
 
+# The trainer's last line and the command's: "weights sha256: <hex>".
+WEIGHTS_LINE = "weights sha256: "
+
 
 def _run_dir(value: str, settings: Settings):  # noqa: ANN202 - ObjectStoragePath
     if "://" not in value:
@@ -58,5 +61,19 @@ def train_spec(plan: PipelinePlan, *, run_dir: str | None, logical_date: str | N
     snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=when)
     run = RunContext(dag_id=plan.dag_id, airflow_run_id=run_name, try_number=1, spec_sha256=plan.spec_sha256,
                      git_commit=git_commit(plan.source_path))
-    return run_training(plan, snapshot, settings=settings, run=run, run_dir=folder,
-                        on_line=lambda line: print(line, flush=True, file=sys.stdout))
+    relay = _Relay()
+    result = run_training(plan, snapshot, settings=settings, run=run, run_dir=folder, on_line=relay)
+    if result is not None and relay.last != f"{WEIGHTS_LINE}{result.weights_sha256}":
+        # Something came after the trainer's hash line (or it never came): the hash is the last line anyway.
+        print(f"{WEIGHTS_LINE}{result.weights_sha256}", flush=True)
+    return result
+
+
+class _Relay:
+    """Prints the launch's lines as they come, and remembers the last one."""
+
+    last: str | None = None
+
+    def __call__(self, line: str) -> None:
+        self.last = line
+        print(line, flush=True, file=sys.stdout)
