@@ -149,14 +149,14 @@ def test_spot_and_on_demand_tries_are_priced_apart(tmp_path: Path, monkeypatch: 
     spot tries only; the split reaches the MLflow run, the version's tags and `trainpipe cost`."""
     from airflow.sdk import ObjectStoragePath
 
-    monkeypatch.setenv("TRAINPIPE_POLICY", str(_policy(tmp_path, "teams: {risk: {folders: ['risk/**']}}\n"
-                                                                  "costs: {gpu_hour: {default: 2.0}, spot_discount: 0.75}\n")))
+    # The stack's own price table (deploy/policy.yaml): 2.5 per GPU-hour, spot_discount 0.6.
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(Path(__file__).resolve().parents[2] / "deploy" / "policy.yaml"))
     spot_job = ResourcePlan(gpus=8, cpus=0.0, gpu_resource="nvidia.com/gpu", spot=True, team="risk-ml")
     run_dir = ObjectStoragePath(f"file://{tmp_path / 'run'}")
     client = mlflow.MlflowClient()
     run_id = client.create_run(client.create_experiment("trainpipe/spot_fallback")).info.run_id
     now = datetime.now(timezone.utc)
-    # Tries of 3 h and 2 h on spot (preempted), then 1 h on demand (each ends now): 40 spot GPU-hours at 0.5, 8 at 2.0.
+    # Tries of 3 h and 2 h on spot (preempted), then 1 h on demand (each ends now): 40 spot GPU-hours at 1.0, 8 at 2.5.
     for number, (hours, outcome, capacity) in enumerate(
             [(3, "preempted", "spot"), (2, "preempted", "spot"), (1, "succeeded", "on_demand")], start=1):
         usage = account_try(run_dir, resources=spot_job, pipeline_id="spot_fallback", try_number=number,
@@ -166,11 +166,12 @@ def test_spot_and_on_demand_tries_are_priced_apart(tmp_path: Path, monkeypatch: 
     assert [t.capacity for t in entries] == ["spot", "spot", "on_demand"]
     assert usage.spot_gpu_hours == pytest.approx(40, rel=1e-3)
     assert usage.gpu_hours - usage.spot_gpu_hours == pytest.approx(8, rel=1e-3)
-    assert usage.cost == pytest.approx(40 * 2.0 * 0.25 + 8 * 2.0, rel=1e-3)
+    assert usage.cost == pytest.approx(40 * 2.5 * 0.4 + 8 * 2.5, rel=1e-3)
     assert "GPU-hours on spot" in usage.describe() and "on demand" in usage.describe()
     tags = version_usage_tags(client, run_id)
     assert float(tags["spot_gpu_hours"]) == pytest.approx(40, rel=1e-3)
     assert float(tags["on_demand_gpu_hours"]) == pytest.approx(8, rel=1e-3)
+    capsys.readouterr()  # the tries' log lines, where logging writes to stdout
     assert main(["cost", "--by", "pipeline", "--json"]) == 0
     group = next(g for g in json.loads(capsys.readouterr().out)["groups"] if g["name"] == "spot_fallback")
     assert group["spot_gpu_hours"] == pytest.approx(40, rel=1e-3)
