@@ -118,7 +118,7 @@ def finish(operator: Any, context: Context) -> dict[str, Any]:
     result = read_training_result(run_dir)
     log_trained(operator.log, result)
     account_kubernetes_try(operator.plan, context, outcome="succeeded", mlflow_run_id=result.mlflow_run_id,
-                           resources=getattr(operator, "try_resources", None))
+                           resources=_try_resources_of(operator, context))
     leave_usage_note(context, operator.plan, settings, result)
     value = asdict(result)
     # do_xcom_push stays False (it would add the provider's XCom sidecar): push the result ourselves.
@@ -180,7 +180,23 @@ def account_failed_try(operator: Any, context: Context, pods: Any) -> None:
     if reason is not None or outcome != "failed":
         operator.log.warning("this try ended %s%s", outcome, f" ({reason})" if reason else "")
     account_kubernetes_try(operator.plan, context, outcome=outcome, mlflow_run_id=None, reason=reason,
-                           resources=getattr(operator, "try_resources", None))
+                           resources=_try_resources_of(operator, context))
+
+
+def _try_resources_of(operator: Any, context: Context) -> TryResources | None:
+    """What this try asked for: bound at submission, or, in the process that resumes after a deferral, read
+    again from the ledger; None (and a warning) when that fails, which must not fail the try."""
+    bound = getattr(operator, "try_resources", None)
+    if bound is not None:
+        return bound
+    ti = context["ti"]
+    launch = builders.TrainerLaunch(config_uri="", mlflow_tracking_uri="", dag_id=ti.dag_id,
+                                    airflow_run_id=context["run_id"], try_number=ti.try_number)
+    try:
+        return resources_for_try(operator.plan, launch)
+    except Exception as err:  # noqa: BLE001 - the try is recorded without them
+        operator.log.warning("could not read the run's earlier tries: %s: %s", type(err).__name__, err)
+        return None
 
 
 @contextlib.contextmanager
@@ -227,8 +243,6 @@ class KubernetesTrainPodOperator(LiteralFields, KubernetesPodOperator):
         return finish(self, context)
 
     def trigger_reentry(self, context: Context, event: dict[str, Any]) -> Any:
-        # A new process after the deferral: this try's resources again, for its ledger entry.
-        self.try_resources = resources_for_try(self.plan, _launch_of(context))
         with failed_try_accounted(self, context, lambda: [self.pod] if self.pod is not None else []):
             super().trigger_reentry(context, event)  # raises if the pod failed, re-defers while it runs
         return finish(self, context)
@@ -239,13 +253,6 @@ def bind_try_resources(operator: Any, resources: TryResources) -> None:
     for name, value in builders.try_operator_fields(operator.plan, resources).items():
         setattr(operator, name, value)
     operator.try_resources = resources
-
-
-def _launch_of(context: Context) -> builders.TrainerLaunch:
-    # Only the run and the try matter to resources_for_try.
-    ti = context["ti"]
-    return builders.TrainerLaunch(config_uri="", mlflow_tracking_uri="", dag_id=ti.dag_id,
-                                  airflow_run_id=context["run_id"], try_number=ti.try_number)
 
 
 class _PodTemplateDryRun(KubernetesPodOperator):
@@ -427,7 +434,6 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
 
     def execute_complete(self, context: Context, event: dict, **kwargs: Any) -> Any:
         self.job = None
-        self.try_resources = resources_for_try(self.plan, _launch_of(context))
         try:
             with failed_try_accounted(self, context,
                                       lambda: self._pods_of_job(None, event["name"], event["namespace"])):
