@@ -485,6 +485,9 @@ class PipelinePlan:
     spec_sha256: str
     # The spec file relative to the configs root (the registry's `spec_file` tag: the same on every machine).
     spec_relative_path: str
+    # (file, line, column) of training.features and training.label in the spec: the train step's check
+    # of the snapshot against them (before torchrun starts) points there.
+    inputs_declared_at: dict[str, tuple[str, int | None, int | None]] = dataclasses.field(default_factory=dict)
     description: str
     owner: str
     tags: tuple[str, ...]
@@ -496,9 +499,6 @@ class PipelinePlan:
     params: tuple[PlannedParam, ...] = ()
     data: DataPlan
     validation: ValidationPlan
-    # (file, line, column) of training.features and training.label in the spec: the train step's check
-    # of the snapshot against them (before torchrun starts) points there.
-    inputs_declared_at: dict[str, tuple[str, int | None, int | None]] = dataclasses.field(default_factory=dict)
     # The trainer config of every run, with the per-run values as the placeholders above.
     trainer: TrainingConfig
     launch: LaunchPlan
@@ -577,6 +577,8 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         spec_file=spec_file,
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(),
         spec_relative_path=spec_relative_path or PurePath(spec_file).name,
+        inputs_declared_at={name: loaded.location_of(("training", name)) for name in ("features", "label")}
+        if loaded is not None else {},
         description=spec.description,
         # Under a policy the team owns the DAG, whatever the spec says: the policy always wins.
         owner=team.name if team is not None else spec.owner,
@@ -589,8 +591,6 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
                      approval_required=spec.registration.approval.mode == "required", tuning=_tuning(spec),
                      gpu_queue={"pool": pool, "pool_slots": resources.pool_slots,
                                 "priority_weight": PRIORITY_WEIGHTS[priority]}),
-        inputs_declared_at={name: loaded.location_of(("training", name)) for name in ("features", "label")}
-        if loaded is not None else {},
         params=_params(spec, loaded),
         data=DataPlan(
             uri=spec.data.uri, conn_id=spec.data.conn_id, format=spec.data.resolved_format,
@@ -598,6 +598,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
             holdout_fraction=spec.evaluation.holdout_fraction,
             holdout_key=training.group_column if training.task == "ranking" else None,
             allowed_uris=team.data_uris if team is not None else None,
+            uri_declared_at=loaded.location_of(("data", "uri")) if loaded is not None else ("", None, None),
         ),
         validation=ValidationPlan(
             expectations=tuple((e.name, dict(e.kwargs)) for e in spec.validation.expectations),
@@ -610,7 +611,6 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
                 removed_columns=spec.validation.schema_.removed_columns,
                 retyped_columns=spec.validation.schema_.retyped_columns,
                 used_columns=tuple(dict.fromkeys(
-            uri_declared_at=loaded.location_of(("data", "uri")) if loaded is not None else ("", None, None),
                     (*training.features, training.label,
                      *([training.group_column] if training.group_column else []),
                      *([spec.data.time_column] if spec.data.time_column else [])))),
