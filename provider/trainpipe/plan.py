@@ -770,6 +770,8 @@ def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
         epochs=training.epochs,
         batch_size=training.batch_size,
         learning_rate=training.learning_rate,
+        early_stopping=EarlyStoppingConfig(**training.early_stopping.model_dump())
+        if training.early_stopping is not None else None,
         seed=training.seed,
         data_placement=training.data_placement,
         strategy=distributed.strategy,
@@ -784,8 +786,6 @@ def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
             keep_last=checkpoint.keep_last,
             keep_best=checkpoint.keep_best,
             validation_fraction=checkpoint.validation_fraction,
-        early_stopping=EarlyStoppingConfig(**training.early_stopping.model_dump())
-        if training.early_stopping is not None else None,
         ),
         tracking=TrackingConfig(tracking_uri=TRACKING_URI, experiment_name=f"trainpipe/{spec.pipeline_id}"),
         output_uri=RUN_OUTPUT_URI,

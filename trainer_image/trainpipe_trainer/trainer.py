@@ -460,7 +460,6 @@ class Trainer:
         self.tracker.log_metric("epoch_loss", epoch_loss, step=self.state.global_step)
         self.state.next_epoch(epoch_loss)
         self.device_sums[_EPOCH_SUM] = 0.0
-
         if self.config.early_stopping is not None:
             self._judge_epoch()
 
@@ -491,6 +490,7 @@ class Trainer:
                   f"not improved by more than {rule.min_delta:g} for {rule.patience} epoch(s); the model is the "
                   f"weights of epoch {state.best_epoch} (step {state.best_step}, {rule.metric} {state.best_value:.6g})",
                   flush=True)
+
     @torch.no_grad()
     def validation_metrics(self) -> dict[str, float] | None:
         """Loss and the task's metrics on the held-out split (``config.CHECKPOINT_METRICS``); every
@@ -608,7 +608,6 @@ class Trainer:
             best = self.checkpoints.best
             if best is not None:
                 self.tracker.set_tags({"best_checkpoint_step": str(best[0])})
-            # Every queued metric is in the run before the model (a server outage ends here, or fails).
             if self.best_weights is not None:
                 # Early stopping: the best epoch end's weights are the model (and its weights hash).
                 module.load_state_dict(self.best_weights)
@@ -616,6 +615,7 @@ class Trainer:
                     "stopped": self.state.stopped_early, "epochs_trained": self.state.epoch,
                     "best_epoch": self.state.best_epoch, "best_step": self.state.best_step,
                     "best_value": self.state.best_value})})
+            # Every queued metric is in the run before the model (a server outage ends here, or fails).
             self.tracker.flush()
             model_uri = log_pyfunc_model(
                 module, transformer=self.data.transformer, config=self.config, sample_frame=self.data.sample_frame,
