@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from trainpipe.checkpoint_state import CheckpointState, TrainingStatus, assess
-from trainpipe.run_notes import OUTCOMES, promotion_note, stall_note, training_note
+from trainpipe.run_notes import OUTCOMES, merged_note, promotion_note, stall_note, training_note
 
 # As trainpipe_trainer prints them (trainer.py: _diverged, _stop_for_preemption).
 NAN = ("non-finite loss (nan) at step 12: training stopped; the last checkpoint (step-10) is kept unchanged; "
@@ -52,3 +52,29 @@ def test_every_note_starts_with_an_outcome():
              promotion_note(model_name="m", version=1, alias="champion", metric=None, value=None,
                             champion_value=None, champion_version=None)]
     assert all(line.split(": ", 1)[0] in OUTCOMES for line in lines)
+
+
+def test_the_issue_33_outcomes_lead_the_note():
+    """Backtests, unchanged inputs and unchanged weights are reasons, worded as the docs give them (before the
+    cost line in the note)."""
+    from trainpipe.run_notes import backtest_note, inputs_unchanged_note, weights_unchanged_note
+
+    lines = [backtest_note("2026-10-07..2026-11-06"),
+             inputs_unchanged_note(version=3, trained_at="2026-11-26T04:00:00+00:00"),
+             weights_unchanged_note(model_name="fraud_detector", version=3, alias="champion")]
+    assert lines == ["backtest for 2026-10-07..2026-11-06: not promoted (run for a past window)",
+                     "inputs unchanged since version 3 (trained 2026-11-26): nothing trained",
+                     "weights unchanged: identical to fraud_detector version 3 (champion); nothing registered"]
+    for line in lines:
+        assert merged_note(None, ["training used 0 GPU-hours", line]).splitlines()[0] == line
+    assert backtest_note("2026-10-07..2026-11-06", registered="m version 5 (alias backtest)").endswith(
+        "(run for a past window); registered as m version 5 (alias backtest)")
+
+
+def test_a_skipped_train_ends_the_watch_however_long_ago_it_started():
+    now = datetime(2026, 7, 1, 12, tzinfo=timezone.utc)
+    status = TrainingStatus(state="skipped", try_number=1, final=True, started_at=now - timedelta(days=2),
+                            updated_at=now - timedelta(days=2))
+    progress = assess(CheckpointState(status=status, checkpoints=(), committed_count=0), now=now,
+                      stall_timeout=timedelta(hours=1))
+    assert (progress.kind, progress.skipped, progress.to_event()["skipped"]) == ("finished", True, True)

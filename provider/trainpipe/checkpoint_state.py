@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
 # queued: the train Job waits for quota in a Kueue queue (created suspended): not a stall.
-TrainingState = Literal["queued", "running", "succeeded", "failed"]
+TrainingState = Literal["queued", "running", "succeeded", "failed", "skipped"]
 
 
 class TrainingStalledError(TrainpipeError):
@@ -106,10 +106,13 @@ class Progress:
     idle_seconds: float | None = None
     steps_per_hour: float | None = None
     succeeded: bool | None = None
+    # Finished because train skipped itself: the watch is skipped too.
+    skipped: bool = False
 
     def to_event(self) -> dict[str, Any]:
         return {"kind": self.kind, "message": self.message, "latest_step": self.latest_step,
-                "idle_seconds": self.idle_seconds, "steps_per_hour": self.steps_per_hour, "succeeded": self.succeeded}
+                "idle_seconds": self.idle_seconds, "steps_per_hour": self.steps_per_hour, "succeeded": self.succeeded,
+                "skipped": self.skipped}
 
 
 def status_path(run_dir: ObjectStoragePath) -> ObjectStoragePath:
@@ -233,6 +236,9 @@ def assess(state: CheckpointState, *, now: datetime, stall_timeout: timedelta) -
     if status.state == "queued":
         return Progress(kind="waiting", message=f"{queue_wait_text(status.queue, status.queued_since)} (try "
                         f"{status.try_number}; not a stall); {checkpoint_text}", **common)
+    if status.state == "skipped":  # trainpipe.runtime.train.SKIPPED: nothing was launched, nothing to watch
+        return Progress(kind="finished", succeeded=False, skipped=True,
+                        message=f"training skipped (try {status.try_number}): nothing launched", **common)
     if status.state == "succeeded":
         return Progress(kind="finished", succeeded=True,
                         message=f"training succeeded (try {status.try_number}); {checkpoint_text}", **common)

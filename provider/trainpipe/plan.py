@@ -289,6 +289,15 @@ class ApprovalPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CachePlan:
+    """``training.cache``: a run whose training key a registered version carries trains nothing
+    (``trainpipe.runtime.training_cache``)."""
+
+    enabled: bool = True
+    max_age: timedelta = timedelta(days=30)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BacktestPlan:
     """``registration.backtest``: what a run for a past window may do (``trainpipe.runtime.backtest``)."""
 
@@ -473,6 +482,8 @@ class TeamPlan:
     max_active_runs: int | None = None
     access_control: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (Airflow role, DAG permissions)
     data_uris: tuple[str, ...] | None = None
+    # limits.max_cache_age: the cache's max_age when the spec does not write one (a written one above it is refused).
+    max_cache_age: timedelta | None = None
     # sha256 of the policy's text the plan was compiled under.
     policy_digest: str = ""
 
@@ -512,6 +523,7 @@ class PipelinePlan:
     # Under a platform policy: the team the spec belongs to (None without a policy).
     team: TeamPlan | None = None
     resources: ResourcePlan = ResourcePlan(gpus=0, cpus=1.0, gpu_resource=None, spot=False)
+    cache: CachePlan = CachePlan()
     # Where the spec file is on the machine that compiled it: for git lineage only, never shown.
     source_path: str = dataclasses.field(default="", repr=False, compare=False)
     # The spec file's text (what spec_sha256 hashes), logged on the training run as an artifact.
@@ -647,6 +659,8 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         tuning=_tuning(spec),
         team=team,
         resources=resources,
+        cache=CachePlan(enabled=training.cache.enabled, max_age=min(
+            training.cache.max_age, team.max_cache_age if team is not None and team.max_cache_age else timedelta.max)),
         source_path=source_path,
         spec_text=spec_text,
     )

@@ -40,6 +40,11 @@ EVALUATION_REPORT_TAG = "trainpipe.evaluation_report"
 BACKTEST_TAG = "trainpipe.backtest"
 # On every version: the end of the data window it was trained on; a run whose window ends earlier is a backtest.
 WINDOW_END_TAG = "trainpipe.window_end"
+# On every version: the sha256 of its training's inputs (trainpipe.runtime.training_cache); a run with the same
+# key trains nothing.
+TRAINING_KEY_TAG = "trainpipe.training_key"
+# A lineage tag of every version: the sha256 of its weights.
+WEIGHTS_SHA256_TAG = "weights_sha256"
 PROMOTED_BY_TAG = "trainpipe.promoted_by"
 PROMOTED_AT_TAG = "trainpipe.promoted_at"
 PROMOTION_REASON_TAG = "trainpipe.promotion_reason"
@@ -257,6 +262,18 @@ def register_candidate(registration: RegistrationPlan, *, model_uri: str, mlflow
     return {"model_name": name, "version": int(version.version), "alias": alias,
             "model_uri": f"models:/{name}/{version.version}", "metrics": evaluation["candidate"],
             "created": existing is None}
+
+
+def same_weights_as_production(client: MlflowClient, registration: RegistrationPlan, weights_sha256: str) -> int | None:
+    """The production version when its weights are ``weights_sha256`` (a retrain that changed nothing): such a
+    candidate is never registered as a new version. None otherwise, or without a production version."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        production = client.get_model_version_by_alias(registration.model_name, registration.alias)
+    except MlflowException:
+        return None
+    return int(production.version) if production.tags.get(WEIGHTS_SHA256_TAG) == weights_sha256 else None
 
 
 # ---------------------------------------------------------------------------------------------

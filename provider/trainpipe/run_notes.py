@@ -27,9 +27,11 @@ APPROVAL_REJECTED = "approval rejected"
 APPROVAL_TIMED_OUT = "approval timed out"
 PROMOTED = "promoted"
 BACKTEST = "backtest"  # followed by " for <window>"
+INPUTS_UNCHANGED = "inputs unchanged"  # followed by " since version N (trained <date>)"
+WEIGHTS_UNCHANGED = "weights unchanged"
 FAILED_AT = "failed at"  # the listener's own line, for a failure no step explained
 OUTCOMES = (VALIDATION_FAILED, TRAINING_FAILED, TRAINING_STALLED, GATES_FAILED, APPROVAL_REJECTED,
-            APPROVAL_TIMED_OUT, PROMOTED, BACKTEST, FAILED_AT)
+            APPROVAL_TIMED_OUT, PROMOTED, BACKTEST, INPUTS_UNCHANGED, WEIGHTS_UNCHANGED, FAILED_AT)
 # Airflow's limit on a note's length (dag_run_note.content is a String(1000)).
 NOTE_MAX_CHARS = 1000
 
@@ -161,6 +163,16 @@ def backtest_note(window: str, *, registered: str | None = None) -> str:
     (``fraud_detector version 5``), the version it was registered as follows."""
     line = f"{BACKTEST} for {window}: not promoted (run for a past window)"
     return f"{line}; registered as {registered}" if registered else line
+
+
+def inputs_unchanged_note(*, version: int, trained_at: str) -> str:
+    """``inputs unchanged since version 3 (trained 2026-11-26): nothing trained``"""
+    return f"{INPUTS_UNCHANGED} since version {version} (trained {trained_at[:10]}): nothing trained"
+
+
+def weights_unchanged_note(*, model_name: str, version: int, alias: str) -> str:
+    """``weights unchanged: identical to fraud_detector version 3 (champion); nothing registered``"""
+    return f"{WEIGHTS_UNCHANGED}: identical to {model_name} version {version} ({alias}); nothing registered"
 
 
 def failed_at_note(task_ids: list[str]) -> str:

@@ -85,6 +85,7 @@ CASES = [
     ("limits.max_epochs", {"params": {"epochs": {"description": "epochs of this run"}}}, "params.epochs", "no maximum"),
     ("limits.max_retries", {"retries": 1000000}, "retries", "1000000"),
     ("limits.max_priority", {"priority": "high"}, "priority", "'high'"),
+    ("limits.max_cache_age", {"training.cache": {"max_age": "2w"}}, "training.cache.max_age", "'14d'"),
     # Not written: the PriorityClass a spec's priority maps to is judged like a written one.
     ("kubernetes.priority_classes", {"priority": "low"}, "priority", "trainpipe-low"),
     ("kubernetes.queues", {f"{K8S}.queue": "search-gpu"}, f"{K8S}.queue", "search-gpu"),
@@ -222,3 +223,13 @@ def test_slack_rules_on_the_validated_spec(write_spec, slack, field, rule):
                           storage_root="file:///srv/storage")
     assert [(p.field_path, f"rule {rule})" in p.message) for p in problems] == [(field, True)]
     assert (problems[0].line, problems[0].column) == loaded.location_of(tuple(field.split(".")))[1:]
+
+
+def test_an_unwritten_cache_age_is_lowered_to_the_team_s_cap(write_spec: Callable[..., Path], monkeypatch):
+    """Issue 33: the default 30d is above the team's limits.max_cache_age (7d): the plan keeps versions for 7d
+    only, and the spec (which wrote nothing) still compiles."""
+    from datetime import timedelta
+
+    path = write_spec(compliant_spec())
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
+    assert compile_file(path, "risk/spec.yaml").cache.max_age == timedelta(days=7)

@@ -122,3 +122,32 @@ def leave_usage_note(context: Any, plan: PipelinePlan, settings: Any, result: Tr
     usage = run_usage(run_dir_for(plan.dag_id, settings, context["run_id"]), plan.resources)
     if usage is not None and usage.tries:
         leave_note(context["ti"], usage_note(usage, samples_per_second=result.samples_per_second))
+
+
+def training_key_unless_cached(plan: PipelinePlan, context: Any, inputs: TrainInputs, *, client: Any, log: Any) -> str:
+    """The run's training key (register tags the version with it); when a registered version already carries it
+    (``training.cache``), leave the note and skip: evaluate, gate, register and promote follow. Every launcher
+    calls it before anything is launched."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from trainpipe.errors import SpecError
+    from trainpipe.run_notes import inputs_unchanged_note, leave_note
+    from trainpipe.runtime.training_cache import cached_version, forced, training_key
+
+    key = training_key(inputs.plan, inputs.snapshot, param_overrides=inputs.param_overrides)
+    try:
+        force = forced(getattr(context.get("dag_run"), "conf", None))
+    except SpecError as err:
+        raise AirflowFailException(str(err)) from err  # the same conf would be refused again
+    if not plan.cache.enabled or force:
+        log.info("training key %s; %s", key[:16],
+                 "force: true in the run's conf, training anyway" if force else "training.cache.enabled: false")
+        return key
+    hit = cached_version(client, plan.registration.model_name, key, max_age=plan.cache.max_age)
+    if hit is None:
+        log.info("training key %s: no version registered within %s has it; training", key[:16], plan.cache.max_age)
+        return key
+    leave_note(context["ti"], inputs_unchanged_note(version=hit.version, trained_at=hit.trained_at))
+    raise AirflowSkipException(
+        f"inputs unchanged since {hit.model_name} version {hit.version} (trained {hit.trained_at}; training key "
+        f'{key[:16]}): nothing trained; trigger with {{"force": true}} to train anyway')

@@ -66,7 +66,7 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
     from mlflow.entities import RunTag
 
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.operators.context import failed_for_good_on_refused_resume, train_inputs
+    from trainpipe.operators.context import failed_for_good_on_refused_resume, train_inputs, training_key_unless_cached
     from trainpipe.run_notes import leave_note, retry_note
     from trainpipe.runtime.train import prepare_training_run
     from trainpipe.settings import Settings
@@ -76,6 +76,8 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
     check_reachable_from_pods(settings.storage_root, settings.mlflow_tracking_uri)
     inputs = train_inputs(plan, context)
     hook = MlflowHook(settings)
+    # Before any pod: a run whose inputs a registered version already carries launches nothing.
+    training_key_unless_cached(plan, context, inputs, client=hook.client, log=operator.log)
     with failed_for_good_on_refused_resume():
         prepared = prepare_training_run(inputs.plan, inputs.snapshot, settings=settings, run=inputs.run,
                                         hook=hook, param_overrides=inputs.param_overrides)
@@ -91,6 +93,15 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
         operator.log.warning("%s", line)
         leave_note(context["ti"], line)
     return launch, resources
+
+
+def _training_key(plan: PipelinePlan, context: Context) -> str:
+    """The run's training key again (``finish`` may run in another process than ``prepare_launch``)."""
+    from trainpipe.operators.context import train_inputs
+    from trainpipe.runtime.training_cache import training_key
+
+    inputs = train_inputs(plan, context)
+    return training_key(inputs.plan, inputs.snapshot, param_overrides=inputs.param_overrides)
 
 
 def resources_for_try(plan: PipelinePlan, launch: builders.TrainerLaunch, *, run_dir: Any = None) -> TryResources:
@@ -120,7 +131,7 @@ def finish(operator: Any, context: Context) -> dict[str, Any]:
     account_kubernetes_try(operator.plan, context, outcome="succeeded", mlflow_run_id=result.mlflow_run_id,
                            resources=_try_resources_of(operator, context))
     leave_usage_note(context, operator.plan, settings, result)
-    value = asdict(result)
+    value = {**asdict(result), "training_key": _training_key(operator.plan, context)}
     # do_xcom_push stays False (it would add the provider's XCom sidecar): push the result ourselves.
     context["ti"].xcom_push(key="return_value", value=value)
     return value

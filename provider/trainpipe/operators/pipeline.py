@@ -21,6 +21,7 @@ from trainpipe.operators.context import (
     snapshot_info,
     train_inputs,
     training_failure_noted,
+    training_key_unless_cached,
 )
 from trainpipe.operators.links import (
     DRIFT_RUN_XCOM,
@@ -76,6 +77,10 @@ class _PipelineStepOperator(BaseOperator):
             "seed": str(self.run_plan(context).trainer.seed),  # the run's, with a trigger's override
             "weights_sha256": trained["weights_sha256"],
         }
+        if trained.get("training_key"):  # what a later run with the same inputs finds (training.cache)
+            from trainpipe.registry import TRAINING_KEY_TAG
+
+            tags[TRAINING_KEY_TAG] = trained["training_key"]
         if snapshot.window_end is not None:  # what tells a later run for an older window that it is a backtest
             from trainpipe.registry import WINDOW_END_TAG
 
@@ -162,13 +167,14 @@ class TrainOperator(_PipelineStepOperator):
         from trainpipe.runtime.train import run_training
 
         inputs = train_inputs(self.plan, context)
+        key = training_key_unless_cached(self.plan, context, inputs, client=self.hook.client, log=self.log)
         with failed_for_good_on_refused_resume(), training_failure_noted(context, self.retries):
             result = run_training(inputs.plan, inputs.snapshot, settings=self.settings, run=inputs.run,
                                   hook=self.hook, on_line=lambda line: self.log.info("%s", line),
                                   param_overrides=inputs.param_overrides, run_tags=inputs.run_tags)
         log_trained(self.log, result)
         leave_usage_note(context, self.plan, self.settings, result)
-        return asdict(result)
+        return {**asdict(result), "training_key": key}
 
 
 class EvaluateOperator(_PipelineStepOperator):
@@ -279,6 +285,7 @@ class RegisterModelOperator(_PipelineStepOperator):
                                        "MLflow run; nothing registered (registration.backtest.register: false)")
         trained = context["ti"].xcom_pull(task_ids="train")
         evaluation = context["ti"].xcom_pull(task_ids="evaluate")
+        self.skip_identical_weights(context, trained)
         from trainpipe.runtime.usage import version_usage_tags
 
         # What the training cost (gpu_hours, cpu_hours, cost) goes on the version with its lineage.
@@ -291,6 +298,23 @@ class RegisterModelOperator(_PipelineStepOperator):
             leave_note(context["ti"], backtest_note(
                 backtest.window, registered=f"{registered['model_name']} version {registered['version']}{alias}"))
         return registered
+
+
+    def skip_identical_weights(self, context: Context, trained: dict[str, Any]) -> None:
+        """A candidate whose weights are the production version's is no new version (whatever the cache)."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from trainpipe.registry import same_weights_as_production
+        from trainpipe.run_notes import leave_note, weights_unchanged_note
+
+        registration = self.plan.registration
+        same = same_weights_as_production(self.hook.client, registration, trained["weights_sha256"])
+        if same is None:
+            return
+        leave_note(context["ti"], weights_unchanged_note(model_name=registration.model_name, version=same,
+                                                         alias=registration.alias))
+        raise AirflowSkipException(f"the candidate's weights (sha256 {trained['weights_sha256'][:16]}) are "
+                                   f"{registration.model_name} version {same}'s: nothing registered")
 
 
 class PromoteOperator(_PipelineStepOperator):

@@ -218,6 +218,12 @@ def _limits(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
     if (spec.priority is not None and limits.max_priority is not None
             and PRIORITY_WEIGHTS[spec.priority] > PRIORITY_WEIGHTS[limits.max_priority]):
         judge.refuse(("priority",), "limits.max_priority", spec.priority, f"at most {limits.max_priority!r}")
+    cache = training.cache
+    # A default above the cap is lowered to it in the plan (team_plan); a written value is the author's choice: refused.
+    if (limits.max_cache_age is not None and cache.enabled and cache.max_age > limits.max_cache_age
+            and ("training", "cache", "max_age") in judge.loaded.positions):
+        judge.refuse(("training", "cache", "max_age"), "limits.max_cache_age", _human(cache.max_age),
+                     f"at most {_human(limits.max_cache_age)}")
     if limits.min_schedule_interval is not None and isinstance(spec.schedule, str):
         gap = schedule_min_gap(spec.schedule, limits.min_schedule_interval, spec.start_date)
         if gap is not None and gap < limits.min_schedule_interval:
@@ -281,5 +287,6 @@ def team_plan(policy: Policy, team: str) -> TeamPlan:
         max_active_runs=airflow.max_active_runs,
         access_control=tuple((role, tuple(perms)) for role, perms in sorted((airflow.access_control or {}).items())),
         data_uris=tuple(rules.data.uris) if rules.data.uris is not None else None,
+        max_cache_age=rules.limits.max_cache_age,
         policy_digest=policy.digest,
     )

@@ -378,6 +378,10 @@ def dag_run_clear_number(context: Any) -> int:
     return int(getattr(context.get("dag_run"), "clear_number", 0) or 0)
 
 
+# The status of a train task that skipped itself (trainpipe.checkpoint_state reads it as finished).
+SKIPPED = "skipped"
+
+
 def training_status_callbacks(pipeline_id: str) -> dict[str, Callable[[Any], None]]:
     """Task callbacks that keep ``status.json`` current: start, success, retry, final failure."""
     return {
@@ -385,5 +389,8 @@ def training_status_callbacks(pipeline_id: str) -> dict[str, Callable[[Any], Non
         "on_success_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state="succeeded"),
         "on_retry_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state="failed"),
         "on_failure_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state="failed",
+                                                 final=True),
+        # Skipped before anything launched (its inputs unchanged, training.cache): the sensor has nothing to watch.
+        "on_skipped_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state=SKIPPED,
                                                  final=True),
     }

@@ -100,6 +100,8 @@ class CheckpointSensor(BaseSensorOperator):
         if state.status is None and progress.kind == "waiting" and self._under_dag_test(context):
             # Train has not started: dag.test() runs it next, in line; look again as soon as it has ended.
             raise AirflowRescheduleException(now)
+        if progress.skipped:
+            _skip_with_train(progress.message)
         if progress.kind == "finished":
             return True
         if progress.kind == "stalled":
@@ -132,8 +134,17 @@ class CheckpointSensor(BaseSensorOperator):
 
         if event["status"] == "success":
             self.log.info("%s", event["message"])
+            if event.get("skipped"):
+                _skip_with_train(event["message"])
             return
         if event["status"] == "stalled":
             self._leave_stall_note(context, event["message"])
             raise TrainingStalledError(event["message"])
         raise TrainpipeError(f"the checkpoint watch stopped: {event['message']}")
+
+
+def _skip_with_train(message: str) -> None:
+    """Train skipped itself (its inputs unchanged, ``training.cache``): so does its watch, as the grid shows."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    raise AirflowSkipException(message)

@@ -431,6 +431,24 @@ class TransformSpec(_Model):
         return "categorical" if categorical else "numeric"
 
 
+class CacheSpec(_Model):
+    """Unchanged inputs train nothing: the training key of a run found on a registered version."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Before train, look for a registered version trained on the same inputs (the snapshot, the "
+        "result-changing settings, the trainer's version and the run's overrides); when one exists, train, "
+        "evaluate, gate, register and promote are skipped. A manual run with `force: true` in its conf trains anyway.",
+        examples=[True],
+    )
+    max_age: Duration = Field(
+        default=timedelta(days=30),
+        description="A version older than this no longer counts: the run trains again. The platform may cap it "
+        "(limits.max_cache_age).",
+        examples=["30d"],
+    )
+
+
 class EarlyStoppingSpec(_Model):
     """Stop training when the validation loss stops improving; the best epoch's weights are the model."""
 
@@ -501,6 +519,12 @@ class TrainingSpec(_Model):
         default=None, description="Required when launcher is 'kubernetes': image, resources, scheduling.", examples=[None]
     )
     testing: TestingSpec = Field(default_factory=TestingSpec, description="Options meant for trainpipe's own tests.", examples=[{}])
+    cache: CacheSpec = Field(
+        default_factory=CacheSpec,
+        description="Skip a training whose inputs are unchanged since a registered version (docs: lifecycle, "
+        "Unchanged inputs).",
+        examples=[{"enabled": True, "max_age": "30d"}],
+    )
 
 
 

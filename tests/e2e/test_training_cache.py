@@ -1,0 +1,132 @@
+"""Unchanged inputs train nothing (issue 33): real dag.test() runs (torchrun, GE, MLflow, trainpipe's note listener).
+
+A second run on the same data finds version 1 by its training key and skips train onwards, saying so in its note;
+`force: true` trains again, and its candidate (same data, same seed: the same weights) is not registered; a
+changed seed, hyperparameter or data trains again.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from trainpipe.demo.synthetic import generate_transactions
+
+from .dags import load_dag, run_dag
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+END = datetime(2026, 10, 31, tzinfo=timezone.utc)
+DAG_ID = "cache_pipeline"
+SPEC = f"""\
+pipeline_id: {DAG_ID}
+schedule: none
+retries: 0
+data:
+  uri: cache/{DAG_ID}.parquet
+  time_column: event_time
+  window: 30d
+training:
+  task: binary_classification
+  model: {{type: mlp, hidden_layers: [8]}}
+  features: [amount, merchant_risk, hour_of_day]
+  label: is_fraud
+  epochs: 1
+  batch_size: 128
+  seed: 3
+  distributed: {{nproc_per_node: 1}}
+  checkpoint: {{every_n_steps: 50}}
+evaluation:
+  metrics: [auc, f1]
+  gates: ["f1 >= 0.0"]
+registration:
+  model_name: {DAG_ID}
+params:
+  seed:
+    description: seed of this run
+  learning_rate:
+    description: learning rate of this run
+"""
+AFTER_TRAIN = ("evaluate", "gate", "register", "promote")
+
+
+@pytest.fixture(scope="module")
+def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("cache_configs")
+    (folder / f"{DAG_ID}.yaml").write_text(SPEC)
+    _data(state_dir, seed=7)
+    return folder
+
+
+def _data(state_dir: Path, *, seed: int) -> None:
+    path = state_dir / "storage" / "cache" / f"{DAG_ID}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # 20 days of rows in a 30-day window: a run a day later snapshots the same rows (the same dataset version).
+    generate_transactions(rows=2000, days=20, end=END, seed=seed).to_parquet(path, index=False)
+
+
+def _note(dag_run) -> str:  # noqa: ANN001 - DagRun
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        note = DagRun.find(dag_id=dag_run.dag_id, run_id=dag_run.run_id, session=session)[0].note
+    assert note, "the run has no note"
+    return note.splitlines()[0]
+
+
+def _versions(client) -> list[int]:  # noqa: ANN001 - MlflowClient
+    return sorted(int(v.version) for v in client.search_model_versions(f"name = '{DAG_ID}'"))
+
+
+def test_same_inputs_train_nothing_force_trains_and_identical_weights_register_nothing(configs, state_dir,
+                                                                                        monkeypatch):
+    import mlflow
+
+    client = mlflow.MlflowClient()
+
+    def run(day: int, **conf):  # noqa: ANN202 - (DagRun, states)
+        return run_dag(load_dag(configs, DAG_ID, monkeypatch), logical_date=END + timedelta(days=day),
+                       run_conf=conf or None)
+
+    first, states = run(0)
+    assert states["promote"] == "success", states
+    version_1 = client.get_model_version(DAG_ID, "1")
+    key = version_1.tags["trainpipe.training_key"]
+    assert len(key) == 64
+
+    # The same rows a day later: nothing trained, the grid shows every step after validate as skipped.
+    second, states = run(1)
+    assert second.state == "success"
+    assert {task: states[task] for task in ("train", "watch_checkpoints", *AFTER_TRAIN)} == dict.fromkeys(
+        ("train", "watch_checkpoints", *AFTER_TRAIN), "skipped"), states
+    trained_on = datetime.fromtimestamp(version_1.creation_timestamp / 1000, timezone.utc).date().isoformat()
+    assert _note(second) == f"inputs unchanged since version 1 (trained {trained_on}): nothing trained"
+    assert _versions(client) == [1]
+
+    # force: true trains again; the same data and seed give the same weights: no second version of them.
+    forced, states = run(2, force=True)
+    assert states["train"] == states["evaluate"] == "success", states
+    assert states["register"] == states["promote"] == "skipped", states
+    assert _note(forced) == f"weights unchanged: identical to {DAG_ID} version 1 (champion); nothing registered"
+    assert _versions(client) == [1]
+
+    # Another seed, another learning rate: other inputs, trained (and registered: other weights).
+    for day, conf in ((3, {"seed": 4}), (4, {"learning_rate": 0.01})):
+        changed, states = run(day, **conf)
+        assert states["train"] == "success" and states["register"] == "success", (conf, states)
+        assert client.get_model_version(DAG_ID, str(_versions(client)[-1])).tags["trainpipe.training_key"] != key
+
+    # New data: a new dataset version, trained.
+    _data(state_dir, seed=8)
+    new_data, states = run(5)
+    assert states["train"] == "success" and states["register"] == "success", states
+
+
+def test_a_force_that_is_not_a_boolean_fails_the_run_saying_so(configs, monkeypatch):
+    dag_run, states = run_dag(load_dag(configs, DAG_ID, monkeypatch), logical_date=END + timedelta(days=9),
+                              run_conf={"force": "yes"})
+    assert states["train"] == "failed", states
+    assert dag_run.state == "failed"
