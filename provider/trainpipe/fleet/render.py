@@ -230,6 +230,7 @@ def pipeline_page(detail: dict[str, Any], *, base: str, airflow_api: str) -> str
     for point in history:
         for name, value in point["metrics"].items():
             series.setdefault(name, []).append((point["version"], value))
+    backtests = frozenset(point["version"] for point in history if point.get("backtest"))
     # One chart per metric, each on its own scale (auc and log_loss on one axis would flatten both).
     charts = "".join(f"<div>{line_chart({name: values}, backtests=backtests)}</div>"
                      for name, values in sorted(series.items()))
@@ -241,7 +242,6 @@ def pipeline_page(detail: dict[str, Any], *, base: str, airflow_api: str) -> str
                        f"<td>{_e(e.get('reason'))}</td><td>{_e(e.get('replaced_version'))}</td></tr>"
                        for e in detail["promotion_log"])
     parts.append("<h2>Promotion log</h2>" + (
-    backtests = frozenset(point["version"] for point in history if point.get("backtest"))
         f"<table id='promotion-log'><tr><th>version</th><th>when</th><th>who</th><th>why</th><th>replaced</th></tr>"
         f"{log_rows}</table>" if log_rows else "<p class='muted'>No promotion yet.</p>"))
     versions = "".join(
