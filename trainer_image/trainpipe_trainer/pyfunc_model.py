@@ -10,9 +10,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from mlflow.models import set_model
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.pyfunc import PythonModel
 
+from trainpipe_trainer.errors import TrainerDataError
 from trainpipe_trainer.serving import MLPScorer
 
 
@@ -24,7 +27,12 @@ class TrainpipeMLPModel(PythonModel):
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
         if not isinstance(model_input, pd.DataFrame):
             model_input = pd.DataFrame(model_input)
-        return self._scorer.score(model_input)
+        try:
+            return self._scorer.score(model_input)
+        except TrainerDataError as err:
+            # An MlflowException's message is what the scoring server answers (HTTP 400, "message"); any
+            # other exception becomes its generic "unexpected error", our line only in the stack trace.
+            raise MlflowException(str(err), error_code=INVALID_PARAMETER_VALUE) from None
 
 
 set_model(TrainpipeMLPModel())
