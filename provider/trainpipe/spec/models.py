@@ -730,8 +730,33 @@ class BacktestSpec(_Model):
     )
 
 
+# A name that becomes an MLflow name or a storage path segment: plain text that MLflow, a URL and a file
+# system all read the same way (and a policy's model_name_prefix matches as written).
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+
+
+def plain_name_problem(value: str) -> str | None:
+    """Why ``value`` is not a plain name (letters, digits, '_', '-' and '.', no '..'), or None."""
+    if _PLAIN_NAME.fullmatch(value) and ".." not in value:
+        return None
+    return (f"must be a plain name: letters, digits, '_', '-' and '.', starting with a letter or digit, without "
+            f"'..', at most 200 characters (it becomes an MLflow name and a storage path segment); got {value!r}")
+
+
 class RegistrationSpec(_Model):
-    model_name: str = Field(description="MLflow registered model name.", examples=["fraud_detector"])
+    model_name: str = Field(
+        description="MLflow registered model name: a plain name (letters, digits, '_', '-' and '.', no '..').",
+        examples=["fraud_detector"],
+    )
+
+    @field_validator("model_name")
+    @classmethod
+    def _plain_model_name(cls, value: str) -> str:
+        problem = plain_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     alias: str = Field(
         default="champion",
         pattern=r"^[A-Za-z][\w-]*$",
