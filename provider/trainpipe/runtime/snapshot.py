@@ -115,6 +115,10 @@ def _cut_window(frame: pd.DataFrame, data: DataPlan, logical_date: datetime) -> 
     return window, start.isoformat(), end.isoformat()
 
 
+def _window_text(start: str | None, end: str | None) -> str:
+    return f"{start} .. {end}" if start or end else "(the whole source, no time_column)"
+
+
 def _read_source(data: DataPlan, source: Any) -> pd.DataFrame:
     """The input table; a missing or unreadable one is a located error at the spec's data.uri (the
     user's fix), raised before anything is written or launched."""
@@ -154,8 +158,11 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
     manifest = folder / "manifest.json"
     if manifest.exists():
         info = SnapshotInfo.from_dict(storage.read_json(manifest))
-        log.info("dataset version %s already stored (created by %s at %s); reusing it", digest[:16],
-                 info.created_by_run_id or "an earlier run", info.created_at or "an unknown time")
+        # This run's window first: the manifest keeps the window of the run that stored the rows.
+        log.info("dataset version %s: this run's window %s holds the same rows as the stored version (created by "
+                 "%s at %s for the window %s); reusing it", digest[:16], _window_text(window_start, window_end),
+                 info.created_by_run_id or "an earlier run", info.created_at or "an unknown time",
+                 _window_text(info.window_start, info.window_end))
     else:
         mask = holdout_mask(window, data)
         train, holdout = window[~mask].reset_index(drop=True), window[mask].reset_index(drop=True)

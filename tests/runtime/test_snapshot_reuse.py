@@ -1,0 +1,37 @@
+"""A reused dataset version: the log line names this run's window, and the window the version was stored for."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pandas as pd
+
+from trainpipe.plan import DataPlan
+from trainpipe.runtime.snapshot import take_snapshot
+from trainpipe.settings import Settings
+from trainpipe.storage import storage_access
+
+
+def test_the_reuse_line_names_this_runs_window(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", (tmp_path / "storage").as_uri())
+    (tmp_path / "storage").mkdir()
+    start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    frame = pd.DataFrame({"event_time": [start + timedelta(hours=h) for h in range(48)],
+                          "x": np.arange(48.0), "y": np.arange(48) % 2})
+    frame.to_parquet(tmp_path / "storage" / "events.parquet")
+    data = DataPlan(uri="events.parquet", conn_id=None, format="parquet", time_column="event_time",
+                    window=timedelta(days=30), holdout_fraction=0.2, holdout_key=None)
+    settings = Settings.from_env()
+
+    with storage_access(settings):
+        first = take_snapshot("events", data, settings=settings, logical_date=datetime(2026, 11, 5, tzinfo=timezone.utc))
+        second = take_snapshot("events", data, settings=settings, logical_date=datetime(2026, 11, 6, tzinfo=timezone.utc))
+
+    assert second.digest == first.digest  # the same rows in both windows
+    # Airflow's logging setup writes the records to the console (not through pytest's handler).
+    captured = capfd.readouterr()
+    [line] = [line for line in (captured.out + captured.err).splitlines() if "holds the same rows" in line]
+    assert (f"this run's window 2026-10-07T00:00:00+00:00 .. 2026-11-06T00:00:00+00:00 holds the same rows as the "
+            f"stored version") in line, line
+    assert f"for the window {first.window_start} .. {first.window_end}" in line
