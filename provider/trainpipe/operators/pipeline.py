@@ -382,4 +382,20 @@ class PromoteOperator(_PipelineStepOperator):
                           promotion.version, promotion.at, promotion.actor)
         else:
             self.log.info("%s version %s was rejected: nothing moved", promotion.model_name, promotion.version)
+        if promotion.moved or promotion.at:  # not for a rejected version: it holds no alias to announce
+            self.describe_model_event(context, promotion)
         return promotion.to_dict()
+
+    def describe_model_event(self, context: Context, promotion: Any) -> None:
+        """The model asset event says what moved, so a deployment DAG scheduled on it needs no registry look-up:
+        ``model``, ``version``, ``alias``, ``previous_version``, ``metrics`` (the candidate's holdout values) and
+        ``dataset_digest``. A re-run (nothing moved) describes the version promoted before, as it is."""
+        from airflow.sdk import Asset
+
+        evaluation = context["ti"].xcom_pull(task_ids="evaluate") or {}
+        extra = {"model": promotion.model_name, "version": promotion.version, "alias": promotion.alias,
+                 "previous_version": promotion.replaced_version,
+                 "metrics": {name: float(value) for name, value in (evaluation.get("candidate") or {}).items()},
+                 "dataset_digest": self.snapshot_info(context).digest}
+        for uri in self.plan.task(self.task_id).outlets:  # the model asset (plan.model_asset_uri)
+            context["outlet_events"][Asset(uri)].extra = extra
