@@ -96,10 +96,14 @@ def test_the_run_holds_the_report_and_its_plots(fraud_run, state_dir, tmp_path):
     assert str(state_dir) not in text and str(REPO) not in text  # no path of this machine
 
 
-def test_the_evaluate_xcom_keeps_its_keys_and_adds_the_slices(fraud_run):
+def test_the_evaluate_xcom_keeps_its_keys_and_adds_the_slices_and_the_baseline(fraud_run):
     _, run, _, evaluation = fraud_run
 
-    assert set(evaluation) == {"candidate", "champion", "champion_version", "gates", "gates_passed", "slices", "report"}
+    assert set(evaluation) == {"candidate", "champion", "champion_version", "gates", "gates_passed", "slices", "report",
+                               "baseline", "baseline_model", "below_baseline"}
+    # The baseline (logistic regression on the same train split) is scored on every metric of the candidate.
+    assert evaluation["baseline_model"] == "logistic regression"
+    assert set(evaluation["baseline"]) == set(evaluation["candidate"])
     regions = {entry["value"]: entry for entry in evaluation["slices"]["region"]}
     assert set(regions) == set(TRANSACTION_REGIONS)
     assert set(regions["north"]["candidate"]) == set(evaluation["candidate"])

@@ -87,3 +87,18 @@ def test_the_gate_table_has_a_baseline_column_and_the_note_names_the_loss():
     # An extra line of the note, never the run's outcome (a fleet page reads the first line).
     assert not is_outcome_line(note)
     assert gate_table({**evaluation, "baseline": None}).baseline_model is None
+
+
+def test_the_ranking_baseline_is_a_linear_scorer_of_the_relevance():
+    rng = np.random.default_rng(5)
+
+    def queries(n: int, first: int) -> pd.DataFrame:
+        z = rng.normal(size=(n * 8, 2))
+        return pd.DataFrame({"qid": np.repeat(np.arange(first, first + n), 8), "a": z[:, 0], "b": z[:, 1],
+                             "label": np.clip(np.round(2 + 1.2 * z[:, 0] - 0.8 * z[:, 1]), 0, 4)})
+
+    train, holdout = queries(60, 0), queries(20, 100)
+    scores = baseline_scores("ranking", ("a", "b"), "label", train, holdout)
+    found = metrics.compute_metrics("ranking", ["ndcg@5"], y_true=holdout["label"].to_numpy(), y_score=scores,
+                                    groups=holdout["qid"].to_numpy())
+    assert found["ndcg@5"] > 0.9
