@@ -84,7 +84,12 @@ def write_data(path: Path, shape: Shape) -> list[str]:
     return columns
 
 
-def trainer_config(work: Path, data: Path, columns: list[str], shape: Shape, mode: str, *, crash_after: int | None = None):
+# The GPU measurement checkpointed every 50 steps; 0 means the spec's default (none between epochs).
+CHECKPOINT_EVERY = 50
+
+
+def trainer_config(work: Path, data: Path, columns: list[str], shape: Shape, mode: str, *, crash_after: int | None = None,
+                   checkpoint_every: int = CHECKPOINT_EVERY):
     config = {
         "pipeline_id": "bench", "task": "binary_classification", "train_data_uri": str(data),
         "features": columns, "label": "label",
@@ -94,7 +99,8 @@ def trainer_config(work: Path, data: Path, columns: list[str], shape: Shape, mod
         "optimization": {"gradient_clip_norm": 1.0, "lr_schedule": "cosine", "warmup_steps": 10,
                          "precision": "bf16" if "bf16" in mode else "fp32"},
         # keep_best off: no validation split, so the trainer trains on every row, as the bare loops do.
-        "checkpoint": {"root_uri": str(work / "checkpoints"), "every_n_steps": 50, "keep_last": 2, "keep_best": False},
+        "checkpoint": {"root_uri": str(work / "checkpoints"), "every_n_steps": checkpoint_every or None, "keep_last": 2,
+                       "keep_best": False},
         "tracking": {"tracking_uri": f"sqlite:///{work / 'mlflow.db'}", "experiment_name": "bench",
                      "log_every_n_steps": 10},
         "output_uri": str(work / "output"),
@@ -289,6 +295,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="resident-loop runs (the median is the baseline)")
     parser.add_argument("--trainer-path", type=Path, default=REPO / "trainer_image",
                         help="the trainer_image folder of the trainer to measure (default: this checkout's)")
+    parser.add_argument("--checkpoint-every", type=int, default=CHECKPOINT_EVERY,
+                        help="the trainer's checkpoint interval in steps (0: only at epoch ends, the spec's default)")
     parser.add_argument("--skip-determinism", action="store_true")
     args = parser.parse_args()
     import torch
@@ -311,7 +319,7 @@ def main() -> int:
             for mode in modes:
                 folder = work / f"{shape_name}-{mode}"
                 folder.mkdir()
-                config = trainer_config(folder, data, columns, shape, mode)
+                config = trainer_config(folder, data, columns, shape, mode, checkpoint_every=args.checkpoint_every)
                 run = run_trainer(folder, config, threads=args.threads, trainer_path=args.trainer_path)
                 if run.returncode != 0:
                     print(f"  {mode:15s} trainer FAILED (exit {run.returncode}):\n{run.output[-3000:]}")

@@ -337,3 +337,48 @@ def test_every_metric_arrives_when_the_tracking_server_comes_back(
     metrics = client.get_run(run_id).data.metrics
     assert metrics["trainer_cpu_hours"] > 0
     assert "system/samples_per_second" in metrics and "system/cpu_utilization_percent" in metrics
+
+
+def test_the_run_opens_beside_training_and_keeps_what_was_logged_before(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening the MLflow run costs the training thread nothing: with no server answering yet, params,
+    tags and metrics are taken at once, the stall is said once, and all of it is in the run once the
+    server answers."""
+    from mlflow import MlflowClient
+    from trainpipe_trainer.config import TrackingConfig
+    from trainpipe_trainer.tracking import OPEN_STALL_SECONDS, Tracker
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    server = MlflowServer(tmp_path / "server")
+    server.root.mkdir()
+    said = ""
+    try:
+        with Tracker(config=TrackingConfig(tracking_uri=server.uri, experiment_name="late"), enabled=True) as tracker:
+            started = time.monotonic()
+            tracker.log_params({"learning_rate": "0.01"})
+            tracker.set_tags({"team": "fraud"})
+            for step in (1, 2, 3):
+                tracker.log_metric("train_loss", 1.0 / step, step=step)
+            assert time.monotonic() - started < 1.0, "a log call waited for the tracking server"
+            assert tracker.run_id is None
+
+            def stall_said() -> bool:
+                nonlocal said
+                said += capfd.readouterr().err
+                return "cannot reach the tracking server" in said
+
+            wait_until(stall_said, timeout=OPEN_STALL_SECONDS + 60, what="the stall to be reported")
+            server.start()
+            assert tracker.flush(timeout=120)
+            run_id = tracker.run_id
+        said += capfd.readouterr().err
+        run = MlflowClient(server.uri).get_run(run_id)
+        history = MlflowClient(server.uri).get_metric_history(run_id, "train_loss")
+    finally:
+        server.stop()
+    assert said.count("cannot reach the tracking server") == 1
+    assert "the tracking server is reachable again" in said
+    assert run.info.status == "FINISHED"
+    assert run.data.params["learning_rate"] == "0.01" and run.data.tags["team"] == "fraud"
+    assert [(m.step, m.value) for m in history] == [(1, 1.0), (2, 0.5), (3, 1.0 / 3)]

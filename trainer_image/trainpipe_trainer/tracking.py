@@ -36,6 +36,9 @@ _NOT_PARAMS = ("storage_options", "tags", "tracking.run_id", "tracking.tracking_
 # MLflow's log_batch limits per request.
 MAX_METRICS_PER_BATCH = 1000
 MAX_TAGS_PER_BATCH = 100
+MAX_PARAMS_PER_BATCH = 100
+# How long opening the run may take before it is reported as an outage (as MetricPublisher.stall_seconds).
+OPEN_STALL_SECONDS = 5.0
 # How long the end of a run waits for buffered metrics to reach a server that is down.
 DRAIN_TIMEOUT_SECONDS = 300.0
 SPILL_DIR_ENV = "TRAINPIPE_METRICS_SPILL_DIR"
@@ -310,63 +313,99 @@ class Tracker:
     _client: Any = field(init=False, default=None)
     _failure: tuple[str, int | None, str] | None = field(init=False, default=None)
     _monitor: Any = field(init=False, default=None)
-    # Opening the run: MLflow's import and its store take seconds, spent beside the data read and
-    # the model build (ready() joins it). What is logged before then waits here.
+    # Opening the run (MLflow's import, its store, the run itself) takes seconds: a thread does it
+    # beside the data read, the model build and the first steps; nothing on the training thread
+    # waits for it before the model is logged (join). What is logged before then waits here, and
+    # the opening thread hands it to the publisher under _lock.
     _opening: threading.Thread | None = field(init=False, default=None)
     _open_error: BaseException | None = field(init=False, default=None)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    _training_thread: threading.Thread | None = field(init=False, default=None)
+    # The run is MLflow's active run on the training thread (log_model logs into the active run).
+    _active: bool = field(init=False, default=False)
     _early_params: dict[str, str] = field(init=False, default_factory=dict)
     _early_tags: dict[str, str] = field(init=False, default_factory=dict)
     _early_metrics: list[tuple[str, float, int]] = field(init=False, default_factory=list)
 
     def __enter__(self) -> Tracker:
         if self.enabled:
-            self._opening = threading.Thread(target=self._prepare, name="trainpipe-tracking-open", daemon=True)
+            self._training_thread = threading.current_thread()
+            self._opening = threading.Thread(target=self._open, name="trainpipe-tracking-open", daemon=True)
             self._opening.start()
         return self
 
-    def _prepare(self) -> None:
-        """Import MLflow and open its store (cached for the process), off the training thread."""
+    def _open(self) -> None:
+        """Import MLflow, open its store (cached for the process) and the run, start the publisher."""
+        slow: threading.Timer | None = None
         try:
             mlflow = import_mlflow()
             from trainpipe_trainer.mlflow_store import prepare_store
 
+            # A server that does not answer while the run opens is an outage like any other: said
+            # once, training goes on, what is logged waits (MLflow's client retries for minutes).
+            stalled = threading.Event()
+
+            def report_stall() -> None:
+                stalled.set()
+                _say(f"cannot reach the tracking server (no answer for {OPEN_STALL_SECONDS:.0f}s while opening the "
+                     "run); training continues and metrics are buffered until it is back")
+
+            slow = threading.Timer(OPEN_STALL_SECONDS, report_stall)
+            slow.daemon = True
+            slow.start()
             # Else mlflow itself falls back to MLFLOW_TRACKING_URI.
-            prepare_store(self.config.tracking_uri or mlflow.get_tracking_uri())
-            self._mlflow = mlflow
-        except BaseException as err:  # noqa: BLE001 - raised on the training thread by ready()
+            uri = self.config.tracking_uri or mlflow.get_tracking_uri()
+            prepare_store(uri)
+            mlflow.set_tracking_uri(uri)
+            client = mlflow.MlflowClient(uri)
+            if self.config.run_id:
+                run_id = self.config.run_id
+                client.update_run(run_id, status="RUNNING")
+            else:
+                from mlflow.tracking.context.registry import resolve_tags
+
+                # What mlflow.start_run() does, without making the run active on this thread.
+                experiment = mlflow.set_experiment(self.config.experiment_name)
+                run_id = client.create_run(experiment.experiment_id, tags=resolve_tags()).info.run_id
+            slow.cancel()
+            if stalled.is_set():
+                _say("the tracking server is reachable again; the run is open, sending the buffered metrics")
+            publisher = MetricPublisher(
+                send=self._send, max_buffered=self.config.max_buffered_metrics, spill_path=spill_path_for(run_id)
+            )
+            self._mlflow, self._client, self.run_id = mlflow, client, run_id
+            with self._lock:
+                params, self._early_params = self._early_params, {}
+                publisher.set_tags(self._early_tags)
+                for name, value, step in self._early_metrics:
+                    publisher.log_metric(name, value, step)
+                self._early_tags, self._early_metrics = {}, []
+                self.publisher = publisher
+            publisher.start()
+            if params:
+                self._log_params_now(params)
+            _warm_requirement_check()
+        except BaseException as err:  # noqa: BLE001 - raised on the training thread (check, join)
+            if slow is not None:
+                slow.cancel()
             self._open_error = err
 
-    def ready(self) -> None:
-        """Start (or rejoin) the MLflow run, once the store is open, and send what was logged so far.
-
-        Here, on the training thread: MLflow keeps the active run per thread, and the model is
-        logged into it from this one."""
-        if self._opening is None:
-            return
-        self._opening.join()
-        self._opening = None
+    def check(self) -> None:
+        """Raise on the training thread if opening the run failed (without waiting for it to finish)."""
         if self._open_error is not None:
-            raise self._open_error
-        mlflow = self._mlflow
-        if self.config.tracking_uri:
-            mlflow.set_tracking_uri(self.config.tracking_uri)
-        if self.config.run_id:
-            run = mlflow.start_run(run_id=self.config.run_id)
-        else:
-            mlflow.set_experiment(self.config.experiment_name)
-            run = mlflow.start_run()
-        self.run_id = run.info.run_id
-        self._client = mlflow.MlflowClient(mlflow.get_tracking_uri())
-        self.publisher = MetricPublisher(
-            send=self._send, max_buffered=self.config.max_buffered_metrics, spill_path=spill_path_for(self.run_id)
-        )
-        self.publisher.start()
-        if self._early_params:
-            self._log_params_now(self._early_params)
-        self.publisher.set_tags(self._early_tags)
-        for name, value, step in self._early_metrics:
-            self.publisher.log_metric(name, value, step)
-        self._early_params, self._early_tags, self._early_metrics = {}, {}, []
+            error, self._open_error = self._open_error, None
+            self._opening = None
+            raise error
+
+    def join(self) -> None:
+        """Wait until the run is open, and make it MLflow's active run on this (the training) thread."""
+        if self._opening is not None:
+            self._opening.join()
+            self._opening = None
+        self.check()
+        if self.run_id is not None and not self._active:
+            self._mlflow.start_run(run_id=self.run_id)
+            self._active = True
 
     def _send(self, metrics: list[MetricTuple], tags: dict[str, str]) -> None:
         from mlflow.entities import Metric, RunTag
@@ -381,10 +420,10 @@ class Tracker:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._opening is not None:
+        if self.enabled and self.run_id is None:
             # Training ended before the run was open (bad data, say): open it, to record why.
             try:
-                self.ready()
+                self.join()
             except Exception as err:  # noqa: BLE001 - the training error matters more
                 _say(f"could not open the MLflow run: {err}")
         if not self.enabled or self.run_id is None:
@@ -400,10 +439,14 @@ class Tracker:
             if step is not None:
                 tags[FAILURE_STEP_TAG] = str(step)
             try:
-                self._mlflow.set_tags(tags)
+                for key, value in tags.items():
+                    self._client.set_tag(self.run_id, key, value)
             except Exception as err:  # noqa: BLE001 - the training error matters more than the tag
                 _say(f"could not record the failure reason: {err}")
-        self._mlflow.end_run(status=status)
+        if self._active:
+            self._mlflow.end_run(status=status)
+        else:
+            self._client.set_terminated(self.run_id, status=status)
 
     def failed(self, reason: str, *, step: int | None, status: str = "FAILED") -> None:
         """Record why the run is about to end badly (tags and status are written on exit)."""
@@ -416,33 +459,65 @@ class Tracker:
     def log_params(self, params: dict[str, str]) -> None:
         if not self.enabled:
             return
-        if self._opening is not None:
-            self._early_params.update(params)
-            return
+        if self.publisher is None:
+            with self._lock:
+                if self.publisher is None:
+                    self._early_params.update(params)
+                    return
         self._log_params_now(params)
 
     def _log_params_now(self, params: dict[str, str]) -> None:
         # A retry logs into the same run: MLflow refuses to change a param, so log only new ones
         # and report (not fail on) any that differ from the earlier attempt.
-        existing = self._mlflow.get_run(self.run_id).data.params
+        existing = self._client.get_run(self.run_id).data.params
         changed = sorted(k for k, v in params.items() if k in existing and existing[k] != v)
         if changed:
             print(f"warning: params differ from an earlier attempt, kept the old values: {changed}", file=sys.stderr)
-        new = {k: v for k, v in params.items() if k not in existing}
-        if new:
-            self._mlflow.log_params(new)
+        new = [self._param(k, v) for k, v in params.items() if k not in existing]
+        for start in range(0, len(new), MAX_PARAMS_PER_BATCH):
+            self._client.log_batch(self.run_id, params=new[start:start + MAX_PARAMS_PER_BATCH], synchronous=True)
+
+    def _param(self, key: str, value: str) -> Any:
+        from mlflow.entities import Param
+
+        return Param(key, value)
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        if self._opening is not None:
-            self._early_tags.update(tags)
-        elif self.publisher is not None and tags:
-            self.publisher.set_tags(tags)
+        if not self.enabled or not tags:
+            return
+        if self.publisher is None:
+            with self._lock:
+                if self.publisher is None:
+                    self._early_tags.update(tags)
+                    return
+        self.publisher.set_tags(tags)
 
     def log_metric(self, name: str, value: float, *, step: int) -> None:
-        if self._opening is not None:
-            self._early_metrics.append((name, value, step))
-        elif self.publisher is not None:
-            self.publisher.log_metric(name, value, step)
+        if not self.enabled:
+            return
+        if self.publisher is None:
+            if self._open_error is not None and threading.current_thread() is self._training_thread:
+                self.check()
+            with self._lock:
+                if self.publisher is None:
+                    self._early_metrics.append((name, value, step))
+                    return
+        self.publisher.log_metric(name, value, step)
 
     def flush(self, timeout: float = DRAIN_TIMEOUT_SECONDS) -> bool:
+        if self.enabled:
+            self.join()
         return self.publisher.flush(timeout) if self.publisher is not None else True
+
+
+def _warm_requirement_check() -> None:
+    """Build MLflow's installed-packages map now, on the opening thread, while training runs.
+
+    log_model checks the model's pip requirements against what is installed; the first check maps
+    every installed file to its package (0.6 s here, more on a large image), which the export would
+    otherwise pay after the last step. An internal of MLflow: if it moves, the export pays it again."""
+    try:
+        from mlflow.utils.requirements_utils import _init_packages_to_modules_map
+    except ImportError:
+        return
+    _init_packages_to_modules_map()

@@ -217,8 +217,9 @@ class Trainer:
             dtype=torch.float64, device=self.env.device,
         )
         self.phases.mark("checkpoint restore")
-        self.tracker.ready()
-        self.phases.mark("tracking wait")
+        # The run opens on the tracker's thread while the first steps train; a failure to open
+        # it is raised here, or at the first logged metric after it.
+        self.tracker.check()
         self.counters.step = self.state.global_step
         self.progress.start(self.state.global_step)
         monitor = None
@@ -617,6 +618,7 @@ class Trainer:
                     "best_value": self.state.best_value})})
             # Every queued metric is in the run before the model (a server outage ends here, or fails).
             self.tracker.flush()
+            self.phases.mark("tracking wait")
             model_uri = log_pyfunc_model(
                 module, transformer=self.data.transformer, config=self.config, sample_frame=self.data.sample_frame,
                 target=self.data.target,
