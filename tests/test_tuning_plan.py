@@ -29,7 +29,9 @@ def test_the_search_runs_between_validate_and_train(plan):
     assert [upstream[t] for t in (*TUNING_TASKS, "train")] == [("validate",), ("create_study",), ("trials",),
                                                                ("pick_best",)]
     trials = plan.task("trials")
-    assert (trials.mapped_slots, trials.max_active_per_run) == (12, 2)
+    # One trial worker per parallel trial (max_parallel 2), not one task per trial (n_trials 12).
+    assert (trials.mapped_slots, trials.max_active_per_run) == (2, 2)
+    assert plan.tuning.n_trials == 12
     assert plan.task("pick_best").trigger_rule == "all_done"
     assert plan.tuning.timeout == timedelta(hours=2)
     assert {d.name: d.distribution for d in plan.tuning.space} == {

@@ -31,8 +31,10 @@ from trainpipe_trainer.config import (
     FeatureTransform,
     ModelConfig,
     OptimizationConfig,
+    SearchDimension,
     TrackingConfig,
     TrainingConfig,
+    apply_trial_params,
 )
 
 # The spec models (pydantic, 0.1 s to import) are imported where a plan is built, not here: a plan
@@ -46,7 +48,7 @@ TASK_ORDER: tuple[str, ...] = ("snapshot", "validate", "train", "evaluate", "gat
 TRAIN_TASK = "train"
 # With registration.approval required: between register and promote, waits for a person's answer.
 APPROVE_TASK = "approve"
-# With `tuning:`, between validate and train: the study, its trials (one mapped task), the best trial.
+# With `tuning:`, between validate and train: the study, its trial workers (one mapped task), the best trial.
 TUNING_TASKS: tuple[str, ...] = ("create_study", "trials", "pick_best")
 TRIALS_TASK = "trials"
 # Runs beside `train` (same upstream), outside the chain: watches its checkpoints for stalls.
@@ -65,7 +67,7 @@ _TASK_SUMMARIES = {
     "it challenger, tagged rejected",
     CHECKPOINT_SENSOR: "beside train: logs checkpoint progress, fails when none is committed for stall_timeout",
     "create_study": "the run's Optuna study (sampler, pruner) and its MLflow parent run",
-    "trials": "one mapped task per trial slot, at most max_parallel at once: ask, torchrun the trainer, tell",
+    "trials": "max_parallel trial workers (mapped): each launches the trainer once and runs trials back to back",
     "pick_best": "the best complete trial; study plots on the parent run; train runs with its parameters",
 }
 
@@ -440,20 +442,6 @@ class KubernetesPlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SearchDimension:
-    """One hyperparameter of the search: its range and where a trial's value goes in the trainer config."""
-
-    name: str
-    # Path in the trainer config (TrainingConfig): ("learning_rate",), ("model", "dropout"), ...
-    target: tuple[str, ...]
-    distribution: str  # log_uniform | uniform | int | choice
-    low: float | None = None
-    high: float | None = None
-    # choice: the values as JSON text (Optuna's categorical choices are scalars; a layer list is not).
-    choices: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class TuningPlan:
     """The hyperparameter search (``create_study``, ``trials``, ``pick_best``); storage is the environment's."""
 
@@ -470,6 +458,8 @@ class TuningPlan:
     # Each trial's epochs (the final training runs the trainer template's own).
     trial_epochs: int
     space: tuple[SearchDimension, ...]
+    # champion | previous_study | none: what create_study enqueues as the first trials.
+    warm_start: str = "none"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -710,7 +700,8 @@ def _tasks(pipeline_id: str, *, on_gate_failure: str = "skip", approval_required
     if tuning is not None:
         train_at = order.index(TRAIN_TASK)
         order[train_at:train_at] = TUNING_TASKS
-    mapped = {TRIALS_TASK: {"mapped_slots": tuning.n_trials, "max_active_per_run": tuning.max_parallel},
+    # One long-lived trial worker per parallel trial (not one task per trial): ADR 0011.
+    mapped = {TRIALS_TASK: {"mapped_slots": tuning.max_parallel, "max_active_per_run": tuning.max_parallel},
               "pick_best": {"trigger_rule": "all_done"}} if tuning else {}
     queued = {task_id: gpu_queue for task_id in GPU_TASKS} if gpu_queue else {}
     tasks = [
@@ -762,6 +753,7 @@ def _tuning(spec: PipelineSpec) -> TuningPlan | None:
         max_parallel=min(tuning.max_parallel, tuning.n_trials), timeout=tuning.timeout, sampler=tuning.sampler,
         seed=tuning.seed, pruner=tuning.pruner.type, pruner_options=pruner_arguments(tuning.pruner),
         trial_epochs=tuning.trial_epochs or spec.training.epochs, space=tuple(dimensions),
+        warm_start=tuning.warm_start,
     )
 
 
@@ -946,27 +938,12 @@ def _checked_param_value(param: PlannedParam, value: Any) -> float | int:
     return value
 
 
-def decode_choice(text: str) -> Any:
-    """A choice as the trainer config takes it (a layer list as a tuple)."""
-    import json
-
-    value = json.loads(text)
-    return tuple(value) if isinstance(value, list) else value
-
-
 def with_trial_params(plan: PipelinePlan, params: dict[str, Any], *, trial_epochs: bool = False) -> PipelinePlan:
     """The plan whose trainer config takes a trial's hyperparameters (as Optuna stores them: a choice
     that is a list is its JSON text), and, for a trial, the search's epochs per trial."""
     if plan.tuning is None:
         raise ValueError("the plan has no tuning section")
-    trainer = plan.trainer
-    for dimension in plan.tuning.space:
-        if dimension.name not in params:
-            continue
-        value = params[dimension.name]
-        if isinstance(value, str) and dimension.choices:
-            value = decode_choice(value)
-        trainer = _replace(trainer, dimension.target, value)
+    trainer = apply_trial_params(plan.trainer, plan.tuning.space, params)
     if trial_epochs:
         trainer = dataclasses.replace(trainer, epochs=plan.tuning.trial_epochs)
     return dataclasses.replace(plan, trainer=trainer)

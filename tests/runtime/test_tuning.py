@@ -1,13 +1,13 @@
-"""The trial runner without Airflow: real torchrun trainers, a real journal-file study, real MLflow (sqlite).
+"""The trial workers without Airflow: real torchrun trainers, a real journal-file study, real MLflow (sqlite).
 
-* Two slots run at the same time (two threads, as two Airflow task processes would): their trials'
-  lifetimes in the study overlap, and each asked its own parameters.
-* Running a slot again returns its trial: the study's trial count does not change.
-* A trial left RUNNING (its process died with its task) is failed by the slot's next run, never
-  left running, and no second trial is asked for.
-* The trainer reports at each checkpoint through the storage (here the validation AUC, maximised, under
-  asynchronous successive halving): every finished trial holds intermediate values, and pick_best
-  picks the best complete one and closes the MLflow parent run.
+* Two workers run at the same time (two threads, as two Airflow task processes would): each launches
+  its trainer once and runs several trials in that one process; the study ends with exactly n_trials
+  finished trials, each with its own child run, and pick_best picks the best complete one.
+* The best trial's weights equal a fresh single run's with the same parameters and seed.
+* A worker whose trainer dies mid-trial loses that trial only: it is marked failed, the worker
+  launches again, and the study still gets its n_trials; a trial an earlier try left RUNNING is failed.
+* tuning.warm_start: champion enqueues the champion's parameters as trial 0 (said in the log); a
+  pipeline without a champion starts from the sampler.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import yaml
 
 from trainpipe.demo.synthetic import generate_transactions
 from trainpipe.hooks.mlflow import MlflowHook
-from trainpipe.plan import build_plan
+from trainpipe.plan import build_plan, with_trial_params
 from trainpipe.runtime.snapshot import take_snapshot
-from trainpipe.runtime.train import RunContext
-from trainpipe.runtime.tuning import create_study, load_study, pick_best, run_trial, trial_of_slot
+from trainpipe.runtime.train import RunContext, run_training
+from trainpipe.runtime.tuning import create_study, load_study, pick_best, run_worker
 from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
@@ -72,76 +72,74 @@ def compile_plan(spec: dict):
     return build_plan(validate_loaded(loaded), spec_file=f"{spec['pipeline_id']}.yaml", spec_text=text)
 
 
-@pytest.fixture
-def tuned(state_dir: Path):
+def start(spec: dict, airflow_run_id: str = "manual__runner", on_line=None):
     settings = Settings.from_env()
-    # Asynchronous successive halving on the validation AUC (maximised): the parallel trials' pruner,
-    # on a metric other than the loss.
-    spec = tiny_tuned_spec("tuning_runner", n_trials=4, max_parallel=2, metric="validation_auc",
-                           pruner={"type": "successive_halving", "min_resource": 20, "reduction_factor": 2})
     write_data(settings, spec["pipeline_id"])
     plan = compile_plan(spec)
     snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=END)
-    run = RunContext(dag_id=plan.dag_id, airflow_run_id="manual__runner", try_number=1,
+    run = RunContext(dag_id=plan.dag_id, airflow_run_id=airflow_run_id, try_number=1,
                      spec_sha256=plan.spec_sha256, git_commit="test")
     hook = MlflowHook(settings)
-    study = create_study(plan, settings=settings, run=run, hook=hook)
+    study = create_study(plan, settings=settings, run=run, hook=hook, on_line=on_line)
     return plan, snapshot, settings, run, hook, study
 
 
-def test_two_slots_run_at_once_and_a_slot_never_gets_a_second_trial(tuned):
+@pytest.fixture
+def tuned(state_dir: Path):
+    # Asynchronous successive halving on the validation AUC (maximised): the parallel trials' pruner,
+    # on a metric other than the loss.
+    return start(tiny_tuned_spec("tuning_runner", n_trials=6, max_parallel=2, metric="validation_auc",
+                                 pruner={"type": "successive_halving", "min_resource": 20, "reduction_factor": 2}))
+
+
+def test_two_workers_run_the_study_each_several_trials_in_one_process(tuned):
     plan, snapshot, settings, run, hook, study = tuned
     outcomes: dict[int, dict] = {}
+    lines: dict[int, list[str]] = {0: [], 1: []}
     errors: list[BaseException] = []
 
-    def slot(number: int) -> None:
+    def worker(number: int) -> None:
         try:
-            outcomes[number] = run_trial(plan, number, snapshot, settings=settings, run=run, study=study,
-                                         hook=hook).to_dict()
+            outcomes[number] = run_worker(plan, number, snapshot, settings=settings, run=run, study=study,
+                                          hook=hook, on_line=lines[number].append)
         except BaseException as err:  # noqa: BLE001 - re-raised by the test below
             errors.append(err)
 
-    threads = [threading.Thread(target=slot, args=(n,)) for n in (0, 1)]
+    threads = [threading.Thread(target=worker, args=(n,)) for n in (0, 1)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=900)
+        thread.join(timeout=1500)
     assert not errors, errors
     live = load_study(plan.tuning, settings, study["study_name"])
-    first, second = (trial_of_slot(live, n) for n in (0, 1))
-    # Both trials were running at the same time: each started before the other finished.
+    finished = [t for t in live.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(finished) == 6, [(t.number, t.state.name) for t in live.trials]
+    assert all(t.state.is_finished() for t in live.trials)
+    by_worker = {w: [t for t in finished if t.user_attrs["worker"] == w] for w in (0, 1)}
+    # Each worker trained: one launch each (one process for all its trials), several trials in some launch.
+    assert all(by_worker.values()), by_worker
+    assert max(len(trials) for trials in by_worker.values()) >= 3
+    for w, trials in by_worker.items():
+        assert len({t.user_attrs["worker_pid"] for t in trials}) == 1
+        assert sum("ran" in line and "trials in this launch" in line for line in lines[w]) == 1
+        assert sorted(t["number"] for t in outcomes[w]["trials"] if t["state"] != "failed") == sorted(
+            t.number for t in trials)
+    # Both workers were training at the same time.
+    first, second = (min(trials, key=lambda t: t.number) for trials in by_worker.values())
     assert max(first.datetime_start, second.datetime_start) < min(first.datetime_complete, second.datetime_complete)
-    assert first.params != second.params
-    assert {outcomes[0]["state"], outcomes[1]["state"]} <= {"complete", "pruned"}
-    for trial in (first, second):
+    # Progress in the log after each trial: done, pruned, running, the best so far.
+    progress = [line for w in (0, 1) for line in lines[w] if "trials done" in line]
+    assert len(progress) >= 6 and any("best validation_auc" in line for line in progress), progress
+    assert f"study {study['study_name']}: 6 of 6 trials done" in lines[0][-1] + lines[1][-1]
+    for trial in finished:
         # Reported by the trainer at its checkpoints, at percent-of-trial steps: the AUC, not the loss.
         assert trial.intermediate_values and max(trial.intermediate_values) <= 100
         assert all(0 <= v <= 1 for v in trial.intermediate_values.values())
         assert trial.user_attrs["trainer_seconds"] > 0
     assert live.direction.name == "MAXIMIZE"
 
-    # The slot's task runs again (an Airflow clear): same trial, no new one.
-    again = run_trial(plan, 0, snapshot, settings=settings, run=run, study=study, hook=hook).to_dict()
-    assert again["number"] == outcomes[0]["number"] and again["state"] == outcomes[0]["state"]
-    assert len(load_study(plan.tuning, settings, study["study_name"]).trials) == 2
-
-    # A slot whose process died mid-trial: its trial is left RUNNING; the next try fails it.
-    dead = live.ask()
-    dead.set_user_attr("slot", 2)
-    outcome = run_trial(plan, 2, snapshot, settings=settings, run=run, study=study, hook=hook)
-    assert outcome.state == "failed" and outcome.number == dead.number
-    live = load_study(plan.tuning, settings, study["study_name"])
-    assert len(live.trials) == 3
-    assert "died" in live.trials[dead.number].user_attrs["fail_reason"]
-
-    # A trial asked by a process that died before recording its slot: pick_best fails it.
-    orphan = live.ask()
     best = pick_best(plan, settings=settings, study=study, hook=hook)
-    live = load_study(plan.tuning, settings, study["study_name"])
-    assert live.trials[orphan.number].state.name == "FAIL"
-    assert all(t.state.is_finished() for t in live.trials)
     assert best["number"] == live.best_trial.number and best["params"] == live.best_trial.params
-
     client = hook.client
     parent = client.get_run(study["parent_run_id"])
     assert parent.info.status == "FINISHED"
@@ -149,19 +147,86 @@ def test_two_slots_run_at_once_and_a_slot_never_gets_a_second_trial(tuned):
     assert parent.data.params["tuning.max_parallel"] == "2"
     assert (parent.data.params["tuning.pruner"], parent.data.params["tuning.metric"]) == (
         "successive_halving", "validation_auc")
-    assert json.loads(parent.data.params["tuning.pruner_options"])["reduction_factor"] == 2
-    # The best is the highest AUC of the complete trials.
     assert best["value"] == max(t.value for t in live.trials if t.state.name == "COMPLETE")
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
-    assert sorted(int(c.data.tags["trainpipe.trial_number"]) for c in children) == sorted(
-        t.number for t in live.trials if "mlflow_run_id" in t.user_attrs)
+    assert sorted(int(c.data.tags["trainpipe.trial_number"]) for c in children) == sorted(t.number for t in finished)
     for child in children:
-        assert child.data.tags["trainpipe.trial_state"] in {"complete", "pruned"}
-        assert json.loads(child.data.tags["trainpipe.trial_params"])
+        number = int(child.data.tags["trainpipe.trial_number"])
+        assert child.data.tags["trainpipe.trial_state"] == {"COMPLETE": "complete", "PRUNED": "pruned"}[
+            live.trials[number].state.name]
+        assert child.data.tags["trainpipe.trial_worker"] == str(live.trials[number].user_attrs["worker"])
+        assert json.loads(child.data.tags["trainpipe.trial_params"]) == live.trials[number].params
         assert "trainpipe.airflow_run_id" not in child.data.tags  # the final training's run is found by it
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "study")}
     assert {"study/optimization_history.png", "study/intermediate_values.png"} <= artifacts
+
+    # The best trial, trained again by a fresh single launch with the same parameters and seed: same weights.
+    fresh = run_training(with_trial_params(plan, best["params"], trial_epochs=True), snapshot, settings=settings,
+                         run=RunContext(dag_id=plan.dag_id, airflow_run_id="manual__fresh", try_number=1,
+                                        spec_sha256=plan.spec_sha256, git_commit="test"), hook=hook)
+    assert fresh.weights_sha256 == live.best_trial.user_attrs["weights_sha256"]
+
+
+def test_a_worker_that_dies_mid_trial_loses_only_that_trial(state_dir: Path):
+    spec = tiny_tuned_spec("tuning_killed", n_trials=3, max_parallel=1, pruner="none")
+    # The first launch's trainer exits abruptly (os._exit) after step 10's checkpoint of its first trial.
+    spec["training"]["testing"] = {"crash_first_try_after_step": 10}
+    plan, snapshot, settings, run, hook, study = start(spec)
+    live = load_study(plan.tuning, settings, study["study_name"])
+    # A trial an earlier try of worker 0's task left RUNNING (its process died with the task).
+    orphan = live.ask()
+    orphan.set_user_attr("worker", 0)
+    lines: list[str] = []
+    outcome = run_worker(plan, 0, snapshot, settings=settings, run=run, study=study, hook=hook, on_line=lines.append)
+
+    live = load_study(plan.tuning, settings, study["study_name"])
+    states = {t.number: t.state.name for t in live.trials}
+    assert states[orphan.number] == "FAIL"
+    assert "earlier try" in live.trials[orphan.number].user_attrs["fail_reason"]
+    killed = [t for t in live.trials if t.number != orphan.number and t.state.name == "FAIL"]
+    assert len(killed) == 1, states
+    assert "died during it" in killed[0].user_attrs["fail_reason"]
+    # The killed trial had reported before it died; the study still completes its n_trials.
+    assert killed[0].intermediate_values
+    assert sum(s == "COMPLETE" for s in states.values()) == 3
+    assert any(f"trial {killed[0].number} of worker 0: lost" in line for line in lines)
+    assert any("launching the trainer again" in line for line in lines)
+    # Two launches: the killed one and the one that ran the rest.
+    assert len({t.user_attrs["worker_pid"] for t in live.trials if "worker_pid" in t.user_attrs}) == 2
+    assert [t["state"] for t in outcome["trials"]].count("complete") == 3
+
+
+def test_warm_start_from_the_champion_enqueues_its_parameters_as_trial_0(state_dir: Path):
+    spec = tiny_tuned_spec("tuning_warm", n_trials=2, max_parallel=1, pruner="none")
+    spec["tuning"]["warm_start"] = "champion"
+    # No champion yet: the search starts from the sampler, as without a warm start.
+    lines: list[str] = []
+    plan, snapshot, settings, run, hook, study = start(spec, "manual__first", on_line=lines.append)
+    assert load_study(plan.tuning, settings, study["study_name"]).trials == []
+    assert any("has no champion yet; the search starts from the sampler" in line for line in lines), lines
+
+    # A champion: the registered version of a run trained with these parameters.
+    client = hook.client
+    trained = client.create_run(hook.experiment_id(plan.dag_id)).info.run_id
+    client.log_param(trained, "learning_rate", "0.0042")
+    client.log_param(trained, "model.hidden_layers", "[32, 16]")
+    client.set_terminated(trained)
+    client.create_registered_model(plan.registration.model_name)
+    version = client.create_model_version(plan.registration.model_name, f"runs:/{trained}/model", run_id=trained)
+    client.set_registered_model_alias(plan.registration.model_name, "champion", version.version)
+
+    lines = []
+    plan, snapshot, settings, run, hook, study = start(spec, "manual__second", on_line=lines.append)
+    assert (f"warm start (champion): trial 0 enqueued with the parameters of {plan.registration.model_name} version "
+            f"{version.version} (champion): " + json.dumps({"hidden_layers": "[32, 16]", "learning_rate": 0.0042},
+                                                          sort_keys=True)) in lines
+    worker_lines: list[str] = []
+    run_worker(plan, 0, snapshot, settings=settings, run=run, study=study, hook=hook, on_line=worker_lines.append)
+    live = load_study(plan.tuning, settings, study["study_name"])
+    assert live.trials[0].params == {"learning_rate": 0.0042, "hidden_layers": "[32, 16]"}
+    assert live.trials[0].state.name == "COMPLETE" and len(live.trials) == 2
+    assert any("trial 0 with" in line and "(warm start:" in line for line in worker_lines), worker_lines
 
 
 def test_study_plots_rank_parameters_only_with_enough_trials_and_warn_about_nothing(tmp_path: Path):

@@ -50,7 +50,11 @@ def _run(config_uri: str, watcher: PreemptionWatcher, phases: LaunchPhases) -> i
     try:
         config = load_config(config_uri)
         # Imported only now: a bad config fails fast, before torch loads.
-        from trainpipe_trainer.trainer import run_training
+        if config.tuning is not None and config.tuning.worker is not None:
+            # A trial worker: the study's trials back to back in this one launch.
+            from trainpipe_trainer.trial_worker import run_worker as run_training
+        else:
+            from trainpipe_trainer.trainer import run_training
 
         phases.mark("imports")
         run_training(config, watcher, phases)

@@ -20,7 +20,8 @@ from typing import Any, Literal
 # 4: transforms (declared feature transforms, fitted on the train split and shipped in the model).
 # 5: stop_after_step (`trainpipe reproduce` replays a world-size history segment by segment).
 # 6: scale_target (regression labels standardised on the train split) and early_stopping.
-CONFIG_VERSION = 6
+# 7: tuning.worker (a trial worker runs a study's trials back to back in one launch).
+CONFIG_VERSION = 7
 
 # The names both sides use, each choice list once: the spec models' fields (and so the JSON Schema),
 # the provider's metrics and plan, and the trainer's code paths read them from here.
@@ -329,6 +330,53 @@ def is_trial_pruned(trial_number: int, reason: str) -> bool:
     return reason.startswith(f"trial {trial_number} pruned at step ")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchDimension:
+    """One hyperparameter of the search: its range and where a trial's value goes in the trainer config."""
+
+    name: str
+    # Path in the trainer config (TrainingConfig): ("learning_rate",), ("model", "dropout"), ...
+    target: tuple[str, ...]
+    distribution: str  # log_uniform | uniform | int | choice
+    low: float | None = None
+    high: float | None = None
+    # choice: the values as JSON text (Optuna's categorical choices are scalars; a layer list is not).
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TrialWorker:
+    """This launch is trial worker ``worker`` of a study: it asks, trains and tells trials back to back
+    (one interpreter, one data read, one rendezvous) until the study has ``n_trials`` finished ones."""
+
+    worker: int
+    n_trials: int
+    sampler: str  # tpe | random
+    seed: int
+    space: tuple[SearchDimension, ...]
+    # Each trial's folder is <trials_root_uri>/trial-<number> (checkpoints/, output/).
+    trials_root_uri: str
+    # Each trial is a child run of the study's parent run, with these tags besides its own.
+    parent_run_id: str
+    experiment_id: str
+    child_tags: dict[str, str] = field(default_factory=dict)
+    # No trial starts once the study (its started_at attribute) is this old.
+    timeout_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        _require(self.worker >= 0, "tuning.worker.worker: must be >= 0")
+        _require(self.n_trials >= 1, "tuning.worker.n_trials: must be >= 1")
+        _require(self.sampler in ("tpe", "random"), f"tuning.worker.sampler: tpe or random, got {self.sampler!r}")
+        _require(len(self.space) > 0, "tuning.worker.space: at least one hyperparameter")
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TrialWorker:
+        data = dict(raw)
+        space = tuple(SearchDimension(**{**d, "target": tuple(d["target"]), "choices": tuple(d.get("choices", ()))})
+                      for d in data.pop("space"))
+        return cls(space=space, **data)
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class TuningTrial:
     """This training is one trial of a hyperparameter search (an Optuna study in a shared storage).
@@ -348,10 +396,13 @@ class TuningTrial:
     pruner: PrunerName = "hyperband"
     # Keyword arguments of the pruner (the same in every process that loads the study).
     pruner_options: dict[str, Any] = field(default_factory=dict)
+    # Set for a trial worker (trial_number is then -1: the worker asks the study for each trial's).
+    worker: TrialWorker | None = None
 
     def __post_init__(self) -> None:
         _require(bool(self.study_name), "tuning.study_name: must not be empty")
-        _require(self.trial_number >= 0, "tuning.trial_number: must be >= 0")
+        _require(self.trial_number >= 0 or (self.worker is not None and self.trial_number == -1),
+                 "tuning.trial_number: must be >= 0 (-1 for a trial worker)")
         _require(self.metric in TUNING_METRICS, f"tuning.metric: one of {TUNING_METRICS}, got {self.metric!r}")
         _require(self.direction in DIRECTIONS, f"tuning.direction: one of {DIRECTIONS}, got {self.direction!r}")
         _require(self.pruner in PRUNERS, f"tuning.pruner: one of {PRUNERS}, got {self.pruner!r}")
@@ -489,7 +540,7 @@ class TrainingConfig:
                 checkpoint=CheckpointConfig(**data.pop("checkpoint")),
                 tracking=TrackingConfig(**data.pop("tracking", {})),
                 fault_injection=FaultInjection(**fault_injection) if fault_injection is not None else None,
-                tuning=TuningTrial(**tuning) if tuning is not None else None,
+                tuning=_tuning_trial(tuning) if tuning is not None else None,
                 early_stopping=EarlyStoppingConfig(**early_stopping) if early_stopping is not None else None,
                 **data,
             )
@@ -499,6 +550,33 @@ class TrainingConfig:
     @classmethod
     def from_json(cls, text: str) -> TrainingConfig:
         return cls.from_dict(json.loads(text))
+
+
+def apply_trial_params(config: TrainingConfig, space: tuple[SearchDimension, ...],
+                       params: dict[str, Any]) -> TrainingConfig:
+    """``config`` with a trial's hyperparameters (as Optuna stores them: a choice that is a list is its
+    JSON text, which becomes a tuple); the provider's plans and a trial worker apply them alike."""
+    for dimension in space:
+        if dimension.name not in params:
+            continue
+        value = params[dimension.name]
+        if isinstance(value, str) and dimension.choices:
+            decoded = json.loads(value)
+            value = tuple(decoded) if isinstance(decoded, list) else decoded
+        config = _replace_at(config, dimension.target, value)
+    return config
+
+
+def _replace_at(obj: Any, path: tuple[str, ...], value: Any) -> Any:
+    """``obj`` with the field at ``path`` replaced (each frozen section re-checks its own values)."""
+    head, *rest = path
+    return dataclasses.replace(obj, **{head: _replace_at(getattr(obj, head), tuple(rest), value) if rest else value})
+
+
+def _tuning_trial(raw: dict[str, Any]) -> TuningTrial:
+    data = dict(raw)
+    worker = data.pop("worker", None)
+    return TuningTrial(worker=TrialWorker.from_dict(worker) if worker is not None else None, **data)
 
 
 # -- the resume guard ---------------------------------------------------------------------------

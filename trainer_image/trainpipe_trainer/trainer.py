@@ -96,7 +96,8 @@ class Trainer:
     config: TrainingConfig
     env: DistEnv
     tracker: Tracker
-    data: TrainingData = field(init=False)
+    # Read from the config's snapshot unless given: a trial worker reads it once for all its trials.
+    data: TrainingData | None = None
     strategy: Strategy = field(init=False)
     loss_fn: LossFn = field(init=False)
     batches: EpochLoader = field(init=False)
@@ -125,7 +126,8 @@ class Trainer:
     def __post_init__(self) -> None:
         config, env = self.config, self.env
         self.clock = ComputeClock(device=env.device)
-        self.data = load_training_data(config)
+        if self.data is None:
+            self.data = load_training_data(config)
         accumulation = config.optimization.gradient_accumulation_steps
         placement = self._data_device()
         self.batches = EpochLoader(

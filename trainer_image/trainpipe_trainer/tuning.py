@@ -12,12 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trainpipe_trainer.config import OPTUNA_STORAGE_ENV, TUNING_MAX_RESOURCE, TuningTrial
+from trainpipe_trainer.config import OPTUNA_STORAGE_ENV, TUNING_MAX_RESOURCE, SearchDimension, TuningTrial
 
 if TYPE_CHECKING:
     import optuna
 
 INSTALL_HINT = "hyperparameter search needs optuna: pip install 'trainpipe-trainer[tuning]'"
+
+# What the provider's study tasks and the trial workers record, one name each. MLflow tags:
+STUDY_TAG = "trainpipe.study"
+TRIAL_TAG = "trainpipe.trial_number"
+STATE_TAG = "trainpipe.trial_state"
+# Optuna user attributes: of a trial (the worker that ran it, where it came from), of the study.
+WORKER_ATTR = "worker"
+WARM_START_ATTR = "warm_start"
+STARTED_ATTR = "started_at"
 
 
 def import_optuna():  # noqa: ANN201 - the optuna module
@@ -109,3 +118,73 @@ class TrialReporter:
         if progress not in self.storage.get_trial(self.trial_id).intermediate_values:
             self.trial.report(value, progress)
         return self.trial.should_prune()
+
+
+def build_sampler(sampler: str, *, seed: int, n_trials: int, stream: int) -> optuna.samplers.BaseSampler:
+    """The study's sampler as one process asks it: seeded per ``stream`` (a worker), so workers asking
+    at the same time, each with its own sampler, draw different startup points."""
+    optuna = import_optuna()
+    seed = seed * 10_000 + stream
+    if sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    # Random points first, fewer than Optuna's 10 for small studies, so TPE has trials to learn from.
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(2, min(10, n_trials // 3)))
+
+
+def suggest(trial: optuna.Trial, space: tuple[SearchDimension, ...]) -> dict[str, Any]:
+    """This trial's value of every dimension of the space (an enqueued trial's fixed values as given)."""
+    import json
+
+    params: dict[str, Any] = {}
+    for d in space:
+        if d.distribution == "log_uniform":
+            params[d.name] = trial.suggest_float(d.name, d.low, d.high, log=True)
+        elif d.distribution == "uniform":
+            params[d.name] = trial.suggest_float(d.name, d.low, d.high)
+        elif d.distribution == "int":
+            params[d.name] = trial.suggest_int(d.name, int(d.low), int(d.high))
+        else:
+            decoded = [json.loads(c) for c in d.choices]
+            # Scalars as themselves; a layer list as its JSON text (Optuna's choices are scalars).
+            choices = decoded if all(not isinstance(c, list) for c in decoded) else list(d.choices)
+            params[d.name] = trial.suggest_categorical(d.name, choices)
+    return params
+
+
+def fits_space(params: dict[str, Any], space: tuple[SearchDimension, ...]) -> dict[str, Any]:
+    """The values of ``params`` that today's space can take (a warm start from yesterday's space, or from
+    a champion trained before the space changed): out-of-range or unknown values are left to the sampler."""
+    import json
+
+    kept: dict[str, Any] = {}
+    for d in space:
+        if d.name not in params:
+            continue
+        value = params[d.name]
+        if d.distribution == "choice":
+            encoded = value if isinstance(value, str) and value in d.choices else json.dumps(
+                list(value) if isinstance(value, tuple | list) else value)
+            if encoded in d.choices:
+                decoded = [json.loads(c) for c in d.choices]
+                kept[d.name] = encoded if any(isinstance(c, list) for c in decoded) else json.loads(encoded)
+        elif isinstance(value, int | float) and not isinstance(value, bool) and d.low <= value <= d.high:
+            kept[d.name] = int(value) if d.distribution == "int" else float(value)
+    return kept
+
+
+def state_name(trial: optuna.trial.FrozenTrial) -> str:
+    return {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}.get(trial.state.name, trial.state.name.lower())
+
+
+def progress_line(study: optuna.Study, n_trials: int) -> str:
+    """Trials done, pruned and running, and the best value so far: the worker's log line after each trial."""
+    trials = study.get_trials(deepcopy=False)
+    counts = {s: sum(1 for t in trials if state_name(t) == s) for s in ("complete", "pruned", "failed", "running")}
+    done = counts["complete"] + counts["pruned"]
+    line = (f"study {study.study_name}: {done} of {n_trials} trials done ({counts['complete']} complete, "
+            f"{counts['pruned']} pruned), {counts['failed']} failed, {counts['running']} running")
+    complete = [t for t in trials if t.state.name == "COMPLETE" and t.value is not None]
+    if complete:
+        best = (min if study.direction.name == "MINIMIZE" else max)(complete, key=lambda t: t.value)
+        line += f"; best {study.user_attrs.get('metric', 'value')} {best.value:.6g} (trial {best.number})"
+    return line

@@ -14,20 +14,22 @@ if TYPE_CHECKING:
 
 
 class CreateStudyOperator(_PipelineStepOperator):
-    """The DAG run's Optuna study (found again by a retry) and its MLflow parent run."""
+    """The DAG run's Optuna study (found again by a retry), its warm start, and its MLflow parent run."""
 
     def execute(self, context: Context) -> dict[str, str]:
         from trainpipe.runtime.tuning import create_study
 
         inputs = train_inputs(self.plan, context)
-        study = create_study(inputs.plan, settings=self.settings, run=inputs.run, hook=self.hook)
+        study = create_study(inputs.plan, settings=self.settings, run=inputs.run, hook=self.hook,
+                             on_line=lambda line: self.log.info("%s", line))
         self.log.info("study %s (storage: TRAINPIPE_OPTUNA_STORAGE), MLflow parent run %s",
                       study["study_name"], study["parent_run_id"])
         return study
 
 
 class TrialOperator(_PipelineStepOperator):
-    """One trial slot (mapped over the slots): ask the study, train with the trial's parameters, tell it."""
+    """One trial worker (mapped over ``max_parallel`` workers, ``slot`` is the worker's index): one trainer
+    launch that runs the study's trials back to back until it has ``n_trials``."""
 
     ui_color = "#fdf1c9"
 
@@ -37,13 +39,13 @@ class TrialOperator(_PipelineStepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trainpipe.operators.context import failed_for_good_on_refused_resume
-        from trainpipe.runtime.tuning import run_trial
+        from trainpipe.runtime.tuning import run_worker
 
         inputs = train_inputs(self.plan, context)
         study = context["ti"].xcom_pull(task_ids="create_study")
         with failed_for_good_on_refused_resume():
-            return run_trial(inputs.plan, self.slot, inputs.snapshot, settings=self.settings, run=inputs.run,
-                             study=study, hook=self.hook, on_line=lambda line: self.log.info("%s", line)).to_dict()
+            return run_worker(inputs.plan, self.slot, inputs.snapshot, settings=self.settings, run=inputs.run,
+                              study=study, hook=self.hook, on_line=lambda line: self.log.info("%s", line))
 
 
 class PickBestOperator(_PipelineStepOperator):

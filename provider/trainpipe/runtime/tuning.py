@@ -1,40 +1,59 @@
-"""The hyperparameter search of one DAG run: ``create_study``, ``trials`` (one task per slot), ``pick_best``.
+"""The hyperparameter search of one DAG run: ``create_study``, ``trials`` (one task per worker), ``pick_best``.
 
 One Optuna study per DAG run, in the storage the environment names (``TRAINPIPE_OPTUNA_STORAGE``;
-a journal file under ``TRAINPIPE_HOME`` by default). Trials use ask-and-tell across processes: a
-trial task asks the study for its parameters, runs the very launch the ``train`` task runs
-(``trainpipe.runtime.train.run_training``) with them, and tells the study the outcome; the trainer
-reports its validation loss at each checkpoint through the same storage and stops when the pruner
-says so. A slot is recorded on its trial (user attribute ``slot``), so running a slot's task again
-finds its trial instead of asking for a second one. Optuna's heartbeats only run under
-``Study.optimize``, so a trial left RUNNING by a process that died is failed here: by the slot's next
-try, and by ``pick_best`` for any left over.
+a journal file under ``TRAINPIPE_HOME`` by default). ``create_study`` enqueues the warm start's points
+(``tuning.warm_start``) as the first trials. Each of ``max_parallel`` trial workers launches the very
+trainer ``train`` launches once, as a trial worker (``trainpipe_trainer.trial_worker``): the trainer
+asks the study, trains, reports at each checkpoint (the pruner may stop it) and tells, trial after
+trial, until the study has ``n_trials`` finished trials. A trial records the worker that ran it (user
+attribute ``worker``), so a trial a dead trainer left RUNNING is marked failed: by the worker's
+relaunch, its task's next try, and ``pick_best`` for any left over (Optuna's heartbeats only run under
+``Study.optimize``).
 
 MLflow: the study is a parent run (its settings, best value and plots), each trial a child run
-(``mlflow.parentRunId``) that the trainer logs into; the final training's run is tagged with the
-trial and parameters it came from.
+(``mlflow.parentRunId``) that the worker creates and logs into; the final training's run is tagged
+with the trial and parameters it came from.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainpipe import storage
 from trainpipe.errors import TrainingFailedError, TrainpipeError, TuningFailedError
-from trainpipe.plan import PipelinePlan, TuningPlan, run_key, with_trial_params
-from trainpipe.runtime.train import RunContext, TrialLaunch, run_dir_for, run_training
+from trainpipe.launch import LaunchValues, resolve
+from trainpipe.launchers.local import local_python, run_local
+from trainpipe.plan import FaultPlan, PipelinePlan, TuningPlan, run_key, with_trial_params
+from trainpipe.runtime.train import RunContext, TrainerReasons, TrialLaunch, prepare_training_run, run_dir_for
+from trainpipe.runtime.usage import account_try
 from trainpipe.settings import Settings
-from trainpipe_trainer.config import TuningTrial, is_trial_pruned
+from trainpipe_trainer.config import TrialWorker, TuningTrial
+from trainpipe_trainer.tuning import (
+    STARTED_ATTR,
+    STATE_TAG,  # noqa: F401 - the tag names, re-exported for the provider's readers
+    STUDY_TAG,
+    TRIAL_TAG,
+    WARM_START_ATTR,
+    WORKER_ATTR,
+    build_sampler,
+    fits_space,
+    make_pruner,
+    open_storage,
+    progress_line,
+    state_name,
+    storage_for_config,
+)
 from trainpipe_trainer.tuning import import_optuna as _import_optuna
-from trainpipe_trainer.tuning import make_pruner, open_storage, storage_for_config
+from trainpipe_trainer.tuning import suggest as suggest_params
 
 if TYPE_CHECKING:
     import optuna
@@ -44,11 +63,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STUDY_TAG = "trainpipe.study"
-TRIAL_TAG = "trainpipe.trial_number"
-STATE_TAG = "trainpipe.trial_state"
-SLOT_ATTR = "slot"
-STARTED_ATTR = "started_at"
 
 
 TUNING_INSTALL_HINT = "pip install 'airflow-provider-trainpipe[tuning]'"
@@ -67,14 +81,9 @@ def study_name(dag_id: str, airflow_run_id: str) -> str:
 
 
 def make_sampler(tuning: TuningPlan, slot: int) -> optuna.samplers.BaseSampler:
-    """The study's sampler as the trial of ``slot`` asks it: seeded per slot, so trials asking at the
-    same time (each in its own process, each with a fresh sampler) draw different startup points."""
-    optuna = import_optuna()
-    seed = tuning.seed * 10_000 + slot
-    if tuning.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    # Random points first, fewer than Optuna's 10 for small studies, so TPE has trials to learn from.
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(2, min(10, tuning.n_trials // 3)))
+    """The study's sampler as worker ``slot`` asks it (``trainpipe_trainer.tuning.build_sampler``)."""
+    import_optuna()
+    return build_sampler(tuning.sampler, seed=tuning.seed, n_trials=tuning.n_trials, stream=slot)
 
 
 def load_study(tuning: TuningPlan, settings: Settings, name: str, *, slot: int = 0) -> optuna.Study:
@@ -86,19 +95,99 @@ def load_study(tuning: TuningPlan, settings: Settings, name: str, *, slot: int =
 # -- create_study -------------------------------------------------------------------------------
 
 
-def create_study(plan: PipelinePlan, *, settings: Settings, run: RunContext, hook: MlflowHook) -> dict[str, str]:
-    """The run's study (found again on a retry) and its MLflow parent run."""
+def create_study(plan: PipelinePlan, *, settings: Settings, run: RunContext, hook: MlflowHook,
+                 on_line: Callable[[str], None] | None = None) -> dict[str, str]:
+    """The run's study (found again on a retry), its warm start, and its MLflow parent run."""
     tuning = _tuning(plan)
     optuna = import_optuna()
+    emit = on_line or (lambda line: log.info("%s", line))
     name = study_name(plan.dag_id, run.airflow_run_id)
     study = optuna.create_study(storage=open_storage(settings.optuna_storage), study_name=name,
                                 direction=tuning.direction, sampler=make_sampler(tuning, 0),
                                 pruner=make_pruner(tuning.pruner, tuning.pruner_options), load_if_exists=True)
+    if not study.trials:
+        # Before any worker asks, so the warm start's points are the study's first trials; once only.
+        warm_start(study, plan, settings=settings, hook=hook, emit=emit)
     if STARTED_ATTR not in study.user_attrs:
         study.set_user_attr(STARTED_ATTR, datetime.now(timezone.utc).isoformat())
         study.set_user_attr("metric", tuning.metric)
     parent = _parent_run(hook, plan, run, name)
     return {"study_name": name, "parent_run_id": parent}
+
+
+# previous_study: how many of the previous study's best complete trials start the next one.
+WARM_START_PREVIOUS_BEST = 3
+
+
+def warm_start(study: optuna.Study, plan: PipelinePlan, *, settings: Settings, hook: MlflowHook,
+               emit: Callable[[str], None]) -> list[int]:
+    """Enqueue ``tuning.warm_start``'s points as the study's first trials; the trial numbers enqueued."""
+    tuning = _tuning(plan)
+    if tuning.warm_start == "none":
+        return []
+    if tuning.warm_start == "champion":
+        points = _champion_point(plan, hook, emit)
+    else:
+        points = _previous_study_points(plan, settings, study.study_name, emit)
+    numbers = []
+    for label, params in points:
+        study.enqueue_trial(params, user_attrs={WARM_START_ATTR: label})
+        numbers.append(len(study.trials) - 1)
+        emit(f"warm start ({tuning.warm_start}): trial {numbers[-1]} enqueued with the parameters of {label}: "
+             f"{json.dumps(params, sort_keys=True)}")
+    return numbers
+
+
+def _champion_point(plan: PipelinePlan, hook: MlflowHook, emit: Callable[[str], None]) -> list[tuple[str, dict]]:
+    """The parameters the champion model was trained with, those today's space can take."""
+    from mlflow.exceptions import MlflowException
+
+    model, alias = plan.registration.model_name, plan.registration.alias
+    try:
+        version = hook.client.get_model_version_by_alias(model, alias)
+    except MlflowException:
+        emit(f"warm start (champion): {model} has no {alias} yet; the search starts from the sampler")
+        return []
+    recorded = hook.client.get_run(version.run_id).data.params
+    raw: dict[str, Any] = {}
+    for dimension in _tuning(plan).space:
+        text = recorded.get(".".join(dimension.target))
+        if text is not None:
+            try:
+                raw[dimension.name] = json.loads(text)
+            except ValueError:
+                continue
+    params = fits_space(raw, _tuning(plan).space)
+    label = f"{model} version {version.version} ({alias})"
+    if not params:
+        emit(f"warm start (champion): none of {label}'s parameters is in today's search space; nothing enqueued")
+        return []
+    return [(label, params)]
+
+
+def _previous_study_points(plan: PipelinePlan, settings: Settings, current: str,
+                           emit: Callable[[str], None]) -> list[tuple[str, dict]]:
+    """The best few complete trials of this pipeline's latest study before this one."""
+    optuna = import_optuna()
+    tuning = _tuning(plan)
+    earlier = [s for s in optuna.get_all_study_summaries(open_storage(settings.optuna_storage))
+               if s.study_name.startswith(f"{plan.dag_id}.") and s.study_name != current
+               and STARTED_ATTR in s.user_attrs]
+    if not earlier:
+        emit(f"warm start (previous_study): {plan.dag_id} has no earlier study; the search starts from the sampler")
+        return []
+    previous = max(earlier, key=lambda s: s.user_attrs[STARTED_ATTR]).study_name
+    loaded = optuna.load_study(study_name=previous, storage=open_storage(settings.optuna_storage))
+    complete = [t for t in loaded.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
+    complete.sort(key=lambda t: t.value, reverse=tuning.direction == "maximize")
+    points = []
+    for trial in complete[:WARM_START_PREVIOUS_BEST]:
+        params = fits_space(trial.params, tuning.space)
+        if params:
+            points.append((f"trial {trial.number} of study {previous}", params))
+    if not points:
+        emit(f"warm start (previous_study): study {previous} has no complete trial in today's search space")
+    return points
 
 
 def _parent_run(hook: MlflowHook, plan: PipelinePlan, run: RunContext, name: str) -> str:
@@ -126,187 +215,127 @@ def _parent_run(hook: MlflowHook, plan: PipelinePlan, run: RunContext, name: str
     return parent
 
 
-# -- trials -------------------------------------------------------------------------------------
+# -- trials: the workers ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TrialOutcome:
-    slot: int
-    number: int | None
-    state: str  # complete | pruned | failed | skipped
-    value: float | None
-    params: dict[str, Any]
-    # Wall seconds of the trial's launch (torchrun start to exit), and the trainer's own compute count.
-    trainer_seconds: float
-    mlflow_run_id: str | None
-    compute_seconds: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"slot": self.slot, "number": self.number, "state": self.state, "value": self.value,
-                "params": self.params, "trainer_seconds": self.trainer_seconds,
-                "compute_seconds": self.compute_seconds, "mlflow_run_id": self.mlflow_run_id}
-
-
-def _outcome(slot: int, trial: optuna.trial.FrozenTrial) -> TrialOutcome:
-    return TrialOutcome(slot=slot, number=trial.number, state=_state_name(trial), value=trial.value,
-                        params=dict(trial.params), trainer_seconds=float(trial.user_attrs.get("trainer_seconds", 0.0)),
-                        compute_seconds=trial.user_attrs.get("compute_seconds"),
-                        mlflow_run_id=trial.user_attrs.get("mlflow_run_id"))
+# How many times a worker's task launches its trainer again in one try after it died mid-trial (each
+# death costs one trial, marked failed); a trainer that keeps dying fails the task instead.
+WORKER_RELAUNCHES = 2
 
 
 def _state_name(trial: optuna.trial.FrozenTrial) -> str:
-    return {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}.get(trial.state.name, trial.state.name.lower())
+    return state_name(trial)
 
 
-def trial_of_slot(study: optuna.Study, slot: int) -> optuna.trial.FrozenTrial | None:
-    return next((t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(SLOT_ATTR) == slot), None)
+def trials_of_worker(study: optuna.Study, worker: int) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(WORKER_ATTR) == worker]
 
 
-def run_trial(plan: PipelinePlan, slot: int, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
-              study: dict[str, str], hook: MlflowHook, on_line: Callable[[str], None] | None = None) -> TrialOutcome:
-    """The trial of ``slot``: asked once per slot, trained by the same launch as ``train``, told its state.
-
-    Runs again for a slot (an Airflow retry or clear) return the slot's trial instead of asking for
-    another; one left RUNNING there (its process died with its task) is failed first.
-    """
-    tuning = _tuning(plan)
+def fail_lost_trials(study: optuna.Study, worker: int, reason: str, emit: Callable[[str], None]) -> list[int]:
+    """Mark the trials ``worker`` left RUNNING failed (its trainer died during them): only those are lost."""
     optuna = import_optuna()
-    emit = on_line or (lambda line: log.info("%s", line))
-    name = study["study_name"]
-    live = load_study(tuning, settings, name, slot=slot)
-    existing = trial_of_slot(live, slot)
-    if existing is not None:
-        if existing.state == optuna.trial.TrialState.RUNNING:
-            reason = "its process died with an earlier try of this task; the slot keeps this trial, failed"
-            _fail(live, existing.number, reason)
-            existing = live.trials[existing.number]
-            emit(f"trial {existing.number} of slot {slot}: {reason}")
-        else:
-            emit(f"slot {slot} already ran trial {existing.number} ({_state_name(existing)}): not asking for another")
-        return _outcome(slot, existing)
-    if tuning.timeout is not None:
-        started = datetime.fromisoformat(live.user_attrs[STARTED_ATTR])
-        if datetime.now(timezone.utc) - started > tuning.timeout:
-            emit(f"slot {slot}: the study is older than its timeout ({tuning.timeout}); no trial started")
-            return TrialOutcome(slot=slot, number=None, state="skipped", value=None, params={}, trainer_seconds=0.0,
-                                mlflow_run_id=None)
+    lost = [t.number for t in trials_of_worker(study, worker) if t.state == optuna.trial.TrialState.RUNNING]
+    for number in lost:
+        _fail(study, number, reason)
+        emit(f"trial {number} of worker {worker}: {reason}; marked failed")
+    return lost
 
-    trial = live.ask()
-    # Recorded first: from here on, this slot's trial is this one, whatever happens to this process.
-    trial.set_user_attr(SLOT_ATTR, slot)
-    params = suggest(trial, tuning)
-    emit(f"slot {slot}: trial {trial.number} with {json.dumps(params, sort_keys=True)}")
-    child = _child_run(hook, plan, run, name, study["parent_run_id"], trial.number, params)
-    trial.set_user_attr("mlflow_run_id", child)
-    trial_plan = with_trial_params(plan, params, trial_epochs=True)
-    launch = TrialLaunch(mlflow_run_id=child, tuning=TuningTrial(
-        storage=storage_for_config(settings.optuna_storage), study_name=name, trial_number=trial.number, metric=tuning.metric,
-        direction=tuning.direction, pruner=tuning.pruner, pruner_options=dict(tuning.pruner_options)))
-    run_dir = run_dir_for(plan.dag_id, settings, run.airflow_run_id) / "trials" / f"trial-{trial.number}"
-    started = time.monotonic()
-    state, reason = "complete", None
+
+def worker_config(plan: PipelinePlan, worker: int, *, settings: Settings, run: RunContext, study: dict[str, str],
+                  hook: MlflowHook) -> tuple[PipelinePlan, TrialLaunch]:
+    """The plan (each trial's epochs) and the trial launch of worker ``worker``."""
+    tuning = _tuning(plan)
+    name = study["study_name"]
+    trials_root = run_dir_for(plan.dag_id, settings, run.airflow_run_id) / "trials"
+    child_tags = {STUDY_TAG: name, "trainpipe.dag_id": run.dag_id, "trainpipe.study_airflow_run_id": run.airflow_run_id}
+    launch = TrialLaunch(mlflow_run_id=study["parent_run_id"], tuning=TuningTrial(
+        storage=storage_for_config(settings.optuna_storage), study_name=name, trial_number=-1, metric=tuning.metric,
+        direction=tuning.direction, pruner=tuning.pruner, pruner_options=dict(tuning.pruner_options),
+        worker=TrialWorker(worker=worker, n_trials=tuning.n_trials, sampler=tuning.sampler, seed=tuning.seed,
+                           space=tuning.space, trials_root_uri=storage.fsspec_uri(trials_root),
+                           parent_run_id=study["parent_run_id"], experiment_id=hook.experiment_id(plan.dag_id),
+                           child_tags=child_tags,
+                           timeout_seconds=tuning.timeout.total_seconds() if tuning.timeout else None)))
+    return with_trial_params(plan, {}, trial_epochs=True), launch
+
+
+def run_worker(plan: PipelinePlan, worker: int, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
+               study: dict[str, str], hook: MlflowHook, on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Trial worker ``worker``: one trainer launch that runs trials until the study has ``n_trials``.
+
+    A trial this worker left RUNNING (its trainer died with an earlier try of this task, or during this
+    launch) is marked failed; the worker then launches again, so a death costs one trial, not the study.
+    """
+    emit = on_line or (lambda line: log.info("%s", line))
+    tuning = _tuning(plan)
+    name = study["study_name"]
+    live = load_study(tuning, settings, name, slot=worker)
+    fail_lost_trials(live, worker, "its trainer died with an earlier try of this task", emit)
+    worker_plan, launch = worker_config(plan, worker, settings=settings, run=run, study=study, hook=hook)
+    run_dir = run_dir_for(plan.dag_id, settings, run.airflow_run_id) / "trials" / f"worker-{worker}"
+    for attempt in range(WORKER_RELAUNCHES + 1):
+        try:
+            launch_worker(worker_plan, snapshot, settings=settings, run=run, hook=hook, run_dir=run_dir,
+                          trial=launch, on_line=emit)
+            break
+        except TrainingFailedError as err:
+            lost = fail_lost_trials(load_study(tuning, settings, name, slot=worker), worker,
+                                    f"lost: its worker's trainer died during it ({err})"[:500], emit)
+            if not lost or attempt == WORKER_RELAUNCHES:
+                raise
+            emit(f"worker {worker}: launching the trainer again to run the study's remaining trials "
+                 f"(relaunch {attempt + 1} of {WORKER_RELAUNCHES})")
+            # As an Airflow retry does: the test-only crash is injected into the first launch only.
+            worker_plan = dataclasses.replace(worker_plan, testing=FaultPlan())
+    live = load_study(tuning, settings, name, slot=worker)
+    mine = trials_of_worker(live, worker)
+    emit(progress_line(live, tuning.n_trials))
+    return {"worker": worker, "trials": [{"number": t.number, "state": _state_name(t), "value": t.value}
+                                         for t in mine]}
+
+
+def launch_worker(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
+                  hook: MlflowHook, run_dir: Any, trial: TrialLaunch, on_line: Callable[[str], None]) -> None:
+    """The one local launch (``torchrun ... -m trainpipe_trainer --config``) of a worker; its device
+    time is accounted on the study's parent run, as each try's is."""
+    prepared = prepare_training_run(plan, snapshot, settings=settings, run=run, hook=hook, run_dir=run_dir,
+                                    trial=trial)
+    command = resolve(plan.launch, LaunchValues(config_uri=prepared.config_uri,
+                                                mlflow_tracking_uri=settings.mlflow_tracking_uri))
+    env = {**command.env, **storage.trainer_storage_env(settings)}
+    reasons = TrainerReasons(on_line)
+    started_at = datetime.now(timezone.utc)
+    outcome = "failed"
     try:
-        run_training(trial_plan, snapshot, settings=settings, run=run, hook=hook, on_line=emit, run_dir=run_dir,
-                     trial=launch)
+        run_local(command.argv, env=env, on_line=reasons.line, executable=local_python(),
+                  grace_seconds=plan.launch.shutdown_timeout_seconds)
+        outcome = "succeeded"
     except TrainingFailedError as err:
-        pruned = any(is_trial_pruned(trial.number, reason) for reason in err.reasons)
-        state, reason = ("pruned", None) if pruned else ("failed", str(err))
-    except BaseException as err:
-        # Killed or timed out (run_local took torchrun down): never leave the trial running.
-        _record(live, trial.number, time.monotonic() - started)
-        _fail(live, trial.number, f"the trial task stopped: {type(err).__name__}: {err}")
+        if reasons.messages:
+            raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}",
+                                      reasons=tuple(reasons.messages), exit_code=err.exit_code) from err
         raise
-    seconds = time.monotonic() - started
-    _record(live, trial.number, seconds)
-    compute = _trainer_compute_seconds(hook, child)
-    if compute is not None:
-        _set_attr(live, trial.number, "compute_seconds", round(compute, 3))
-    frozen = live.trials[trial.number]
-    values = frozen.intermediate_values
-    if state == "complete" and not values:
-        state, reason = "failed", f"the trainer reported no {tuning.metric} (no checkpoint with a validation split)"
-    if state == "complete":
-        # The trial's value: its metric at the end of its training (the last evaluation point).
-        live.tell(trial.number, values[max(values)])
-    elif state == "pruned":
-        live.tell(trial.number, state=optuna.trial.TrialState.PRUNED)
-    else:
-        _fail(live, trial.number, reason or "failed")
-    outcome = _outcome(slot, live.trials[trial.number])
-    _log_child(hook, child, outcome, values)
-    emit(f"trial {trial.number}: {outcome.state}"
-         + (f", {tuning.metric} {outcome.value:.6g}" if outcome.value is not None else "")
-         + f", {seconds:.1f} trainer-seconds" + (f"; {reason}" if reason else ""))
-    return outcome
+    finally:
+        account_try(prepared.run_dir, resources=plan.resources, pipeline_id=plan.dag_id, try_number=run.try_number,
+                    started_at=started_at, outcome=outcome, client=hook.client, mlflow_run_id=prepared.mlflow_run_id)
 
 
 def suggest(trial: optuna.Trial, tuning: TuningPlan) -> dict[str, Any]:
-    """This trial's value of every dimension of the space."""
-    params: dict[str, Any] = {}
-    for d in tuning.space:
-        if d.distribution == "log_uniform":
-            params[d.name] = trial.suggest_float(d.name, d.low, d.high, log=True)
-        elif d.distribution == "uniform":
-            params[d.name] = trial.suggest_float(d.name, d.low, d.high)
-        elif d.distribution == "int":
-            params[d.name] = trial.suggest_int(d.name, int(d.low), int(d.high))
-        else:
-            decoded = [json.loads(c) for c in d.choices]
-            # Scalars as themselves; a layer list as its JSON text (Optuna's choices are scalars).
-            choices = decoded if all(not isinstance(c, list) for c in decoded) else list(d.choices)
-            params[d.name] = trial.suggest_categorical(d.name, choices)
-    return params
+    """This trial's value of every dimension of the space (the trainer's definition)."""
+    return suggest_params(trial, tuning.space)
 
 
 def _set_attr(study: optuna.Study, number: int, key: str, value: Any) -> None:
     """A user attribute of a trial that is still running (a finished trial's are frozen)."""
-    storage = study._storage  # the storage load_study was given: Study keeps no public handle on it
-    trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name), number)
-    storage.set_trial_user_attr(trial_id, key, value)
+    storage_ = study._storage  # the storage load_study was given: Study keeps no public handle on it
+    trial_id = storage_.get_trial_id_from_study_id_trial_number(storage_.get_study_id_from_name(study.study_name), number)
+    storage_.set_trial_user_attr(trial_id, key, value)
 
 
 def _fail(study: optuna.Study, number: int, reason: str) -> None:
     optuna = import_optuna()
     _set_attr(study, number, "fail_reason", reason[:2000])
     study.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-
-
-def _record(study: optuna.Study, number: int, seconds: float) -> None:
-    """The compute a trial spent (pruned ones too): trainer wall-time seconds of its launch."""
-    _set_attr(study, number, "trainer_seconds", round(seconds, 3))
-
-
-def _trainer_compute_seconds(hook: MlflowHook, run_id: str) -> float | None:
-    """The trainer's own count of the compute it used (CPU seconds, or device seconds on GPU), pruned
-    trials included: the trainer logs it before it stops."""
-    metrics = hook.client.get_run(run_id).data.metrics
-    hours = metrics.get("trainer_gpu_hours", metrics.get("trainer_cpu_hours"))
-    return None if hours is None else hours * 3600
-
-
-def _child_run(hook: MlflowHook, plan: PipelinePlan, run: RunContext, name: str, parent: str, number: int,
-               params: dict[str, Any]) -> str:
-    experiment_id = hook.experiment_id(plan.dag_id)
-    return hook.client.create_run(experiment_id, run_name=f"trial {number}", tags={
-        "mlflow.parentRunId": parent, STUDY_TAG: name, TRIAL_TAG: str(number), "trainpipe.dag_id": run.dag_id,
-        "trainpipe.study_airflow_run_id": run.airflow_run_id, "trainpipe.trial_params": json.dumps(params, sort_keys=True),
-    }).info.run_id
-
-
-def _log_child(hook: MlflowHook, child: str, outcome: TrialOutcome, values: dict[int, float]) -> None:
-    from mlflow.entities import Metric, RunTag
-
-    now = int(time.time() * 1000)
-    metrics = [Metric("trial_intermediate_value", v, now, step) for step, v in sorted(values.items())]
-    metrics.append(Metric("trainer_seconds", outcome.trainer_seconds, now, 0))
-    if outcome.compute_seconds is not None:
-        metrics.append(Metric("compute_seconds", outcome.compute_seconds, now, 0))
-    if outcome.value is not None:
-        metrics.append(Metric("trial_value", outcome.value, now, 0))
-    hook.client.log_batch(child, metrics=metrics, tags=[RunTag(STATE_TAG, outcome.state)])
-    # The trainer ended the run (FINISHED, or KILLED when pruned); a failed trial's run says so too.
-    if outcome.state == "failed":
-        hook.client.set_terminated(child, status="FAILED")
 
 
 # -- pick_best ----------------------------------------------------------------------------------

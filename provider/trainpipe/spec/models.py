@@ -1029,8 +1029,9 @@ class TuningSpec(_Model):
     direction: Direction | None = Field(
         default=None, description="Optimisation direction; the metric's own when omitted (maximize for "
         "validation_auc and validation_accuracy, minimize for the others).", examples=["maximize"])
-    n_trials: int = Field(ge=1, le=1000, description="Trials in the study (one mapped Airflow task each).", examples=[20])
-    max_parallel: int = Field(default=1, ge=1, description="Trials running at once.", examples=[2])
+    n_trials: int = Field(ge=1, le=1000, description="Finished (complete or pruned) trials the study runs.", examples=[20])
+    max_parallel: int = Field(default=1, ge=1, description="Trials running at once: one trial worker (a mapped Airflow "
+                              "task holding one pool slot) each.", examples=[2])
     timeout: Duration | None = Field(
         default=None, description="No trial starts once the study is this old; the ones running finish.", examples=["2h"])
     sampler: Literal["tpe", "random"] = Field(default="tpe", description="Optuna sampler: TPE (Bayesian) or random.", examples=["tpe"])
@@ -1047,6 +1048,12 @@ class TuningSpec(_Model):
     trial_epochs: int | None = Field(
         default=None, ge=1, description="Epochs of each trial; training.epochs when omitted. The final training always runs training.epochs.",
         examples=[2])
+    warm_start: Literal["champion", "previous_study", "none"] = Field(
+        default="none",
+        description="The study's first trials: the champion model's parameters (champion), the previous DAG run's "
+        "study's best few (previous_study), or none. Values outside today's space are left to the sampler; "
+        "without a champion or previous study the search starts as with none.",
+        examples=["champion"])
     space: dict[str, DistributionSpec] = Field(
         min_length=1,
         description="The hyperparameters to search and their ranges: {log_uniform: [lo, hi]}, {uniform: [lo, hi]}, "
