@@ -271,6 +271,15 @@ def run_worker(plan: PipelinePlan, worker: int, snapshot: SnapshotInfo, *, setti
     name = study["study_name"]
     live = load_study(tuning, settings, name, slot=worker)
     fail_lost_trials(live, worker, "its trainer died with an earlier try of this task", emit)
+    finished = sum(1 for t in live.get_trials(deepcopy=False) if t.state.name in ("COMPLETE", "PRUNED"))
+    if finished >= tuning.n_trials:
+        # The other workers ran them (trials run one task at a time under `airflow dags test`), or this
+        # task runs again after the study ended: no launch.
+        emit(f"worker {worker}: the study already has {finished} finished trials of {tuning.n_trials}; "
+             "nothing to run")
+        emit(progress_line(live, tuning.n_trials))
+        return {"worker": worker, "trials": [{"number": t.number, "state": _state_name(t), "value": t.value}
+                                             for t in trials_of_worker(live, worker)]}
     worker_plan, launch = worker_config(plan, worker, settings=settings, run=run, study=study, hook=hook)
     run_dir = run_dir_for(plan.dag_id, settings, run.airflow_run_id) / "trials" / f"worker-{worker}"
     for attempt in range(WORKER_RELAUNCHES + 1):
