@@ -2,7 +2,8 @@
 
 * Two workers run at the same time (two threads, as two Airflow task processes would): each launches
   its trainer once and runs several trials in that one process; the study ends with exactly n_trials
-  finished trials, each with its own child run, and pick_best picks the best complete one.
+  finished trials, each with its own child run, and pick_best picks the best complete one. The
+  progress (done, pruned, running, best so far) is in the workers' log and the fleet view's row.
 * The best trial's weights equal a fresh single run's with the same parameters and seed.
 * A worker whose trainer dies mid-trial loses that trial only: it is marked failed, the worker
   launches again, and the study still gets its n_trials; a trial an earlier try left RUNNING is failed.
@@ -21,6 +22,9 @@ import pytest
 import yaml
 
 from trainpipe.demo.synthetic import generate_transactions
+from trainpipe.fleet.collect import FleetReader, PipelineFacts, pipeline_row
+from trainpipe.fleet.outcome import RunFacts
+from trainpipe.fleet.render import fleet_page
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.plan import build_plan, with_trial_params
 from trainpipe.runtime.snapshot import take_snapshot
@@ -137,6 +141,21 @@ def test_two_workers_run_the_study_each_several_trials_in_one_process(tuned):
         assert all(0 <= v <= 1 for v in trial.intermediate_values.values())
         assert trial.user_attrs["trainer_seconds"] > 0
     assert live.direction.name == "MAXIMIZE"
+
+    # The fleet view's row of the pipeline, its DAG run still searching: the study's progress from its parent run.
+    pipeline = PipelineFacts(pipeline_id=plan.dag_id, owner="ml", team="ml", schedule=None, is_paused=False,
+                             last_run=RunFacts(run_id=run.airflow_run_id, state="running", logical_date=END,
+                                               start_date=datetime.now(timezone.utc), end_date=None, note=None))
+    facts = FleetReader(hook.client).facts([pipeline], wait=True)[plan.dag_id]
+    row = pipeline_row(pipeline, facts, now=datetime.now(timezone.utc))
+    pruned = sum(t.state.name == "PRUNED" for t in live.trials)
+    best_so_far = max(t.value for t in live.trials if t.state.name == "COMPLETE")
+    assert row["study"] == {"trials_done": 6.0, "trials_pruned": float(pruned), "trials_running": 0.0,
+                            "trials_failed": 0.0, "best_value": pytest.approx(best_so_far), "n_trials": 6,
+                            "metric": "validation_auc"}
+    page = fleet_page([row], teams=["ml"], team=None, outcome=None, base="/trainpipe")
+    assert (f"tuning: 6 of 6 trials done ({pruned} pruned), 0 running; best validation_auc {best_so_far:.4g}"
+            in page)
 
     best = pick_best(plan, settings=settings, study=study, hook=hook)
     assert best["number"] == live.best_trial.number and best["params"] == live.best_trial.params

@@ -42,6 +42,8 @@ from trainpipe_trainer.tuning import (
     make_pruner,
     open_storage,
     progress_line,
+    progress_metrics,
+    study_progress,
     suggest,
 )
 
@@ -191,6 +193,9 @@ class _Study:
         self._say(f"trial {number}: {state}" + (f", {metric} {value:.6g}" if value is not None else "")
                   + f", {seconds:.1f} trainer-seconds" + (f"; {reason}" if reason else ""))
         print(progress_line(self.study, self.worker.n_trials), flush=True)
+        progress = progress_metrics(study_progress(self.study))
+        self.client.log_batch(self.worker.parent_run_id, metrics=[
+            Metric(name, value, now, int(progress["study_trials_done"])) for name, value in progress.items()])
 
 
 def trial_config(config: TrainingConfig, assignment: Assignment, *, first: bool) -> TrainingConfig:

@@ -176,15 +176,33 @@ def state_name(trial: optuna.trial.FrozenTrial) -> str:
     return {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}.get(trial.state.name, trial.state.name.lower())
 
 
-def progress_line(study: optuna.Study, n_trials: int) -> str:
-    """Trials done, pruned and running, and the best value so far: the worker's log line after each trial."""
+# The study's progress on its MLflow parent run, updated by the workers after each trial (the fleet
+# view reads it): finished (complete + pruned), pruned, running and failed trials, the best value so far.
+PROGRESS_METRICS: tuple[str, ...] = ("study_trials_done", "study_trials_pruned", "study_trials_running",
+                                     "study_trials_failed", "study_best_value")
+
+
+def study_progress(study: optuna.Study) -> dict[str, Any]:
+    """Trials done (complete or pruned), pruned, running and failed, and the best complete trial so far."""
     trials = study.get_trials(deepcopy=False)
     counts = {s: sum(1 for t in trials if state_name(t) == s) for s in ("complete", "pruned", "failed", "running")}
-    done = counts["complete"] + counts["pruned"]
-    line = (f"study {study.study_name}: {done} of {n_trials} trials done ({counts['complete']} complete, "
-            f"{counts['pruned']} pruned), {counts['failed']} failed, {counts['running']} running")
     complete = [t for t in trials if t.state.name == "COMPLETE" and t.value is not None]
-    if complete:
-        best = (min if study.direction.name == "MINIMIZE" else max)(complete, key=lambda t: t.value)
-        line += f"; best {study.user_attrs.get('metric', 'value')} {best.value:.6g} (trial {best.number})"
+    best = (min if study.direction.name == "MINIMIZE" else max)(complete, key=lambda t: t.value) if complete else None
+    return {"done": counts["complete"] + counts["pruned"], **counts, "metric": study.user_attrs.get("metric", "value"),
+            "best_value": best.value if best else None, "best_trial": best.number if best else None}
+
+
+def progress_metrics(progress: dict[str, Any]) -> dict[str, float]:
+    values = dict(zip(PROGRESS_METRICS, (progress["done"], progress["pruned"], progress["running"],
+                                         progress["failed"], progress["best_value"]), strict=True))
+    return {k: float(v) for k, v in values.items() if v is not None}
+
+
+def progress_line(study: optuna.Study, n_trials: int) -> str:
+    """Trials done, pruned and running, and the best value so far: the worker's log line after each trial."""
+    p = study_progress(study)
+    line = (f"study {study.study_name}: {p['done']} of {n_trials} trials done ({p['complete']} complete, "
+            f"{p['pruned']} pruned), {p['failed']} failed, {p['running']} running")
+    if p["best_value"] is not None:
+        line += f"; best {p['metric']} {p['best_value']:.6g} (trial {p['best_trial']})"
     return line

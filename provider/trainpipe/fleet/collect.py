@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.fleet.outcome import DriftFacts, RunFacts, attention_rank, outcome_of
+from trainpipe_trainer.tuning import PROGRESS_METRICS
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -86,6 +87,8 @@ class MlflowFacts:
     cost_30d: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(COST_METRICS))
     # Being read from MLflow in the background: what is shown may be from before the last DAG run.
     refreshing: bool = False
+    # The last DAG run's study progress (RunRecord.study), when it searches hyperparameters.
+    study: dict[str, Any] | None = None
 
 
 def quoted(value: str) -> str:
@@ -153,15 +156,24 @@ class RunRecord:
     dataset_digest: str | None
     has_evaluation_report: bool
     has_drift_report: bool
+    # A study's parent run (hyperparameter search): the DAG run it searches for, and its progress so far.
+    study_of: str | None = None
+    study: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, run: Run) -> RunRecord:
         tags, metrics = run.data.tags, run.data.metrics
+        study_of = tags.get("trainpipe.study_airflow_run_id") if tags.get("trainpipe.trial_number") == "study" else None
+        study = None
+        if study_of is not None:
+            study = {name.removeprefix("study_"): metrics[name] for name in PROGRESS_METRICS if name in metrics}
+            study.update(n_trials=int(run.data.params.get("tuning.n_trials", 0)) or None,
+                         metric=run.data.params.get("tuning.metric"))
         return cls(run_id=run.info.run_id, start_ms=run.info.start_time or 0, airflow_run_id=tags.get(RUN_ID_TAG),
                    cost={k: metrics[k] for k in COST_METRICS if k in metrics}, drift=drift_facts(run),
                    dataset_digest=tags.get("trainpipe.dataset_digest"),
                    has_evaluation_report="trainpipe.gates_passed" in tags,
-                   has_drift_report="trainpipe.drift_verdict" in tags)
+                   has_drift_report="trainpipe.drift_verdict" in tags, study_of=study_of, study=study)
 
 
 class FleetReader:
@@ -427,6 +439,9 @@ class FleetReader:
         last = pipeline.last_run
         if last is None:
             return facts
+        # While the run searches, its training run does not exist yet: the study's progress is what there is.
+        study = next((r.study for r in runs.values() if r.study_of == last.run_id), None)
+        facts = replace(facts, study=study)
         mine = next((r for r in runs.values() if r.airflow_run_id == last.run_id), None)
         if mine is None and (last.start_date is None or last.start_date < now - COST_WINDOW):
             mine = self._run_of(facts.experiment_id, last.run_id)
@@ -490,6 +505,9 @@ def pipeline_row(pipeline: PipelineFacts, facts: MlflowFacts, *, now: datetime, 
         "cost_30d": {key: facts.cost_30d.get(key) for key in COST_METRICS},
         "links": links or {},
         "refreshing": facts.refreshing,
+        # The last run's hyperparameter search: trials_done, trials_pruned, trials_running, trials_failed,
+        # best_value (so far), n_trials, metric; None without one.
+        "study": facts.study,
     }
 
 

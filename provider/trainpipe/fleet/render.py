@@ -183,11 +183,26 @@ def fleet_page(rows: list[dict[str, Any]], *, teams: list[str], team: str | None
             f"</b></a>{' <span class=muted>(paused)</span>' if r['is_paused'] else ''}</td>"
             f"<td>{_e(r['team'])}<div class='muted'>{_e(r['owner'])}</div></td><td>{_e(r['schedule'])}</td>"
             f"<td><span class='badge o-{r['outcome']}'>{r['outcome'].replace('_', ' ')}</span>"
-            f"<div class='reason'>{_e(run.get('reason'))}</div><div class='muted'>{_e(run.get('logical_date'))}</div></td>"
+            f"<div class='reason'>{_e(run.get('reason'))}</div>{_study(r.get('study'))}"
+            f"<div class='muted'>{_e(run.get('logical_date'))}</div></td>"
             f"<td>{champ}</td><td>{data}</td><td class='num'>{_num(cost['gpu_hours'])}{_capacity_split(cost)}</td>"
             f"<td class='num'>{_num(cost['cost'], 2)}</td><td class='links'>{_links(r['links'])}</td></tr>")
     body.append("</table>")
     return page("Training pipelines", "".join(body))
+
+
+def study_words(study: dict[str, Any]) -> str:
+    """The last run's search in words: trials done of n_trials, pruned, running, the best value so far."""
+    done, total = study.get("trials_done"), study.get("n_trials")
+    words = f"tuning: {done or 0:.0f}{f' of {total}' if total else ''} trials done"
+    words += f" ({study.get('trials_pruned') or 0:.0f} pruned), {study.get('trials_running') or 0:.0f} running"
+    if study.get("best_value") is not None:
+        words += f"; best {study.get('metric') or 'value'} {study['best_value']:.4g}"
+    return words
+
+
+def _study(study: dict[str, Any] | None) -> str:
+    return f"<div class='muted study'>{escape(study_words(study))}</div>" if study else ""
 
 
 def _age(days: float | None) -> str:
