@@ -68,8 +68,11 @@ registration:
 SPECS = {
     # Mail on approval and promotion through an SMTP connection nobody defined (as in a fresh install):
     # the message is logged as not sent, and the approval and the promotion go on.
+    # A run parameter seed: the second run (same rows) trains another model; the same inputs would train nothing
+    # (training.cache, issue 33).
     "approval_flow": _spec("approval_flow", "required",
-                           "notify: {email: {to: [oncall@example.com], events: [approval, promotion]}}\n"),
+                           "notify: {email: {to: [oncall@example.com], events: [approval, promotion]}}\n"
+                           "params: {seed: {description: this run's}}\n"),
     "approval_reject": _spec("approval_reject", "{mode: required, timeout: 1h}"),
     "approval_timeout": _spec("approval_timeout", "{mode: required, timeout: 5s, on_timeout: reject}"),
 }
@@ -207,7 +210,8 @@ def test_approved_versions_become_champion_in_turn_and_rollback_restores_the_fir
     assert request["subject"] == "Promote approval_flow version 1 to champion?"
     assert request["options"] == ["Approve", "Reject"] and request["defaults"] == ["Reject"]
     body = request["body"]
-    assert "| metric | candidate | champion (none) | change | gates |" in body
+    # The baseline model's column (issue 34) sits before the gates.
+    assert "| metric | candidate | champion (none) | change | baseline (logistic regression) | gates |" in body
     assert "| auc | 0." in body and "PASS auc >= 0.5" in body
     assert "Evaluation report:" in body and "**Reject**: version 1 stays `challenger`" in body
     assert _states(airflow, "approval_flow", first_run)["promote"] == "success"
@@ -224,7 +228,7 @@ def test_approved_versions_become_champion_in_turn_and_rollback_restores_the_fir
     approve_log = airflow.task_log_tail("approval_flow", first_run, "approve", 1, lines=1000)
     assert "notify.email (smtp_default): could not send the approval message" in approve_log, approve_log
 
-    second_run = airflow.trigger("approval_flow")
+    second_run = airflow.trigger("approval_flow", conf={"seed": 5})
     request = _approve_run(standalone, second_run)
 
     assert "champion v1" in request["body"]

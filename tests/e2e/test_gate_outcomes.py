@@ -134,7 +134,8 @@ def test_on_gate_failure_fail_fails_the_run_and_mails_the_gate_table(configs, sm
     # The task log has a WARNING with the whole table (Airflow's task logger writes to stdout under dag.test()).
     log = capfd.readouterr().out
     warning = log[log.index("[warning  ] gates failed: the candidate for gate_fail is not registered"):]
-    assert warning.splitlines()[1].split() == ["metric", "candidate", "champion", "(none)", "change", "gates"]
+    assert warning.splitlines()[1].split() == ["metric", "candidate", "champion", "(none)", "change", "baseline",
+                                               "(logistic", "regression)", "gates"]
     assert "FAIL auc >= 0.9999" in warning.splitlines()[2]
     assert _note("gate_fail", dag_run.run_id).startswith("gates failed (1 of 2): auc >= 0.9999 (got 0.")
     import mlflow

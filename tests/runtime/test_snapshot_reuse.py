@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -13,7 +14,7 @@ from trainpipe.settings import Settings
 from trainpipe.storage import storage_access
 
 
-def test_the_reuse_line_names_this_runs_window(tmp_path, monkeypatch, capfd):
+def test_the_reuse_line_names_this_runs_window(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", (tmp_path / "storage").as_uri())
     (tmp_path / "storage").mkdir()
     start = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -24,14 +25,25 @@ def test_the_reuse_line_names_this_runs_window(tmp_path, monkeypatch, capfd):
                     window=timedelta(days=30), holdout_fraction=0.2, holdout_key=None)
     settings = Settings.from_env()
 
-    with storage_access(settings):
-        first = take_snapshot("events", data, settings=settings, logical_date=datetime(2026, 11, 5, tzinfo=timezone.utc))
-        second = take_snapshot("events", data, settings=settings, logical_date=datetime(2026, 11, 6, tzinfo=timezone.utc))
+    # A handler on the module's own logger: what reaches the console depends on the logging set up before.
+    logger = logging.getLogger("trainpipe.runtime.snapshot")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append
+    monkeypatch.setattr(logger, "disabled", False)
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    logger.addHandler(handler)
+    try:
+        with storage_access(settings):
+            first = take_snapshot("events", data, settings=settings,
+                                  logical_date=datetime(2026, 11, 5, tzinfo=timezone.utc))
+            second = take_snapshot("events", data, settings=settings,
+                                   logical_date=datetime(2026, 11, 6, tzinfo=timezone.utc))
+    finally:
+        logger.removeHandler(handler)
 
     assert second.digest == first.digest  # the same rows in both windows
-    # Airflow's logging setup writes the records to the console (not through pytest's handler).
-    captured = capfd.readouterr()
-    [line] = [line for line in (captured.out + captured.err).splitlines() if "holds the same rows" in line]
-    assert (f"this run's window 2026-10-07T00:00:00+00:00 .. 2026-11-06T00:00:00+00:00 holds the same rows as the "
-            f"stored version") in line, line
+    [line] = [r.getMessage() for r in records if "holds the same rows" in r.getMessage()]
+    assert ("this run's window 2026-10-07T00:00:00+00:00 .. 2026-11-06T00:00:00+00:00 holds the same rows as the "
+            "stored version") in line, line
     assert f"for the window {first.window_start} .. {first.window_end}" in line

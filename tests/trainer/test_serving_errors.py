@@ -36,9 +36,21 @@ MESSAGE = ("model input: feature column 'bmi' has 1 missing value(s); declare ho
 def champion(tmp_path_factory: pytest.TempPathFactory, tracking: Any) -> str:
     """A regression model logged by the trainer's own export code and registered as `champion`."""
     import mlflow
+    from mlflow.tracking._tracking_service import utils
+
+    # The process-wide URI is put back afterwards (as the use_tracking fixture does): later tests of the
+    # session log into the session's own store.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(utils, "_tracking_uri", utils._tracking_uri)
+        patch.setenv("MLFLOW_TRACKING_URI", tracking.uri)
+        mlflow.set_tracking_uri(tracking.uri)
+        return _register_champion(tracking)
+
+
+def _register_champion(tracking: Any) -> str:
+    import mlflow
     from mlflow import MlflowClient
 
-    mlflow.set_tracking_uri(tracking.uri)
     rng = np.random.default_rng(0)
     frame = pd.DataFrame(rng.normal(size=(50, 3)) * [13, 4, 14] + [48, 26, 95], columns=list(FEATURES))
     config = TrainingConfig(pipeline_id="served", task="regression", train_data_uri="t.parquet", features=FEATURES,
@@ -51,7 +63,6 @@ def champion(tmp_path_factory: pytest.TempPathFactory, tracking: Any) -> str:
         uri = log_pyfunc_model(model, transformer=transformer, config=config, sample_frame=frame.head(5))
     version = mlflow.register_model(uri, "served_model")
     MlflowClient(tracking.uri).set_registered_model_alias("served_model", "champion", version.version)
-    mlflow.set_tracking_uri(None)
     return "models:/served_model@champion"
 
 
