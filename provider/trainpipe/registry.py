@@ -264,16 +264,21 @@ def register_candidate(registration: RegistrationPlan, *, model_uri: str, mlflow
             "created": existing is None}
 
 
-def same_weights_as_production(client: MlflowClient, registration: RegistrationPlan, weights_sha256: str) -> int | None:
+def same_weights_as_production(client: MlflowClient, registration: RegistrationPlan, weights_sha256: str, *,
+                               dag_id: str, airflow_run_id: str) -> int | None:
     """The production version when its weights are ``weights_sha256`` (a retrain that changed nothing): such a
-    candidate is never registered as a new version. None otherwise, or without a production version."""
+    candidate is never registered as a new version. None otherwise, without a production version, or when the
+    production version is this DAG run's own (a re-run of register finds it again)."""
     from mlflow.exceptions import MlflowException
 
     try:
         production = client.get_model_version_by_alias(registration.model_name, registration.alias)
     except MlflowException:
         return None
-    return int(production.version) if production.tags.get(WEIGHTS_SHA256_TAG) == weights_sha256 else None
+    tags = production.tags or {}
+    if (tags.get(DAG_ID_TAG), tags.get(AIRFLOW_RUN_ID_TAG)) == (dag_id, airflow_run_id):
+        return None
+    return int(production.version) if tags.get(WEIGHTS_SHA256_TAG) == weights_sha256 else None
 
 
 # ---------------------------------------------------------------------------------------------

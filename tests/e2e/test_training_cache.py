@@ -124,6 +124,17 @@ def test_same_inputs_train_nothing_force_trains_and_identical_weights_register_n
     new_data, states = run(5)
     assert states["train"] == "success" and states["register"] == "success", states
 
+    # `trainpipe gc` keeps what the cache entry (version 1) points to: its snapshot, no longer the baseline.
+    from trainpipe.runtime.retention import DriftPins, collect
+    from trainpipe.settings import Settings
+
+    digest = version_1.tags["dataset_digest"][:16]
+    plan = collect(Settings.from_env(), older_than=timedelta(0), keep_runs=0, pins=DriftPins(by_pipeline={}),
+                   client=client)
+    assert not [item for item in plan.items if item.kind == "snapshot" and digest in item.label]
+    kept = [line for line in plan.kept if digest in line]
+    assert kept and "a registered model version was trained on it" in kept[0], plan.kept
+
 
 def test_a_force_that_is_not_a_boolean_fails_the_run_saying_so(configs, monkeypatch):
     dag_run, states = run_dag(load_dag(configs, DAG_ID, monkeypatch), logical_date=END + timedelta(days=9),

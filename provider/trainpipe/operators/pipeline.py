@@ -299,7 +299,6 @@ class RegisterModelOperator(_PipelineStepOperator):
                 backtest.window, registered=f"{registered['model_name']} version {registered['version']}{alias}"))
         return registered
 
-
     def skip_identical_weights(self, context: Context, trained: dict[str, Any]) -> None:
         """A candidate whose weights are the production version's is no new version (whatever the cache)."""
         from airflow.sdk.exceptions import AirflowSkipException
@@ -308,7 +307,8 @@ class RegisterModelOperator(_PipelineStepOperator):
         from trainpipe.run_notes import leave_note, weights_unchanged_note
 
         registration = self.plan.registration
-        same = same_weights_as_production(self.hook.client, registration, trained["weights_sha256"])
+        same = same_weights_as_production(self.hook.client, registration, trained["weights_sha256"],
+                                          dag_id=self.dag_id, airflow_run_id=context["run_id"])
         if same is None:
             return
         leave_note(context["ti"], weights_unchanged_note(model_name=registration.model_name, version=same,
