@@ -95,6 +95,12 @@ def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, dag_from):
         assert child.data.tags["trainpipe.trial_worker"] == str(trial.user_attrs["worker"])
     assert client.get_run(parent_id).data.metrics["trials_pruned"] == len(pruned)
 
+    # `trainpipe reproduce` of the tuned model trains it again with the best trial's parameters: same weights.
+    from trainpipe.runtime.reproduce import reproduce
+
+    again = reproduce("fraud_tuned_e2e@champion", configs_root=tuned_configs)
+    assert again.matches, (again.weights_sha256, again.lineage.weights_sha256)
+
     # Re-running a worker task (worker 1) through Airflow: the study has its trials, nothing is launched.
     import os
     import subprocess

@@ -29,7 +29,8 @@ from trainpipe.errors import ReproduceError, SpecError
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.launch import with_nproc_per_node
 from trainpipe.lineage import spec_artifact_path
-from trainpipe.plan import FaultPlan, PipelinePlan, apply_run_params
+from trainpipe.plan import FaultPlan, PipelinePlan, apply_run_params, with_trial_params
+from trainpipe.runtime.tuning import BEST_PARAMS_TAG
 from trainpipe.runtime.snapshot import SnapshotInfo, content_digest
 from trainpipe.runtime.train import RunContext, run_training
 from trainpipe.settings import Settings
@@ -64,6 +65,8 @@ class Lineage:
     weights_sha256: str
     # [first step, world size] per change of world size during the training (empty: not recorded).
     world_size_history: tuple[tuple[int, int], ...] = ()
+    # A tuned spec's final training ran with its best trial's parameters (None: not tuned).
+    tuned_params: dict[str, Any] | None = None
 
     @property
     def resized(self) -> bool:
@@ -126,6 +129,7 @@ def read_lineage(client: Any, reference: str) -> Lineage:
         weights_sha256=tags["weights_sha256"],
         world_size_history=tuple((int(step), int(size))
                                  for step, size in json.loads(run.data.tags.get(WORLD_SIZE_HISTORY_TAG) or "[]")),
+        tuned_params=json.loads(run.data.tags[BEST_PARAMS_TAG]) if BEST_PARAMS_TAG in run.data.tags else None,
     )
 
 
@@ -151,6 +155,9 @@ def plan_for(lineage: Lineage, *, configs_root: Path) -> PipelinePlan:
     try:
         plan = compile_text(lineage.spec_text, lineage.spec_file, configs_root=configs_root)
         plan, _ = apply_run_params(plan, lineage.param_overrides)
+        if lineage.tuned_params is not None and plan.tuning is not None:
+            # The search is not run again: its best trial's parameters are what the version was trained with.
+            plan = with_trial_params(plan, lineage.tuned_params)
     except SpecError as err:
         raise ReproduceError(f"the spec logged with {lineage.model_name} version {lineage.version} no longer "
                              f"compiles here:\n{err}") from err

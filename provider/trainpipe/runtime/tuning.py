@@ -448,9 +448,13 @@ def _tuning(plan: PipelinePlan) -> TuningPlan:
     return plan.tuning
 
 
+# The final training's run tag with the best trial's parameters (JSON, as Optuna stores them): reproduce applies them.
+BEST_PARAMS_TAG = "trainpipe.tuning.best_params"
+
+
 def best_trial_tags(best: dict[str, Any]) -> dict[str, str]:
     """What the final training's MLflow run records about the trial it came from."""
     return {"trainpipe.tuning.study": best["study_name"], "trainpipe.tuning.best_trial": str(best["number"]),
             "trainpipe.tuning.best_value": repr(best["value"]),
-            "trainpipe.tuning.best_params": json.dumps(best["params"], sort_keys=True),
+            BEST_PARAMS_TAG: json.dumps(best["params"], sort_keys=True),
             "trainpipe.tuning.parent_run_id": best["parent_run_id"]}
