@@ -283,3 +283,24 @@ def test_study_plots_rank_parameters_only_with_enough_trials_and_warn_about_noth
         assert ("param_importances.png" in plots) is importances
         assert said == ([] if importances else [
             "study plot param_importances skipped: too few complete trials to rank the parameters (1 complete)"])
+
+
+def test_a_worker_of_two_processes_runs_its_trials_as_one_training_of_two(state_dir: Path):
+    """Rank 0 asks and tells, the other rank learns each trial from it: the two train every trial together, and
+    a trial's weights equal a fresh two-process run's with its parameters."""
+    spec = tiny_tuned_spec("tuning_two_ranks", n_trials=3, max_parallel=1, pruner="none")
+    spec["training"]["distributed"] = {"nproc_per_node": 2}
+    plan, snapshot, settings, run, hook, study = start(spec)
+    lines: list[str] = []
+    run_worker(plan, 0, snapshot, settings=settings, run=run, study=study, hook=hook, on_line=lines.append)
+    live = load_study(plan.tuning, settings, study["study_name"])
+    assert [t.state.name for t in live.trials] == ["COMPLETE"] * 3
+    assert len({t.user_attrs["worker_pid"] for t in live.trials}) == 1
+    assert sum("ran 3 trials in this launch" in line for line in lines) == 1
+    for trial in live.trials:
+        assert hook.client.get_run(trial.user_attrs["mlflow_run_id"]).data.params["world_size"] == "2"
+    last = live.trials[-1]
+    fresh = run_training(with_trial_params(plan, last.params, trial_epochs=True), snapshot, settings=settings,
+                         run=RunContext(dag_id=plan.dag_id, airflow_run_id="manual__fresh2", try_number=1,
+                                        spec_sha256=plan.spec_sha256, git_commit="test"), hook=hook)
+    assert fresh.weights_sha256 == last.user_attrs["weights_sha256"]
