@@ -155,3 +155,46 @@ def test_the_trainer_contract_refuses_what_the_spec_stage_refuses():
         TuningTrial(storage="j", study_name="s", trial_number=0, pruner="median", pruner_options={"reduction_factor": 3})
     with pytest.raises(ValueError, match=r"tuning.pruner_options: whole numbers >= 0"):
         TuningTrial(storage="j", study_name="s", trial_number=0, pruner="hyperband", pruner_options={"min_resource": -1})
+
+
+def test_a_worker_config_round_trips_and_changes_no_checkpoint(plan):
+    from trainpipe_trainer.config import TrialWorker
+
+    worker = TrialWorker(worker=1, n_trials=12, sampler="tpe", seed=7, space=plan.tuning.space,
+                         trials_root_uri="file:///runs/p/r/trials", parent_run_id="parent", experiment_id="3",
+                         child_tags={"trainpipe.study": "p.r"}, timeout_seconds=7200.0)
+    tuning = TuningTrial(storage="journal.log", study_name="p.r", trial_number=-1, worker=worker)
+    config = TrainingConfig.from_json(dataclasses.replace(plan.trainer, tuning=tuning).to_json())
+    assert config.tuning.worker == worker
+    assert config.resume_identity(world_size=1) == plan.trainer.resume_identity(world_size=1)
+    # Only a worker has no trial number of its own.
+    with pytest.raises(ValueError, match=r"tuning.trial_number: must be >= 0 \(-1 for a trial worker\)"):
+        TuningTrial(storage="journal.log", study_name="p.r", trial_number=-1)
+
+
+def test_a_warm_start_keeps_only_what_todays_space_can_take(plan):
+    from trainpipe_trainer.tuning import fits_space
+
+    # The example's space: learning_rate log_uniform [0.0001, 0.1], batch_size {32, 64, 128}, warmup_steps
+    # int [0, 200], dropout uniform [0, 0.5], hidden_layers {[32], [64, 32]}.
+    champion = {"learning_rate": 0.5, "batch_size": 64, "warmup_steps": 50, "dropout": 0.1,
+                "hidden_layers": [64, 32], "weight_decay": 0.01}
+    assert fits_space(champion, plan.tuning.space) == {
+        "batch_size": 64, "warmup_steps": 50, "dropout": 0.1, "hidden_layers": "[64, 32]"}
+    # As Optuna stored them in an earlier study (a layer list as its JSON text): kept as they are.
+    assert fits_space({"hidden_layers": "[32]", "batch_size": 48}, plan.tuning.space) == {"hidden_layers": "[32]"}
+
+
+def test_an_unknown_warm_start_is_a_located_error():
+    from trainpipe.errors import SpecError
+    from trainpipe.spec.loader import load_yaml_text
+    from trainpipe.spec.validate import validate_loaded
+
+    text = (REPO / "dag_configs" / "fraud_detector_tuned.yaml").read_text()
+    text = text.replace("tuning:\n", "tuning:\n  warm_start: yesterday\n", 1)
+    loaded = load_yaml_text(text, "tuned.yaml")
+    with pytest.raises(SpecError) as caught:
+        validate_loaded(loaded)
+    (problem,) = [p for p in caught.value.problems if p.field_path == "tuning.warm_start"]
+    assert problem.line == loaded.location_of(("tuning", "warm_start"))[1]
+    assert "champion" in problem.message and "previous_study" in problem.message

@@ -8,7 +8,7 @@
 * A worker whose trainer dies mid-trial loses that trial only: it is marked failed, the worker
   launches again, and the study still gets its n_trials; a trial an earlier try left RUNNING is failed.
 * tuning.warm_start: champion enqueues the champion's parameters as trial 0 (said in the log); a
-  pipeline without a champion starts from the sampler.
+  pipeline without a champion starts from the sampler; previous_study enqueues the last study's best.
 """
 
 from __future__ import annotations
@@ -246,6 +246,18 @@ def test_warm_start_from_the_champion_enqueues_its_parameters_as_trial_0(state_d
     assert live.trials[0].params == {"learning_rate": 0.0042, "hidden_layers": "[32, 16]"}
     assert live.trials[0].state.name == "COMPLETE" and len(live.trials) == 2
     assert any("trial 0 with" in line and "(warm start:" in line for line in worker_lines), worker_lines
+
+    # previous_study: the next run's study starts with this one's complete trials, best first.
+    spec["tuning"]["warm_start"] = "previous_study"
+    lines = []
+    plan, snapshot, settings, run, hook, study = start(spec, "manual__third", on_line=lines.append)
+    best_first = sorted((t for t in live.trials if t.state.name == "COMPLETE"), key=lambda t: t.value)
+    enqueued = load_study(plan.tuning, settings, study["study_name"]).trials
+    # An enqueued trial's parameters are fixed for the worker that asks it (Optuna keeps them as fixed_params).
+    assert [t.system_attrs["fixed_params"] for t in enqueued] == [t.params for t in best_first]
+    assert [t.state.name for t in enqueued] == ["WAITING"] * len(best_first)
+    assert lines[0].startswith(f"warm start (previous_study): trial 0 enqueued with the parameters of trial "
+                               f"{best_first[0].number} of study {live.study_name}")
 
 
 def test_study_plots_rank_parameters_only_with_enough_trials_and_warn_about_nothing(tmp_path: Path):
