@@ -316,3 +316,19 @@ def test_a_worker_of_two_processes_runs_its_trials_as_one_training_of_two(state_
                          run=RunContext(dag_id=plan.dag_id, airflow_run_id="manual__fresh2", try_number=1,
                                         spec_sha256=plan.spec_sha256, git_commit="test"), hook=hook)
     assert fresh.weights_sha256 == last.user_attrs["weights_sha256"]
+
+
+def test_a_diverged_trial_fails_alone_and_the_worker_goes_on(state_dir: Path):
+    spec = tiny_tuned_spec("tuning_diverged", n_trials=2, max_parallel=1, pruner="none")
+    # The launch's first trial gets a non-finite loss at step 3 (test-only fault, first trial of a launch only).
+    spec["training"]["testing"] = {"inject_nan_at_step": 3}
+    plan, snapshot, settings, run, hook, study = start(spec)
+    lines: list[str] = []
+    run_worker(plan, 0, snapshot, settings=settings, run=run, study=study, hook=hook, on_line=lines.append)
+    live = load_study(plan.tuning, settings, study["study_name"])
+    assert [t.state.name for t in live.trials] == ["FAIL", "COMPLETE", "COMPLETE"]
+    assert "non-finite" in live.trials[0].user_attrs["fail_reason"] or "NaN" in live.trials[0].user_attrs["fail_reason"]
+    # One launch ran all three: the failure cost its trial, not the worker.
+    assert len({t.user_attrs["worker_pid"] for t in live.trials}) == 1
+    assert not any("launching the trainer again" in line for line in lines)
+    assert hook.client.get_run(live.trials[0].user_attrs["mlflow_run_id"]).data.tags["trainpipe.trial_state"] == "failed"

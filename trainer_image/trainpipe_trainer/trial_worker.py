@@ -233,6 +233,9 @@ def _train_one(config: TrainingConfig, env: DistEnv, *, data: TrainingData | Non
         state = "pruned"
     except TrainingDivergedError as err:
         state, reason = "failed", str(err)
+        if trainer is not None:
+            # The worker goes on to the next trial: this one's checkpoint writer must not outlive it.
+            trainer.checkpoints.close()
     return state, reason, weights, (trainer.data if trainer is not None else data)
 
 
