@@ -1,6 +1,6 @@
 """Pruning against no pruning: the same study on the demo problem, the compute each spends, per seed.
 
-    python benchmarks/hpo_pruning.py [--seeds 1 2 3] [--trials 16] [--rows 100000] [--trial-epochs 6]
+    python benchmarks/hpo_pruning.py [--seeds 1 2 3] [--trials 24] [--rows 100000] [--trial-epochs 6]
         [--pruner successive_halving | --pruner '{type: successive_halving, min_resource: 5}'] [--replay]
 
 For each sampler seed, runs the study of the tuned fraud demo (dag_configs/fraud_detector_tuned.yaml:
@@ -66,7 +66,7 @@ def pruner_label(pruner: dict[str, Any] | str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="sampler seeds, one study pair each")
-    parser.add_argument("--trials", type=int, default=16, help="trials per study")
+    parser.add_argument("--trials", type=int, default=24, help="trials per study (the issue-35 protocol: 24)")
     parser.add_argument("--rows", type=int, default=100_000, help="demo transactions")
     parser.add_argument("--trial-epochs", type=int, default=6)
     parser.add_argument("--checkpoint-every", type=int, default=0,
