@@ -54,7 +54,7 @@ _PACKAGE_GROUPS = ("tests/fleet/",)
 # What starts Airflow servers of its own (the whole stack; airflow standalone) is one group, so one worker runs
 # them one after the other: two Airflows with their running tasks on two cores starved each other's api-servers
 # past a 60 s read (seen in CI).
-_AIRFLOW_SERVERS = ("tests/stack/", "tests/e2e/test_approval.py")
+_AIRFLOW_SERVERS = ("tests/stack/", "tests/e2e/test_approval.py", "tests/e2e/test_deadline_alert.py")
 _AIRFLOW_SERVERS_GROUP = "airflow servers"
 _LONGEST_FIRST = (_AIRFLOW_SERVERS_GROUP, "tests/test_preemption_relaunch.py",
                   "tests/e2e/test_tuned_pipeline.py", "tests/e2e/test_model_lifecycle.py", "tests/fleet/",

@@ -139,6 +139,26 @@ def _failure_callbacks(plan: PipelinePlan) -> dict[str, Any]:
     return {"on_failure_callback": TaskFailureNotification(plan.notify)}
 
 
+def _deadline(plan: PipelinePlan) -> dict[str, Any]:
+    """``notify.deadline``: an Airflow Deadline Alert from the run's queued time; its callback runs on the
+    triggerer and sends the notify channels which step the run is in (``notifications.deadline_missed``)."""
+    within = plan.notify.deadline_within
+    if within is None:
+        return {}
+    from dataclasses import asdict
+
+    from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
+
+    from trainpipe.notifications import deadline_missed
+
+    # Plain data only: the callback's arguments are stored with the serialized DAG and the missed deadline.
+    kwargs = {"within_seconds": int(within.total_seconds()),
+              "channels": [asdict(channel) for channel in plan.notify.channels]}
+    return {"deadline": DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=within,
+                                      callback=AsyncCallback(deadline_missed, kwargs=kwargs),
+                                      name=f"{plan.dag_id} within {within}")}
+
+
 def _team_arguments(plan: PipelinePlan) -> tuple[dict[str, Any], dict[str, Any]]:
     """(DAG arguments, default_args) the platform policy gives the spec's team (ADR 0014)."""
     team = plan.team
@@ -176,6 +196,7 @@ def build_dag(plan: PipelinePlan) -> DAG:
                       **_failure_callbacks(plan), **team_default_args},
         **_airflow_config_defaults()["dag"],
         **team_dag_args,
+        **_deadline(plan),
     )
     with dag:
         tasks = {t.task_id: _task(plan, t) for t in plan.tasks}

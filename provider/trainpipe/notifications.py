@@ -72,8 +72,12 @@ def notifiers(notify: NotifyPlan, event: str, message: Message) -> list[BaseNoti
 
 def send(notify: NotifyPlan, event: str, message: Message, context: Any) -> list[str]:
     """Send ``message`` on every channel that subscribes to ``event``; returns the channels that sent it."""
+    return _send_on(notify.for_event(event), event, message, context)
+
+
+def _send_on(channels: Any, event: str, message: Message, context: Any) -> list[str]:
     sent = []
-    for channel in notify.for_event(event):
+    for channel in channels:
         try:
             # A copy: a notifier merges its fields into the context it is given.
             notifier(channel, message)(dict(context))
@@ -138,3 +142,51 @@ class PromotionNotification:
         if promoted.get("reason"):
             text += f"\n\nReason: {promoted['reason']}"
         send(self.notify, PROMOTION, Message(subject=subject, text=text), context)
+
+
+# The states of a step a late run is in: started, or waiting for something (a retry, a person, its sensor's poke).
+_UNDER_WAY = ("running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "awaiting_input",
+              "restarting")
+
+
+def duration_text(seconds: float) -> str:
+    """``1h30m``, ``45s``: a wait or a deadline as people write it in a spec."""
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
+
+
+def deadline_message(*, dag_id: str, run_id: str, within_seconds: int, states: dict[str, str | None]) -> Message:
+    """What a late run's message says: how late, and the steps under way (or that none is)."""
+    steps = [f"{task} ({state})" for task, state in states.items() if state in _UNDER_WAY]
+    where = f"it is at {', '.join(steps)}" if steps else "no step is under way (see the run in Airflow)"
+    within = duration_text(within_seconds)
+    return Message(subject=f"[trainpipe] {dag_id}: run {run_id} is late (not done within {within})",
+                   text=f"Run {run_id} of {dag_id} has not ended within {within} of being queued "
+                        f"(notify.deadline): {where}.")
+
+
+async def deadline_missed(*, within_seconds: int, channels: list[dict[str, Any]],
+                          context: dict[str, Any] | None = None) -> str:
+    """The ``notify.deadline`` alert's callback, run by Airflow's triggerer when a run is late: every notify
+    channel gets the message (a late run is every channel's concern, whatever its ``events``). Returns the
+    message's text, which Airflow keeps as the callback's output."""
+    from asgiref.sync import sync_to_async
+
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    from trainpipe.plan import NotifyChannel
+
+    dag_run = (context or {}).get("dag_run") or {}
+    dag_id, run_id = dag_run.get("dag_id", "?"), dag_run.get("dag_run_id", "?")
+    found = await sync_to_async(RuntimeTaskInstance.get_task_states)(dag_id=dag_id, run_ids=[run_id])
+    message = deadline_message(dag_id=dag_id, run_id=run_id, within_seconds=within_seconds,
+                               states=dict(found.get(run_id) or {}))
+    planned = [NotifyChannel(**{**c, "events": tuple(c["events"]), "to": tuple(c["to"])}) for c in channels]
+    sent = await sync_to_async(_send_on)(planned, DEADLINE, message, dict(context or {}))
+    log.warning("%s (sent on: %s)", message.text, ", ".join(sent) or "no channel")
+    return message.text
+
+
+# The name a late run's message goes by in the log; not an event a channel subscribes to.
+DEADLINE = "deadline"

@@ -350,6 +350,8 @@ class NotifyChannel:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NotifyPlan:
     channels: tuple[NotifyChannel, ...] = ()
+    # notify.deadline.within: an Airflow Deadline Alert from the run's queued time (None: no deadline).
+    deadline_within: timedelta | None = None
 
     def for_event(self, event: str) -> tuple[NotifyChannel, ...]:
         return tuple(c for c in self.channels if event in c.events)
@@ -666,7 +668,8 @@ def _notify(spec: PipelineSpec) -> NotifyPlan:
     if (slack := spec.notify.slack) is not None:
         channels.append(NotifyChannel(kind="slack", conn_id=slack.conn_id, events=tuple(dict.fromkeys(slack.events)),
                                       channel=slack.channel))
-    return NotifyPlan(channels=tuple(channels))
+    deadline = spec.notify.deadline
+    return NotifyPlan(channels=tuple(channels), deadline_within=deadline.within if deadline is not None else None)
 
 
 def _backtest(spec: PipelineSpec) -> BacktestPlan:

@@ -86,6 +86,8 @@ CASES = [
     ("limits.max_retries", {"retries": 1000000}, "retries", "1000000"),
     ("limits.max_priority", {"priority": "high"}, "priority", "'high'"),
     ("limits.max_cache_age", {"training.cache": {"max_age": "2w"}}, "training.cache.max_age", "'14d'"),
+    ("limits.max_deadline_within", {"notify": {"email": {"to": ["ml@example.com"]}, "deadline": {"within": "1d"}}},
+     "notify.deadline.within", "'1d'"),
     # Not written: the PriorityClass a spec's priority maps to is judged like a written one.
     ("kubernetes.priority_classes", {"priority": "low"}, "priority", "trainpipe-low"),
     ("kubernetes.queues", {f"{K8S}.queue": "search-gpu"}, f"{K8S}.queue", "search-gpu"),

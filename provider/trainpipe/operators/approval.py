@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 
 
 def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
+    from trainpipe.notifications import duration_text
+
+    return duration_text(seconds)
 
 
 class ApproveOperator(LiteralFields, ApprovalOperator):

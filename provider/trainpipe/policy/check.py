@@ -218,6 +218,10 @@ def _limits(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
     if (spec.priority is not None and limits.max_priority is not None
             and PRIORITY_WEIGHTS[spec.priority] > PRIORITY_WEIGHTS[limits.max_priority]):
         judge.refuse(("priority",), "limits.max_priority", spec.priority, f"at most {limits.max_priority!r}")
+    deadline = spec.notify.deadline if spec.notify is not None else None
+    if limits.max_deadline_within is not None and deadline is not None and deadline.within > limits.max_deadline_within:
+        judge.refuse(("notify", "deadline", "within"), "limits.max_deadline_within", _human(deadline.within),
+                     f"at most {_human(limits.max_deadline_within)}")
     cache = training.cache
     # A default above the cap is lowered to it in the plan (team_plan); a written value is the author's choice: refused.
     if (limits.max_cache_age is not None and cache.enabled and cache.max_age > limits.max_cache_age

@@ -97,6 +97,9 @@ class LimitRules(_Model):
     max_retries: int | None = Field(default=None, ge=0, description="retries (per task) at most.", examples=[3])
     max_priority: Literal["low", "normal", "high"] | None = Field(
         default=None, description="A spec's `priority` at most (low < normal < high).", examples=["normal"])
+    max_deadline_within: Duration | None = Field(
+        default=None, description="notify.deadline.within at most: how late a run may be before someone is told.",
+        examples=["12h"])
     max_cache_age: Duration | None = Field(
         default=None, description="training.cache.max_age at most: how old a registered version may be and still "
         "stand in for a training on the same inputs.", examples=["7d"])

@@ -854,6 +854,15 @@ class SlackNotifySpec(_Model):
     )
 
 
+class DeadlineSpec(_Model):
+    within: Duration = Field(
+        description="How long after the run was queued it must have ended: then an Airflow Deadline Alert sends the "
+        "notify channels a message naming the step the run is in. The platform may cap it "
+        "(limits.max_deadline_within).",
+        examples=["6h"],
+    )
+
+
 class NotifySpec(_Model):
     email: EmailNotifySpec | None = Field(
         default=None, description="E-mail through Airflow's SMTP provider (SmtpNotifier).",
@@ -862,6 +871,11 @@ class NotifySpec(_Model):
     slack: SlackNotifySpec | None = Field(
         default=None, description="Slack through Airflow's Slack provider (SlackNotifier).",
         examples=[{"channel": "#ml-alerts"}],
+    )
+    deadline: DeadlineSpec | None = Field(
+        default=None, description="A run still going this long after it was queued is late: every channel above is "
+        "told, with the step the run is in (Airflow Deadline Alerts, Airflow 3.1 or later).",
+        examples=[{"within": "6h"}],
     )
 
     @model_validator(mode="after")

@@ -205,6 +205,10 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     if isinstance(_get(data, "notify", "slack"), dict) and not _installed(SLACK_PROVIDER):
         add(("notify", "slack"), f"needs Airflow's Slack provider, which is not installed here: pip install "
             f"{SLACK_PROVIDER} (on the scheduler and workers), or remove notify.slack")
+    if isinstance(_get(data, "notify", "deadline"), dict) and (found := airflow_without_deadlines()) is not None:
+        add(("notify", "deadline"), f"needs Airflow's Deadline Alerts (Airflow {DEADLINE_AIRFLOW[0]}."
+            f"{DEADLINE_AIRFLOW[1]} or later), and the Airflow here is {found}; upgrade Airflow or remove "
+            "notify.deadline")
     return problems
 
 
@@ -255,6 +259,25 @@ def _drift_problems(loaded: LoadedYaml, features: list[Any] | None) -> list[Spec
 
 
 SLACK_PROVIDER = "apache-airflow-providers-slack"
+
+
+# DeadlineAlert with notifier callbacks (AsyncCallback, run by the triggerer) came with Airflow 3.1.
+DEADLINE_AIRFLOW = (3, 1)
+
+
+def airflow_without_deadlines(version: str | None = None) -> str | None:
+    """The installed Airflow's version when it has no Deadline Alerts (``DEADLINE_AIRFLOW``), else None; read from
+    the package metadata, as ``_installed`` does."""
+    import re
+    from importlib import metadata
+
+    if version is None:
+        try:
+            version = metadata.version("apache-airflow")
+        except metadata.PackageNotFoundError:
+            return "not installed"
+    numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:2])
+    return None if numbers >= DEADLINE_AIRFLOW else version
 
 
 def _installed(distribution: str) -> bool:
