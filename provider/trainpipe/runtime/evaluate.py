@@ -120,7 +120,8 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
                  BASELINE_MODELS[evaluation.task], _fmt(baseline))
     below = below_baseline(candidate, baseline)
     if below:
-        log.warning("the candidate does worse than the baseline on %s", ", ".join(below))
+        # INFO, not WARNING: a run is not at fault for it; the run's note says it (and a gate may refuse it).
+        log.info("the candidate does worse than the baseline on %s", ", ".join(below))
     champion_version = hook.version_by_alias(registration.model_name, registration.alias)
     champion = champion_scores = None
     if champion_version is not None:
