@@ -332,3 +332,17 @@ def test_a_diverged_trial_fails_alone_and_the_worker_goes_on(state_dir: Path):
     assert len({t.user_attrs["worker_pid"] for t in live.trials}) == 1
     assert not any("launching the trainer again" in line for line in lines)
     assert hook.client.get_run(live.trials[0].user_attrs["mlflow_run_id"]).data.tags["trainpipe.trial_state"] == "failed"
+
+
+def test_no_trial_starts_once_the_study_is_older_than_its_timeout(state_dir: Path):
+    from datetime import timedelta
+
+    spec = tiny_tuned_spec("tuning_timeout", n_trials=2, max_parallel=1, pruner="none")
+    spec["tuning"]["timeout"] = "1h"
+    plan, snapshot, settings, run, hook, study = start(spec)
+    live = load_study(plan.tuning, settings, study["study_name"])
+    live.set_user_attr("started_at", (datetime.now(timezone.utc) - timedelta(hours=2)).isoformat())
+    lines: list[str] = []
+    outcome = run_worker(plan, 0, snapshot, settings=settings, run=run, study=study, hook=hook, on_line=lines.append)
+    assert outcome["trials"] == [] and load_study(plan.tuning, settings, study["study_name"]).trials == []
+    assert any("worker 0: the study is older than its timeout (3600 s): no trial started" in line for line in lines)
