@@ -88,6 +88,25 @@ def folders(state_dir: Path, airflow_db: Path, tmp_path: Path, monkeypatch: pyte
     return {"configs": configs, "dags": dags, "out": tmp_path / "deployed.json"}
 
 
+def _register_live(dags: Path, dag_id: str) -> None:
+    """The DAG folder written to the metadata DB as the dag-processor would (the bundle dag.test() syncs may be the
+    session's earlier DAGs folder), with ``dag_id`` unpaused: a paused DAG is not queued by an asset event."""
+    from sqlalchemy import update
+
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        DagBundlesManager().sync_bundles_to_db(session=session)
+    bag = BundleDagBag(dag_folder=str(dags), bundle_path=str(dags), bundle_name="dags-folder")
+    assert bag.import_errors == {}
+    sync_bag_to_db(bag, "dags-folder", None)
+    with create_session() as session:
+        session.execute(update(DagModel).where(DagModel.dag_id == dag_id).values(is_paused=False))
+
+
 def _asset_triggered_run(dag_id: str) -> str:
     """The scheduler's own step that turns queued asset events into a DAG run (what `airflow scheduler` does on
     its next loop), run once; the new run's id."""
@@ -117,6 +136,7 @@ def test_a_deployment_dag_reads_the_promoted_version_from_its_triggering_event(f
 
     bag = DagBag(dag_folder=str(folders["dags"]))
     assert bag.import_errors == {}
+    _register_live(folders["dags"], DEPLOY_DAG)
     dag_run = bag.get_dag(PIPELINE).test(logical_date=END)
     assert dag_run.state == "success"
 
