@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from trainpipe.cli import main
-from trainpipe.errors import DataReadError, SpecError, UnsupportedUriError
+from trainpipe.errors import SpecError, UnsupportedUriError
 from trainpipe.plan import build_plan
 from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
@@ -124,9 +124,11 @@ def _snapshot_of(path: Path, *, file_format: str = "parquet"):  # noqa: ANN202 -
 def test_a_file_that_is_not_parquet_is_named_not_quoted(tmp_path: Path):
     secret_file = tmp_path / "airflow.cfg"
     secret_file.write_text(f"[core]\n{SECRET}\n")
-    with pytest.raises(DataReadError) as caught:
+    # Located at the spec's data.uri (the user's fix), worded by the storage layer's DataReadError.
+    with pytest.raises(SpecError) as caught:
         _snapshot_of(secret_file)()
     message = str(caught.value)
+    assert "data.uri: " in message
     assert message.endswith(f"{secret_file}: not a readable parquet file (ArrowInvalid); check data.uri and data.format")
     assert "6cT0p" not in message and caught.value.__cause__ is None
 

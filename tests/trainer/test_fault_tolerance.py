@@ -349,7 +349,14 @@ def test_the_run_opens_beside_training_and_keeps_what_was_logged_before(
     from trainpipe_trainer.config import TrackingConfig
     from trainpipe_trainer.tracking import OPEN_STALL_SECONDS, Tracker
 
+    from mlflow.tracking import fluent
+    from mlflow.tracking._tracking_service import utils
+
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    # The tracker sets MLflow's process-wide tracking URI and experiment (the trainer owns its process):
+    # this test's, undone after, so later tests in this process do not talk to its stopped server.
+    monkeypatch.setattr(utils, "_tracking_uri", utils._tracking_uri)
+    monkeypatch.setattr(fluent, "_active_experiment_id", fluent._active_experiment_id)
     server = MlflowServer(tmp_path / "server")
     server.root.mkdir()
     said = ""
