@@ -204,8 +204,15 @@ def parquet_from_bytes(raw: bytes) -> pd.DataFrame:
     return pq.read_table(pa.BufferReader(raw), use_threads=False).to_pandas()
 
 
-def read_parquet_uri(uri: str) -> pd.DataFrame:
-    """Read a parquet file by fsspec URI (the URIs the trainer is given)."""
+def read_parquet_uri(uri: str, conn_id: str | None = None) -> pd.DataFrame:
+    """Read a parquet file by fsspec URI (the URIs the trainer is given). Given the storage connection, a
+    file under the storage root is read with its credentials, as every other read of the root is (plain
+    fsspec has only the default AWS chain, which a CLI user with just the connection does not have)."""
+    if conn_id is not None:
+        from airflow.sdk import ObjectStoragePath
+
+        with ObjectStoragePath(uri, conn_id=conn_id).open("rb") as handle:
+            return parquet_from_bytes(handle.read())
     import fsspec
 
     with fsspec.open(uri, "rb") as handle:

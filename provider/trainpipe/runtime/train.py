@@ -138,7 +138,7 @@ def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings
         config = dataclasses.replace(config, tuning=trial.tuning, tags=tags)
     # First: a refused run must not retag the MLflow run nor overwrite the config that wrote the checkpoints.
     check_resumable(run_dir, config, world_size=plan.launch.world_size)
-    check_training_inputs(plan, config, snapshot)
+    check_training_inputs(plan, config, snapshot, settings=settings)
     hook = hook or MlflowHook(settings)
     if trial is not None:
         mlflow_run_id = trial.mlflow_run_id
@@ -161,7 +161,8 @@ def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings
     return prepared
 
 
-def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: SnapshotInfo) -> None:
+def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: SnapshotInfo, *,
+                          settings: Settings) -> None:
     """The trainer's own input checks, run on the snapshot's train split before torchrun starts: a
     missing column, missing values without ``impute``, text in a numeric feature, a label the task cannot
     use. Each is a located error at the spec's ``training.features`` (or ``label``) with the trainer's
@@ -189,7 +190,8 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
         checks = [("features", lambda: require_columns(frame, config.features, source=source, role="feature")),
                   ("label", lambda: require_columns(frame, [config.label], source=source, role="label"))]
     else:
-        frame = storage.read_parquet_uri(config.train_data_uri)
+        # The snapshot lies under the storage root: read it with the root's connection, not the bare URI.
+        frame = storage.read_parquet_uri(config.train_data_uri, conn_id=settings.storage_conn_id)
         checks = [("features", lambda: FeatureTransformer.fit(frame, config.feature_transforms(), source=source)
                    .transform(frame, source=source)),
                   ("label", lambda: label_values(frame, label=config.label, task=config.task, source=source))]
