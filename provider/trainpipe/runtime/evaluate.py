@@ -103,7 +103,9 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
 
     The baseline (``trainpipe.runtime.baseline``) is fitted on the train split: ``train_uri``, else the
     snapshot's; without either there is none, and a gate on it fails saying so."""
-    holdout = storage.read_parquet_uri(holdout_uri)
+    # The snapshot's splits live under the storage root: read them with its connection, as every read of it is.
+    conn_id = settings.storage_conn_id if settings is not None else None
+    holdout = storage.read_parquet_uri(holdout_uri, conn_id=conn_id)
     candidate_scores = predict(hook, model_uri, holdout, evaluation)
     candidate = holdout_metrics(evaluation, holdout, candidate_scores)
     log.info("candidate on holdout: %s", _fmt(candidate))
@@ -114,7 +116,7 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
         from trainpipe.runtime.baseline import baseline_scores as fit_baseline
 
         baseline_scores = fit_baseline(evaluation.task, evaluation.features, evaluation.label,
-                                       storage.read_parquet_uri(train_uri), holdout)
+                                       storage.read_parquet_uri(train_uri, conn_id=conn_id), holdout)
         baseline = holdout_metrics(evaluation, holdout, baseline_scores)
         log.info("baseline (%s, fitted on the train split) on the same holdout: %s",
                  BASELINE_MODELS[evaluation.task], _fmt(baseline))
