@@ -31,8 +31,29 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+
+
+def _free_ports(count: int) -> list[int]:
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 # Ports of this test module (api-server, the log servers of the scheduler's executor and of the triggerer).
-API_PORT = int(os.environ.get("TRAINPIPE_TEST_APPROVAL_PORT", "15200"))
+# Free ones by default, not fixed: with a fixed 15200, two runs on one machine (this module and
+# test_deadline_alert, or two people's) overlapped, and a fixture's client could talk to the other's api-server.
+if os.environ.get("TRAINPIPE_TEST_APPROVAL_PORT"):
+    API_PORT = int(os.environ["TRAINPIPE_TEST_APPROVAL_PORT"])
+    LOG_PORTS = (API_PORT + 1, API_PORT + 2)
+else:
+    API_PORT, *LOG_PORTS = _free_ports(3)
 RUN_BOUND_SECONDS = 900  # "cannot hang" bound for one small pipeline run on a loaded 2-core machine
 USER, PASSWORD = "admin", "approval-tests"
 
@@ -110,8 +131,8 @@ def _env(root: Path, configs: Path) -> dict[str, str]:
         "AIRFLOW__API__PORT": str(API_PORT),
         "AIRFLOW__API__BASE_URL": base,
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(API_PORT + 1),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(API_PORT + 2),
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(LOG_PORTS[0]),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(LOG_PORTS[1]),
         # Task processes reach the api-server's execution API; on a loaded machine it answers slowly.
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
         # The awaiting-input timeout sweep runs at this pace (default 15 s).
@@ -159,6 +180,7 @@ def standalone(request: pytest.FixtureRequest) -> Iterator[Standalone]:
     process = subprocess.Popen([str(BIN / "airflow"), "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                cwd=root, start_new_session=True)
     failed_before = request.session.testsfailed
+    setup_failed = False
     try:
         wait_for("the api-server of airflow standalone", _api_up, timeout=300, interval=2)
         airflow = AirflowClient(f"http://127.0.0.1:{API_PORT}", USER, PASSWORD)
@@ -168,19 +190,34 @@ def standalone(request: pytest.FixtureRequest) -> Iterator[Standalone]:
         for dag_id in SPECS:
             airflow.unpause(dag_id)
             runs[dag_id] = airflow.trigger(dag_id)
+    except BaseException:
+        # The session counts this error only after this block: without the flag, its logs would be deleted.
+        setup_failed = True
+        raise
+    else:
         yield Standalone(airflow=airflow, env=env, mlflow_uri=env["MLFLOW_TRACKING_URI"], runs=runs)
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        _stop(process)
         log.close()
-        if request.session.testsfailed > failed_before:
+        if setup_failed or request.session.testsfailed > failed_before:
             print(f"\napproval tests: airflow standalone state and logs kept in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stops airflow standalone and whatever of its process group outlives it: a scheduler given SIGTERM with
+    its executor's workers has been seen waiting on them for good after standalone itself had exited."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the whole group is gone
+        pass
+    process.wait()
 
 
 def _states(airflow: AirflowClient, dag_id: str, run_id: str) -> dict[str, str]:
@@ -219,8 +256,12 @@ def test_approved_versions_become_champion_in_turn_and_rollback_restores_the_fir
     promoted = client.get_model_version("approval_flow", "1")
     assert promoted.tags["trainpipe.promoted_by"].startswith(f"{USER} (approved in airflow DAG approval_flow")
     assert json.loads(promoted.tags["trainpipe.promotion_details"])["approval"]["by"] == USER
-    note, *cost = airflow.dag_run("approval_flow", first_run)["note"].splitlines()
-    assert [line.split(" GPU-hours")[0] for line in cost] == ["training used 0"], cost
+    note, *rest = airflow.dag_run("approval_flow", first_run)["note"].splitlines()
+    cost = [line for line in rest if line.startswith("training used ")]
+    assert [line.split(" GPU-hours")[0] for line in cost] == ["training used 0"], rest
+    # A candidate worse than the baseline model on this small data set is said on its own line (issue 34); whether
+    # it is depends on the training, so the line may or may not be there.
+    assert all(line.startswith("below baseline (logistic regression): ") for line in rest if line not in cost), rest
     # The first line is the promotion's: the version, its main metric, who approved.
     assert re.fullmatch(rf"promoted: approval_flow version 1 is champion; auc 0\.\d{{6}} \(no previous champion\); "
                         rf"approved by {USER}", note), note
