@@ -277,6 +277,15 @@ class MlflowServer:
         self.process = None
 
 
+def _has_run(server: MlflowServer, experiment_name: str) -> bool:
+    from mlflow import MlflowClient
+
+    if not server.healthy():
+        return False
+    experiment = MlflowClient(server.uri).get_experiment_by_name(experiment_name)
+    return experiment is not None and bool(MlflowClient(server.uri).search_runs([experiment.experiment_id]))
+
+
 @pytest.fixture
 def mlflow_server(tmp_path: Path) -> Iterator[MlflowServer]:
     server = MlflowServer(tmp_path / "server")
@@ -305,12 +314,17 @@ def test_every_metric_arrives_when_the_tracking_server_comes_back(
             "system_metrics_every_seconds": 0.5,
             "max_buffered_metrics": 20,
         },
-        fault_injection={"step_delay_seconds": 0.1},
+        # 51 steps of at least 0.25 s: the outage, once the run is open, falls inside the training.
+        fault_injection={"step_delay_seconds": 0.25},
     )
+    wait_until(mlflow_server.healthy, timeout=120, what="the MLflow server to answer")
     # Short client back-off, so the test does not wait minutes between retries.
     running = start(config, workdir, nproc=None, env={"MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"})
     try:
         wait_until(lambda: "step 5/51" in running.stdout_so_far(), timeout=120, what="step 5", running=running)
+        # The run opens beside training (it may not be open at step 5): an outage of an open run is what
+        # is tested here, and a server stopped while it still creates its tables would not start again.
+        wait_until(lambda: _has_run(mlflow_server, "outage"), timeout=120, what="the run to be open", running=running)
         mlflow_server.stop()
         down_at = time.monotonic()
         stopped_output = running.stdout_so_far()
