@@ -314,9 +314,8 @@ class Tracker:
     _failure: tuple[str, int | None, str] | None = field(init=False, default=None)
     _monitor: Any = field(init=False, default=None)
     # Opening the run (MLflow's import, its store, the run itself) takes seconds: a thread does it
-    # beside the data read, the model build and the first steps; nothing on the training thread
-    # waits for it before the model is logged (join). What is logged before then waits here, and
-    # the opening thread hands it to the publisher under _lock.
+    # beside the data read and the model build; the trainer joins it before its step loop. What is
+    # logged before then waits here, and the opening thread hands it to the publisher under _lock.
     _opening: threading.Thread | None = field(init=False, default=None)
     _open_error: BaseException | None = field(init=False, default=None)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
@@ -384,7 +383,6 @@ class Tracker:
             publisher.start()
             if params:
                 self._log_params_now(params)
-            _warm_requirement_check()
         except BaseException as err:  # noqa: BLE001 - raised on the training thread (check, join)
             if slow is not None:
                 slow.cancel()
@@ -509,15 +507,3 @@ class Tracker:
             self.join()
         return self.publisher.flush(timeout) if self.publisher is not None else True
 
-
-def _warm_requirement_check() -> None:
-    """Build MLflow's installed-packages map now, on the opening thread, while training runs.
-
-    log_model checks the model's pip requirements against what is installed; the first check maps
-    every installed file to its package (0.6 s here, more on a large image), which the export would
-    otherwise pay after the last step. An internal of MLflow: if it moves, the export pays it again."""
-    try:
-        from mlflow.utils.requirements_utils import _init_packages_to_modules_map
-    except ImportError:
-        return
-    _init_packages_to_modules_map()
