@@ -371,6 +371,11 @@ def test_the_run_opens_beside_training_and_keeps_what_was_logged_before(
     # this test's, undone after, so later tests in this process do not talk to its stopped server.
     monkeypatch.setattr(utils, "_tracking_uri", utils._tracking_uri)
     monkeypatch.setattr(fluent, "_active_experiment_id", fluent._active_experiment_id)
+    # set_tracking_uri also exports MLFLOW_TRACKING_URI (for subprocesses): put the variable back too.
+    if "MLFLOW_TRACKING_URI" in os.environ:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", os.environ["MLFLOW_TRACKING_URI"])
+    else:
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     server = MlflowServer(tmp_path / "server")
     server.root.mkdir()
     said = ""
@@ -403,3 +408,12 @@ def test_the_run_opens_beside_training_and_keeps_what_was_logged_before(
     assert run.info.status == "FINISHED"
     assert run.data.params["learning_rate"] == "0.01" and run.data.tags["team"] == "fraud"
     assert [(m.step, m.value) for m in history] == [(1, 1.0), (2, 0.5), (3, 1.0 / 3)]
+
+
+def test_the_run_opening_test_leaves_mlflow_as_it_found_it() -> None:
+    """Runs after the test above in this module: MLflow's process-wide URI is not its stopped server's
+    (later tests of the process would wait minutes on it)."""
+    import mlflow
+
+    assert not mlflow.get_tracking_uri().startswith("http://127.0.0.1:")
+    assert not os.environ.get("MLFLOW_TRACKING_URI", "").startswith("http://127.0.0.1:")
