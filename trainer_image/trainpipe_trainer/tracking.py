@@ -319,7 +319,6 @@ class Tracker:
     _opening: threading.Thread | None = field(init=False, default=None)
     _open_error: BaseException | None = field(init=False, default=None)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
-    _training_thread: threading.Thread | None = field(init=False, default=None)
     # The run is MLflow's active run on the training thread (log_model logs into the active run).
     _active: bool = field(init=False, default=False)
     _early_params: dict[str, str] = field(init=False, default_factory=dict)
@@ -328,7 +327,6 @@ class Tracker:
 
     def __enter__(self) -> Tracker:
         if self.enabled:
-            self._training_thread = threading.current_thread()
             self._opening = threading.Thread(target=self._open, name="trainpipe-tracking-open", daemon=True)
             self._opening.start()
         return self
@@ -494,8 +492,6 @@ class Tracker:
         if not self.enabled:
             return
         if self.publisher is None:
-            if self._open_error is not None and threading.current_thread() is self._training_thread:
-                self.check()
             with self._lock:
                 if self.publisher is None:
                     self._early_metrics.append((name, value, step))
