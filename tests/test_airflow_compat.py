@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import logging
 import tomllib
 from importlib.metadata import version
@@ -103,3 +104,16 @@ def test_a_dag_file_parse_lists_the_reported_spec_as_its_own_import_error(tmp_pa
     bag = DagBag(dag_folder=str(dags))
 
     assert bag.import_errors == {str(spec): "dag_configs/x.yaml:3:5: training.epochs: must be >= 1, got 0"}
+
+
+def test_reserialize_counts_the_file_last_changed_keys_as_parsed():
+    """``clear_spec_errors`` adds fixed and deleted specs to ``DagBag.file_last_changed`` (named through the
+    bag's ``_get_relative_fileloc``), which ``sync_bag_to_db`` (``airflow dags reserialize``) counts as parsed
+    files whose old import errors it deletes; tests/test_import_errors_cleared.py runs it for real."""
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    codes = [inspect.unwrap(sync_bag_to_db).__code__]  # under provide_session
+    codes += [c for c in codes[0].co_consts if hasattr(c, "co_names")]  # the generator over file_last_changed
+    names = {name for code in codes for name in (*code.co_names, *code.co_varnames)}
+    assert {"file_last_changed", "_get_relative_fileloc", "files_parsed"} <= names
+    assert "self" in DagBag.process_file.__code__.co_varnames[:1]

@@ -12,12 +12,20 @@ That result is found through private Airflow 3.3 internals, pinned by ``tests/te
 ``PythonDagImporter.import_file`` and the functions it calls to execute the DAG file. Whatever
 fails here (another Airflow version, the file imported outside a DAG parse, a changed internal) is
 logged per spec and never raised: valid DAGs must never vanish.
+
+A spec that is deleted or fixed is no longer reported, and Airflow 3.3 deletes an import error only
+of a file it counts as parsed: the dag-processor counts the DAG file alone (and drops the errors of
+files its bundle refresh does not see), ``airflow dags reserialize`` the keys of the ``DagBag``'s
+``file_last_changed``. ``clear_spec_errors`` adds such specs there, on the ``DagBag`` found as
+``self`` of ``DagBag.process_file`` on the stack, so the next parse of the DAG file clears them.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 
 from trainpipe.errors import SpecError
@@ -89,3 +97,48 @@ def report_spec_errors(errors: dict[Path, SpecError]) -> bool:
                         "internals named in trainpipe.airflow_compat changed?); its errors are in this log only",
                         path, exc_info=True)
     return reported
+
+
+def _dag_bag_in_progress():  # noqa: ANN202 - the DagBag whose process_file runs the DAG file, or None
+    from airflow.dag_processing.dagbag import DagBag
+
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            bag = frame.f_locals.get("self")
+            if isinstance(bag, DagBag) and frame.f_code is DagBag.process_file.__code__:
+                return bag
+            frame = frame.f_back
+    finally:
+        del frame
+    return None
+
+
+def clear_spec_errors(paths: Iterable[Path]) -> bool:
+    """Have Airflow delete the import errors of ``paths`` (spec files deleted, or parsed without a
+    problem) when it stores this parse; True when the DagBag was found. Never raises."""
+    paths = list(paths)
+    if not paths:
+        return True
+    try:
+        bag = _dag_bag_in_progress()
+        if bag is None:
+            return False
+        # Airflow turns each key into its stored file name with _get_relative_fileloc, which raises for a
+        # file outside the bundle (the usual dag_configs/ beside dags/): that name is what the error was
+        # stored under, so it is given here for these keys alone.
+        names = getattr(bag, "_trainpipe_spec_names", None)
+        if names is None:
+            names = bag._trainpipe_spec_names = {}
+            relative = bag._get_relative_fileloc
+            bag._get_relative_fileloc = lambda filepath: names.get(filepath) or relative(filepath)
+        for path in paths:
+            key = str(path.resolve())
+            names[key] = _airflow_relative_path(path, bag.bundle_path)
+            bag.file_last_changed.setdefault(key, datetime.now())
+    except Exception:
+        log.warning("trainpipe: the import errors of %d fixed or deleted spec(s) could not be cleared (have the "
+                    "Airflow internals named in trainpipe.airflow_compat changed?); the dag-processor clears them "
+                    "at its next bundle refresh", len(paths), exc_info=True)
+        return False
+    return True

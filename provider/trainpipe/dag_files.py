@@ -198,7 +198,42 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
                  len(result.cached & {p.spec_file for p in result.plans.values()}), len(result.errors))
     if result.errors:
         report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()})
+    if only is None:
+        _clear_stale_errors(result, root, cache)
     return result
+
+
+def _clear_stale_errors(result: CompileResult, root: Path, cache: PlanCache) -> None:
+    """Clear the import errors of this DAG file's specs that are fixed or deleted (ADR 0004): the spec
+    files it reported last time are kept in ``TRAINPIPE_HOME/cache/import-errors`` (JSON, beside no
+    code fingerprint: an upgrade keeps them), since a deleted file cannot be found otherwise."""
+    import json
+
+    from trainpipe.airflow_compat import clear_spec_errors
+    from trainpipe.settings import Settings
+
+    broken = {str(result.files.get(name, Path(name)).resolve()) for name in result.errors}
+    memory = Settings.from_env().home / "cache" / "import-errors" / f"{cache.path.stem}.json"
+    try:
+        before = json.loads(memory.read_text("utf-8"))
+        before = {p for p in before if isinstance(p, str)} if isinstance(before, list) else set()
+    except (OSError, ValueError):
+        before = set()
+    compiled = {str(path.resolve()) for path in result.files.values()}
+    # Only files of this configs folder that this parse compiled or that are gone: a stale or edited
+    # memory must not clear another file's error (a DAG file's, or a spec another shard reports).
+    stale = {p for p in (before | compiled) - broken
+             if Path(p).is_relative_to(root) and (p in compiled or not os.path.lexists(p))}
+    clear_spec_errors(Path(p) for p in sorted(stale))
+    if broken != before:
+        try:
+            memory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            temporary = memory.with_name(f".{memory.name}.{os.getpid()}")
+            temporary.write_text(json.dumps(sorted(broken)), "utf-8")
+            os.replace(temporary, memory)
+        except OSError as err:
+            log.warning("trainpipe: %s could not be written (%s); a spec deleted before the next parse keeps its "
+                        "import error until the dag-processor's bundle refresh", memory, err)
 
 
 def airflow_fingerprint() -> str:
