@@ -18,14 +18,14 @@ from tests.kubernetes.fake_apiserver import FakeApiServer
 from trainpipe.errors import SpecError
 from trainpipe.factory import compile_file
 from trainpipe.kubernetes.builders import TrainerLaunch
-from trainpipe.kubernetes.tries import OOM_KILLED, PREEMPTED, failed_try_end, try_resources
+from trainpipe.kubernetes.tries import CUDA_OOM, OOM_KILLED, PREEMPTED, failed_try_end, try_resources
 from trainpipe.operators.kubernetes import KubernetesTrainJobOperator
 from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.run_notes import retry_note
 from trainpipe.runtime.train import run_dir_for
 from trainpipe.runtime.usage import record_try
 from trainpipe.settings import Settings
-from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
+from trainpipe_trainer.config import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parents[2]
 K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
@@ -187,6 +187,59 @@ def test_how_a_failed_try_ended_is_read_from_its_pods():
     assert failed_try_end([_pod(condition="DisruptionTarget"), _pod(reason=OOM_KILLED)]) == ("failed", OOM_KILLED)
     assert failed_try_end([_pod(reason="Error")]) == ("failed", None)
     assert failed_try_end([]) == ("failed", None)
+    # The trainer's CUDA OOM (its exit code, passed on by trainpipe_trainer.elastic); an OOM kill still wins.
+    assert failed_try_end([_pod(exit_code=CUDA_OOM_EXIT_CODE)]) == ("failed", CUDA_OOM)
+    assert failed_try_end([_pod(exit_code=CUDA_OOM_EXIT_CODE), _pod(reason=OOM_KILLED)]) == ("failed", OOM_KILLED)
+
+
+def _earlier(plan) -> list:
+    from trainpipe.runtime.usage import tries_before
+
+    return tries_before(run_dir_for(plan.dag_id, Settings.from_env(), RUN_ID), 99)
+
+
+def _batch(plan) -> tuple[int, int]:
+    return plan.trainer.batch_size, plan.trainer.optimization.gradient_accumulation_steps
+
+
+def test_after_a_cuda_oom_reduce_batch_splits_the_batch_into_more_accumulation_steps(storage):
+    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", on_oom={**ON_OOM, "reduce_batch": True}))
+    _ended(plan, 1, "failed", CUDA_OOM)
+    second = try_resources(plan.kubernetes, try_number=2, earlier=_earlier(plan), batch=_batch(plan))
+    assert retry_note(2, second.changes) == (
+        "try 2 changed: batch_size 64 -> 32, accumulation 1 -> 2 after 1 CUDA OOM (CUDAOutOfMemory) "
+        "(on_oom.reduce_batch: same 64 samples per step)")
+    # A CUDA OOM is the GPU's memory: the pod's memory request stays.
+    assert (second.memory, second.memory_limit) == ("32Gi", "32Gi")
+    trainer = second.trainer(plan.trainer)
+    assert (trainer.batch_size, trainer.optimization.gradient_accumulation_steps) == (32, 2)
+    # The checkpoint of the try before resumes: the same samples per step is the same training.
+    assert not plan.trainer.resume_identity(world_size=2).differences(trainer.resume_identity(world_size=2))
+    # Recorded on the MLflow run, and so on the registered version.
+    tags = second.tags(gpus=1)
+    assert (tags["trainpipe.resources.batch_size"], tags["trainpipe.resources.gradient_accumulation_steps"]) == (
+        "32", "2")
+    _ended(plan, 2, "failed", CUDA_OOM)
+    third = try_resources(plan.kubernetes, try_number=3, earlier=_earlier(plan), batch=_batch(plan))
+    assert (third.batch_size, third.gradient_accumulation_steps) == (16, 4)
+
+
+def test_without_reduce_batch_a_cuda_oom_retries_the_same_batch(storage):
+    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", on_oom=ON_OOM))
+    _ended(plan, 1, "failed", CUDA_OOM)
+    second = try_resources(plan.kubernetes, try_number=2, earlier=_earlier(plan), batch=_batch(plan))
+    assert second.changes == () and second.trainer(plan.trainer) is plan.trainer
+    assert "trainpipe.resources.batch_size" not in second.tags(gpus=1)
+
+
+def test_a_batch_that_cannot_be_halved_any_more_is_kept_and_the_note_says_so(storage):
+    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml", on_oom={"max_memory": "128Gi", "reduce_batch": True}))
+    for try_number in range(1, 6):  # 16 -> 8 -> 4 -> 2 -> 1, then nothing left to split
+        _ended(plan, try_number, "failed", CUDA_OOM)
+    sixth = try_resources(plan.kubernetes, try_number=6, earlier=_earlier(plan), batch=_batch(plan))
+    assert (sixth.batch_size, sixth.gradient_accumulation_steps) == (1, 16)
+    assert sixth.changes == ("batch_size 16 -> 1, accumulation 1 -> 16 after 5 CUDA OOMs (CUDAOutOfMemory) "
+                             "(on_oom.reduce_batch: same 16 samples per step)",)
 
 
 def test_the_job_operator_reads_how_its_pods_ended_from_the_cluster(tmp_path, monkeypatch):
@@ -225,6 +278,17 @@ def test_a_max_memory_below_the_request_is_refused_with_the_fix(storage):
     (problem,) = _problems(path)
     assert re.search(r"search_ranker_gpu.yaml:\d+:\d+: training.kubernetes.on_oom.max_memory: max_memory 70Gi is "
                     r"below resources.limits.memory 72Gi: .*raise max_memory to at least 72Gi", problem), problem
+
+
+def test_reduce_batch_with_an_odd_batch_size_is_refused_with_the_fix(storage):
+    path = _spec(storage, "search_ranker_gpu.yaml", on_oom={"max_memory": "128Gi", "reduce_batch": True})
+    spec = yaml.safe_load(path.read_text())
+    spec["training"]["batch_size"] = 15
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    (problem,) = _problems(path)
+    assert re.search(r"search_ranker_gpu.yaml:\d+:\d+: training.kubernetes.on_oom.reduce_batch: reduce_batch halves "
+                     r"training.batch_size after a CUDA OOM, and batch_size 15 is odd: .*set batch_size to an even "
+                     r"number such as 16 or leave reduce_batch out", problem), problem
 
 
 def test_a_capacity_label_also_in_the_node_selector_is_refused(storage):

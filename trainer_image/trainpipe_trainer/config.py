@@ -91,6 +91,10 @@ PREEMPTED_EXIT_CODE = 75
 # torchrun forwards a SIGTERM to its workers and kills them this many seconds later; the local
 # launcher waits as long before it kills torchrun (a Pod uses its termination grace period instead).
 PREEMPTION_GRACE_SECONDS = 120
+# A rank whose step ran out of accelerator memory (torch.cuda.OutOfMemoryError) exits with this code, and
+# so does the elastic launcher for it: the provider reads it as its own outcome ("CUDAOutOfMemory"), so a
+# retry can train with a smaller batch_size and more accumulation steps (training.kubernetes.on_oom).
+CUDA_OOM_EXIT_CODE = 76
 _PREEMPTED = re.compile(r"^received (?P<signal>SIG[A-Z]+): committed checkpoint step-(?P<step>\d+);")
 
 
@@ -173,9 +177,13 @@ class FaultInjection:
     # Sleep this long after every optimizer step: stretches a tiny test run so a test can act mid-training
     # (kill a rank, send SIGTERM, stop the tracking server) without racing the end of training.
     step_delay_seconds: float = 0.0
+    # Raise torch.cuda.OutOfMemoryError in this step's forward pass when its micro-batch has more rows than
+    # oom_above_batch_size (None: any size): stands in for a real CUDA OOM, which a CPU-only machine cannot have.
+    cuda_oom_at_step: int | None = None
+    oom_above_batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("nan_loss_at_step", "crash_after_step"):
+        for name in ("nan_loss_at_step", "crash_after_step", "cuda_oom_at_step", "oom_above_batch_size"):
             value = getattr(self, name)
             _require(value is None or value >= 1, f"fault_injection.{name}: must be >= 1")
         _require(self.step_delay_seconds >= 0, "fault_injection.step_delay_seconds: must be >= 0")
@@ -665,6 +673,10 @@ class ResumeIdentity:
             old, new = self.settings.get(key, missing), current.settings.get(key, missing)
             if old == new or (key == "world_size" and strategy in RESHARDABLE_STRATEGIES):
                 continue
+            if key in _EFFECTIVE_BATCH_KEYS and _effective_batch(self.settings) == _effective_batch(current.settings):
+                # A batch split into more accumulation steps (on_oom.reduce_batch after a CUDA OOM): the same
+                # samples per optimizer step, in the same order, so the same training.
+                continue
             if key == "world_size":
                 changes.append(f"world_size {old} -> {new} (strategy {strategy} cannot reshard: DeepSpeed ZeRO "
                                f"partitions the optimizer state per rank; resume with {old} processes, or use ddp, "
@@ -672,6 +684,15 @@ class ResumeIdentity:
             else:
                 changes.append(_describe_change(key, old, new, missing))
         return changes
+
+
+_EFFECTIVE_BATCH_KEYS = ("batch_size", "optimization.gradient_accumulation_steps")
+
+
+def _effective_batch(settings: dict[str, Any]) -> int | None:
+    """Samples per rank and optimizer step, from a resume identity's settings (None when either is missing)."""
+    batch, accumulation = (settings.get(key) for key in _EFFECTIVE_BATCH_KEYS)
+    return batch * accumulation if isinstance(batch, int) and isinstance(accumulation, int) else None
 
 
 def resume_refusal(where: str, changes: list[str]) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
+from trainpipe_trainer.config import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 from trainpipe_trainer.console import write_whole_lines
 
 
@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         # down after the same commit (every rank passed the barrier after the save before any exited).
         if PREEMPTED_EXIT_CODE in codes and codes <= {PREEMPTED_EXIT_CODE, -signal.SIGTERM}:
             return PREEMPTED_EXIT_CODE
+        # torchrun exits 1 for any failed worker: a rank's CUDA OOM is passed on as its own outcome (the others
+        # were SIGTERMed by torchrun), so the provider can tell it from a crash.
+        if CUDA_OOM_EXIT_CODE in codes and codes <= {CUDA_OOM_EXIT_CODE, -signal.SIGTERM}:
+            print(err.format_msg(), file=sys.stderr, flush=True)
+            return CUDA_OOM_EXIT_CODE
         # What torchrun prints for a failure (which rank, its exit code or signal, when).
         print(err.format_msg(), file=sys.stderr, flush=True)
         return 1

@@ -6,7 +6,7 @@ a bug or an infrastructure failure and keeps its traceback (exit code 1).
 
 from __future__ import annotations
 
-from trainpipe_trainer.config import PREEMPTED_EXIT_CODE, TrainerConfigError
+from trainpipe_trainer.config import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE, TrainerConfigError
 
 
 class TrainerInputError(ValueError):
@@ -54,6 +54,16 @@ class PreemptedError(TrainingStopped):
     """SIGTERM (a preemption notice): a checkpoint of the current step was committed, then training stopped."""
 
     exit_code = PREEMPTED_EXIT_CODE
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+class CudaOutOfMemoryError(TrainingStopped):
+    """A step ran out of accelerator memory: nothing of that step is committed; a retry may shrink the batch."""
+
+    exit_code = CUDA_OOM_EXIT_CODE
 
     def __init__(self, message: str, *, step: int) -> None:
         super().__init__(message)

@@ -41,7 +41,9 @@ from trainpipe_trainer.distributed import (
     destroy_distributed,
     init_distributed,
 )
-from trainpipe_trainer.errors import PreemptedError, StoppedAtStepError, TrainingDivergedError, TrialPrunedError
+from trainpipe_trainer.errors import (
+    CudaOutOfMemoryError, PreemptedError, StoppedAtStepError, TrainingDivergedError, TrialPrunedError,
+)
 from trainpipe_trainer.export import log_pyfunc_model, weights_sha256
 from trainpipe_trainer.launch_timing import LaunchPhases
 from trainpipe_trainer.losses import LossFn, make_loss_fn
@@ -334,6 +336,10 @@ class Trainer:
             mask = rest[0] if rest else None
 
             def loss_of(module: torch.nn.Module) -> torch.Tensor:
+                if fault is not None and fault.cuda_oom_at_step == step and (
+                        fault.oom_above_batch_size is None or len(features) > fault.oom_above_batch_size):
+                    # Fault injection: the error a real CUDA OOM raises here (none can happen on a CPU-only machine).
+                    raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (fault injection at step {step})")
                 with self.autocast:
                     scores = module(features).squeeze(-1)
                 loss = self.loss_fn(scores.float(), labels, mask)
@@ -656,7 +662,16 @@ def run_training(
             tracker.set_tags(config.tags)
             phases.mark("tracking start")
             trainer = Trainer(config=config, env=env, tracker=tracker, watcher=watcher, phases=phases)
-            result = trainer.fit()
+            try:
+                result = trainer.fit()
+            except torch.cuda.OutOfMemoryError as err:
+                # Its own outcome (exit code CUDA_OOM_EXIT_CODE): a retry may train with a smaller batch.
+                step = trainer.state.global_step + 1
+                message = (f"CUDA out of memory in step {step} (batch_size {config.batch_size}, "
+                           f"gradient_accumulation_steps {config.optimization.gradient_accumulation_steps}): {err}")
+                if env.is_main:
+                    tracker.failed(message, step=step)
+                raise CudaOutOfMemoryError(message, step=step) from err
             phases.mark("export")
             for name, seconds in phases.metrics().items():
                 tracker.log_metric(name, seconds, step=trainer.state.global_step)

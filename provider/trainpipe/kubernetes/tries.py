@@ -1,5 +1,6 @@
 """What one try of the train task asks of the cluster, from the tries of its DAG run before it: more memory
-after an OOM kill (``training.kubernetes.on_oom``), on-demand capacity after preemptions (``capacity``).
+after an OOM kill (``training.kubernetes.on_oom``), a smaller batch with more accumulation steps after a CUDA
+out-of-memory error (``on_oom.reduce_batch``), on-demand capacity after preemptions (``capacity``).
 
 A try learns the earlier tries' ends from the run folder's ledger (``usage.json``, ``trainpipe.runtime.usage``),
 which every try of the run appends to whatever its outcome: the run folder outlives the task's tries (XCom of
@@ -9,24 +10,22 @@ run. Airflow-free plain data; ``trainpipe.kubernetes.builders`` turns it into th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.quantities import format_memory, quantity_bytes
+# The ledger's words, defined with its entries (one reader of usage.json: trainpipe.runtime.usage).
+from trainpipe.runtime.usage import (
+    CUDA_OOM, OOM_KILLED, ON_DEMAND, PREEMPTED, RESOURCE_TAG_PREFIX, SPOT, TryUsage,
+)
 
 if TYPE_CHECKING:
     from trainpipe.plan import KubernetesPlan
+    from trainpipe_trainer.config import TrainingConfig
 
-# A try's ``reason`` in the ledger when the trainer container was OOM-killed (the kubelet's own word).
-OOM_KILLED = "OOMKilled"
-# A try's ``outcome`` in the ledger when its pod was preempted, evicted, or its trainer left for a SIGTERM.
-PREEMPTED = "preempted"
-SPOT = "spot"
-ON_DEMAND = "on_demand"
-# Tags of the training's MLflow run, copied onto the registered version: the resources it trained with.
-RESOURCE_TAG_PREFIX = "trainpipe.resources."
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +40,17 @@ class TryResources:
     node_selector: dict[str, str]
     tolerations: tuple[dict[str, Any], ...]
     changes: tuple[str, ...] = ()
+    # Set only when on_oom.reduce_batch changed them after a CUDA OOM (else the trainer config's own).
+    batch_size: int | None = None
+    gradient_accumulation_steps: int | None = None
+
+    def trainer(self, template: TrainingConfig) -> TrainingConfig:
+        """The trainer config this try trains with: ``template`` with the batch this try changed, if any."""
+        if self.batch_size is None:
+            return template
+        optimization = dataclasses.replace(template.optimization,
+                                           gradient_accumulation_steps=self.gradient_accumulation_steps)
+        return dataclasses.replace(template, batch_size=self.batch_size, optimization=optimization)
 
     def tags(self, gpus: int) -> dict[str, str]:
         """The MLflow tags that record what this try trained with."""
@@ -48,12 +58,18 @@ class TryResources:
                 f"{RESOURCE_TAG_PREFIX}gpus_per_pod": str(gpus), f"{RESOURCE_TAG_PREFIX}try": str(self.try_number)}
         if self.capacity is not None:
             tags[f"{RESOURCE_TAG_PREFIX}capacity"] = self.capacity
+        if self.batch_size is not None:
+            tags[f"{RESOURCE_TAG_PREFIX}batch_size"] = str(self.batch_size)
+            tags[f"{RESOURCE_TAG_PREFIX}gradient_accumulation_steps"] = str(self.gradient_accumulation_steps)
         return tags
 
 
-def try_resources(k: KubernetesPlan, *, try_number: int, earlier: Sequence[Any]) -> TryResources:
-    """``earlier``: the ledger entries (``outcome``, ``reason``) of the run's tries before this one."""
-    oom_kills = sum(1 for entry in earlier if getattr(entry, "reason", None) == OOM_KILLED)
+def try_resources(k: KubernetesPlan, *, try_number: int, earlier: Sequence[TryUsage],
+                  batch: tuple[int, int] | None = None) -> TryResources:
+    """``earlier``: the ledger entries of the run's tries before this one; ``batch``: the trainer config's
+    (batch_size, gradient_accumulation_steps), which ``on_oom.reduce_batch`` splits after a CUDA OOM."""
+    oom_kills = sum(1 for entry in earlier if entry.reason == OOM_KILLED)
+    cuda_ooms = sum(1 for entry in earlier if entry.reason == CUDA_OOM)
     preemptions = sum(1 for entry in earlier if entry.outcome == PREEMPTED)
     memory, limit = k.resources["memory"], k.resources["limits"]["memory"] or k.resources["memory"]
     changes: list[str] = []
@@ -65,6 +81,22 @@ def try_resources(k: KubernetesPlan, *, try_number: int, earlier: Sequence[Any])
         changes.append(f"memory {memory} -> {grown[0]}, limit {limit} -> {grown[1]} after {kills} "
                        f"(on_oom: x{factor:g} per OOM kill, max {ceiling})")
         memory, limit = grown
+    batch_size = accumulation = None
+    if k.on_oom is not None and k.on_oom.get("reduce_batch") and cuda_ooms and batch is not None:
+        batch_size, accumulation = batch
+        # Halved per CUDA OOM while it divides (spec validation refuses an odd batch_size): the same samples
+        # per optimizer step, so the result stays comparable and the checkpoint resumes.
+        for _ in range(cuda_ooms):
+            if batch_size % 2:
+                break
+            batch_size, accumulation = batch_size // 2, accumulation * 2
+        ooms = f"{cuda_ooms} CUDA OOM{'s' if cuda_ooms > 1 else ''} ({CUDA_OOM})"
+        if batch_size == batch[0]:
+            changes.append(f"batch_size {batch_size} cannot be halved after {ooms}: unchanged (on_oom.reduce_batch)")
+            batch_size = accumulation = None
+        else:
+            changes.append(f"batch_size {batch[0]} -> {batch_size}, accumulation {batch[1]} -> {accumulation} after "
+                           f"{ooms} (on_oom.reduce_batch: same {batch[0] * batch[1]} samples per step)")
     capacity = None
     node_selector = dict(k.node_selector)
     tolerations = tuple(k.tolerations)
@@ -78,7 +110,8 @@ def try_resources(k: KubernetesPlan, *, try_number: int, earlier: Sequence[Any])
             changes.append(f"on-demand capacity after {preemptions} preempted tr{'y' if preemptions == 1 else 'ies'} "
                            f"(capacity.on_demand_after_preemptions: {after})")
     return TryResources(try_number=try_number, memory=memory, memory_limit=limit, capacity=capacity,
-                        node_selector=node_selector, tolerations=tolerations, changes=tuple(changes))
+                        node_selector=node_selector, tolerations=tolerations, changes=tuple(changes),
+                        batch_size=batch_size, gradient_accumulation_steps=accumulation)
 
 
 def _grown(quantity: str, factor: float, ceiling: str) -> str:
@@ -91,13 +124,14 @@ def _grown(quantity: str, factor: float, ceiling: str) -> str:
 def failed_try_end(pods: Sequence[Any]) -> tuple[str, str | None]:
     """How a failed try ended, from its pods (``kubernetes.client`` V1Pod objects): (outcome, reason).
 
-    An OOM kill of any container wins (the next try needs more memory whatever else happened);
-    then a preemption: the pod's ``DisruptionTarget`` condition (preempted, evicted, node drained or shut
-    down), a pod evicted, or a trainer that left for a SIGTERM after committing its step (exit code 75).
+    An OOM kill of any container wins (the next try needs more memory whatever else happened); then a
+    trainer's CUDA out-of-memory error (its exit code, ``CUDA_OOM_EXIT_CODE``); then a preemption: the pod's
+    ``DisruptionTarget`` condition (preempted, evicted, node drained or shut down), a pod evicted, or a
+    trainer that left for a SIGTERM after committing its step (exit code 75).
     """
-    from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
+    from trainpipe_trainer.config import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 
-    preempted = False
+    preempted = cuda_oom = False
     for pod in pods:
         status = getattr(pod, "status", None)
         if status is None:
@@ -110,6 +144,9 @@ def failed_try_end(pods: Sequence[Any]) -> tuple[str, str | None]:
                 if ended.reason == OOM_KILLED:
                     return "failed", OOM_KILLED
                 preempted = preempted or ended.exit_code == PREEMPTED_EXIT_CODE
+                cuda_oom = cuda_oom or ended.exit_code == CUDA_OOM_EXIT_CODE
         disrupted = any(c.type == "DisruptionTarget" and c.status == "True" for c in status.conditions or ())
         preempted = preempted or disrupted or status.reason == "Evicted"
+    if cuda_oom:
+        return "failed", CUDA_OOM
     return (PREEMPTED, None) if preempted else ("failed", None)

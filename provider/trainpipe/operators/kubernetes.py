@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -78,14 +78,17 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
     hook = MlflowHook(settings)
     # Before any pod: a run whose inputs a registered version already carries launches nothing.
     training_key_unless_cached(plan, context, inputs, client=hook.client, log=operator.log)
+    # Before the config is written: after a CUDA OOM, this try may train with a smaller batch (on_oom.reduce_batch).
+    resources = resources_for_try(inputs.plan, airflow_run_id=inputs.run.airflow_run_id,
+                                  try_number=inputs.run.try_number)
+    run_plan = replace(inputs.plan, trainer=resources.trainer(inputs.plan.trainer))
     with failed_for_good_on_refused_resume():
-        prepared = prepare_training_run(inputs.plan, inputs.snapshot, settings=settings, run=inputs.run,
+        prepared = prepare_training_run(run_plan, inputs.snapshot, settings=settings, run=inputs.run,
                                         hook=hook, param_overrides=inputs.param_overrides)
     operator.log.info("trainer config: %s (MLflow run %s)", prepared.config_uri, prepared.mlflow_run_id)
     launch = builders.TrainerLaunch(config_uri=prepared.config_uri, mlflow_tracking_uri=settings.mlflow_tracking_uri,
                                     dag_id=inputs.run.dag_id, airflow_run_id=inputs.run.airflow_run_id,
                                     try_number=inputs.run.try_number)
-    resources = resources_for_try(plan, launch, run_dir=prepared.run_dir)
     hook.client.log_batch(prepared.mlflow_run_id, tags=[
         RunTag(key, value) for key, value in resources.tags(plan.kubernetes.resources["gpus"]).items()])
     if resources.changes:
@@ -104,18 +107,17 @@ def _training_key(plan: PipelinePlan, context: Context) -> str:
     return training_key(inputs.plan, inputs.snapshot, param_overrides=inputs.param_overrides)
 
 
-def resources_for_try(plan: PipelinePlan, launch: builders.TrainerLaunch, *, run_dir: Any = None) -> TryResources:
-    """What the try of ``launch`` asks of the cluster, from the ledger of the run's earlier tries (the run
+def resources_for_try(plan: PipelinePlan, *, airflow_run_id: str, try_number: int) -> TryResources:
+    """What a try of the run asks of the cluster, from the ledger of the run's earlier tries (the run
     folder's usage.json): the same for a real try and for ``trainpipe render --k8s``."""
     from trainpipe.kubernetes.tries import try_resources
     from trainpipe.runtime.train import run_dir_for
-    from trainpipe.runtime.usage import read_tries
+    from trainpipe.runtime.usage import tries_before
     from trainpipe.settings import Settings
 
-    if run_dir is None:
-        run_dir = run_dir_for(plan.dag_id, Settings.from_env(), launch.airflow_run_id)
-    earlier = [entry for entry in read_tries(run_dir) if entry.try_number < launch.try_number]
-    return try_resources(plan.kubernetes, try_number=launch.try_number, earlier=earlier)
+    earlier = tries_before(run_dir_for(plan.dag_id, Settings.from_env(), airflow_run_id), try_number)
+    batch = (plan.trainer.batch_size, plan.trainer.optimization.gradient_accumulation_steps)
+    return try_resources(plan.kubernetes, try_number=try_number, earlier=earlier, batch=batch)
 
 
 def finish(operator: Any, context: Context) -> dict[str, Any]:
@@ -200,11 +202,8 @@ def _try_resources_of(operator: Any, context: Context) -> TryResources | None:
     bound = getattr(operator, "try_resources", None)
     if bound is not None:
         return bound
-    ti = context["ti"]
-    launch = builders.TrainerLaunch(config_uri="", mlflow_tracking_uri="", dag_id=ti.dag_id,
-                                    airflow_run_id=context["run_id"], try_number=ti.try_number)
     try:
-        return resources_for_try(operator.plan, launch)
+        return resources_for_try(operator.plan, airflow_run_id=context["run_id"], try_number=context["ti"].try_number)
     except Exception as err:  # noqa: BLE001 - the try is recorded without them
         operator.log.warning("could not read the run's earlier tries: %s: %s", type(err).__name__, err)
         return None

@@ -46,7 +46,8 @@ def render_manifests(plan: PipelinePlan, *, launch: TrainerLaunch | None = None)
     operator = kubernetes_train_operator(plan=plan, task_id="train")
     launch = launch or render_launch(plan)
     # The try's memory and placement after the run's earlier tries, read as the try itself reads them.
-    operator.bind_launch(launch, resources_for_try(plan, launch))
+    operator.bind_launch(launch, resources_for_try(plan, airflow_run_id=launch.airflow_run_id,
+                                                       try_number=launch.try_number))
     if isinstance(operator, KubernetesTrainJobOperator):
         job = operator.build_job_request_obj(dry_run=True)
         return [to_manifest(operator.build_service(job)), to_manifest(job)]

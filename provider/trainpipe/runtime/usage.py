@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from trainpipe.costs import (
     COST, CPU_HOURS, GPU_HOURS, ON_DEMAND_GPU_HOURS, SPOT_GPU_HOURS, USAGE_KEYS, PriceTable, format_usage,
 )
-from trainpipe.kubernetes.tries import RESOURCE_TAG_PREFIX, SPOT
 from trainpipe.policy.model import load_price_table
 
 if TYPE_CHECKING:
@@ -30,6 +29,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 USAGE_FILE = "usage.json"
+# A try's ``reason`` in the ledger when the trainer container was OOM-killed (the kubelet's own word).
+OOM_KILLED = "OOMKilled"
+# A try's ``reason`` when the trainer exited with its CUDA out-of-memory code (trainpipe_trainer.config).
+CUDA_OOM = "CUDAOutOfMemory"
+# A try's ``outcome`` when its pod was preempted, evicted, or its trainer left for a SIGTERM.
+PREEMPTED = "preempted"
+# A try's ``capacity`` with a training.kubernetes.capacity section (trainpipe.kubernetes.tries picks it).
+SPOT = "spot"
+ON_DEMAND = "on_demand"
+# Tags of the training's MLflow run, copied onto the registered version: the resources it trained with.
+RESOURCE_TAG_PREFIX = "trainpipe.resources."
 # Tags on the MLflow run that `trainpipe cost --by` groups by.
 PIPELINE_TAG = "trainpipe.pipeline"
 TEAM_TAG = "trainpipe.team"
@@ -44,7 +54,7 @@ class TryUsage:
     gpus: int
     cpus: float
     outcome: str  # succeeded | failed | preempted
-    # Why it ended, when known: OOMKilled (trainpipe.kubernetes.tries reads it to grow the next try's memory).
+    # Why it ended, when known: OOM_KILLED or CUDA_OOM (trainpipe.kubernetes.tries reads it for the next try).
     reason: str | None = None
     # Kubernetes: the memory request the try asked for, and its capacity (spot | on_demand) with a capacity section.
     memory: str | None = None
@@ -89,6 +99,11 @@ def read_tries(run_dir: Any) -> list[TryUsage]:
         return []
     raw = json.loads(path.read_text())
     return [TryUsage(**entry) for entry in raw.get("tries", [])]
+
+
+def tries_before(run_dir: Any, try_number: int) -> list[TryUsage]:
+    """The ledger's entries of the run's tries before ``try_number`` (what a try learns its retry from)."""
+    return [entry for entry in read_tries(run_dir) if entry.try_number < try_number]
 
 
 def record_try(run_dir: Any, *, try_number: int, started_at: datetime, ended_at: datetime, resources: ResourcePlan,

@@ -133,6 +133,15 @@ class OnOomSpec(_Model):
         "within the platform policy's kubernetes.max_memory_per_pod.",
         examples=["512Gi"],
     )
+    reduce_batch: bool = Field(
+        default=False,
+        description="After a try that ended with the trainer's CUDA out-of-memory error, the next try trains with "
+        "half the batch_size and twice the gradient_accumulation_steps (per such try, while batch_size divides): "
+        "the same samples per optimizer step, so the result stays comparable and the checkpoint resumes. Needs an "
+        "even training.batch_size. Unset: a CUDA OOM is retried with the same batch (more pod memory does not "
+        "help the GPU's).",
+        examples=[True],
+    )
 
 
 class PlacementSpec(_Model):
@@ -293,8 +302,9 @@ class KubernetesSpec(_Model):
     on_oom: OnOomSpec | None = Field(
         default=None,
         description="Retry with more memory: after a try whose pod was OOM-killed, the next try's memory request "
-        "and limit are multiplied by memory_factor, up to max_memory (the run note says so). Unset: every try "
-        "asks for the same memory.",
+        "and limit are multiplied by memory_factor, up to max_memory; with reduce_batch, after a CUDA OOM the next "
+        "try splits its batch into more accumulation steps (the run note says what changed). Unset: every try "
+        "asks for the same memory and trains with the same batch.",
         examples=[{"memory_factor": 1.5, "max_memory": "512Gi"}],
     )
     capacity: CapacitySpec | None = Field(

@@ -636,6 +636,12 @@ def _retry_resource_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[Spe
                     f"max_memory {section.on_oom.max_memory} is below resources.{name} {value}: a retry would ask "
                     f"for less than the first try; raise max_memory to at least {value}")))
                 break
+        batch = spec.training.batch_size
+        if section.on_oom.reduce_batch and batch % 2:
+            problems.append(loaded.problem((*base, "on_oom", "reduce_batch"), (
+                f"reduce_batch halves training.batch_size after a CUDA OOM, and batch_size {batch} is odd: it cannot "
+                f"be split into equal micro-batches; set batch_size to an even number such as {batch + 1} "
+                "or leave reduce_batch out")))
     if section.capacity is not None:
         for kind in ("spot", "on_demand"):
             for key, value in getattr(section.capacity, kind).node_selector.items():
