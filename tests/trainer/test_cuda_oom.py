@@ -47,3 +47,18 @@ def test_a_cuda_oom_exits_with_its_code_and_the_split_batch_retry_resumes_the_sa
     # half-batch means differ from one whole-batch mean only in rounding).
     assert result["global_step"] == reference["global_step"] == 18
     assert result["final_loss"] == pytest.approx(reference["final_loss"], rel=1e-3)
+
+
+def test_the_resume_guard_accepts_a_split_batch_and_nothing_else(
+    tmp_path: Path, datasets: Datasets, make_config: Callable[..., Any]
+) -> None:
+    from trainpipe_trainer.config import TrainingConfig
+
+    def identity(batch_size: int, accumulation: int):  # noqa: ANN202
+        config = make_config(tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES,
+                             batch_size=batch_size, optimization={"gradient_accumulation_steps": accumulation})
+        return TrainingConfig.from_dict(config).resume_identity(world_size=2)
+
+    assert identity(32, 1).differences(identity(16, 2)) == []
+    # Fewer samples per step is another training: refused, naming what changed.
+    assert identity(32, 1).differences(identity(16, 1)) == ["batch_size 32 -> 16"]
