@@ -175,17 +175,21 @@ async def deadline_missed(*, within_seconds: int, channels: list[dict[str, Any]]
 
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-    from trainpipe.plan import NotifyChannel
-
     dag_run = (context or {}).get("dag_run") or {}
     dag_id, run_id = dag_run.get("dag_id", "?"), dag_run.get("dag_run_id", "?")
     found = await sync_to_async(RuntimeTaskInstance.get_task_states)(dag_id=dag_id, run_ids=[run_id])
     message = deadline_message(dag_id=dag_id, run_id=run_id, within_seconds=within_seconds,
                                states=dict(found.get(run_id) or {}))
-    planned = [NotifyChannel(**{**c, "events": tuple(c["events"]), "to": tuple(c["to"])}) for c in channels]
-    sent = await sync_to_async(_send_on)(planned, DEADLINE, message, dict(context or {}))
+    sent = await sync_to_async(_send_on)(deadline_channels(channels), DEADLINE, message, dict(context or {}))
     log.warning("%s (sent on: %s)", message.text, ", ".join(sent) or "no channel")
     return message.text
+
+
+def deadline_channels(channels: list[dict[str, Any]]) -> list[Any]:
+    """The notify channels as the deadline callback's arguments hold them (``dag_builder``: plain data)."""
+    from trainpipe.plan import NotifyChannel
+
+    return [NotifyChannel(**{**c, "events": tuple(c["events"]), "to": tuple(c["to"])}) for c in channels]
 
 
 # The name a late run's message goes by in the log; not an event a channel subscribes to.
