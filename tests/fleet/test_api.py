@@ -90,7 +90,7 @@ def test_champion_sparkline_cost_and_links(fleet) -> None:
     # Spot and on-demand GPU-hours apart (the versions' runs logged no split), in the list page too.
     assert (row["cost_30d"]["spot_gpu_hours"], row["cost_30d"]["on_demand_gpu_hours"]) == (1.0, 0.5)
     page = fleet.client.get("/trainpipe/", headers=fleet.headers()).text
-    assert "1.0 spot, 0.5 on demand" in page
+    assert "of which 1.0 spot, 0.5 on demand" in page
     mlflow_run = fleet.night.mlflow_runs["fraud_nightly"]
     assert row["last_run"]["mlflow_run_id"] == mlflow_run
     assert row["links"]["DAG"] == f"/dags/fraud_nightly/runs/{quote(fleet.night.runs['fraud_nightly'], safe='')}"
@@ -114,6 +114,17 @@ def test_detail_history_log_drift_and_pending_approval(fleet) -> None:
     waiting = fleet.client.get("/trainpipe/api/pipelines/fraud_approval", headers=headers).json()["pending_approval"]
     assert (waiting["run_id"], waiting["task_id"], waiting["map_index"], waiting["options"]) == (
         fleet.night.runs["fraud_approval"], "approve", -1, ["Approve", "Reject"])
+    # The body is Markdown (Airflow's HITL view renders it): its bold shows as bold, not as asterisks.
+    page = fleet.client.get("/trainpipe/pipelines/fraud_approval", headers=headers).text
+    assert "<b>fraud_approval</b> version <b>3</b> passed its gates" in page and "**" not in page
+
+
+def test_an_approval_body_s_markup_is_escaped_and_only_bold_and_code_are_shown():
+    from trainpipe.fleet.render import markdown_emphasis
+
+    body = "**m<img src=x onerror=alert(1)>** becomes `champion` {{ x }} <b>not bold</b> 2 * 3 ** 4"
+    assert markdown_emphasis(body) == ("<b>m&lt;img src=x onerror=alert(1)&gt;</b> becomes <code>champion</code> "
+                                       "{{ x }} &lt;b&gt;not bold&lt;/b&gt; 2 * 3 ** 4")
 
 
 def test_unknown_pipeline_is_404(fleet) -> None:

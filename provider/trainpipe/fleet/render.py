@@ -6,6 +6,7 @@ caller's Airflow session, so Airflow's permissions decide.
 
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -31,12 +32,23 @@ form.filters{margin:8px 0 12px} form.filters select{margin-right:12px}
 .approval{border:1px solid #ecc94b;background:#fffff0;padding:12px;border-radius:6px}
 button{padding:6px 14px;margin-right:8px;border-radius:4px;border:1px solid #a0aec0;cursor:pointer}
 button.approve{background:#38a169;color:white;border-color:#2f855a} button.reject{background:#e53e3e;color:white}
-pre{white-space:pre-wrap;background:#f7fafc;padding:8px}
+pre{white-space:pre-wrap;background:#f7fafc;padding:8px} td.team{white-space:nowrap}
 """
 
 
 def _e(value: Any) -> str:
     return escape(DASH if value is None or value == "" else str(value))
+
+
+# Markdown's **bold** and `code` spans, read from text already escaped (so no markup of the text survives).
+_EMPHASIS = re.compile(r"\*\*(?P<bold>[^*\n]+)\*\*|`(?P<code>[^`\n]+)`")
+
+
+def markdown_emphasis(text: str) -> str:
+    """An approval's Markdown body (Airflow's HITL renders it) as HTML for a <pre>: escaped, its bold and code
+    spans shown as such rather than as asterisks and backticks; everything else stays as written."""
+    return _EMPHASIS.sub(lambda m: f"<b>{m['bold']}</b>" if m["bold"] is not None else f"<code>{m['code']}</code>",
+                         escape(text))
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -158,7 +170,7 @@ def fleet_page(rows: list[dict[str, Any]], *, teams: list[str], team: str | None
             f"<option value=''>all</option>{options_outcome}</select></label><noscript><button>Filter</button>"
             "</noscript></form>",
             "<table id='pipelines'><tr><th>pipeline</th><th>team / owner</th><th>schedule</th><th>last run</th>"
-            "<th>champion</th><th>dataset</th><th class='num'>GPU h (30 d)</th><th class='num'>cost (30 d)</th>"
+            "<th>champion</th><th>dataset</th><th class='num'>GPU h (30&nbsp;d)</th><th class='num'>cost (30&nbsp;d)</th>"
             "<th>links</th></tr>"]
     for r in rows:
         run = r["last_run"] or {}
@@ -181,7 +193,7 @@ def fleet_page(rows: list[dict[str, Any]], *, teams: list[str], team: str | None
             f"<tr class='{'attention' if r['needs_attention'] else ''}' data-pipeline='{escape(r['pipeline_id'], quote=True)}'"
             f" data-outcome='{r['outcome']}'><td><a href='{escape(pipeline_url, quote=True)}'><b>{escape(r['pipeline_id'])}"
             f"</b></a>{' <span class=muted>(paused)</span>' if r['is_paused'] else ''}</td>"
-            f"<td>{_e(r['team'])}<div class='muted'>{_e(r['owner'])}</div></td><td>{_e(r['schedule'])}</td>"
+            f"<td class='team'>{_e(r['team'])}<div class='muted'>{_e(r['owner'])}</div></td><td>{_e(r['schedule'])}</td>"
             f"<td><span class='badge o-{r['outcome']}'>{r['outcome'].replace('_', ' ')}</span>"
             f"<div class='reason'>{_e(run.get('reason'))}</div>{_study(r.get('study'))}"
             f"<div class='muted'>{_e(run.get('logical_date'))}</div></td>"
@@ -216,8 +228,9 @@ def _capacity_split(cost: dict[str, Any]) -> str:
     spot = cost.get("spot_gpu_hours")
     if not spot:
         return ""
-    return (f"<div class='muted'>{_num(spot)} spot, {_num(cost.get('on_demand_gpu_hours') or 0.0)} on demand"
-            "</div>")
+    # "of which": runs off Kubernetes capacity (local trainers) count in the total and in neither part.
+    return (f"<div class='muted'>of which {_num(spot)} spot, {_num(cost.get('on_demand_gpu_hours') or 0.0)} on "
+            "demand</div>")
 
 
 def pipeline_page(detail: dict[str, Any], *, base: str, airflow_api: str) -> str:
@@ -238,7 +251,7 @@ def pipeline_page(detail: dict[str, Any], *, base: str, airflow_api: str) -> str
         parts.append(
             f"<h2>Pending approval</h2><div class='approval' id='approval' data-url='{escape(url, quote=True)}'>"
             f"<b>{_e(approval['subject'])}</b><div class='muted'>waiting since {_e(approval['created_at'])} "
-            f"(run {_e(approval['run_id'])})</div><pre>{_e(approval['body'])}</pre>{buttons}"
+            f"(run {_e(approval['run_id'])})</div><pre>{markdown_emphasis(approval['body'] or '')}</pre>{buttons}"
             "<div id='approval-result' class='muted'></div></div>" + APPROVAL_SCRIPT)
     history = detail["metric_history"]
     series: dict[str, list[tuple[int, float]]] = {}
