@@ -64,8 +64,9 @@ def load_dags(namespace: dict[str, Any], *, specs_folder: str | os.PathLike[str]
             register_dags(namespace, root)
             return
         mine, others = split(list_specs(root.resolve()), shard, shards)
-        # A task run compiles its one spec whatever the shard (it may look in the other shards' files).
-        if not mine and not os.environ.get(_PARSING_CONTEXT_DAG_ID):
+        # A task run compiles its one spec whatever the shard (it may look in the other shards' files); a
+        # shard that reported import errors last time parses to clear those of deleted specs.
+        if not mine and not os.environ.get(_PARSING_CONTEXT_DAG_ID) and not errors_record(root, shard).is_file():
             return
         register_dags(namespace, root, shard=(shard, mine, others), started=started)
 
@@ -139,7 +140,7 @@ def register_dags(namespace: dict[str, Any], directory: Path, *,
     root = directory.resolve()
     number, mine, others = shard if shard is not None else (0, None, [])
     only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
-    cache = PlanCache(root, f"shard{number:02d}" if shard is not None else "all").load()
+    cache = PlanCache(root, _bucket(number if shard is not None else None)).load()
     try:
         result = _register(namespace, directory, root, only, mine, others, cache, number if shard is not None else None)
     except BaseException:
@@ -199,21 +200,32 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
     if result.errors:
         report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()})
     if only is None:
-        _clear_stale_errors(result, root, cache)
+        _clear_stale_errors(result, root, errors_record(root, shard))
     return result
 
 
-def _clear_stale_errors(result: CompileResult, root: Path, cache: PlanCache) -> None:
-    """Clear the import errors of this DAG file's specs that are fixed or deleted (ADR 0004): the spec
-    files it reported last time are kept in ``TRAINPIPE_HOME/cache/import-errors`` (JSON, beside no
-    code fingerprint: an upgrade keeps them), since a deleted file cannot be found otherwise."""
+def _bucket(shard: int | None) -> str:
+    """A DAG file's name in the files it keeps: its shard, or "all" for a file compiling the whole folder."""
+    return "all" if shard is None else f"shard{shard:02d}"
+
+
+def errors_record(root: Path, shard: int | None) -> Path:
+    """Where the DAG file of ``shard`` keeps the spec files it reported as import errors (``_clear_stale_errors``):
+    ``TRAINPIPE_HOME/cache/import-errors``, JSON, under no code fingerprint (an upgrade keeps it)."""
+    from trainpipe.settings import Settings
+
+    folder = hashlib.sha256(str(root.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return Settings.from_env().home / "cache" / "import-errors" / f"{folder}-{_bucket(shard)}.json"
+
+
+def _clear_stale_errors(result: CompileResult, root: Path, memory: Path) -> None:
+    """Clear the import errors of this DAG file's specs that are fixed or deleted (ADR 0004): a deleted file
+    cannot be found but in ``memory``, the spec files this DAG file reported last time."""
     import json
 
     from trainpipe.airflow_compat import clear_spec_errors
-    from trainpipe.settings import Settings
 
     broken = {str(result.files.get(name, Path(name)).resolve()) for name in result.errors}
-    memory = Settings.from_env().home / "cache" / "import-errors" / f"{cache.path.stem}.json"
     try:
         before = json.loads(memory.read_text("utf-8"))
         before = {p for p in before if isinstance(p, str)} if isinstance(before, list) else set()
@@ -227,10 +239,13 @@ def _clear_stale_errors(result: CompileResult, root: Path, cache: PlanCache) -> 
     clear_spec_errors(Path(p) for p in sorted(stale))
     if broken != before:
         try:
-            memory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            temporary = memory.with_name(f".{memory.name}.{os.getpid()}")
-            temporary.write_text(json.dumps(sorted(broken)), "utf-8")
-            os.replace(temporary, memory)
+            if not broken:  # no file: a shard with no spec left returns early again (load_dags)
+                memory.unlink(missing_ok=True)
+            else:
+                memory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                temporary = memory.with_name(f".{memory.name}.{os.getpid()}")
+                temporary.write_text(json.dumps(sorted(broken)), "utf-8")
+                os.replace(temporary, memory)
         except OSError as err:
             log.warning("trainpipe: %s could not be written (%s); a spec deleted before the next parse keeps its "
                         "import error until the dag-processor's bundle refresh", memory, err)
