@@ -125,3 +125,73 @@ def test_kill_9_of_the_launcher_takes_torchrun_and_its_ranks_down(training: _Tra
     # Only a SIGTERM commits here (every_n_steps 1000): without the parent-death signal the ranks went too, but
     # on their output pipe breaking, with no checkpoint.
     assert committed_steps(training.run_dir / CHECKPOINTS_DIR), training.text()[-3000:]
+
+
+def test_mark_failed_the_supervisors_sigterm_then_sigkill_still_commits_the_step(training: _Training) -> None:
+    """Airflow 3's "mark failed" (and a task deleted or cleared while running): the supervisor's next heartbeat
+    is refused and it calls ``ActivitySubprocess.kill(SIGTERM, force=True)`` on the task process: SIGTERM, then
+    SIGKILL ``escalation_delay`` seconds later. No API server runs here: the test sends the same two signals
+    with the installed supervisor's delay to the launcher, which is what the task process runs."""
+    import inspect
+
+    from airflow.sdk.execution_time.supervisor import ActivitySubprocess
+
+    escalation_delay = inspect.signature(ActivitySubprocess.kill).parameters["escalation_delay"].default
+    started = training.started()
+    os.kill(training.process.pid, signal.SIGTERM)
+    try:
+        training.process.wait(timeout=escalation_delay)
+    except subprocess.TimeoutExpired:
+        os.kill(training.process.pid, signal.SIGKILL)
+        training.process.wait(timeout=60)
+    # torchrun got the SIGTERM passed on, and again from the kernel when the launcher was killed: the ranks still
+    # commit their step and exit within the grace period, and nothing is left.
+    left = _left_running(started, within=PREEMPTION_GRACE_SECONDS)
+    assert left == [], [process.cmdline() for process in left]
+    assert committed_steps(training.run_dir / CHECKPOINTS_DIR), training.text()[-3000:]
+    assert not (training.run_dir / "output" / "result.json").exists()
+
+
+def test_execution_timeout_commits_the_step_and_leaves_nothing_running(home: Path, tmp_path: Path) -> None:
+    """A task's execution_timeout: Airflow 3's task runner wraps ``execute`` in its ``timeout`` (SIGALRM raises
+    AirflowTaskTimeout wherever the task process is, here inside the launcher's loop), then calls ``on_kill``.
+    The train task's launcher runs here inside that same ``timeout``, in a process of its own."""
+    run_dir, log = tmp_path / "run", tmp_path / "run.log"
+    # 28 steps of 5 s: the timeout (60 s) falls inside the step loop even on a slow start.
+    spec = _spec(tmp_path / "spec.yaml", step_delay_seconds=5)
+    driver = (
+        "import sys\n"
+        "from airflow.sdk.execution_time.timeout import timeout\n"
+        "from airflow.sdk.exceptions import AirflowTaskTimeout\n"
+        "from trainpipe.cli import main\n"
+        "try:\n"
+        "    with timeout(int(sys.argv[1])):\n"
+        "        main(sys.argv[2:])\n"
+        "except AirflowTaskTimeout:\n"
+        "    print('AirflowTaskTimeout raised', flush=True)\n"
+        "    sys.exit(7)\n"
+    )
+    python = str(Path(_trainpipe()).with_name("python"))
+    with log.open("w") as out:
+        process = subprocess.Popen([python, "-c", driver, "60", "train", str(spec), "--run-dir", str(run_dir),
+                                    "--logical-date", LOGICAL_DATE], env=_env(home), stdout=out,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        started: list[psutil.Process] = []
+        while not started and process.poll() is None:
+            started = [child for child in psutil.Process(process.pid).children(recursive=True)
+                       if child.environ().get("RANK") is not None]
+            time.sleep(0.2)
+        code = process.wait(timeout=60 + PREEMPTION_GRACE_SECONDS + 30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert code == 7, text[-4000:]
+    # The launcher's SIGTERM reached the ranks, which committed the step they were in (read from the trainer's
+    # output, which the launcher kept reading while it waited).
+    step = int(re.search(r"^received SIGTERM: committed checkpoint step-(\d+);", text, flags=re.MULTILINE)[1])
+    assert step >= 1
+    assert step in committed_steps(run_dir / CHECKPOINTS_DIR)
+    assert text.count("launching: ") == 1 and "launching it again" not in text, text[-4000:]
+    assert _left_running(started, within=5) == [], [p.cmdline() for p in started]

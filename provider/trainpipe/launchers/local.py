@@ -106,6 +106,12 @@ class _PreemptionNotice:
                  "of it and exits (preemption)")
 
 
+def _drain(process: subprocess.Popen, emit: Callable[[str], None]) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        for line in process.stdout or ():
+            emit(line.rstrip("\n"))
+
+
 def run_local(command: Sequence[str], *, env: Mapping[str, str], on_line: Callable[[str], None] | None = None,
               cwd: str | None = None, executable: str | None = None,
               grace_seconds: int = PREEMPTION_GRACE_SECONDS) -> None:
@@ -133,14 +139,19 @@ def run_local(command: Sequence[str], *, env: Mapping[str, str], on_line: Callab
             code = process.wait()
             notice.announce(emit)
     except BaseException:
-        # The task was killed or timed out: take torchrun and its workers down with it (SIGTERM lets
-        # the trainer commit a checkpoint first).
+        # The task was killed or timed out (execution_timeout raises here, from SIGALRM): take torchrun and
+        # its workers down with it (SIGTERM lets the trainer commit a checkpoint first).
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
+        # Still read its output: a trainer blocked on a full pipe would never commit, and the log keeps
+        # the line that says which step it committed.
+        drain = threading.Thread(target=_drain, args=(process, emit), daemon=True)
+        drain.start()
         try:
             process.wait(timeout=grace_seconds + 10)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
+        drain.join(timeout=5)
         raise
     if code != 0 and notice.received:
         raise LauncherStoppedError(f"the launcher was sent SIGTERM and the trainer exited with code {code}: "
