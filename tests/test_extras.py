@@ -25,10 +25,11 @@ def _names(requirements: list[str]) -> set[str]:
 
 def test_each_optional_sdk_is_an_extra_of_its_role_and_tools_are_not_required():
     extras = PROJECT["optional-dependencies"]
-    assert {"kubernetes", "amazon", "tuning", "slack", "dev", "bench"} <= set(extras)
+    assert {"kubernetes", "amazon", "tuning", "slack", "lineage", "dev", "bench"} <= set(extras)
     required = _names(PROJECT["dependencies"])
     assert not required & {"optuna", "apache-airflow-providers-cncf-kubernetes", "apache-airflow-providers-amazon",
-                           "apache-airflow-providers-slack", "dag-factory", "pytest", "build"}
+                           "apache-airflow-providers-slack", "apache-airflow-providers-openlineage", "dag-factory",
+                           "pytest", "build"}
     assert "optuna" in _names(extras["tuning"]) and "dag-factory" in _names(extras["bench"])
 
 
@@ -39,6 +40,28 @@ def test_make_demo_installs_no_development_or_benchmark_extra():
     assert not re.search(r"\b(dev|bench|stack)\b", demo_install.split("pip install", 1)[1])
     assert re.search(r"^demo: install$", makefile, re.MULTILINE)
     assert "bench" not in re.search(r"^\$\(DEV_STAMP\):.*?(?=^\S)", makefile, re.MULTILINE | re.DOTALL).group(0)
+
+
+def test_ci_installs_the_lineage_extra_through_dev():
+    """tests/e2e/test_openlineage.py needs the OpenLineage provider; `make test` installs the dev extra only."""
+    assert "airflow-provider-trainpipe[lineage]" in PROJECT["optional-dependencies"]["dev"]
+    assert "apache-airflow-providers-openlineage" in _names(PROJECT["optional-dependencies"]["lineage"])
+
+
+@pytest.mark.integration
+def test_without_the_openlineage_provider_the_dag_builds_and_its_steps_emit_nothing():
+    # What trainpipe imports of the provider and its client fail, as where they are not installed (the provider's
+    # package itself stays: Airflow's provider discovery reads its metadata from the installed distribution).
+    code = ("import sys; sys.modules.update(dict.fromkeys(['airflow.providers.openlineage.extractors', 'openlineage', "
+            "'openlineage.client', 'openlineage.client.facet_v2', 'openlineage.client.event_v2'])); "
+            "from pathlib import Path; from trainpipe.factory import compile_directory; "
+            "from trainpipe.dag_builder import build_dag; from trainpipe import openlineage; "
+            f"plan = compile_directory(Path({str(REPO / 'dag_configs')!r})).plans['fraud_detector']; "
+            "dag = build_dag(plan); "
+            "print(openlineage.available(), dag.get_task('snapshot').get_openlineage_facets_on_complete(None))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False None"
 
 
 @pytest.mark.integration

@@ -12,6 +12,7 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator
 
 from trainpipe.lineage import git_commit
+from trainpipe.openlineage import LineageFacets
 from trainpipe.operators.context import (
     backtest_of,
     failed_for_good_on_refused_resume,
@@ -91,8 +92,10 @@ class _PipelineStepOperator(BaseOperator):
         return tags
 
 
-class SnapshotOperator(_PipelineStepOperator):
+class SnapshotOperator(LineageFacets, _PipelineStepOperator):
     """Immutable, content-addressed copy of the input window, split into train and holdout."""
+
+    lineage_step = "snapshot"
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trainpipe.runtime.snapshot import take_snapshot
@@ -100,6 +103,7 @@ class SnapshotOperator(_PipelineStepOperator):
         logical_date = context.get("logical_date") or context["dag_run"].run_after
         info = take_snapshot(self.plan.dag_id, self.plan.data, settings=self.settings, logical_date=logical_date,
                              dag_id=self.dag_id, run_id=context["run_id"])
+        self.keep_lineage(snapshot=info.to_dict())
         self.decide_backtest(context, info, logical_date)
         return info.to_dict()
 
@@ -124,9 +128,11 @@ class SnapshotOperator(_PipelineStepOperator):
         context["ti"].xcom_push(key=BACKTEST_XCOM, value=backtest.to_dict() if backtest is not None else None)
 
 
-class ValidateDataOperator(_PipelineStepOperator):
+class ValidateDataOperator(LineageFacets, _PipelineStepOperator):
     """Great Expectations suite from the spec, the volume, schema and drift checks vs the baseline
     version; fails the run before training, else accepts the version as the next baseline."""
+
+    lineage_step = "validate"
 
     operator_extra_links = (MlflowRunLink(), DriftReportLink())
 
@@ -136,8 +142,10 @@ class ValidateDataOperator(_PipelineStepOperator):
         from trainpipe.errors import ValidationFailedError
         from trainpipe.runtime.snapshot import validate_snapshot
 
+        snapshot = self.snapshot_info(context)
+        self.keep_lineage(snapshot=snapshot.to_dict())
         try:
-            result = validate_snapshot(self.plan.dag_id, self.plan.validation, self.snapshot_info(context),
+            result = validate_snapshot(self.plan.dag_id, self.plan.validation, snapshot,
                                        settings=self.settings, dag_id=self.dag_id, run_id=context["run_id"],
                                        hook=self.hook, move_baseline=backtest_of(context) is None)
         except ValidationFailedError as err:
@@ -152,11 +160,14 @@ class ValidateDataOperator(_PipelineStepOperator):
         drift_run = result.pop("drift_mlflow_run_id")
         if drift_run:
             context["ti"].xcom_push(key=DRIFT_RUN_XCOM, value=drift_run)
+        self.keep_lineage(validation=result)
         return result
 
 
-class TrainOperator(_PipelineStepOperator):
+class TrainOperator(LineageFacets, _PipelineStepOperator):
     """Launch the trainer (torchrun) for this DAG run; retries resume from its latest checkpoint."""
+
+    lineage_step = "train"
 
     ui_color = "#fde9c9"
     operator_extra_links = (MlflowRunLink(),)
@@ -167,6 +178,7 @@ class TrainOperator(_PipelineStepOperator):
         from trainpipe.runtime.train import run_training
 
         inputs = train_inputs(self.plan, context)
+        self.keep_lineage(snapshot=inputs.snapshot.to_dict())
         key = training_key_unless_cached(self.plan, context, inputs, client=self.hook.client, log=self.log)
         with failed_for_good_on_refused_resume(), training_failure_noted(context, self.retries):
             result = run_training(inputs.plan, inputs.snapshot, settings=self.settings, run=inputs.run,
@@ -265,9 +277,11 @@ def on_failure_of_gates(plan: PipelinePlan, evaluation: dict[str, Any], context:
         raise AirflowFailException(str(error)) from error
 
 
-class RegisterModelOperator(_PipelineStepOperator):
+class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
     """The DAG run's MLflow model version (one, however often the task runs) with lineage tags and
     the challenger alias."""
+
+    lineage_step = "register"
 
     ui_color = "#dff5e1"
     operator_extra_links = (ModelVersionLink(), EvaluationReportLink())
@@ -293,6 +307,7 @@ class RegisterModelOperator(_PipelineStepOperator):
         registered = register_candidate(self.plan.registration, model_uri=trained["model_uri"],
                                         mlflow_run_id=trained["mlflow_run_id"], tags=tags,
                                         evaluation=evaluation, hook=self.hook, backtest=backtest is not None)
+        self.keep_lineage(snapshot=self.snapshot_info(context).to_dict(), registered=registered)
         if backtest is not None:
             alias = f" (alias {registered['alias']})" if registered["alias"] else ""
             leave_note(context["ti"], backtest_note(
@@ -317,9 +332,11 @@ class RegisterModelOperator(_PipelineStepOperator):
                                    f"{registration.model_name} version {same}'s: nothing registered")
 
 
-class PromoteOperator(_PipelineStepOperator):
+class PromoteOperator(LineageFacets, _PipelineStepOperator):
     """Moves the production alias (champion) to the registered version and the replaced version to the
     previous alias, tagging who, when and why (the gate results). Once per version: a re-run moves nothing."""
+
+    lineage_step = "promote"
 
     ui_color = "#c8ecd0"
     operator_extra_links = (ModelVersionLink(), EvaluationReportLink())
@@ -362,6 +379,7 @@ class PromoteOperator(_PipelineStepOperator):
         from trainpipe.registry import promote_once
 
         registered = context["ti"].xcom_pull(task_ids="register")
+        self.keep_lineage(registered=registered)
         if backtest_of(context) is not None:
             # Register's note says why; run on its own (`airflow tasks test`), promote must not move it either.
             raise AirflowSkipException("a backtest is never promoted (registration.backtest.promote: deny)")
