@@ -224,6 +224,16 @@ def test_after_a_cuda_oom_reduce_batch_splits_the_batch_into_more_accumulation_s
     assert (third.batch_size, third.gradient_accumulation_steps) == (16, 4)
 
 
+def test_with_reduce_batch_a_job_fails_on_a_cuda_oom_instead_of_replacing_the_pod(storage):
+    """A replaced pod would run out again with the same batch: the try ends, and the next one splits it."""
+    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", max_pod_restarts=3,
+                              on_oom={**ON_OOM, "reduce_batch": True}))
+    rules = _render(plan, 1)[-1]["spec"]["podFailurePolicy"]["rules"]
+    assert {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [CUDA_OOM_EXIT_CODE]}} in rules
+    plain = compile_file(_spec(storage, "fraud_detector_multinode.yaml", max_pod_restarts=3, on_oom=ON_OOM))
+    assert all(rule["action"] != "FailJob" for rule in _render(plain, 1)[-1]["spec"]["podFailurePolicy"]["rules"])
+
+
 def test_without_reduce_batch_a_cuda_oom_retries_the_same_batch(storage):
     plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", on_oom=ON_OOM))
     _ended(plan, 1, "failed", CUDA_OOM)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import MissingExtraError, TrainpipeError
 from trainpipe.launch import LaunchValues, resolve
-from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
+from trainpipe_trainer.config import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
@@ -246,13 +246,16 @@ def job_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
     }
 
 
-def pod_failure_policy(*, disruption_ends_try: bool = False) -> k8s.V1PodFailurePolicy:
+def pod_failure_policy(*, disruption_ends_try: bool = False,
+                       cuda_oom_ends_try: bool = False) -> k8s.V1PodFailurePolicy:
     """Only real failures count against ``backoffLimit``: a pod that was disrupted (preempted, evicted,
     its node drained or shut down: condition ``DisruptionTarget``) or whose trainer stopped for a
     SIGTERM after committing its step (``PREEMPTED_EXIT_CODE``) is replaced without counting it.
     ``disruption_ends_try`` (with ``capacity``): a disrupted pod fails the Job instead, so the try ends
     preempted and the run's later tries can move to on-demand capacity (a replaced pod would ask for
-    the same spot capacity again). Needs ``restartPolicy: Never`` in the pod template (KubernetesPodOperator
+    the same spot capacity again). ``cuda_oom_ends_try`` (with ``on_oom.reduce_batch``): a trainer's CUDA OOM
+    (``CUDA_OOM_EXIT_CODE``) fails the Job, whose replaced pod would run out again with the same batch; the
+    next try splits it. Needs ``restartPolicy: Never`` in the pod template (KubernetesPodOperator
     sets it)."""
     models = k8s_models()
     return models.V1PodFailurePolicy(rules=[
@@ -260,6 +263,9 @@ def pod_failure_policy(*, disruption_ends_try: bool = False) -> k8s.V1PodFailure
             models.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")]),
         models.V1PodFailurePolicyRule(action="Ignore", on_exit_codes=models.V1PodFailurePolicyOnExitCodesRequirement(
             operator="In", values=[PREEMPTED_EXIT_CODE])),
+        *([models.V1PodFailurePolicyRule(action="FailJob", on_exit_codes=(
+            models.V1PodFailurePolicyOnExitCodesRequirement(operator="In", values=[CUDA_OOM_EXIT_CODE])))]
+          if cuda_oom_ends_try else []),
     ])
 
 

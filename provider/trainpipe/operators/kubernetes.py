@@ -321,8 +321,10 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
             self._dry_run_pod_template = False
         # KubernetesJobOperator has no argument for it; a preemption must not count as a failure (with
         # capacity it ends the try, whose retry may run on on-demand capacity).
+        on_oom = self.plan.kubernetes.on_oom
         job.spec.pod_failure_policy = builders.pod_failure_policy(
-            disruption_ends_try=self.plan.kubernetes.capacity is not None)
+            disruption_ends_try=self.plan.kubernetes.capacity is not None,
+            cuda_oom_ends_try=bool(on_oom and on_oom.get("reduce_batch")))
         return job
 
     def build_service(self, job: k8s.V1Job) -> k8s.V1Service:
