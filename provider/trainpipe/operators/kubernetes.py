@@ -61,8 +61,8 @@ def check_reachable_from_pods(storage_root: str, mlflow_tracking_uri: str) -> No
 
 def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLaunch, TryResources]:
     """Write this try's trainer config into the run folder (same code as the local launcher), and find what
-    this try asks of the cluster after the run's earlier tries (grown memory, on-demand capacity): recorded
-    on the MLflow run (the registered version copies it) and, when it changed, in the run note."""
+    this try asks of the cluster after the run's earlier tries (grown memory, on-demand capacity, a split batch):
+    recorded on the MLflow run (the registered version copies it) and, when it changed, in the run note."""
     from mlflow.entities import RunTag
 
     from trainpipe.hooks.mlflow import MlflowHook
