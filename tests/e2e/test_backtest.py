@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe.demo.synthetic import generate_transactions
-
 from .dags import load_dag, run_dag
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -25,51 +23,25 @@ PAST = TODAY - timedelta(days=21)
 PAST_WINDOW = "2026-10-07..2026-11-06"  # the 30d window of the past run, as the note shows it
 
 
-def _spec(pipeline_id: str, backtest: str = "") -> str:
-    return f"""\
-pipeline_id: {pipeline_id}
-schedule: none
-retries: 0
-data:
-  uri: backtest/{pipeline_id}.parquet
-  time_column: event_time
-  window: 30d
+VALIDATION = """\
 validation:
   expectations:
-    - expect_column_values_to_be_between: {{column: amount, min_value: 0}}
-training:
-  task: binary_classification
-  model: {{type: mlp, hidden_layers: [8]}}
-  features: [amount, merchant_risk, hour_of_day]
-  label: is_fraud
-  epochs: 1
-  batch_size: 128
-  distributed: {{nproc_per_node: 1}}
-  checkpoint: {{every_n_steps: 50}}
-evaluation:
-  metrics: [auc, f1]
-  gates: ["f1 >= 0.0"]
-registration:
-  model_name: {pipeline_id}
-{backtest}"""
-
-
-SPECS = {
-    "backtest_default": _spec("backtest_default"),
-    "backtest_registered": _spec("backtest_registered", "  backtest: {register: true, alias: backtest}\n"),
-    "backtest_allowed": _spec("backtest_allowed", "  backtest: {promote: allow}\n"),
+    - expect_column_values_to_be_between: {column: amount, min_value: 0}
+"""
+BACKTEST = {
+    "backtest_default": "",
+    "backtest_registered": "  backtest: {register: true, alias: backtest}\n",
+    "backtest_allowed": "  backtest: {promote: allow}\n",
 }
 
 
 @pytest.fixture(scope="module")
-def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def configs(small_pipeline, tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("backtest_configs")
-    for name, text in SPECS.items():
-        (folder / f"{name}.yaml").write_text(text)
-        data = state_dir / "storage" / "backtest" / f"{name}.parquet"
-        data.parent.mkdir(parents=True, exist_ok=True)
+    for name, backtest in BACKTEST.items():
+        (folder / f"{name}.yaml").write_text(small_pipeline.spec(name, "backtest", validation=VALIDATION, tail=backtest))
         # 60 days of rows: both the current window and the one three weeks back are full.
-        generate_transactions(rows=4000, days=60, end=TODAY).to_parquet(data, index=False)
+        small_pipeline.data(name, "backtest", end=TODAY, rows=4000, days=60)
     return folder
 
 

@@ -15,37 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe.demo.synthetic import generate_transactions
-
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 9, 30, tzinfo=timezone.utc)
 PIPELINE = "asset_payload"
 DEPLOY_DAG = "deploy_asset_payload"
-SPEC = f"""\
-pipeline_id: {PIPELINE}
-schedule: none
-retries: 0
-data:
-  uri: asset_payload/{PIPELINE}.parquet
-  time_column: event_time
-  window: 30d
-training:
-  task: binary_classification
-  model: {{type: mlp, hidden_layers: [8]}}
-  features: [amount, merchant_risk, hour_of_day]
-  label: is_fraud
-  epochs: 1
-  batch_size: 128
-  distributed: {{nproc_per_node: 1}}
-  checkpoint: {{every_n_steps: 50}}
-evaluation:
-  metrics: [auc, f1]
-  gates: ["f1 >= 0.0"]
-registration:
-  model_name: {PIPELINE}
-"""
 # What a team writes to deploy the champion: nothing of trainpipe, only the asset and its event.
 DEPLOY = f'''\
 """A deployment DAG (airflow dag): runs when trainpipe's model asset changes."""
@@ -69,17 +44,15 @@ with DAG("{DEPLOY_DAG}", schedule=[MODEL], start_date=datetime(2026, 1, 1), catc
 
 
 @pytest.fixture
-def folders(state_dir: Path, airflow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+def folders(small_pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     configs, dags = tmp_path / "configs", tmp_path / "dags"
     configs.mkdir()
     dags.mkdir()
-    (configs / f"{PIPELINE}.yaml").write_text(SPEC)
+    (configs / f"{PIPELINE}.yaml").write_text(small_pipeline.spec(PIPELINE, "asset_payload"))
     (dags / "trainpipe_dags.py").write_text("from trainpipe import load_dags  # an airflow dag file\n\n"
                                             "load_dags(globals())\n")
     (dags / "deploy.py").write_text(DEPLOY)
-    data = state_dir / "storage" / "asset_payload" / f"{PIPELINE}.parquet"
-    data.parent.mkdir(parents=True, exist_ok=True)
-    generate_transactions(rows=2000, days=20, end=END).to_parquet(data, index=False)
+    small_pipeline.data(PIPELINE, "asset_payload", end=END)
     # Airflow reads its configuration from the environment on each look-up: this test's DAGs folder, and DAGs
     # that are live when they appear (the downstream DAG must be unpaused to be queued by the event).
     for key, value in {"TRAINPIPE_DAG_CONFIGS": str(configs), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),

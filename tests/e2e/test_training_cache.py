@@ -12,37 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe.demo.synthetic import generate_transactions
-
 from .dags import load_dag, run_dag
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 END = datetime(2026, 10, 31, tzinfo=timezone.utc)
 DAG_ID = "cache_pipeline"
-SPEC = f"""\
-pipeline_id: {DAG_ID}
-schedule: none
-retries: 0
-data:
-  uri: cache/{DAG_ID}.parquet
-  time_column: event_time
-  window: 30d
-training:
-  task: binary_classification
-  model: {{type: mlp, hidden_layers: [8]}}
-  features: [amount, merchant_risk, hour_of_day]
-  label: is_fraud
-  epochs: 1
-  batch_size: 128
-  seed: 3
-  distributed: {{nproc_per_node: 1}}
-  checkpoint: {{every_n_steps: 50}}
-evaluation:
-  metrics: [auc, f1]
-  gates: ["f1 >= 0.0"]
-registration:
-  model_name: {DAG_ID}
+SEED = "  seed: 3\n"
+PARAMS = """\
 params:
   seed:
     description: seed of this run
@@ -53,18 +30,16 @@ AFTER_TRAIN = ("evaluate", "gate", "register", "promote")
 
 
 @pytest.fixture(scope="module")
-def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def configs(small_pipeline, tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("cache_configs")
-    (folder / f"{DAG_ID}.yaml").write_text(SPEC)
-    _data(state_dir, seed=7)
+    (folder / f"{DAG_ID}.yaml").write_text(small_pipeline.spec(DAG_ID, "cache", training=SEED, tail=PARAMS))
+    _data(small_pipeline, seed=7)
     return folder
 
 
-def _data(state_dir: Path, *, seed: int) -> None:
-    path = state_dir / "storage" / "cache" / f"{DAG_ID}.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _data(small_pipeline, *, seed: int) -> None:  # noqa: ANN001 - SmallPipeline
     # 20 days of rows in a 30-day window: a run a day later snapshots the same rows (the same dataset version).
-    generate_transactions(rows=2000, days=20, end=END, seed=seed).to_parquet(path, index=False)
+    small_pipeline.data(DAG_ID, "cache", end=END, seed=seed)
 
 
 def _note(dag_run) -> str:  # noqa: ANN001 - DagRun
@@ -81,7 +56,7 @@ def _versions(client) -> list[int]:  # noqa: ANN001 - MlflowClient
     return sorted(int(v.version) for v in client.search_model_versions(f"name = '{DAG_ID}'"))
 
 
-def test_same_inputs_train_nothing_force_trains_and_identical_weights_register_nothing(configs, state_dir,
+def test_same_inputs_train_nothing_force_trains_and_identical_weights_register_nothing(configs, small_pipeline,
                                                                                         monkeypatch):
     import mlflow
 
@@ -120,7 +95,7 @@ def test_same_inputs_train_nothing_force_trains_and_identical_weights_register_n
         assert client.get_model_version(DAG_ID, str(_versions(client)[-1])).tags["trainpipe.training_key"] != key
 
     # New data: a new dataset version, trained.
-    _data(state_dir, seed=8)
+    _data(small_pipeline, seed=8)
     new_data, states = run(5)
     assert states["train"] == "success" and states["register"] == "success", states
 
