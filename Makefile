@@ -19,7 +19,7 @@ export TORCH_EXTENSIONS_DIR := $(TRAINPIPE_HOME)/torch_extensions
 
 DEMO_DATE ?= $(shell date -u +%Y-%m-%d)
 
-.PHONY: install demo test test-fast docs clean stack stack-down stack-status stack-deps browser-deps
+.PHONY: install demo test test-fast lint docs clean stack stack-down stack-status stack-deps browser-deps
 
 install: $(STAMP)
 
@@ -68,6 +68,13 @@ test: $(DEV_STAMP) stack-deps browser-deps
 
 test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests -q -m "not integration and not slow and not stack"
+
+# Static checks: ruff, the import contracts (.importlinter), mypy on the typed packages ([tool.mypy]).
+lint: $(DEV_STAMP)
+	$(BIN)/ruff check provider trainer_image tests benchmarks tools dags
+	$(BIN)/lint-imports
+	$(BIN)/mypy -p trainpipe.spec -p trainpipe.plan -p trainpipe.compile -m trainpipe_trainer.config \
+		-m trainpipe_trainer.run_layout -m trainpipe_trainer.outcomes -m trainpipe_trainer.resume
 
 # The docs site (mkdocs.yml): the spec field reference regenerated from the schema, then a strict
 # build (a broken link or anchor fails) into .trainpipe/site/. NO_MKDOCS_2_WARNING: the theme's

@@ -83,6 +83,7 @@ class State:
 
 def build_state(size: str) -> State:
     import torch
+
     from trainpipe_trainer.config import ModelConfig, OptimizationConfig
     from trainpipe_trainer.model import build_mlp
     from trainpipe_trainer.optim import build_optimizer, build_scheduler
@@ -164,7 +165,12 @@ class _MemorySink(io.RawIOBase):
         return self.position
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self.position = offset if whence == io.SEEK_SET else (self.position + offset if whence == io.SEEK_CUR else len(self.buffer) + offset)
+        if whence == io.SEEK_SET:
+            self.position = offset
+        elif whence == io.SEEK_CUR:
+            self.position += offset
+        else:
+            self.position = len(self.buffer) + offset
         return self.position
 
     def write(self, data: Any) -> int:
@@ -236,7 +242,8 @@ def _endpoint(endpoint: str | None) -> Iterator[str]:
     from moto_s3 import moto_s3_server
 
     # moto takes any keys; set them only for the server this benchmark starts.
-    for name, value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    credentials = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+    for name, value in credentials.items():
         os.environ.setdefault(name, value)
     with moto_s3_server() as url:
         yield url
@@ -260,8 +267,10 @@ class CheckpointPath:
 
     def _manager(self, *, async_save: bool = True) -> Any:
         import torch.distributed as dist
-        from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore, DcpBackend
-        from trainpipe_trainer.config import CheckpointConfig, ResumeIdentity
+
+        from trainpipe_trainer.checkpoint.manager import CheckpointManager, CheckpointStore, DcpBackend
+        from trainpipe_trainer.config import CheckpointConfig
+        from trainpipe_trainer.resume import ResumeIdentity
 
         config = CheckpointConfig(root_uri=self.root_uri, every_n_steps=1, keep_last=1, keep_best=False, async_save=async_save)
         store = CheckpointStore(root_uri=self.root_uri, storage_options=self.storage_options)
@@ -277,7 +286,7 @@ class CheckpointPath:
 
     def save(self) -> float:
         """Seconds from the call until the checkpoint is committed (its manifest written)."""
-        from trainpipe_trainer.state import TrainState
+        from trainpipe_trainer.checkpoint.state import TrainState
 
         if self.manager is None:
             # One manager for every save, as in training: the snapshot buffers are reused after the first.
@@ -292,7 +301,8 @@ class CheckpointPath:
 
     def restore(self) -> float:
         import torch
-        from trainpipe_trainer.export import weights_sha256
+
+        from trainpipe_trainer.serving.export import weights_sha256
 
         saved = weights_sha256(self.state.model)
         with torch.no_grad():
@@ -458,7 +468,8 @@ def main() -> int:
     parser.add_argument("--s3-endpoint", default=None, help="an S3 endpoint to use instead of starting moto's server")
     parser.add_argument("--s3-chunk-mb", type=int, default=16, help="boto3 baseline: multipart part size, MiB")
     parser.add_argument("--s3-concurrency", type=int, default=8, help="boto3 baseline: transfer threads")
-    parser.add_argument("--tune", action="store_true", help="first measure boto3 over a grid of part sizes and threads, use the best")
+    parser.add_argument("--tune", action="store_true",
+                        help="first measure boto3 over a grid of part sizes and threads, use the best")
     args = parser.parse_args()
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
@@ -477,9 +488,11 @@ def main() -> int:
     env = init_distributed()
     work = Path(tempfile.mkdtemp(prefix="trainpipe-ckpt-io-", dir=args.dir))
     results = []
-    quiet = open(os.devnull, "w")  # noqa: SIM115 - the manager's progress lines are not what is measured
+    quiet = open(os.devnull, "w")
     try:
-        with s3_target(args.s3_endpoint, chunk_mb=args.s3_chunk_mb, concurrency=args.s3_concurrency) if "s3" in targets else _none() as s3:
+        s3_or_none = (s3_target(args.s3_endpoint, chunk_mb=args.s3_chunk_mb, concurrency=args.s3_concurrency)
+                      if "s3" in targets else _none())
+        with s3_or_none as s3:
             for size in sizes:
                 state = build_state(size)
                 print(f"{size}: MLP {SIZES[size][0]}-{'-'.join(map(str, SIZES[size][1]))}-1, "

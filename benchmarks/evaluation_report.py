@@ -2,7 +2,7 @@
 
     python benchmarks/evaluation_report.py [--rows 20000] [--repeats 3]
 
-Runs the real ``trainpipe.runtime.evaluate.evaluate`` in this process against a temporary MLflow
+Runs the real ``trainpipe.evaluation.evaluate.evaluate`` in this process against a temporary MLflow
 store (sqlite) on the demo's transactions (``--rows`` over 60 days, the fraud example's 30-day
 window and 20% holdout, sliced by region), with a candidate and a registered champion that are
 MLflow pyfunc models (a fixed logistic formula over the features: loading and predicting stand in
@@ -13,7 +13,7 @@ under ``evaluation/``) and ``log_snapshot_inputs``.
 Baseline: the rest of the same ``evaluate`` call (reading the holdout, loading and scoring both
 models, the whole-holdout metrics, the gates, the metric batch): what the task did before. The
 first call pays the one-off imports (matplotlib, sklearn.calibration) a task process pays unless
-``trainpipe.preload`` imported them; the best of the later calls is the steady figure.
+``trainpipe.dags.preload`` imported them; the best of the later calls is the steady figure.
 """
 
 from __future__ import annotations
@@ -66,11 +66,11 @@ def main() -> int:
     import mlflow.pyfunc
     import numpy as np
 
+    from trainpipe.compile.compiler import compile_file
     from trainpipe.demo.synthetic import TRANSACTION_FEATURES, generate_transactions
-    from trainpipe.factory import compile_file
+    from trainpipe.evaluation import evaluate as evaluate_module
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.runtime import datasets
-    from trainpipe.runtime import evaluate as evaluate_module
     from trainpipe.runtime.snapshot import take_snapshot
     from trainpipe.settings import Settings
 
@@ -78,7 +78,7 @@ def main() -> int:
         def __init__(self, weights: list[float]) -> None:
             self.weights = weights
 
-        def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201 - MLflow's signature
+        def predict(self, context, model_input, params=None):
             features = (model_input - model_input.mean()) / (model_input.std() + 1e-9)
             return 1 / (1 + np.exp(-(features.to_numpy() @ np.asarray(self.weights) - 2.5)))
 

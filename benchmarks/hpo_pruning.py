@@ -34,12 +34,12 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+END = datetime(2026, 6, 30, tzinfo=UTC)
 TARGET_SAVED, TARGET_GAP, TARGET_SETUP = 0.50, 0.01, 0.10
 # Settings replayed with --replay (the spec's option names; type first).
 REPLAYED: tuple[dict[str, Any], ...] = (
@@ -116,7 +116,7 @@ def run_study(args: argparse.Namespace, settings: Any, seed: int, pruner: dict[s
     import yaml
 
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.plan import build_plan
+    from trainpipe.plan.build import build_plan
     from trainpipe.runtime.snapshot import take_snapshot
     from trainpipe.runtime.train import RunContext
     from trainpipe.runtime.tuning import create_study, load_study, pick_best, run_worker
@@ -155,7 +155,7 @@ def run_study(args: argparse.Namespace, settings: Any, seed: int, pruner: dict[s
         try:
             run_worker(plan, number, snapshot, settings=settings, run=run, study=study, hook=hook,
                        on_line=lambda line: None)
-        except BaseException as err:  # noqa: BLE001 - raised below, after the other workers
+        except BaseException as err:
             errors.append(err)
         walls.append(time.monotonic() - began)
 
@@ -205,8 +205,8 @@ def replay(baseline: dict[str, Any], pruner: dict[str, Any], metric: str) -> dic
     them: compute as the share of each trial's reports it made, best over the trials it kept."""
     import optuna
 
-    from trainpipe.plan import pruner_arguments
-    from trainpipe.spec.models import PrunerSpec
+    from trainpipe.plan.build import pruner_arguments
+    from trainpipe.spec.sections.tuning import PrunerSpec
     from trainpipe_trainer.tuning import make_pruner
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

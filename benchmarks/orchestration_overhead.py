@@ -23,7 +23,7 @@ Figures, per run:
 Settings changed from Airflow's defaults (docs/benchmarks.md lists them): ``[scheduler] use_job_schedule =
 False``, so unpausing starts no scheduled run of ``@daily`` beside the triggered ones; and, unless
 ``--no-preload``, ``[scheduler] mp_start_method = forkserver`` with ``[core] mp_forkserver_preload``
-naming ``trainpipe.preload``, so task processes inherit the heavy libraries instead of importing
+naming ``trainpipe.dags.preload``, so task processes inherit the heavy libraries instead of importing
 them (see that module). Every run takes the whole path (gate passes, register and promote run):
 before each run after the first the benchmark removes the ``champion`` alias, as a model trained
 on the same demo data cannot beat the previous one by the spec's relative gate. The first run is
@@ -60,10 +60,10 @@ SENSOR = "watch_checkpoints"
 
 
 # Documented in docs/operations.md (Preloading task libraries): the LocalExecutor's workers start from a process that imported the
-# libraries trainpipe's tasks use (trainpipe.preload), so no task process imports them again.
+# libraries trainpipe's tasks use (trainpipe.dags.preload), so no task process imports them again.
 PRELOAD_SETTINGS = {
     "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
-    "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD": "airflow,airflow.executors.local_executor,trainpipe.preload",
+    "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD": "airflow,airflow.executors.local_executor,trainpipe.dags.preload",
 }
 
 

@@ -64,7 +64,7 @@ def _in_child(work) -> tuple[dict, int]:
         os.close(read_end)
         try:
             payload = json.dumps(work()).encode()
-        except BaseException as err:  # noqa: BLE001 - reported to the parent
+        except BaseException as err:
             payload = json.dumps({"error": f"{type(err).__name__}: {err}"}).encode()
         with os.fdopen(write_end, "wb") as handle:
             handle.write(payload)
@@ -94,8 +94,8 @@ def _parse_file(dag_file: Path):
 def _one_file_baseline(folder: Path):
     def work() -> dict:
         start = time.perf_counter()
-        from trainpipe.dag_builder import build_dag
-        from trainpipe.factory import compile_directory
+        from trainpipe.compile.compiler import compile_directory
+        from trainpipe.dags.builder import build_dag
 
         namespace = {dag_id: build_dag(plan) for dag_id, plan in compile_directory(folder).plans.items()}
         return {"seconds": time.perf_counter() - start, "dags": len(namespace)}
@@ -104,13 +104,13 @@ def _one_file_baseline(folder: Path):
 
 def _listing(folder: Path):
     def work() -> dict:
-        from trainpipe.spec_files import list_specs
+        from trainpipe.compile.spec_files import list_specs
 
         start = time.perf_counter()
         specs = list_specs(folder)
         listed = time.perf_counter() - start
-        from trainpipe.dag_files import declared_pipeline_id
-        from trainpipe.plan_cache import PlanCache
+        from trainpipe.compile.plan_cache import PlanCache
+        from trainpipe.dags.files import declared_pipeline_id
 
         cache = PlanCache(folder, "benchmark")
         paths = [path for _, path in specs]  # strings, as the shards pass them
@@ -148,12 +148,11 @@ def main() -> int:
     import airflow.sdk  # noqa: F401
     from airflow.dag_processing.dagbag import DagBag  # noqa: F401
 
-    from trainpipe.dag_files import SHARD_FILES, shard_count, shard_of
-    from trainpipe.spec_files import list_specs
-
     # Bytecode as an installed package has it (pip compiles on install; PYTHONDONTWRITEBYTECODE or a
     # fresh editable checkout would otherwise make every child compile trainpipe's sources again).
     import trainpipe_trainer.config
+    from trainpipe.compile.spec_files import list_specs
+    from trainpipe.dags.files import SHARD_FILES, shard_count, shard_of
     compileall.compile_dir(str(REPO / "provider" / "trainpipe"), quiet=1)
     compileall.compile_file(trainpipe_trainer.config.__file__, quiet=1)
 

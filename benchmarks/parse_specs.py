@@ -79,8 +79,8 @@ def in_process(n: int, repeats: int) -> None:
 
     from airflow.sdk import DAG, chain
 
-    from trainpipe.dag_builder import build_dag
-    from trainpipe.factory import compile_directory
+    from trainpipe.compile.compiler import compile_directory
+    from trainpipe.dags.builder import build_dag
 
     template = EXAMPLE.read_text()
     work = Path(tempfile.mkdtemp(prefix="trainpipe-bench-"))
@@ -105,7 +105,7 @@ def in_process(n: int, repeats: int) -> None:
     from airflow.providers.standard.sensors.python import PythonSensor
     from airflow.sdk import Asset, Param
 
-    from trainpipe.plan import CHECKPOINT_SENSOR
+    from trainpipe.plan.steps import CHECKPOINT_SENSOR
 
     outlet_uris = {t.task_id: t.outlets for t in probe.tasks}
     param_specs = {p.name: (p.default, p.type, p.description, {b.keyword: b.value for b in p.bounds})
@@ -155,8 +155,8 @@ def in_process(n: int, repeats: int) -> None:
         dagfactory_dirs[count] = folder
 
     try:
-        from dagfactory import load_yaml_dags
         import dagfactory
+        from dagfactory import load_yaml_dags
     except ImportError:
         load_yaml_dags = None
 
@@ -190,10 +190,12 @@ def in_process(n: int, repeats: int) -> None:
             for count in (small, n):
                 timings[name][count].append(_timed(fn, count))
     hand_ms, ours_ms = (_marginal_ms(timings[name], small, n) for name in ("hand-written", "trainpipe"))
-    print(f"\nIn one process: {n} specs (marginal cost between {small} and {n} DAGs, best of {repeats}; {n_tasks} tasks per DAG), "
+    print(f"\nIn one process: {n} specs (marginal cost between {small} and {n} DAGs, best of {repeats}; "
+          f"{n_tasks} tasks per DAG), "
           f"Python {sys.version.split()[0]}")
     print(f"hand-written Airflow DAG (baseline): {hand_ms:7.3f} ms/DAG")
-    print(f"trainpipe YAML -> DAG:               {ours_ms:7.3f} ms/DAG   ratio vs hand-written: {ours_ms / hand_ms:.2f}x (target <= 1.5x)")
+    print(f"trainpipe YAML -> DAG:               {ours_ms:7.3f} ms/DAG   "
+          f"ratio vs hand-written: {ours_ms / hand_ms:.2f}x (target <= 1.5x)")
     compile_ms, serialize_ms = (_marginal_ms(timings[name], small, n) for name in ("compile", "serialize"))
     print(f"  of which YAML -> plan (compile):   {compile_ms:7.3f} ms/DAG   "
           f"(Airflow then serializes each DAG it parsed: {serialize_ms:.3f} ms/DAG)")
@@ -211,7 +213,7 @@ def _hand_written_file(count: int, *, params_after_tasks: bool = False) -> str:
     """A DAG file defining ``count`` copies of the example pipeline by hand (its values written in).
     ``params_after_tasks``: the Params attached to the DAG after its tasks, as trainpipe does (ADR
     0006), so Airflow neither validates their schemas again nor copies them into every task."""
-    from trainpipe.factory import compile_file
+    from trainpipe.compile.compiler import compile_file
 
     probe = compile_file(EXAMPLE)
     params = {p.name: (p.default, p.type, p.description, {b.keyword: b.value for b in p.bounds}) for p in probe.params}
@@ -255,7 +257,7 @@ for i in range({count}):
 
 def _dag_factory_folder(folder: Path, count: int) -> None:
     """One DAG file calling dag-factory on ``count`` YAML files of the same pipeline beside it."""
-    from trainpipe.factory import compile_file
+    from trainpipe.compile.compiler import compile_file
 
     probe = compile_file(EXAMPLE)
     configs = folder / "configs"

@@ -79,7 +79,7 @@ def main() -> int:
     os.environ["TRAINPIPE_DAG_CONFIGS"] = str(configs)
     os.environ["TRAINPIPE_STORAGE_ROOT"] = f"file://{work / 'storage'}"
 
-    from trainpipe.factory import compile_directory
+    from trainpipe.compile.compiler import compile_directory
 
     def compile_all(with_policy: bool) -> None:
         if with_policy:
@@ -96,7 +96,7 @@ def main() -> int:
     timings: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(args.repeats):
         for with_policy in (False, True):
-            timings[with_policy].append(_timed(lambda: compile_all(with_policy)))
+            timings[with_policy].append(_timed(lambda flag=with_policy: compile_all(flag)))
     os.environ["TRAINPIPE_POLICY"] = str(policy)
     without, under = (min(timings[flag]) / args.specs * 1000 for flag in (False, True))
     overhead = under / without - 1
@@ -114,7 +114,7 @@ def main() -> int:
 
 
 def _policy_work_ms(configs: Path, repeats: int) -> float:
-    from trainpipe.factory import PolicyInForce, _judge
+    from trainpipe.compile.compiler import PolicyInForce, _judge
     from trainpipe.spec.loader import load_yaml_file
     from trainpipe.spec.validate import validate_loaded
 

@@ -126,7 +126,8 @@ def _wait_for_step(process: subprocess.Popen, log: Path, step: int, timeout: flo
 
 def measure(model: str, nproc: int, work: Path) -> Outcome:
     from mlflow import MlflowClient
-    from trainpipe_trainer.config import preempted_step
+
+    from trainpipe_trainer.outcomes import preempted_step
 
     config = _config(work, model)
     log = work / "first.log"
@@ -177,7 +178,7 @@ def measure(model: str, nproc: int, work: Path) -> Outcome:
 
 
 def main() -> int:
-    from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
+    from trainpipe_trainer.outcomes import PREEMPTED_EXIT_CODE
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="demo,100m", help=f"comma-separated, of {', '.join(MODELS)}")

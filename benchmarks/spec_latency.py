@@ -169,18 +169,19 @@ def measure(size: int, trials: int, overrides: dict[str, str], work: Path, timeo
             dag_id = f"n{trial:03d}_{size}"
             path = configs / f"team{rng.randrange(TEAM_FOLDERS):02d}" / f"{dag_id}.yaml"
             _write(path, template.replace(f"pipeline_id: {template_id}", f"pipeline_id: {dag_id}"))
-            new.append(_wait(lambda: (database.state(dag_id) or (False,))[0], timeout))
+            new.append(_wait(lambda dag_id=dag_id: (database.state(dag_id) or (False,))[0], timeout))
 
             target = existing.pop(rng.randrange(len(existing)))
             marker = f"edited in trial {trial}"
             text = target.read_text()
             assert "\ndescription: " in text
             _write(target, text.replace("\ndescription: ", f"\ndescription: {marker}. ", 1))
-            edited.append(_wait(lambda: marker in ((database.state(target.stem) or (False, ""))[1] or ""), timeout))
+            edited.append(_wait(
+                lambda marker=marker, target=target: marker in ((database.state(target.stem) or (False, ""))[1] or ""), timeout))
 
             gone = existing.pop(rng.randrange(len(existing)))
             gone.unlink()
-            deleted.append(_wait(lambda: not (database.state(gone.stem) or (False,))[0], timeout))
+            deleted.append(_wait(lambda gone=gone: not (database.state(gone.stem) or (False,))[0], timeout))
             print(f"  trial {trial + 1}: new {new[-1]:.1f} s, edited {edited[-1]:.1f} s, deleted {deleted[-1]:.1f} s "
                   f"(load average {_load()})", flush=True)
         figures |= {"new": new, "edited": edited, "deleted": deleted, "load_end": _load()}

@@ -89,6 +89,7 @@ class BareLoop:
     def __init__(self, config, dataset, total_steps: int) -> None:
         import torch
         from torch.utils.data import DataLoader
+
         from trainpipe_trainer.model import build_mlp
         from trainpipe_trainer.optim import build_optimizer, build_scheduler
 
@@ -123,12 +124,13 @@ def trainer_run(config, *, log_calls: int, saves: int) -> dict[str, float | list
     """Trainer and bare steps interleaved, then (same process, same model) the log-call and checkpoint probes."""
     import torch.distributed as dist
     from mlflow import MlflowClient
-    from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore
-    from trainpipe_trainer.config import ResumeIdentity
+
+    from trainpipe_trainer.checkpoint.manager import CheckpointManager, CheckpointStore
+    from trainpipe_trainer.checkpoint.state import TrainState
     from trainpipe_trainer.distributed import destroy_distributed, init_distributed
     from trainpipe_trainer.preemption import PreemptionWatcher
-    from trainpipe_trainer.state import TrainState
-    from trainpipe_trainer.tracking import Tracker
+    from trainpipe_trainer.resume import ResumeIdentity
+    from trainpipe_trainer.tracking.tracker import Tracker
     from trainpipe_trainer.trainer import Trainer
 
     env = init_distributed()

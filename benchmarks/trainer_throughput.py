@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,7 +55,7 @@ class Shape:
     @property
     def params(self) -> int:
         sizes = (self.features, *self.hidden, 1)
-        return sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+        return sum(a * b + b for a, b in pairwise(sizes))
 
 
 SHAPES = {
@@ -203,7 +204,7 @@ def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threa
         if name == "resident":
             xs, ys = x.to(device), y.to(device)
 
-            def batches():
+            def batches(xs=xs, ys=ys):
                 while True:
                     order = torch.randperm(len(xs), device=device)
                     for begin in range(0, len(order) - shape.batch + 1, shape.batch):
@@ -212,7 +213,7 @@ def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threa
         else:
             loader = DataLoader(TensorDataset(x, y), batch_size=shape.batch, shuffle=True, drop_last=True)
 
-            def batches():
+            def batches(loader=loader):
                 while True:
                     for features, labels in loader:
                         yield features.to(device), labels.to(device)
@@ -306,7 +307,8 @@ def main() -> int:
     modes = args.mode or list(MODES)
     device_name = torch.cuda.get_device_name() if cuda else f"CPU, {args.threads} threads"
     targets = TARGETS["gpu" if cuda else "cpu"]
-    print(f"trainer throughput on {device_name}; trainer from {args.trainer_path.relative_to(REPO) if args.trainer_path.is_relative_to(REPO) else args.trainer_path.name}")
+    trainer = args.trainer_path.relative_to(REPO) if args.trainer_path.is_relative_to(REPO) else args.trainer_path.name
+    print(f"trainer throughput on {device_name}; trainer from {trainer}")
     work = Path(tempfile.mkdtemp(prefix="trainpipe-throughput-"))
     try:
         for shape_name in shapes:

@@ -56,9 +56,9 @@ _PACKAGE_GROUPS = ("tests/fleet/",)
 # past a 60 s read (seen in CI).
 _AIRFLOW_SERVERS = ("tests/stack/", "tests/e2e/test_approval.py", "tests/e2e/test_deadline_alert.py")
 _AIRFLOW_SERVERS_GROUP = "airflow servers"
-_LONGEST_FIRST = (_AIRFLOW_SERVERS_GROUP, "tests/test_preemption_relaunch.py",
+_LONGEST_FIRST = (_AIRFLOW_SERVERS_GROUP, "tests/launchers/test_preemption_relaunch.py",
                   "tests/e2e/test_tuned_pipeline.py", "tests/e2e/test_model_lifecycle.py", "tests/fleet/",
-                  "tests/trainer/test_fault_tolerance.py", "tests/test_train_cli.py", "tests/e2e/test_drift_stop.py",
+                  "tests/trainer/test_fault_tolerance.py", "tests/commands/test_train.py", "tests/e2e/test_drift_stop.py",
                   "tests/e2e/test_run_notes.py", "tests/trainer/test_preemption.py", "tests/trainer/test_deepspeed.py")
 
 
@@ -77,7 +77,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: _rank(_group(item.nodeid)))  # stable: each module keeps its order
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201 - xdist's types
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
     # Scopes of our own: xdist's loadgroup marks do not take with pytest 9 (nodeid is read-only there).
     from xdist.scheduler import LoadScopeScheduling
 

@@ -9,15 +9,15 @@ import dataclasses
 import http.server
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from trainpipe.cli import main
+from trainpipe.commands.main import main
 from trainpipe.errors import SpecError, UnsupportedUriError
-from trainpipe.plan import build_plan
+from trainpipe.plan.build import build_plan
 from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
@@ -35,7 +35,7 @@ training: {{task: binary_classification, features: [amount], label: is_fraud}}
 evaluation: {{metrics: [auc]}}
 registration: {{model_name: m}}
 """
-END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+END = datetime(2026, 6, 30, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -44,13 +44,13 @@ def server() -> Iterator[tuple[str, list[str]]]:
     requests: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_GET(self) -> None:
             requests.append(self.path)
             self.send_response(200)
             self.end_headers()
             self.wfile.write(b"amount,is_fraud,event_time\n1,0,2026-06-29\n")
 
-        do_HEAD = do_GET  # noqa: N815
+        do_HEAD = do_GET
 
         def log_message(self, *args: object) -> None:
             pass
@@ -115,7 +115,7 @@ def test_run_time_refuses_another_scheme_before_any_request(server):
     assert requests == []
 
 
-def _snapshot_of(path: Path, *, file_format: str = "parquet"):  # noqa: ANN202 - the snapshot, deferred
+def _snapshot_of(path: Path, *, file_format: str = "parquet"):
     text = TEXT.format(uri=path.as_uri()).replace("  window: 30d\n", f"  window: 30d\n  format: {file_format}\n")
     plan = build_plan(validate_loaded(load_yaml_text(text, "s.yaml")), spec_file="s.yaml", spec_text=text)
     return lambda: take_snapshot(plan.dag_id, plan.data, settings=Settings.from_env(), logical_date=END)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe.factory import compile_directory
+from trainpipe.compile.compiler import compile_directory
 
 REPO = Path(__file__).resolve().parent.parent
 # Names in site-packages that belong to trainpipe's own (editable) installs.
@@ -59,11 +59,13 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_the_provider_wheel_ships_the_package_and_no_developer_tools(wheels: dict[str, Path]):
     names = zipfile.ZipFile(wheels["provider"]).namelist()
     modules = {name for name in names if name.startswith("trainpipe/")}
-    assert {"trainpipe/__init__.py", "trainpipe/dag_files.py", "trainpipe/spec/schema.json"} <= modules
+    # py.typed: type checkers of code that imports trainpipe read its annotations (PEP 561).
+    assert {"trainpipe/__init__.py", "trainpipe/dags/files.py", "trainpipe/spec/schema.json", "trainpipe/py.typed"} <= modules
     assert not any(name.startswith("trainpipe/stack") for name in names)  # `make stack` is tools/stack/
     assert not any(name.startswith(("tests/", "dags/", "benchmarks/", "tools/")) for name in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "apache_airflow_provider" in zipfile.ZipFile(wheels["provider"]).read(entry_points).decode()
+    assert "trainpipe_trainer/py.typed" in zipfile.ZipFile(wheels["trainer"]).namelist()
 
 
 def _fresh_venv(root: Path) -> Path:

@@ -1,7 +1,7 @@
 """Regenerate provider/trainpipe/spec/expectation_arguments.json from the installed Great Expectations
 (after a GE upgrade: tests/spec/test_expectation_arguments.py says when)."""
 
-from trainpipe.quality import expectation_class, expectation_names
+from trainpipe.checks.quality import expectation_class, expectation_names
 from trainpipe.spec.expectations import TABLE_FILE, generate_table, render_table
 
 if __name__ == "__main__":

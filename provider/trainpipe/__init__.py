@@ -30,6 +30,6 @@ def load_dags(globals_dict: dict[str, Any], *, specs_folder: str | os.PathLike[s
     Up to 300 specs shard 0 compiles them all; above that each file compiles about 1/shards of them,
     chosen by a hash of the spec's path (ADR 0012; 64 files were measured).
     """
-    from trainpipe.dag_files import load_dags as load
+    from trainpipe.dags.files import load_dags as load
 
     load(globals_dict, specs_folder=specs_folder, shards=shards, shard=shard)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from trainpipe.listeners import run_notes, spec_watch
+from trainpipe.dags import spec_watch
+from trainpipe.listeners import run_notes
 
 
 class _LazyApps(list):
@@ -23,7 +24,7 @@ class _LazyApps(list):
 
             super().append({"app": create_app(), "url_prefix": URL_PREFIX, "name": "trainpipe fleet view"})
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         self._fill()
         return super().__iter__()
 
@@ -31,7 +32,7 @@ class _LazyApps(list):
         self._fill()
         return super().__len__()
 
-    def __getitem__(self, index):  # noqa: ANN001, ANN204
+    def __getitem__(self, index):
         self._fill()
         return super().__getitem__(index)
 

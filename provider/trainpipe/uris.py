@@ -4,7 +4,7 @@ A spec's ``data.uri`` is either absolute (``file://``, ``s3://`` or a ``/path``)
 storage root. Only the schemes trainpipe's storage reads (``STORAGE_SCHEMES``) are accepted: another
 scheme would make the worker open something else (``http://`` a request, ``memory://`` or
 ``simplecache::`` another filesystem), so ``scheme_problem`` refuses it. A relative URI must stay
-inside the root. The spec stage refuses both (``trainpipe.spec.models``), before any I/O, and
+inside the root. The spec stage refuses both (``trainpipe.spec.sections``), before any I/O, and
 ``trainpipe.storage.resolve_uri`` refuses them again before touching storage.
 """
 

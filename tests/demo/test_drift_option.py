@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trainpipe.cli import main
+from trainpipe.commands.main import main
 from trainpipe.demo.synthetic import drift_feature, generate_transactions
 from trainpipe.errors import SpecError
 

@@ -1,4 +1,4 @@
-"""The end-to-end fixtures: ``dag_from(configs, dag_id)`` loads a DAG as Airflow does (tests/e2e/dags.py);
+"""The end-to-end fixtures: ``dag_from(configs, dag_id)`` loads a DAG as Airflow does (tests.support);
 ``small_pipeline`` writes the small spec and transactions data that the issue-33 tests share."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .dags import load_dag
+from tests.support import load_dag
 
 
 @pytest.fixture

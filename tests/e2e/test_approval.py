@@ -19,12 +19,12 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
 from stack.helpers import FEATURES, AirflowClient, wait_for
+
 from trainpipe.demo.synthetic import generate_transactions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -106,7 +106,7 @@ class Standalone:
     mlflow_uri: str
     runs: dict[str, str]  # dag_id -> the run the fixture started
 
-    def mlflow(self):  # noqa: ANN201 - MlflowClient
+    def mlflow(self):
         import mlflow
 
         return mlflow.MlflowClient(tracking_uri=self.mlflow_uri)
@@ -173,7 +173,7 @@ def standalone(request: pytest.FixtureRequest) -> Iterator[Standalone]:
     data = root / "trainpipe" / "storage" / "approval"
     data.mkdir(parents=True)
     # Ends before the first trigger: every run's 30-day window holds all rows, so every snapshot is the same.
-    end = datetime.now(timezone.utc) - timedelta(minutes=5)
+    end = datetime.now(UTC) - timedelta(minutes=5)
     generate_transactions(rows=3000, days=20, end=end).to_parquet(data / "transactions.parquet", index=False)
     env = _env(root, configs)
     log = (root / "standalone.log").open("wb")
@@ -224,7 +224,7 @@ def _states(airflow: AirflowClient, dag_id: str, run_id: str) -> dict[str, str]:
     return {task: ti["state"] for task, ti in airflow.task_instances(dag_id, run_id).items()}
 
 
-def _aliases(client, model_name: str) -> dict[str, int]:  # noqa: ANN001 - MlflowClient
+def _aliases(client, model_name: str) -> dict[str, int]:
     return {alias: int(version) for alias, version in client.get_registered_model(model_name).aliases.items()}
 
 

@@ -9,16 +9,16 @@ Small data and one epoch: the training itself is not under test.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from .dags import load_dag, run_dag
+from tests.support import load_dag, run_dag
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TODAY = datetime(2026, 11, 27, tzinfo=timezone.utc)
+TODAY = datetime(2026, 11, 27, tzinfo=UTC)
 PAST = TODAY - timedelta(days=21)
 PAST_WINDOW = "2026-10-07..2026-11-06"  # the 30d window of the past run, as the note shows it
 
@@ -49,7 +49,7 @@ def _run(configs: Path, monkeypatch: pytest.MonkeyPatch, dag_id: str, logical_da
     return run_dag(load_dag(configs, dag_id, monkeypatch), logical_date=logical_date)
 
 
-def _note(dag_run) -> str:  # noqa: ANN001 - DagRun
+def _note(dag_run) -> str:
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
@@ -59,7 +59,7 @@ def _note(dag_run) -> str:  # noqa: ANN001 - DagRun
     return note.splitlines()[0]  # the reason; the cost line follows
 
 
-def _aliases(client, model: str) -> dict[str, int]:  # noqa: ANN001 - MlflowClient
+def _aliases(client, model: str) -> dict[str, int]:
     return {alias: int(v) for alias, v in client.get_registered_model(model).aliases.items()}
 
 
@@ -70,12 +70,11 @@ def _baseline(pipeline_id: str) -> str:
     return baseline_version(Settings.from_env(), pipeline_id)["digest"]
 
 
-def _mlflow_run(client, dag_run):  # noqa: ANN001, ANN202 - MlflowClient, DagRun -> Run
+def _mlflow_run(client, dag_run):
     """The DAG run's MLflow run, as train reported it."""
-    from sqlalchemy import select
-
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         row = session.scalars(select(XComModel).where(

@@ -15,12 +15,12 @@ import signal
 import socket
 import subprocess
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
 from stack.helpers import AirflowClient, wait_for
+
 from trainpipe.demo.synthetic import generate_transactions
 
 from .test_approval import API_PORT, BIN, PASSWORD, USER, _api_up, _env, _spec
@@ -37,7 +37,7 @@ class _Inbox:
     def __init__(self) -> None:
         self.messages: list[email.message.Message] = []
 
-    async def handle_DATA(self, server, session, envelope):  # noqa: ANN001, ANN201, N802 - aiosmtpd's handler API
+    async def handle_DATA(self, server, session, envelope):
         self.messages.append(email.message_from_bytes(envelope.content))
         return "250 OK"
 
@@ -74,7 +74,7 @@ def test_a_run_past_its_deadline_mails_the_step_it_is_in():
     (root / "airflow" / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
     data = root / "trainpipe" / "storage" / "approval"
     data.mkdir(parents=True)
-    generate_transactions(rows=3000, days=20, end=datetime.now(timezone.utc) - timedelta(minutes=5)).to_parquet(
+    generate_transactions(rows=3000, days=20, end=datetime.now(UTC) - timedelta(minutes=5)).to_parquet(
         data / "transactions.parquet", index=False)
     env = {**_env(root, configs), f"AIRFLOW_CONN_{SMTP_CONN.upper()}": json.dumps(
         {"conn_type": "smtp", "host": "127.0.0.1", "port": port,

@@ -8,19 +8,18 @@ stops with the schema diff. Neither failed day becomes the baseline.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.support import load_dag, run_dag
 from trainpipe.demo.synthetic import drift_feature, generate_transactions
-
-from .dags import load_dag, run_dag
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+END = datetime(2026, 6, 30, tzinfo=UTC)
 PIPELINE = "fraud_drift_e2e"
 DATA = "demo/transactions/drift_e2e.parquet"
 AFTER_VALIDATE = ("train", "watch_checkpoints", "evaluate", "gate", "register", "promote")
@@ -43,7 +42,7 @@ def pipelines(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPa
     return configs
 
 
-def _day(state_dir: Path, frame) -> None:  # noqa: ANN001 - DataFrame
+def _day(state_dir: Path, frame) -> None:
     path = state_dir / "storage" / DATA
     path.parent.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(path, index=False)
@@ -68,7 +67,7 @@ def _validate_failure(output: str) -> str:
     return lines[-1]
 
 
-def _take(capfd, caplog) -> str:  # noqa: ANN001 - pytest fixtures
+def _take(capfd, caplog) -> str:
     """What the tasks logged since the last call. dag.test() prints task logs to stdout, but a logging
     set-up made earlier in the session (another test module) can hold an older stdout that capfd does
     not see; the stdlib records (trainpipe's own lines) reach caplog either way."""

@@ -5,20 +5,19 @@ report shows the region slices, and the run's dataset inputs carry the snapshot 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from tests.support import load_dag, run_dag
 from trainpipe.demo.synthetic import TRANSACTION_REGIONS, generate_transactions
-
-from .dags import load_dag, run_dag
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 7, 31, tzinfo=timezone.utc)
+END = datetime(2026, 7, 31, tzinfo=UTC)
 BINARY_PLOTS = {"roc.png", "precision_recall.png", "calibration.png", "confusion_matrix.png", "slices_region.png"}
 
 

@@ -5,19 +5,18 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.support import load_dag, run_dag
 from trainpipe.demo.synthetic import generate_clicks, generate_transactions
-
-from .dags import load_dag, run_dag
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+END = datetime(2026, 6, 30, tzinfo=UTC)
 # The data spans 25 days and the specs' window is 30 days: runs at END and END + 1h see the same rows.
 DATA_DAYS = 25
 
@@ -99,11 +98,12 @@ def test_fraud_pipeline_registers_version_1_as_champion(pipelines, monkeypatch):
     assert run.data.params["world_size"] == "2"
     assert run.data.tags["trainpipe.gates_passed"] == "true"
     assert len(client.get_metric_history(champion.run_id, "train_loss")) >= 5
-    from trainpipe.plan import run_key
+    from trainpipe.plan.model import run_key
     from trainpipe.settings import Settings
 
     storage = Path(Settings.from_env().storage_root.removeprefix("file://"))
-    checkpoints = sorted((storage / "runs" / "fraud_detector" / run_key(dag_run.run_id) / "checkpoints").glob("step-*/manifest.json"))
+    run_dir = storage / "runs" / "fraud_detector" / run_key(dag_run.run_id)
+    checkpoints = sorted((run_dir / "checkpoints").glob("step-*/manifest.json"))
     assert checkpoints, "the trainer committed no checkpoint"
 
     import mlflow.pyfunc

@@ -6,19 +6,18 @@ from __future__ import annotations
 import email
 import json
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.message import Message
 from pathlib import Path
 
 import pytest
 
+from tests.support import load_dag, run_dag
 from trainpipe.demo.synthetic import generate_transactions
-
-from .dags import load_dag, run_dag
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-END = datetime(2026, 7, 31, tzinfo=timezone.utc)
+END = datetime(2026, 7, 31, tzinfo=UTC)
 SMTP_CONN = "trainpipe_test_smtp"
 
 
@@ -54,7 +53,7 @@ class _Inbox:
     def __init__(self) -> None:
         self.messages: list[Message] = []
 
-    async def handle_DATA(self, server, session, envelope):  # noqa: ANN001, ANN201, N802 - aiosmtpd's handler API
+    async def handle_DATA(self, server, session, envelope):
         self.messages.append(email.message_from_bytes(envelope.content))
         return "250 OK"
 

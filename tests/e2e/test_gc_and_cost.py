@@ -5,23 +5,22 @@ exactly what it listed, and `trainpipe reproduce MODEL@champion` still rebuilds 
 from __future__ import annotations
 
 import re
-
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 
-from trainpipe.cli import main
+from tests.support import REPO, load_dag
+from trainpipe.commands.main import main
 from trainpipe.demo.synthetic import generate_transactions
-from trainpipe.plan import DataPlan
+from trainpipe.plan.model import DataPlan
 from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 5, 31, tzinfo=timezone.utc)
+END = datetime(2026, 5, 31, tzinfo=UTC)
 PIPELINE = "fraud_gc"
 FEATURES = ["amount", "merchant_risk", "hour_of_day", "account_age_days", "is_foreign"]
 
@@ -56,8 +55,6 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
 
 @pytest.fixture(scope="module")
 def two_runs(configs: Path, monkeypatch_module: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
-    from airflow.dag_processing.dagbag import DagBag
-
     policy = tmp_path_factory.mktemp("policy") / "policy.yaml"
     # A platform policy with one team (every spec is its) and a price table.
     policy.write_text("default_team: team-gc\nteams: {team-gc: {}}\ncosts: {gpu_hour: {default: 3.0}, cpu_hour: 0.5}\n")
@@ -69,9 +66,7 @@ def two_runs(configs: Path, monkeypatch_module: pytest.MonkeyPatch, tmp_path_fac
                                               time_column="event_time", window=timedelta(days=10),
                                               holdout_fraction=0.2, holdout_key=None),
                            settings=Settings.from_env(), logical_date=END - timedelta(days=6))
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    dag = bag.get_dag(PIPELINE)
+    dag = load_dag(configs, PIPELINE, monkeypatch_module)
     runs = [dag.test(logical_date=END - timedelta(days=3)), dag.test(logical_date=END)]
     for run in runs:
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}

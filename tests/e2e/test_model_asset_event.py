@@ -10,7 +10,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 9, 30, tzinfo=timezone.utc)
+END = datetime(2026, 9, 30, tzinfo=UTC)
 PIPELINE = "asset_payload"
 DEPLOY_DAG = "deploy_asset_payload"
 # What a team writes to deploy the champion: nothing of trainpipe, only the asset and its event.
@@ -64,12 +64,11 @@ def folders(small_pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def _register_live(dags: Path, dag_id: str) -> None:
     """The DAG folder written to the metadata DB as the dag-processor would (the bundle dag.test() syncs may be the
     session's earlier DAGs folder), with ``dag_id`` unpaused: a paused DAG is not queued by an asset event."""
-    from sqlalchemy import update
-
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
     from airflow.models.dag import DagModel
     from airflow.utils.session import create_session
+    from sqlalchemy import update
 
     with create_session() as session:
         DagBundlesManager().sync_bundles_to_db(session=session)
@@ -83,13 +82,12 @@ def _register_live(dags: Path, dag_id: str) -> None:
 def _asset_triggered_run(dag_id: str) -> str:
     """The scheduler's own step that turns queued asset events into a DAG run (what `airflow scheduler` does on
     its next loop), run once; the new run's id."""
-    from sqlalchemy import select
-
     from airflow.jobs.job import Job
     from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
     from airflow.models.dag import DagModel
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         runner = SchedulerJobRunner(job=Job(), num_runs=1)
@@ -102,10 +100,9 @@ def _asset_triggered_run(dag_id: str) -> str:
 
 def test_a_deployment_dag_reads_the_promoted_version_from_its_triggering_event(folders):
     from airflow.dag_processing.dagbag import DagBag
-    from sqlalchemy import select
-
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     bag = DagBag(dag_folder=str(folders["dags"]))
     assert bag.import_errors == {}

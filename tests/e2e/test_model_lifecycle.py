@@ -10,19 +10,18 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.support import load_dag, run_dag
 from trainpipe.demo.synthetic import generate_transactions
-
-from .dags import load_dag, run_dag
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+END = datetime(2026, 6, 30, tzinfo=UTC)
 MODEL = "fraud_lifecycle"
 
 
@@ -38,7 +37,8 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
         .replace("demo/transactions/transactions.parquet", "lifecycle_demo/transactions.parquet")
         .replace("model_name: fraud_detector", f"model_name: {MODEL}")
         .replace("retries: 1", "retries: 0")
-        .replace("expect_table_row_count_to_be_between: {min_value: 1000}", "expect_table_row_count_to_be_between: {min_value: 100}")
+        .replace("expect_table_row_count_to_be_between: {min_value: 1000}",
+                 "expect_table_row_count_to_be_between: {min_value: 100}")
         # Absolute gates a short run passes: the second run on the same rows must be promoted too.
         .replace("    - auc >= 0.80\n    - f1 >= 0.30\n    - auc >= +0.1%", "    - auc >= 0.50\n    #")
         .replace("    - worst_slice(auc) >= 0.75", "    # (no slice gate)")
@@ -69,8 +69,8 @@ def _aliases(client) -> dict[str, int]:
 def test_two_runs_promote_rerun_changes_nothing_rollback_restores(configs, monkeypatch):
     import mlflow
 
-    from trainpipe import registry
-    from trainpipe.plan import run_key
+    from trainpipe.plan.model import run_key
+    from trainpipe.registry import model_registry as registry
     from trainpipe.settings import Settings
 
     client = mlflow.MlflowClient()

@@ -10,14 +10,14 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-END = datetime(2026, 9, 30, tzinfo=timezone.utc)
+END = datetime(2026, 9, 30, tzinfo=UTC)
 PIPELINE = "lineage_pipeline"
 VALIDATION = """\
 validation:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,7 @@ from trainpipe.demo.synthetic import generate_transactions
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+END = datetime(2026, 6, 30, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,8 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
         .replace("demo/transactions/transactions.parquet", "params_demo/transactions.parquet")
         .replace("model_name: fraud_detector", "model_name: fraud_params")
         .replace("retries: 1", "retries: 0")
-        .replace("expect_table_row_count_to_be_between: {min_value: 1000}", "expect_table_row_count_to_be_between: {min_value: 100}")
+        .replace("expect_table_row_count_to_be_between: {min_value: 1000}",
+                 "expect_table_row_count_to_be_between: {min_value: 100}")
         # Gates any one-epoch model passes: this test is about what gets recorded, so register must run.
         .replace("    - auc >= 0.80\n    - f1 >= 0.30\n", "    - auc >= 0.50\n")
     )

@@ -8,7 +8,7 @@ which records the try and the resumed step. The checkpoint sensor beside train e
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ from trainpipe.demo.synthetic import generate_transactions
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+END = datetime(2026, 6, 30, tzinfo=UTC)
 CRASH_AFTER = 20
 
 
@@ -48,7 +48,7 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
 def test_retried_train_task_resumes_from_the_previous_try_checkpoint(configs, dag_from, monkeypatch):
     import mlflow
 
-    from trainpipe.checkpoint_state import read_checkpoint_state
+    from trainpipe.runtime.checkpoint_state import read_checkpoint_state
     from trainpipe.runtime.train import run_dir_for
     from trainpipe.settings import Settings
 

@@ -7,18 +7,17 @@ Small data and one epoch: the training itself is not under test.
 from __future__ import annotations
 
 import re
-
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.support import load_dag, run_dag
 from trainpipe.demo.synthetic import drift_feature, generate_transactions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 8, 31, tzinfo=timezone.utc)
+END = datetime(2026, 8, 31, tzinfo=UTC)
 FEATURES = ("[amount, merchant_risk, hour_of_day, distance_from_home_km, transactions_last_24h, account_age_days, "
             "is_foreign]")
 
@@ -82,7 +81,7 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
     return folder
 
 
-def _data(state_dir: Path, pipeline_id: str, frame) -> None:  # noqa: ANN001 - DataFrame
+def _data(state_dir: Path, pipeline_id: str, frame) -> None:
     path = state_dir / "storage" / "run_notes" / f"{pipeline_id}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(path, index=False)
@@ -90,18 +89,12 @@ def _data(state_dir: Path, pipeline_id: str, frame) -> None:  # noqa: ANN001 - D
 
 def _run(configs: Path, monkeypatch: pytest.MonkeyPatch, dag_id: str, logical_date: datetime = END,
          conf: dict | None = None):
-    from airflow.dag_processing.dagbag import DagBag
-
-    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
     # notes_nan injects a NaN (training.testing): the platform allows fault injection here (ADR 0014).
     monkeypatch.setenv("TRAINPIPE_ALLOW_FAULT_INJECTION", "1")
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    dag_run = bag.get_dag(dag_id).test(logical_date=logical_date, run_conf=conf)
-    return dag_run, {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    return run_dag(load_dag(configs, dag_id, monkeypatch), logical_date=logical_date, run_conf=conf)
 
 
-def _note(dag_run) -> str:  # noqa: ANN001 - DagRun
+def _note(dag_run) -> str:
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
@@ -118,11 +111,10 @@ def _note(dag_run) -> str:  # noqa: ANN001 - DagRun
     return reason
 
 
-def _xcom(dag_run, task_id: str):  # noqa: ANN001, ANN202 - DagRun, XCom value
-    from sqlalchemy import select
-
+def _xcom(dag_run, task_id: str):
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         row = session.scalars(select(XComModel).where(

@@ -7,16 +7,16 @@ changed seed, hyperparameter or data trains again.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from .dags import load_dag, run_dag
+from tests.support import load_dag, run_dag
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-END = datetime(2026, 10, 31, tzinfo=timezone.utc)
+END = datetime(2026, 10, 31, tzinfo=UTC)
 DAG_ID = "cache_pipeline"
 SEED = "  seed: 3\n"
 PARAMS = """\
@@ -37,12 +37,12 @@ def configs(small_pipeline, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _data(small_pipeline, *, seed: int) -> None:  # noqa: ANN001 - SmallPipeline
+def _data(small_pipeline, *, seed: int) -> None:
     # 20 days of rows in a 30-day window: a run a day later snapshots the same rows (the same dataset version).
     small_pipeline.data(DAG_ID, "cache", end=END, seed=seed)
 
 
-def _note(dag_run) -> str:  # noqa: ANN001 - DagRun
+def _note(dag_run) -> str:
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
@@ -52,7 +52,7 @@ def _note(dag_run) -> str:  # noqa: ANN001 - DagRun
     return note.splitlines()[0]
 
 
-def _versions(client) -> list[int]:  # noqa: ANN001 - MlflowClient
+def _versions(client) -> list[int]:
     return sorted(int(v.version) for v in client.search_model_versions(f"name = '{DAG_ID}'"))
 
 
@@ -62,7 +62,7 @@ def test_same_inputs_train_nothing_force_trains_and_identical_weights_register_n
 
     client = mlflow.MlflowClient()
 
-    def run(day: int, **conf):  # noqa: ANN202 - (DagRun, states)
+    def run(day: int, **conf):
         return run_dag(load_dag(configs, DAG_ID, monkeypatch), logical_date=END + timedelta(days=day),
                        run_conf=conf or None)
 
@@ -77,7 +77,7 @@ def test_same_inputs_train_nothing_force_trains_and_identical_weights_register_n
     assert second.state == "success"
     assert {task: states[task] for task in ("train", "watch_checkpoints", *AFTER_TRAIN)} == dict.fromkeys(
         ("train", "watch_checkpoints", *AFTER_TRAIN), "skipped"), states
-    trained_on = datetime.fromtimestamp(version_1.creation_timestamp / 1000, timezone.utc).date().isoformat()
+    trained_on = datetime.fromtimestamp(version_1.creation_timestamp / 1000, UTC).date().isoformat()
     assert _note(second) == f"inputs unchanged since version 1 (trained {trained_on}): nothing trained"
     assert _versions(client) == [1]
 
@@ -100,7 +100,7 @@ def test_same_inputs_train_nothing_force_trains_and_identical_weights_register_n
     assert states["train"] == "success" and states["register"] == "success", states
 
     # `trainpipe gc` keeps what the cache entry (version 1) points to: its snapshot, no longer the baseline.
-    from trainpipe.runtime.retention import DriftPins, collect
+    from trainpipe.commands.retention import DriftPins, collect
     from trainpipe.settings import Settings
 
     digest = version_1.tags["dataset_digest"][:16]

@@ -4,7 +4,7 @@ GE, MLflow; the served model scores rows with an unseen category and missing val
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -12,18 +12,17 @@ import pandas as pd
 import pytest
 import yaml
 
-from trainpipe.cli import main
+from tests.support import load_dag, run_dag
+from trainpipe.commands.main import main
+from trainpipe.commands.reproduce import parse_reference, snapshot_by_digest
 from trainpipe.demo.synthetic import generate_transactions
 from trainpipe.errors import ReproduceError
-from trainpipe.runtime.reproduce import parse_reference, snapshot_by_digest
 from trainpipe.settings import Settings
-
-from .dags import load_dag, run_dag
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 5, 31, tzinfo=timezone.utc)
+END = datetime(2026, 5, 31, tzinfo=UTC)
 PIPELINE = "fraud_transforms"
 FEATURES = ["amount", "merchant_risk", "hour_of_day", "account_age_days", "is_foreign", "merchant_category"]
 

@@ -35,8 +35,8 @@ def tuned_configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.Te
 def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, dag_from):
     import mlflow
 
-    from trainpipe.factory import compile_directory
-    from trainpipe.plan import with_trial_params
+    from trainpipe.compile.compiler import compile_directory
+    from trainpipe.plan.params import with_trial_params
     from trainpipe.runtime.tuning import load_study
     from trainpipe.runtime.tuning import study_name as study_name_of
     from trainpipe.settings import Settings
@@ -96,7 +96,7 @@ def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, dag_from):
     assert client.get_run(parent_id).data.metrics["trials_pruned"] == len(pruned)
 
     # `trainpipe reproduce` of the tuned model trains it again with the best trial's parameters: same weights.
-    from trainpipe.runtime.reproduce import reproduce
+    from trainpipe.commands.reproduce import reproduce
 
     again = reproduce("fraud_tuned_e2e@champion", configs_root=tuned_configs)
     assert again.matches, (again.weights_sha256, again.lineage.weights_sha256)

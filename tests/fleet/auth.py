@@ -10,7 +10,7 @@ from .night import VIEWER
 
 
 class TeamAuthManager(SimpleAuthManager):
-    def is_authorized_dag(self, *, method, user, access_entity=None, details=None):  # noqa: ANN001, ANN201
+    def is_authorized_dag(self, *, method, user, access_entity=None, details=None):
         if user.get_name() == VIEWER and details is not None and details.id and not details.id.startswith("fraud_"):
             return False
         return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)

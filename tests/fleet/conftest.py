@@ -15,7 +15,6 @@ import pytest
 
 from .night import PASSWORD, USER, VIEWER, VIEWER_PASSWORD, Night, serialize_dags, write_night
 
-
 JWT_SECRET = "fleet-tests-" + "0123456789abcdef" * 4
 
 

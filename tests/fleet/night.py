@@ -102,7 +102,7 @@ def _mlflow_run(client: Any, pipeline_id: str, airflow_run_id: str, *, started: 
 
 def _versions(client: Any, pipeline_id: str, aucs: list[float], *, now: datetime) -> int:
     """Registered versions with their holdout tags, each promoted in turn (the promotion log is trainpipe's)."""
-    from trainpipe.registry import promote
+    from trainpipe.registry.model_registry import promote
 
     client.create_registered_model(pipeline_id)
     for number, auc in enumerate(aucs, start=1):
@@ -196,11 +196,10 @@ def write_night(airflow: Any, headers: dict[str, str], *, now: datetime | None =
 
 def _park_approval(dag_id: str, run_id: str, *, since: datetime) -> None:
     """The approve task as Airflow leaves it while it waits: state awaiting_input and its HITL request."""
-    from sqlalchemy import select
-
     from airflow.models.hitl import HITLDetail
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         ti = session.scalar(select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
@@ -212,10 +211,9 @@ def _park_approval(dag_id: str, run_id: str, *, since: datetime) -> None:
 
 
 def _set_try_number(dag_id: str, run_id: str, task_id: str, tries: int) -> None:
-    from sqlalchemy import update
-
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
+    from sqlalchemy import update
 
     with create_session() as session:
         session.execute(update(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from stack.helpers import wait_for
 
 from .night import GATES_NOTE, PASSWORD, PIPELINES, USER

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.kubernetes.fake_apiserver import FakeApiServer, job_status
-from trainpipe.factory import compile_file
+from trainpipe.compile.compiler import compile_file
 from trainpipe.kubernetes.cleanup import Deletion, delete_job_on_finish, deletions
 from trainpipe.operators.kubernetes import KubernetesTrainJobOperator
 from trainpipe.triggers.kubernetes import TrainJobTrigger

@@ -14,16 +14,17 @@ import re
 import socket
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from trainpipe.commands.kubernetes_render import render_manifests
+from trainpipe.compile.compiler import compile_file
 from trainpipe.demo.synthetic import generate_clicks, generate_transactions
-from trainpipe.factory import compile_file
 from trainpipe.kubernetes.builders import TrainerLaunch
-from trainpipe.operators.kubernetes_render import render_manifests
-from trainpipe.plan import PipelinePlan, build_plan
+from trainpipe.plan.build import build_plan
+from trainpipe.plan.model import PipelinePlan
 from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.runtime.train import RunContext, prepare_training_run, read_training_result
 from trainpipe.settings import Settings
@@ -33,7 +34,7 @@ from trainpipe.spec.validate import validate_loaded
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+END = datetime(2026, 6, 30, tzinfo=UTC)
 _VAR = re.compile(r"\$\((\w+)\)")
 
 
@@ -41,7 +42,8 @@ def _example(name: str, data_uri: str, epochs: int) -> PipelinePlan:
     """The example spec with this test's data and fewer epochs (neither appears in the manifests)."""
     path = REPO / "dag_configs" / name
     plan = compile_file(path)
-    text = path.read_text().replace(plan.data.uri, data_uri).replace(f"  epochs: {plan.trainer.epochs}\n", f"  epochs: {epochs}\n")
+    text = (path.read_text().replace(plan.data.uri, data_uri)
+            .replace(f"  epochs: {plan.trainer.epochs}\n", f"  epochs: {epochs}\n"))
     return build_plan(validate_loaded(load_yaml_text(text, name)), spec_file=name, spec_text=text)
 
 
@@ -129,7 +131,7 @@ def test_multi_node_job_rank_0_and_rank_1_train_locally_through_the_rendezvous(s
     assert any(f"weights sha256: {result.weights_sha256}" in out for out in outputs)
 
 
-def _run_dir(plan: PipelinePlan, settings: Settings, run_id: str):  # noqa: ANN201 - ObjectStoragePath
+def _run_dir(plan: PipelinePlan, settings: Settings, run_id: str):
     from trainpipe.runtime.train import run_dir_for
 
     return run_dir_for(plan.dag_id, settings, run_id)

@@ -4,23 +4,23 @@ reported as a wait, not a stall."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 
-from trainpipe.checkpoint_state import CheckpointState, TrainingStatus, assess
+from tests.kubernetes.fake_apiserver import FakeApiServer, job_status
+from trainpipe.commands.kubernetes_render import render_manifests
+from trainpipe.compile.compiler import compile_text
 from trainpipe.errors import SpecError
-from trainpipe.factory import compile_text
 from trainpipe.kubernetes.admission import wait_for_admission
 from trainpipe.kubernetes.builders import TrainerLaunch
-from trainpipe.operators.kubernetes_render import render_manifests
-from trainpipe.plan import PRIORITY_WEIGHTS, TeamPlan, build_plan
+from trainpipe.plan.build import build_plan
+from trainpipe.plan.model import PRIORITY_WEIGHTS, TeamPlan
+from trainpipe.runtime.checkpoint_state import CheckpointState, TrainingStatus, assess
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
-
-from tests.kubernetes.fake_apiserver import FakeApiServer, job_status
 
 REPO = Path(__file__).resolve().parents[2]
 MULTINODE = (REPO / "dag_configs" / "fraud_detector_multinode.yaml").read_text()
@@ -60,7 +60,7 @@ def test_the_team_pool_of_the_policy_is_the_gpu_tasks_pool():
 
 
 def test_dag_train_task_carries_pool_slots_and_absolute_priority_weight():
-    from trainpipe.dag_builder import build_dag
+    from trainpipe.dags.builder import build_dag
 
     plan = _compile(_queued())
     task = build_dag(plan).get_task("train")
@@ -116,7 +116,7 @@ def test_wait_for_admission_reads_the_suspended_job_until_kueue_admits_it(apiser
 
 
 def test_a_queued_try_is_a_wait_not_a_stall():
-    since = datetime(2026, 6, 1, 8, 0, tzinfo=timezone.utc)
+    since = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
     queued = TrainingStatus(state="queued", try_number=1, final=False, started_at=since, updated_at=since,
                             queue="team-a-gpus", queued_since=since)
     state = CheckpointState(checkpoints=(), committed_count=0, status=queued)

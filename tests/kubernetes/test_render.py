@@ -10,15 +10,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from trainpipe.cli import main
+from trainpipe.commands.kubernetes_render import render_manifests
+from trainpipe.commands.main import main
+from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
-from trainpipe.factory import compile_file
 from trainpipe.kubernetes.builders import TrainerLaunch
-from trainpipe.operators.kubernetes_render import render_manifests
-from trainpipe.launch import LaunchValues, resolve
+from trainpipe.plan.launch import LaunchValues, resolve
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
-from trainpipe_trainer.config import PREEMPTED_EXIT_CODE
+from trainpipe_trainer.outcomes import PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parents[2]
 KUBERNETES_SPECS = sorted(
@@ -113,7 +113,8 @@ def test_multi_node_job_rendezvous_at_pod_zero_of_its_headless_service():
     assert command[-4:] == ["-m", "trainpipe_trainer", "--config", LAUNCH.config_uri]
     # Secrets only by reference.
     token = next(e for e in container["env"] if e["name"] == "MLFLOW_TRACKING_TOKEN")
-    assert token == {"name": "MLFLOW_TRACKING_TOKEN", "valueFrom": {"secretKeyRef": {"name": "mlflow-credentials", "key": "token"}}}
+    secret_ref = {"secretKeyRef": {"name": "mlflow-credentials", "key": "token"}}
+    assert token == {"name": "MLFLOW_TRACKING_TOKEN", "valueFrom": secret_ref}
     affinity = template["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert affinity[0]["preference"]["matchExpressions"][0]["key"] == "cloud.google.com/gke-spot"
 
@@ -130,7 +131,7 @@ def test_job_name_changes_with_the_try_and_the_run_but_not_otherwise():
 
 
 def test_dag_train_task_is_deferrable_durable_and_follows_on_finish_action():
-    from trainpipe.dag_builder import build_dag
+    from trainpipe.dags.builder import build_dag
     from trainpipe.operators.kubernetes import KubernetesTrainJobOperator, KubernetesTrainPodOperator
 
     pod_task = build_dag(_plan("search_ranker_gpu.yaml")).get_task("train")
@@ -177,7 +178,8 @@ def test_literal_secret_in_env_is_refused_with_the_fix():
     ("  launcher: kubernetes\n  kubernetes:", "  launcher: kubernetes\n  kubernetez:",
      "training.launcher: launcher 'kubernetes' needs a training.kubernetes section"),
     ("  launcher: kubernetes", "  launcher: local", "training.distributed.nnodes: nnodes 2 needs launcher 'kubernetes'"),
-    ("      gpus: 1", "      gpus: 4", "training.kubernetes.resources.gpus: 4 GPU(s) per pod but training.distributed.nproc_per_node is 1"),
+    ("      gpus: 1", "      gpus: 4",
+     "training.kubernetes.resources.gpus: 4 GPU(s) per pod but training.distributed.nproc_per_node is 1"),
 ])
 def test_launcher_cross_field_checks(old, new, expected):
     assert any(expected in p for p in _problems(TEXT.replace(old, new)))
@@ -187,7 +189,7 @@ ELASTIC = TEXT.replace("    nnodes: 2\n", "    elastic: {min_nodes: 2, max_nodes
 
 
 def test_elastic_training_starts_max_nodes_pods_and_lets_torchrun_go_on_with_min_nodes(tmp_path):
-    from trainpipe.factory import compile_text
+    from trainpipe.compile.compiler import compile_text
 
     assert ELASTIC != TEXT
     plan = compile_text(ELASTIC, "fraud_detector_multinode.yaml", configs_root=tmp_path)

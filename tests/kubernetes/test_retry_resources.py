@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import kubernetes_validate
@@ -15,17 +15,18 @@ import yaml
 from kubernetes.client import models as k8s
 
 from tests.kubernetes.fake_apiserver import FakeApiServer
+from trainpipe.commands.kubernetes_render import render_manifests
+from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
-from trainpipe.factory import compile_file
 from trainpipe.kubernetes.builders import TrainerLaunch
 from trainpipe.kubernetes.tries import CUDA_OOM, OOM_KILLED, PREEMPTED, failed_try_end, try_resources
 from trainpipe.operators.kubernetes import KubernetesTrainJobOperator
-from trainpipe.operators.kubernetes_render import render_manifests
-from trainpipe.run_notes import retry_note
+from trainpipe.runtime.run_notes import retry_note
 from trainpipe.runtime.train import run_dir_for
 from trainpipe.runtime.usage import record_try
 from trainpipe.settings import Settings
-from trainpipe_trainer.config import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainpipe_trainer.resume import resume_identity
 
 REPO = Path(__file__).resolve().parents[2]
 K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
@@ -56,7 +57,7 @@ def _spec(tmp_path: Path, example: str, **kubernetes: object) -> Path:
 
 def _ended(plan, try_number: int, outcome: str, reason: str | None = None, capacity: str | None = None) -> None:
     """A try of the run as the operator records it when it ends (the run folder's usage.json)."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     record_try(run_dir_for(plan.dag_id, Settings.from_env(), RUN_ID), try_number=try_number,
                started_at=now - timedelta(minutes=10), ended_at=now, resources=plan.resources, outcome=outcome,
                reason=reason, capacity=capacity)
@@ -214,7 +215,7 @@ def test_after_a_cuda_oom_reduce_batch_splits_the_batch_into_more_accumulation_s
     trainer = second.trainer(plan.trainer)
     assert (trainer.batch_size, trainer.optimization.gradient_accumulation_steps) == (32, 2)
     # The checkpoint of the try before resumes: the same samples per step is the same training.
-    assert not plan.trainer.resume_identity(world_size=2).differences(trainer.resume_identity(world_size=2))
+    assert not resume_identity(plan.trainer, world_size=2).differences(resume_identity(trainer, world_size=2))
     # Recorded on the MLflow run, and so on the registered version.
     tags = second.tags(gpus=1)
     assert (tags["trainpipe.resources.batch_size"], tags["trainpipe.resources.gradient_accumulation_steps"]) == (

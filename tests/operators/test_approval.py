@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from trainpipe.dag_builder import build_dag
-from trainpipe.factory import compile_file
+from trainpipe.compile.compiler import compile_file
+from trainpipe.dags.builder import build_dag
 from trainpipe.operators.approval import ApproveOperator, approval_body
 
 REPO = Path(__file__).resolve().parents[2]

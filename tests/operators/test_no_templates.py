@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainpipe.factory import compile_directory
+from trainpipe.compile.compiler import compile_directory
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "pw-3f9c1e-never-shown"
@@ -150,7 +150,7 @@ def test_notifiers_send_spec_text_as_written(folder: tuple[Path, dict[str, str]]
     from airflow.providers.smtp.notifications.smtp import SmtpNotifier
     from airflow.sdk.execution_time.context import ConnectionAccessor
 
-    from trainpipe.notifications import Message, notifier
+    from trainpipe.notifications.channels import Message, notifier
 
     _, env = folder
     monkeypatch.setenv("AIRFLOW_CONN_LEAK", env["AIRFLOW_CONN_LEAK"])

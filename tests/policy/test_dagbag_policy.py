@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import dag_bag
+
 from .conftest import POLICY, REPO, compliant_spec
 
 pytestmark = pytest.mark.integration
@@ -35,16 +37,12 @@ def team_folders(configs: Path) -> dict[str, Path]:
 
 def test_compliant_dags_load_with_their_team_and_each_violator_is_its_own_import_error(team_folders, monkeypatch,
                                                                                      airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    dags = str(REPO / "dags")
     # Without the policy every spec loads (and fills the plan cache)...
-    assert set(DagBag(dag_folder=dags).dag_ids) == {"risk_fraud", "search_ranker_nightly", "risk_greedy",
-                                                     "risk_fraud_copy"}
+    assert set(dag_bag().dag_ids) == {"risk_fraud", "search_ranker_nightly", "risk_greedy", "risk_fraud_copy"}
 
     # ...under it, the cached plans of the violators are not served.
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
-    bag = DagBag(dag_folder=dags)
+    bag = dag_bag()
     assert set(bag.dag_ids) == {"risk_fraud", "search_ranker_nightly"}
     greedy, squatter = (str(team_folders[name].resolve()) for name in ("greedy", "squatter"))
     assert sorted(bag.import_errors) == sorted([greedy, squatter])
@@ -67,12 +65,10 @@ def test_compliant_dags_load_with_their_team_and_each_violator_is_its_own_import
 
 def test_a_broken_policy_refuses_every_spec_with_its_own_located_error(team_folders, monkeypatch, tmp_path,
                                                                       airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY.read_text().replace('images: ["ghcr.io/trainpipe/trainer:*"]', "imagez: [x]"))
     monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
-    bag = DagBag(dag_folder=str(REPO / "dags"))
+    bag = dag_bag()
     assert bag.dag_ids == []
     assert len(bag.import_errors) == 4
     for message in bag.import_errors.values():
@@ -81,7 +77,7 @@ def test_a_broken_policy_refuses_every_spec_with_its_own_located_error(team_fold
 
 
 def test_a_pipeline_id_declared_twice_loads_neither_file(configs, monkeypatch):
-    from trainpipe.factory import compile_directory
+    from trainpipe.compile.compiler import compile_directory
 
     for name in ("risk/a.yaml", "risk/b.yaml"):
         (configs / name).write_text(yaml.safe_dump(compliant_spec("risk_twice"), sort_keys=False))
@@ -95,7 +91,7 @@ def test_a_pipeline_id_declared_twice_loads_neither_file(configs, monkeypatch):
 
 
 def test_a_policy_inside_the_specs_folder_is_refused(configs, monkeypatch):
-    from trainpipe.factory import compile_directory
+    from trainpipe.compile.compiler import compile_directory
 
     (configs / "risk" / "fraud.yaml").write_text(yaml.safe_dump(compliant_spec("risk_fraud"), sort_keys=False))
     inside = configs / "_policy.yaml"  # `_`: not a spec, but still in the authors' folder

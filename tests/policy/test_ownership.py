@@ -9,8 +9,15 @@ from typing import Any
 import pytest
 
 from trainpipe.hooks.mlflow import MlflowHook
-from trainpipe.plan import RegistrationPlan
-from trainpipe.registry import OWNER_TAG, OwnershipError, promote, promote_once, register_candidate, rollback
+from trainpipe.plan.model import RegistrationPlan
+from trainpipe.registry.model_registry import (
+    OWNER_TAG,
+    OwnershipError,
+    promote,
+    promote_once,
+    register_candidate,
+    rollback,
+)
 
 _runs = itertools.count(1)
 
@@ -38,7 +45,7 @@ def _register(hook: MlflowHook, registration: RegistrationPlan, dag_id: str) -> 
 
 def _state(hook: MlflowHook, name: str) -> tuple[dict[str, str], list[tuple[str, dict[str, str]]], dict[str, str]]:
     model = hook.client.get_registered_model(name)
-    versions = sorted(((v.version, dict(v.tags)) for v in hook.client.search_model_versions(f"name = '{name}'")))
+    versions = sorted((v.version, dict(v.tags)) for v in hook.client.search_model_versions(f"name = '{name}'"))
     return dict(model.aliases or {}), versions, dict(model.tags or {})
 
 
@@ -83,7 +90,7 @@ def test_an_unowned_model_is_claimed_by_register_and_not_promotable_before(hook)
 
 
 def test_the_cli_needs_the_team_under_a_policy_and_refuses_another_teams_model(hook, monkeypatch, capsys):
-    from trainpipe.cli import main
+    from trainpipe.commands.main import main
 
     from .conftest import POLICY
 

@@ -3,10 +3,9 @@ example policy of the stack admits every example spec, and its patterns mean wha
 
 from __future__ import annotations
 
-
 import pytest
 
-from trainpipe.cli import main
+from trainpipe.commands.main import main
 from trainpipe.policy import globs
 from trainpipe.policy.model import POLICY_SCHEMA_PATH, PolicyError, load_policy_text, policy_json_schema_text
 

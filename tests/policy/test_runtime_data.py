@@ -4,14 +4,14 @@ also when a symlink under an allowed folder leads out, and stores nothing."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from trainpipe.errors import PolicyViolationError
-from trainpipe.plan import DataPlan
+from trainpipe.plan.model import DataPlan
 from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
 
@@ -35,7 +35,7 @@ def _data(uri: str) -> DataPlan:
 
 
 def test_a_symlink_out_of_the_allowed_folder_is_refused_before_reading(storage):
-    when = datetime(2025, 1, 2, tzinfo=timezone.utc)
+    when = datetime(2025, 1, 2, tzinfo=UTC)
     snapshots = Path(storage.storage_root.removeprefix("file://")) / "snapshots"
     assert take_snapshot("risk_p", _data("demo/ok.parquet"), settings=storage, logical_date=when).rows == 4
     before = sorted(p.name for p in (snapshots / "risk_p").iterdir())

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
-from trainpipe.factory import compile_file
 from trainpipe.spec.loader import load_yaml_file
 
 from .conftest import POLICY, compliant_spec
@@ -215,7 +215,7 @@ def test_slack_rules_on_the_validated_spec(write_spec, slack, field, rule):
     judged on the spec models directly, as the compiler does after validation."""
     from trainpipe.policy.check import check_spec
     from trainpipe.policy.model import load_policy
-    from trainpipe.spec.models import PipelineSpec
+    from trainpipe.spec.sections.pipeline import PipelineSpec
 
     spec = compliant_spec()
     spec["notify"] = {"slack": slack}

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from trainpipe.hooks.mlflow import MlflowHook
-from trainpipe.plan import RegistrationPlan
+from trainpipe.plan.model import RegistrationPlan
 
 from .helpers import hook_register
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from trainpipe import registry
-from trainpipe.plan import BacktestPlan
+from trainpipe.plan.model import BacktestPlan
+from trainpipe.registry import model_registry as registry
 
 from .helpers import evaluation
 
 
-def _register(hook, registration, run: str, *, weights: str = "w" * 64, backtest: bool = False):  # noqa: ANN001, ANN202
+def _register(hook, registration, run: str, *, weights: str = "w" * 64, backtest: bool = False):
     mlflow_run_id = hook.run_for_dag_run(pipeline_id="registry_dag", dag_id="registry_dag", airflow_run_id=run, tags={})
     hook.client.log_text(mlflow_run_id, "artifact_path: model\n", "model/MLmodel")
     tags = {"dag_id": "registry_dag", "airflow_run_id": run, "weights_sha256": weights}
@@ -19,7 +19,7 @@ def _register(hook, registration, run: str, *, weights: str = "w" * 64, backtest
                                        mlflow_run_id=mlflow_run_id, tags=tags, evaluation=evaluation(), hook=hook)
 
 
-def _aliases(hook, name: str) -> dict[str, int]:  # noqa: ANN001
+def _aliases(hook, name: str) -> dict[str, int]:
     return {alias: int(v) for alias, v in hook.client.get_registered_model(name).aliases.items()}
 
 

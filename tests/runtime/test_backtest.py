@@ -3,7 +3,7 @@ version's training window ends; the rest are runs like any other."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from trainpipe.runtime.backtest import Backtest, classify
 
@@ -36,7 +36,7 @@ def test_without_a_champion_or_a_time_window_a_manual_run_is_not():
 
 def test_a_backfill_without_a_time_window_names_its_logical_date():
     verdict = classify(run_type="backfill", window_start=None, window_end=None, champion=CHAMPION,
-                       logical_date=datetime(2026, 9, 1, tzinfo=timezone.utc))
+                       logical_date=datetime(2026, 9, 1, tzinfo=UTC))
     assert verdict is not None and verdict.window == "2026-09-01"
 
 

@@ -5,23 +5,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from trainpipe import drift
-from trainpipe.cli import main
+from trainpipe.checks import drift
+from trainpipe.commands.main import main
 from trainpipe.demo.synthetic import drift_feature, generate_transactions
 from trainpipe.errors import ValidationFailedError
 from trainpipe.hooks.mlflow import RUN_ID_TAG, MlflowHook
-from trainpipe.plan import PipelinePlan, build_plan
+from trainpipe.plan.build import build_plan
+from trainpipe.plan.model import PipelinePlan
 from trainpipe.runtime.snapshot import baseline_version, list_versions, take_snapshot, validate_snapshot
 from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
 
-END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+END = datetime(2026, 6, 30, tzinfo=UTC)
 FEATURES = ["amount", "merchant_risk", "is_foreign"]
 
 
@@ -39,13 +40,13 @@ registration: {{model_name: {pipeline_id}}}
                       spec_text=text)
 
 
-def _write(settings: Settings, plan: PipelinePlan, frame) -> None:  # noqa: ANN001 - DataFrame
+def _write(settings: Settings, plan: PipelinePlan, frame) -> None:
     path = Path(settings.storage_root.removeprefix("file://")) / plan.data.uri
     path.parent.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(path, index=False)
 
 
-def _day(plan: PipelinePlan, settings: Settings, frame, day: int, **validate_kwargs):  # noqa: ANN001, ANN202
+def _day(plan: PipelinePlan, settings: Settings, frame, day: int, **validate_kwargs):
     _write(settings, plan, frame)
     run_id = f"scheduled__day{day}"
     snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=END + timedelta(days=day),
@@ -201,7 +202,7 @@ def test_pinned_reference_version(settings):
         validate_missing()
 
 
-def _with_channel(frame, seed: int):  # noqa: ANN001, ANN202 - DataFrame
+def _with_channel(frame, seed: int):
     """merchant_risk replaced by a categorical (string) feature, 10% missing."""
     import numpy as np
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
 
-from trainpipe.plan import DataPlan
+from trainpipe.plan.model import DataPlan
 from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
 from trainpipe.storage import storage_access
@@ -17,7 +17,7 @@ from trainpipe.storage import storage_access
 def test_the_reuse_line_names_this_runs_window(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", (tmp_path / "storage").as_uri())
     (tmp_path / "storage").mkdir()
-    start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    start = datetime(2026, 11, 1, tzinfo=UTC)
     frame = pd.DataFrame({"event_time": [start + timedelta(hours=h) for h in range(48)],
                           "x": np.arange(48.0), "y": np.arange(48) % 2})
     frame.to_parquet(tmp_path / "storage" / "events.parquet")
@@ -36,9 +36,9 @@ def test_the_reuse_line_names_this_runs_window(tmp_path, monkeypatch):
     try:
         with storage_access(settings):
             first = take_snapshot("events", data, settings=settings,
-                                  logical_date=datetime(2026, 11, 5, tzinfo=timezone.utc))
+                                  logical_date=datetime(2026, 11, 5, tzinfo=UTC))
             second = take_snapshot("events", data, settings=settings,
-                                   logical_date=datetime(2026, 11, 6, tzinfo=timezone.utc))
+                                   logical_date=datetime(2026, 11, 6, tzinfo=UTC))
     finally:
         logger.removeHandler(handler)
 

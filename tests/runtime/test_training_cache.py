@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from trainpipe.errors import SpecError
-from trainpipe.plan import PipelinePlan, apply_run_params, build_plan
+from trainpipe.plan.build import build_plan
+from trainpipe.plan.model import PipelinePlan
+from trainpipe.plan.params import apply_run_params
 from trainpipe.runtime.snapshot import SnapshotInfo
 from trainpipe.runtime.training_cache import cached_version, forced, training_key
 from trainpipe.spec.loader import load_yaml_text

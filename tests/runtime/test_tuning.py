@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,8 @@ from trainpipe.fleet.collect import FleetReader, PipelineFacts, pipeline_row
 from trainpipe.fleet.outcome import RunFacts
 from trainpipe.fleet.render import fleet_page
 from trainpipe.hooks.mlflow import MlflowHook
-from trainpipe.plan import build_plan, with_trial_params
+from trainpipe.plan.build import build_plan
+from trainpipe.plan.params import with_trial_params
 from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.runtime.train import RunContext, run_training
 from trainpipe.runtime.tuning import create_study, load_study, pick_best, run_worker
@@ -37,7 +38,7 @@ from trainpipe.spec.validate import validate_loaded
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-END = datetime(2026, 6, 30, tzinfo=timezone.utc)
+END = datetime(2026, 6, 30, tzinfo=UTC)
 
 
 def tiny_tuned_spec(pipeline_id: str, *, n_trials: int, max_parallel: int, pruner: str | dict = "hyperband",
@@ -106,7 +107,7 @@ def test_two_workers_run_the_study_each_several_trials_in_one_process(tuned):
         try:
             outcomes[number] = run_worker(plan, number, snapshot, settings=settings, run=run, study=study,
                                           hook=hook, on_line=lines[number].append)
-        except BaseException as err:  # noqa: BLE001 - re-raised by the test below
+        except BaseException as err:
             errors.append(err)
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in (0, 1)]
@@ -145,9 +146,9 @@ def test_two_workers_run_the_study_each_several_trials_in_one_process(tuned):
     # The fleet view's row of the pipeline, its DAG run still searching: the study's progress from its parent run.
     pipeline = PipelineFacts(pipeline_id=plan.dag_id, owner="ml", team="ml", schedule=None, is_paused=False,
                              last_run=RunFacts(run_id=run.airflow_run_id, state="running", logical_date=END,
-                                               start_date=datetime.now(timezone.utc), end_date=None, note=None))
+                                               start_date=datetime.now(UTC), end_date=None, note=None))
     facts = FleetReader(hook.client).facts([pipeline], wait=True)[plan.dag_id]
-    row = pipeline_row(pipeline, facts, now=datetime.now(timezone.utc))
+    row = pipeline_row(pipeline, facts, now=datetime.now(UTC))
     pruned = sum(t.state.name == "PRUNED" for t in live.trials)
     best_so_far = max(t.value for t in live.trials if t.state.name == "COMPLETE")
     assert row["study"] == {"trials_done": 6.0, "trials_pruned": float(pruned), "trials_running": 0.0,
@@ -341,7 +342,7 @@ def test_no_trial_starts_once_the_study_is_older_than_its_timeout(state_dir: Pat
     spec["tuning"]["timeout"] = "1h"
     plan, snapshot, settings, run, hook, study = start(spec)
     live = load_study(plan.tuning, settings, study["study_name"])
-    live.set_user_attr("started_at", (datetime.now(timezone.utc) - timedelta(hours=2)).isoformat())
+    live.set_user_attr("started_at", (datetime.now(UTC) - timedelta(hours=2)).isoformat())
     lines: list[str] = []
     outcome = run_worker(plan, 0, snapshot, settings=settings, run=run, study=study, hook=hook, on_line=lines.append)
     assert outcome["trials"] == [] and load_study(plan.tuning, settings, study["study_name"]).trials == []

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from trainpipe.errors import SpecError
-from trainpipe.plan import BacktestPlan, build_plan
+from trainpipe.plan.build import build_plan
+from trainpipe.plan.model import BacktestPlan
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
 
@@ -34,7 +35,8 @@ def _line_of(text: str, needle: str) -> int:
 
 def test_by_default_a_backtest_registers_nothing_and_promotes_nothing():
     spec = validate_loaded(load_yaml_text(FRAUD, "specs/x.yaml"))
-    assert build_plan(spec, spec_file="x.yaml", spec_text=FRAUD).registration.backtest == BacktestPlan(register=False, alias=None, promote="deny")
+    backtest = build_plan(spec, spec_file="x.yaml", spec_text=FRAUD).registration.backtest
+    assert backtest == BacktestPlan(register=False, alias=None, promote="deny")
 
 
 def test_the_spec_reaches_the_plan():

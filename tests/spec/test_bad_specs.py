@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe.cli import main
+from trainpipe.commands.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "bad_specs"

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe.cli import main
+from tests.support import REPO, spec_with
+from trainpipe.commands.main import main
+from trainpipe.compile.compiler import compile_directory, compile_file
 from trainpipe.errors import SpecError
-from trainpipe.factory import compile_directory, compile_file
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _write(path: Path, text: str) -> Path:
@@ -27,7 +26,8 @@ def configs(tmp_path: Path) -> Path:
     _write(root / "_defaults.yaml", "owner: platform\nretries: 3\ntraining:\n  epochs: 2\n  seed: 1\n")
     _write(root / "team" / "_defaults.yaml", "owner: team-a\ntraining:\n  epochs: 5\n")
     spec = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
-    spec = spec.replace("owner: risk-ml\n", "").replace("retries: 1\n", "").replace("  epochs: 8\n", "").replace("  seed: 42\n", "")
+    for line in ("owner: risk-ml\n", "retries: 1\n", "  epochs: 8\n", "  seed: 42\n"):
+        spec = spec.replace(line, "")
     _write(root / "team" / "fraud.yaml", spec)
     return root
 
@@ -61,8 +61,8 @@ def test_a_file_compiled_on_its_own_gets_the_same_defaults_as_its_dag(configs: P
 def test_trainpipe_dag_configs_names_the_root_for_a_lone_file(tmp_path: Path, monkeypatch):
     root = tmp_path / "specs"
     _write(root / "_defaults.yaml", "owner: platform\n")
-    spec = (REPO / "dag_configs" / "fraud_detector.yaml").read_text().replace("owner: risk-ml\n", "")
-    _write(root / "team" / "fraud.yaml", spec)
+    (root / "team").mkdir()
+    spec_with(root / "team", "owner: risk-ml\n", "", name="fraud.yaml")
     assert compile_file(root / "team" / "fraud.yaml").owner == "trainpipe"  # not a configs root: own folder only
     monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(root))
     assert compile_file(root / "team" / "fraud.yaml").owner == "platform"

@@ -2,7 +2,7 @@
 
 Each payload below would create a file when Great Expectations evaluates it (the control test runs
 it through GE directly and sees the file appear). Through trainpipe, the spec stage refuses it with
-a located error, and the validate task's code (``trainpipe.quality``, ``runtime.snapshot``) refuses
+a located error, and the validate task's code (``trainpipe.checks.quality``, ``runtime.snapshot``) refuses
 it again when a plan skipped the spec stage: the file never exists.
 """
 
@@ -12,15 +12,15 @@ import dataclasses
 import http.server
 import threading
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from trainpipe.checks.quality import validate_dataframe
 from trainpipe.errors import SpecError
-from trainpipe.plan import build_plan
-from trainpipe.quality import validate_dataframe
+from trainpipe.plan.build import build_plan
 from trainpipe.runtime.snapshot import take_snapshot, validate_snapshot
 from trainpipe.settings import Settings
 from trainpipe.spec import expectations
@@ -142,7 +142,7 @@ def test_validate_snapshot_with_a_plan_that_skipped_the_spec_stage(tmp_path: Pat
     data.parent.mkdir(parents=True, exist_ok=True)
     FRAME.to_parquet(data, index=False)
     snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, dag_id=plan.dag_id, run_id="manual__1",
-                             logical_date=datetime(2026, 6, 30, tzinfo=timezone.utc))
+                             logical_date=datetime(2026, 6, 30, tzinfo=UTC))
     marker = tmp_path / "created"
     kwargs, _ = _payloads(marker)["pandas_parser"]
     tampered = dataclasses.replace(plan.validation, expectations=(
@@ -229,7 +229,7 @@ def test_json_schema_refers_only_inside_itself(tmp_path: Path):
     requests: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_GET(self) -> None:
             requests.append(self.path)
             self.send_response(200)
             self.end_headers()
@@ -243,7 +243,8 @@ def test_json_schema_refers_only_inside_itself(tmp_path: Path):
     try:
         remote = f"http://127.0.0.1:{server.server_port}/schema.json"
         problems = _spec_problems(
-            f'expect_column_values_to_match_json_schema: {{column: doc, json_schema: {{properties: {{a: {{$ref: "{remote}"}}}}}}}}')
+            "expect_column_values_to_match_json_schema: "
+            f'{{column: doc, json_schema: {{properties: {{a: {{$ref: "{remote}"}}}}}}}}')
         assert problems == [f"specs/x.yaml:14:95: validation.expectations[0].expect_column_values_to_match_json_schema."
                             f"json_schema.properties.a.$ref: {remote!r} refers to another document, which jsonschema "
                             "would fetch (a request from the worker); refer only inside this schema (`#/$defs/...`)"]

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe import factory
-from trainpipe.cli import main
+from tests.support import REPO, spec_with
+from trainpipe.commands.main import main
+from trainpipe.compile import compiler as factory
+from trainpipe.compile.compiler import compile_directory
 from trainpipe.errors import SpecError
-from trainpipe.factory import compile_directory
 from trainpipe.spec.loader import MAX_SPEC_BYTES, MAX_SPEC_DEPTH, MAX_SPEC_NODES, load_yaml_text, read_spec_text
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "bad_specs"
 EXAMPLE = REPO / "dag_configs" / "fraud_detector.yaml"
 
@@ -69,7 +69,7 @@ def test_alias_bomb_is_refused_fast_with_little_memory(capsys, monkeypatch):
 @pytest.mark.integration
 def test_validate_process_on_an_alias_bomb_needs_no_more_memory_than_on_a_good_spec():
     """Peak RSS of a whole `trainpipe validate` process (imports included), bomb against the example."""
-    probe = ("import resource, sys; from trainpipe.cli import main; code = main(['validate', sys.argv[1]]); "
+    probe = ("import resource, sys; from trainpipe.commands.main import main; code = main(['validate', sys.argv[1]]); "
              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
 
     def peak_kib(spec: Path) -> int:
@@ -84,7 +84,7 @@ def test_merge_keys_and_tagged_collections_count_their_aliases_too():
     """PyYAML builds merge keys and tagged collections itself, sharing aliased values; they are
     counted by the same walk, or pydantic would walk the shared values exponentially."""
     levels = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + "".join(
-        f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh"))
+        f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh", strict=True))
     for last in ("i: {<<: {x: *h}}\n", "i: !!omap [x: *h, y: *h]\n", "i: !!set {? *h}\n"):
         with pytest.raises(SpecError, match=r"^x.yaml:5:8: alias \*d stands for 7,381 nodes"):
             load_yaml_text(levels + last, "x.yaml")
@@ -232,7 +232,7 @@ def test_a_large_defaults_file_costs_each_spec_linear_time(tmp_path):
     configs.mkdir()
     (configs / "_defaults.yaml").write_text("".join(f"k{i}: {i}\n" for i in range(4_900)))
     for n in range(5):
-        (configs / f"s{n}.yaml").write_text(EXAMPLE.read_text().replace("pipeline_id: fraud_detector", f"pipeline_id: s{n}"))
+        spec_with(configs, "pipeline_id: fraud_detector", f"pipeline_id: s{n}", name=f"s{n}.yaml")
 
     start = time.process_time()
     result = compile_directory(configs, relative_to=tmp_path)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainpipe.factory import compile_directory, compile_file
+from trainpipe.compile.compiler import compile_directory, compile_file
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "pw-7d21a0-never-shown"
@@ -90,8 +90,8 @@ def _placement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
                                           "effect": "NoSchedule"}]},
                 "on_demand": {"node_selector": {"pool": "on-demand"}}}
     plan = compile_file(_write(tmp_path, "search_ranker_gpu.yaml", "placed", (*K8S, "capacity"), capacity))
+    from trainpipe.commands.kubernetes_render import render_manifests
     from trainpipe.kubernetes.builders import TrainerLaunch
-    from trainpipe.operators.kubernetes_render import render_manifests
 
     launch = TrainerLaunch(config_uri="s3://b/c.json", mlflow_tracking_uri="http://m:5000", dag_id=plan.dag_id,
                            airflow_run_id="manual__1", try_number=1)
@@ -111,7 +111,7 @@ class _Inbox:
     def __init__(self) -> None:
         self.envelopes: list = []
 
-    async def handle_DATA(self, server, session, envelope):  # noqa: ANN001, ANN201, N802 - aiosmtpd's handler API
+    async def handle_DATA(self, server, session, envelope):
         self.envelopes.append(envelope)
         return "250 OK"
 
@@ -123,8 +123,8 @@ def test_a_late_run_s_mail_goes_to_the_spec_s_address_as_written(tmp_path: Path,
     from aiosmtpd.controller import Controller
     from airflow.sdk.execution_time.context import ConnectionAccessor
 
-    from trainpipe.dag_builder import build_dag
-    from trainpipe.notifications import DEADLINE, _send_on, deadline_channels, deadline_message
+    from trainpipe.dags.builder import build_dag
+    from trainpipe.notifications.channels import DEADLINE, _send_on, deadline_channels, deadline_message
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

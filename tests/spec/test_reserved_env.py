@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
-from trainpipe.factory import compile_file
 from trainpipe.kubernetes.builders import TrainerLaunch, container_env
-from trainpipe.launch import TORCHRUN_ENV, plan_launch, reserved_env_reason, trainer_environment
+from trainpipe.plan.launch import plan_launch
+from trainpipe.spec.environment import TORCHRUN_ENV, reserved_env_reason, trainer_environment
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from trainpipe.cli import main
+from trainpipe.commands.main import main
 from trainpipe.spec.schema import SCHEMA_PATH, spec_json_schema
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from trainpipe.factory import compile_file
-from trainpipe.spec.models import EvaluationSpec
+from trainpipe.compile.compiler import compile_file
 from trainpipe.spec.schema import spec_json_schema
+from trainpipe.spec.sections.evaluation import EvaluationSpec
 
 REPO = Path(__file__).resolve().parents[2]
 

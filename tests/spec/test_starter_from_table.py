@@ -3,14 +3,14 @@ that trains and passes its own starter gates on the first run (real snapshot, tr
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
-from trainpipe.cli import main
+from trainpipe.commands.main import main
 from trainpipe.spec.starter import Sizing
 
 
@@ -79,13 +79,13 @@ def test_init_names_a_missing_label_and_table(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize(("task", "label", "make"), [("regression", "progression", regression_table),
                                                      ("binary_classification", "outcome", classification_table)])
 def test_a_starter_spec_passes_its_own_gates_on_the_first_run(task, label, make, tmp_path, monkeypatch):
-    from trainpipe.factory import compile_file
+    from trainpipe.commands.train import with_nproc_per_node
+    from trainpipe.compile.compiler import compile_file
+    from trainpipe.evaluation.evaluate import evaluate
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.lineage import git_commit
-    from trainpipe.runtime.evaluate import evaluate
+    from trainpipe.registry.lineage import git_commit
     from trainpipe.runtime.snapshot import take_snapshot
     from trainpipe.runtime.train import RunContext, run_training
-    from trainpipe.runtime.train_cli import with_nproc_per_node
     from trainpipe.settings import Settings
     from trainpipe.storage import storage_access
 
@@ -101,7 +101,7 @@ def test_a_starter_spec_passes_its_own_gates_on_the_first_run(task, label, make,
     settings = Settings.from_env()
     with storage_access(settings):
         snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings,
-                                 logical_date=datetime(2026, 11, 27, tzinfo=timezone.utc))
+                                 logical_date=datetime(2026, 11, 27, tzinfo=UTC))
         trained = run_training(plan, snapshot, settings=settings, run=RunContext(
             dag_id=plan.dag_id, airflow_run_id="first", try_number=1, spec_sha256=plan.spec_sha256,
             git_commit=git_commit(plan.source_path)), run_dir=None)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from trainpipe.factory import compile_file
+from trainpipe.compile.compiler import compile_file
 from trainpipe_trainer.config import FeatureTransform
 
 REPO = Path(__file__).resolve().parents[2]

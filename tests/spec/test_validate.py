@@ -9,7 +9,7 @@ import pytest
 
 from trainpipe.errors import SpecError
 from trainpipe.spec.loader import load_yaml_text
-from trainpipe.spec.models import GateSpec
+from trainpipe.spec.sections.evaluation import GateSpec
 from trainpipe.spec.validate import validate_loaded
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +99,8 @@ def test_yaml_syntax_error_has_its_line():
 def test_duplicate_keys_are_an_error_not_silently_merged():
     text = FRAUD.replace("  epochs: 8\n", "  epochs: 8\n  epochs: 9\n")
     line = text.splitlines().index("  epochs: 9") + 1
-    assert _messages(text) == [f"specs/x.yaml:{line}:3: training.epochs: duplicate key; YAML would silently keep only the last one, remove one"]
+    assert _messages(text) == [f"specs/x.yaml:{line}:3: training.epochs: duplicate key; "
+                               "YAML would silently keep only the last one, remove one"]
 
 
 def test_python_tags_are_refused():

@@ -14,12 +14,11 @@ import socket
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
-
 from trainpipe_stack import Ports, Stack, StackConfig, s3_client
 
 from .helpers import DATA_KEY, REPO, SPECS, AirflowClient, RunningStack
@@ -63,7 +62,7 @@ def running_stack(request: pytest.FixtureRequest) -> Iterator[RunningStack]:
     (root / "policy.yaml").write_text(yaml.safe_dump(policy))
     env = {"TRAINPIPE_STACK_HOME": str(root / "state"), "TRAINPIPE_DAG_CONFIGS": str(configs),
            "TRAINPIPE_STACK_POLICY": str(root / "policy.yaml")}
-    env.update({variable: str(port) for variable, port in zip(Ports.ENV.values(), _free_ports(len(Ports.ENV)))})
+    env.update({variable: str(port) for variable, port in zip(Ports.ENV.values(), _free_ports(len(Ports.ENV)), strict=True)})
     stack = Stack(StackConfig.from_env(env))
     started = time.monotonic()
     try:
@@ -89,7 +88,7 @@ def _upload_test_data(stack: Stack) -> None:
 
     # Ends a few minutes ago: every run of the tests (manual or scheduled) cuts its 30-day window
     # at a later logical date, so all rows are in it and every snapshot has the same content.
-    end = datetime.now(timezone.utc) - timedelta(minutes=5)
+    end = datetime.now(UTC) - timedelta(minutes=5)
     buffer = io.BytesIO()
     generate_transactions(rows=4000, days=20, end=end).to_parquet(buffer, index=False)
     s3_client(stack.config, stack.keys).put_object(Bucket=stack.config.bucket, Key=f"storage/{DATA_KEY}",
@@ -103,7 +102,7 @@ def airflow(running_stack: RunningStack) -> AirflowClient:
 
 
 @pytest.fixture(scope="package")
-def mlflow_client(running_stack: RunningStack):  # noqa: ANN201 - MlflowClient
+def mlflow_client(running_stack: RunningStack):
     import mlflow
 
     return mlflow.MlflowClient(tracking_uri=running_stack.urls["mlflow"])

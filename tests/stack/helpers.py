@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-
 from trainpipe_stack import Stack, StackConfig, s3_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -227,7 +226,7 @@ class RunningStack:
     def config(self) -> StackConfig:
         return self.stack.config
 
-    def s3(self):  # noqa: ANN201 - botocore client
+    def s3(self):
         return s3_client(self.config, self.stack.keys)
 
     def keys_under(self, prefix: str) -> list[str]:

@@ -7,7 +7,7 @@ import email
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -20,7 +20,7 @@ RUN_BOUND_SECONDS = 600  # "cannot hang" bound for one pipeline run on a loaded 
 
 def _cli(running_stack: RunningStack, *args: str) -> subprocess.CompletedProcess[str]:
     """`source cli.env && trainpipe ARGS`, in a shell with nothing else of the stack's settings."""
-    command = f"source {running_stack.config.cli_env_file} && {sys.executable} -m trainpipe.cli " + " ".join(args)
+    command = f"source {running_stack.config.cli_env_file} && {sys.executable} -m trainpipe.commands.main " + " ".join(args)
     return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(running_stack.config.home),
                                "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
@@ -34,7 +34,7 @@ def _ended(airflow: AirflowClient, dag_id: str, run_id: str) -> dict:
 
 def test_cli_drift_on_the_stack_stops_the_next_run_at_validate_and_its_note_names_the_feature(
         airflow: AirflowClient, running_stack: RunningStack):
-    today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
     normal = _cli(running_stack, "demo-data", "--force", "--end", today)
     assert normal.returncode == 0, normal.stderr
     assert normal.stdout.startswith("transactions: s3://trainpipe/storage/demo/transactions/transactions.parquet "
@@ -66,7 +66,7 @@ def test_the_approval_request_lands_in_the_mail_sink(airflow: AirflowClient, run
     run_id = airflow.trigger("stack_approval")
     mail = running_stack.config.mail
 
-    def delivered():  # noqa: ANN202
+    def delivered():
         for path in sorted(mail.glob("*.eml")):
             message = email.message_from_bytes(path.read_bytes())
             if message["Subject"].startswith("[trainpipe] Promote stack_approval version "):

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import psutil
 import pytest
 
-from trainpipe.plan import run_key
+from trainpipe.plan.model import run_key
 
 from .helpers import FEATURES, AirflowClient, RunningStack, wait_for
 
@@ -33,7 +33,7 @@ def committed_steps(running_stack: RunningStack, pipeline_id: str, run_id: str) 
     return sorted(int(match.group(1)) for key in keys if (match := _STEP.search(key)))
 
 
-def mlflow_run_of(mlflow_client, pipeline_id: str, run_id: str):  # noqa: ANN001, ANN201
+def mlflow_run_of(mlflow_client, pipeline_id: str, run_id: str):
     experiment = mlflow_client.get_experiment_by_name(f"trainpipe/{pipeline_id}")
     return mlflow_client.search_runs([experiment.experiment_id],
                                      filter_string=f"tags.`trainpipe.airflow_run_id` = '{run_id}'")
@@ -79,7 +79,7 @@ def test_manual_trigger_with_conf_runs_through_celery_with_s3_and_the_mlflow_ser
     assert any(key.endswith("/MLmodel") for key in running_stack.keys_under("mlflow/"))
     # ... and serves it back: the registered model loads and predicts through the server.
     model = mlflow.pyfunc.load_model("models:/stack_manual@champion")
-    rows = generate_transactions(rows=50, days=3, end=datetime.now(timezone.utc))[FEATURES]
+    rows = generate_transactions(rows=50, days=3, end=datetime.now(UTC))[FEATURES]
     predictions = np.asarray(model.predict(rows), dtype=float).ravel()
     assert predictions.shape == (50,)
     assert ((predictions >= 0) & (predictions <= 1)).all()
@@ -134,7 +134,7 @@ def test_a_scheduled_run_fires_on_its_own(airflow: AirflowClient):
     """``* * * * *`` with catchup off: unpausing starts the latest due run at once, then one comes due
     during the test and the scheduler starts it without any trigger."""
     assert airflow.dag_runs("stack_scheduled") == []
-    unpaused_at = datetime.now(timezone.utc)
+    unpaused_at = datetime.now(UTC)
     airflow.unpause("stack_scheduled")
 
     first = wait_for("the first scheduled run", lambda: airflow.dag_runs("stack_scheduled"), timeout=120)[0]

@@ -158,8 +158,8 @@ def start(config: dict[str, Any], workdir: Path, *, nproc: int | None, env: dict
         command,
         cwd=workdir,
         env={**base_env, **(env or {})},
-        stdout=open(workdir / "stdout.txt", "w"),  # noqa: SIM115 - owned by the child
-        stderr=open(workdir / "stderr.txt", "w"),  # noqa: SIM115
+        stdout=open(workdir / "stdout.txt", "w"),
+        stderr=open(workdir / "stderr.txt", "w"),
     )
     return Running(process=process, workdir=workdir)
 

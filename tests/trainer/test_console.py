@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from trainpipe_trainer.config import preempted_message
+
+from trainpipe_trainer.outcomes import preempted_message
 
 # Both writers say "ready" on stderr, then start together when told (a line on stdin) and write for a while.
 _READY_SET_GO = """
@@ -22,7 +23,7 @@ def ready_set_go():
 # process then prints the trainer's preemption line.
 _TRAINER = _READY_SET_GO + """
 import runpy
-from trainpipe_trainer.config import preempted_message
+from trainpipe_trainer.outcomes import preempted_message
 module = sys.argv[1]
 sys.argv = [module, *sys.argv[2:]]
 try:

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainpipe_trainer.config import CUDA_OOM_EXIT_CODE
+
+from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE
+from trainpipe_trainer.resume import resume_identity
 
 from .helpers import BINARY_FEATURES, Datasets, Launch, committed_steps, start
 
@@ -54,10 +56,10 @@ def test_the_resume_guard_accepts_a_split_batch_and_nothing_else(
 ) -> None:
     from trainpipe_trainer.config import TrainingConfig
 
-    def identity(batch_size: int, accumulation: int):  # noqa: ANN202
+    def identity(batch_size: int, accumulation: int):
         config = make_config(tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES,
                              batch_size=batch_size, optimization={"gradient_accumulation_steps": accumulation})
-        return TrainingConfig.from_dict(config).resume_identity(world_size=2)
+        return resume_identity(TrainingConfig.from_dict(config), world_size=2)
 
     assert identity(32, 1).differences(identity(16, 2)) == []
     # Fewer samples per step is another training: refused, naming what changed.

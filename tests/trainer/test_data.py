@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 from torch.utils.data import TensorDataset
+
 from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrainingConfig
 from trainpipe_trainer.data import EpochLoader, load_training_data, pad_queries
 from trainpipe_trainer.distributed import DistEnv

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+
 from trainpipe_trainer.config import (
     CheckpointConfig,
     DeepSpeedConfig,
@@ -85,6 +86,7 @@ def test_the_engine_runs_its_forward_in_bf16_with_no_autocast_around_it(
     if importlib.util.find_spec("deepspeed") is None:
         pytest.skip("pip install 'trainpipe-trainer[deepspeed]'")
     import torch
+
     from trainpipe_trainer.model import build_mlp
     from trainpipe_trainer.strategies.deepspeed import DeepSpeedStrategy
     from trainpipe_trainer.trainer import bf16_autocast_applies

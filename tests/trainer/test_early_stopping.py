@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+
 from trainpipe_trainer.config import CheckpointConfig, EarlyStoppingConfig, TrainerConfigError, TrainingConfig
+from trainpipe_trainer.resume import resume_identity
 
 from .helpers import launch
 
@@ -96,6 +98,6 @@ def test_early_stopping_needs_a_validation_split_and_is_in_the_resume_identity(t
                        early_stopping=EarlyStoppingConfig())
     on = TrainingConfig(**base, checkpoint=CheckpointConfig(root_uri="r"), early_stopping=EarlyStoppingConfig())
     off = TrainingConfig(**base, checkpoint=CheckpointConfig(root_uri="r"))
-    changes = on.resume_identity(world_size=1).differences(off.resume_identity(world_size=1))
+    changes = resume_identity(on, world_size=1).differences(resume_identity(off, world_size=1))
     assert changes == ["early_stopping.metric \"validation_loss\" -> null", "early_stopping.min_delta 0.0 -> null",
                        "early_stopping.patience 3 -> null"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from trainpipe_trainer.__main__ import main
 
 from .helpers import (
@@ -81,7 +82,7 @@ def test_sigkill_then_a_rerun_resumes_bit_identically_from_checkpoints_on_s3(
     binary_run: Launch, tmp_path: Path, datasets: Datasets, make_config: Callable[..., Any], s3_bucket: S3
 ) -> None:
     """The same through S3: rank files uploaded in parts, restored by concurrent ranged reads (trainpipe-dcp/2)."""
-    from trainpipe_trainer.checkpoint import CheckpointStore
+    from trainpipe_trainer.checkpoint.manager import CheckpointStore
 
     uri = s3_bucket.uri("run/checkpoints")
     config = make_config(
@@ -257,7 +258,7 @@ class MlflowServer:
             "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
         ]  # fmt: skip
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-        log = open(self.root / "server.log", "a")  # noqa: SIM115 - owned by the server process
+        log = open(self.root / "server.log", "a")
         # Own process group: stop() takes the server and its workers down by the group's id.
         self.process = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
         if wait:
@@ -360,11 +361,11 @@ def test_the_run_opens_beside_training_and_keeps_what_was_logged_before(
     tags and metrics are taken at once, the stall is said once, and all of it is in the run once the
     server answers."""
     from mlflow import MlflowClient
-    from trainpipe_trainer.config import TrackingConfig
-    from trainpipe_trainer.tracking import OPEN_STALL_SECONDS, Tracker
-
     from mlflow.tracking import fluent
     from mlflow.tracking._tracking_service import utils
+
+    from trainpipe_trainer.config import TrackingConfig
+    from trainpipe_trainer.tracking.tracker import OPEN_STALL_SECONDS, Tracker
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
     # The tracker sets MLflow's process-wide tracking URI and experiment (the trainer owns its process):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from trainpipe_trainer.__main__ import main
 from trainpipe_trainer.config import CONFIG_VERSION
 

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from trainpipe_trainer.config import OptimizationConfig, TrainerConfigError
 from trainpipe_trainer.optim import build_optimizer, build_scheduler, lr_factor
 

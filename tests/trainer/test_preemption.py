@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainpipe_trainer.config import PREEMPTED_EXIT_CODE, preempted_message, preempted_step
+
+from trainpipe_trainer.outcomes import PREEMPTED_EXIT_CODE, preempted_message, preempted_step
 
 from .helpers import BINARY_FEATURES, Datasets, Launch, Tracking, committed_steps, launch, start, wait_until
 

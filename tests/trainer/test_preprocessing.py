@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from trainpipe_trainer.config import FeatureTransform
 from trainpipe_trainer.errors import TrainerDataError
 from trainpipe_trainer.preprocessing import FeatureTransformer

@@ -17,16 +17,15 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore, DcpBackend
+
+from trainpipe_trainer.checkpoint.manager import CheckpointManager, CheckpointStore, DcpBackend
+from trainpipe_trainer.checkpoint.state import TrainState
 from trainpipe_trainer.config import (
-    NOT_FINGERPRINTED_FIELDS,
-    RESUME_FINGERPRINT_FIELDS,
     CheckpointConfig,
     DeepSpeedConfig,
     FaultInjection,
     ModelConfig,
     OptimizationConfig,
-    ResumeIdentity,
     TrackingConfig,
     TrainingConfig,
 )
@@ -34,7 +33,12 @@ from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import CheckpointMismatchError, ResumeMismatchError
 from trainpipe_trainer.model import build_mlp
 from trainpipe_trainer.optim import build_optimizer
-from trainpipe_trainer.state import TrainState
+from trainpipe_trainer.resume import (
+    NOT_FINGERPRINTED_FIELDS,
+    RESUME_FINGERPRINT_FIELDS,
+    ResumeIdentity,
+    resume_identity,
+)
 
 from .helpers import BINARY_FEATURES, Datasets, Launch, file_digests, launch
 
@@ -78,7 +82,7 @@ def test_every_config_field_is_either_fingerprinted_or_not() -> None:
 
     unclassified = [p for p in fields if not covered_by(p, RESUME_FINGERPRINT_FIELDS + NOT_FINGERPRINTED_FIELDS)]
     both = [p for p in fields if covered_by(p, RESUME_FINGERPRINT_FIELDS) and covered_by(p, NOT_FINGERPRINTED_FIELDS)]
-    assert unclassified == [], "add each new TrainingConfig field to one of the two lists in config.py"
+    assert unclassified == [], "add each new TrainingConfig field to one of the two lists in trainpipe_trainer/resume.py"
     assert both == []
 
 
@@ -102,27 +106,27 @@ def test_every_config_field_is_either_fingerprinted_or_not() -> None:
     ],
 )
 def test_a_result_changing_difference_is_named_with_its_values(changes: dict[str, Any], named: str) -> None:
-    recorded = _config().resume_identity(world_size=2)
-    assert recorded.differences(_config(**changes).resume_identity(world_size=2)) == [named]
+    recorded = resume_identity(_config(), world_size=2)
+    assert recorded.differences(resume_identity(_config(**changes), world_size=2)) == [named]
 
 
 def test_world_size_and_strategy_are_in_the_fingerprint() -> None:
-    recorded = _config().resume_identity(world_size=2)
+    recorded = resume_identity(_config(), world_size=2)
     # Recorded, but ddp reshards its checkpoints (ADR 0017): another world size resumes.
     assert recorded.settings["world_size"] == 2
-    assert recorded.differences(_config().resume_identity(world_size=4)) == []
+    assert recorded.differences(resume_identity(_config(), world_size=4)) == []
     deepspeed = _config(strategy="deepspeed", deepspeed=DeepSpeedConfig(zero_stage=1))
-    (refused,) = deepspeed.resume_identity(world_size=2).differences(deepspeed.resume_identity(world_size=1))
+    (refused,) = resume_identity(deepspeed, world_size=2).differences(resume_identity(deepspeed, world_size=1))
     assert refused.startswith("world_size 2 -> 1 (strategy deepspeed cannot reshard: DeepSpeed ZeRO partitions the "
                               "optimizer state per rank; resume with 2 processes, or use ddp")
-    assert recorded.differences(deepspeed.resume_identity(world_size=2)) == [
+    assert recorded.differences(resume_identity(deepspeed, world_size=2)) == [
         "deepspeed.offload_optimizer null -> false",
         "deepspeed.offload_param null -> false",
         "deepspeed.zero_stage null -> 1",
         'strategy "ddp" -> "deepspeed"',
     ]
     zero3 = _config(strategy="deepspeed", deepspeed=DeepSpeedConfig(zero_stage=3))
-    assert deepspeed.resume_identity(world_size=2).differences(zero3.resume_identity(world_size=2)) == [
+    assert resume_identity(deepspeed, world_size=2).differences(resume_identity(zero3, world_size=2)) == [
         "deepspeed.zero_stage 1 -> 3"
     ]
 
@@ -145,23 +149,24 @@ def test_world_size_and_strategy_are_in_the_fingerprint() -> None:
     ids=lambda changes: next(iter(changes)),
 )
 def test_where_things_go_and_how_often_they_are_saved_or_logged_may_change(changes: dict[str, Any]) -> None:
-    recorded = _config().resume_identity(world_size=2)
-    assert recorded.differences(_config(**changes).resume_identity(world_size=2)) == []
+    recorded = resume_identity(_config(), world_size=2)
+    assert recorded.differences(resume_identity(_config(**changes), world_size=2)) == []
 
 
 def test_identity_read_back_from_a_manifest_equals_the_live_one() -> None:
-    identity = _config(deepspeed=DeepSpeedConfig(zero_stage=3, offload_param=True), strategy="deepspeed",
-                       optimization=OptimizationConfig(gradient_clip_norm=1.0)).resume_identity(world_size=8)
+    config = _config(deepspeed=DeepSpeedConfig(zero_stage=3, offload_param=True), strategy="deepspeed",
+                     optimization=OptimizationConfig(gradient_clip_norm=1.0))
+    identity = resume_identity(config, world_size=8)
     manifest = json.loads(json.dumps({"step": 3, **identity.to_manifest()}))
     recorded = ResumeIdentity.from_manifest(manifest)
     assert recorded is not None and recorded.differences(identity) == []
     assert ResumeIdentity.from_manifest({"step": 3, "world_size": 8}) is None
     # A snapshot without a digest (a hand-written config) is its train_data_uri.
-    assert _config(dataset_digest="").resume_identity(world_size=1).snapshot == _config().train_data_uri
+    assert resume_identity(_config(dataset_digest=""), world_size=1).snapshot == _config().train_data_uri
 
 
 def test_fields_recorded_by_only_one_trainer_version_are_named() -> None:
-    ours = _config().resume_identity(world_size=2)
+    ours = resume_identity(_config(), world_size=2)
     older = ResumeIdentity(snapshot=ours.snapshot, settings={k: v for k, v in ours.settings.items() if k != "seed"})
     newer = ResumeIdentity(snapshot=ours.snapshot, settings={**ours.settings, "loss_scale": 2})
     assert older.differences(ours) == ["seed (not recorded by the trainer that wrote it)"]
@@ -180,7 +185,7 @@ def _manager(root: Path, env: DistEnv, config: TrainingConfig) -> tuple[Checkpoi
                          group=dist.new_group(backend="gloo"))
     manager = CheckpointManager(
         config=CheckpointConfig(root_uri=root.as_uri()), env=env, store=store, backend=backend,
-        identity=config.resume_identity(world_size=env.world_size),
+        identity=resume_identity(config, world_size=env.world_size),
         shape={"world_size": env.world_size, "batch_size": config.batch_size, "strategy": "ddp"},
     )
     return manager, model
@@ -257,7 +262,7 @@ def test_trainer_refuses_another_seed_with_exit_code_2(
     assert "(checkpoint -> this run: seed 0 -> 1)" in line, line
     assert "exitcode: 2" in refused.stderr
     # A reported refusal, not a crash: no frame of the trainer (torchrun adds its own ChildFailedError).
-    assert "trainpipe_trainer/checkpoint.py" not in refused.stderr
+    assert "trainpipe_trainer/checkpoint/manager.py" not in refused.stderr
     assert file_digests(root) == before
     assert not (tmp_path / "output" / "result.json").exists()
 

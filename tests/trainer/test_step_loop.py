@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.preemption import PreemptionWatcher
-from trainpipe_trainer.tracking import Tracker
+from trainpipe_trainer.tracking.tracker import Tracker
 from trainpipe_trainer.trainer import Trainer
 
 from .helpers import BINARY_FEATURES, Datasets

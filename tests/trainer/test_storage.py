@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from trainpipe_trainer import storage
 from trainpipe_trainer.data import read_parquet
 from trainpipe_trainer.errors import TrainerDataError

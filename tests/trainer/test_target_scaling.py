@@ -10,11 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+
 from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrainingConfig
 from trainpipe_trainer.data import load_training_data
-from trainpipe_trainer.export import write_serving_artifacts
 from trainpipe_trainer.model import build_mlp
-from trainpipe_trainer.serving import MLPScorer
+from trainpipe_trainer.resume import resume_identity
+from trainpipe_trainer.serving.export import write_serving_artifacts
+from trainpipe_trainer.serving.scorer import MLPScorer
 
 from .helpers import launch
 
@@ -81,8 +83,8 @@ def test_served_model_answers_in_label_units(tmp_path: Path) -> None:
 
 def test_scaling_is_part_of_the_resume_identity(tmp_path: Path) -> None:
     train = tmp_path / "t.parquet"
-    on = _config(train, tmp_path).resume_identity(world_size=1)
-    off = _config(train, tmp_path, scale_target=False).resume_identity(world_size=1)
+    on = resume_identity(_config(train, tmp_path), world_size=1)
+    off = resume_identity(_config(train, tmp_path, scale_target=False), world_size=1)
     assert on.differences(off) == ["scale_target true -> false"]
 
 
@@ -93,10 +95,10 @@ def test_large_labels_train_to_within_005_of_ridge_and_the_evaluation_holds_the_
     """The issue's case: labels around 150 and a plain MLP. The real trainer's model, scored by the real
     evaluate step, gets an r² within 0.05 of the baseline (ridge on the same split); the evaluation
     holds the baseline, its report shows it, and 'rmse <= baseline' gates on it."""
+    from trainpipe.evaluation.evaluate import evaluate
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.plan import EvaluationPlan, Gate, RegistrationPlan
-    from trainpipe.runtime.evaluate import evaluate
-    from trainpipe.spec.models import EvaluationSpec
+    from trainpipe.plan.model import EvaluationPlan, Gate, RegistrationPlan
+    from trainpipe.spec.sections.evaluation import EvaluationSpec
 
     train, holdout = large_label_frame(2000, seed=4), large_label_frame(500, seed=5)
     train_path, holdout_path = tmp_path / "train.parquet", tmp_path / "holdout.parquet"

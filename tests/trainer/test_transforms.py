@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+
 from trainpipe_trainer.config import (
     CheckpointConfig,
     FeatureTransform,
@@ -19,10 +20,11 @@ from trainpipe_trainer.config import (
 )
 from trainpipe_trainer.data import load_training_data, validation_mask
 from trainpipe_trainer.errors import TrainerDataError
-from trainpipe_trainer.export import write_serving_artifacts
 from trainpipe_trainer.model import build_mlp
 from trainpipe_trainer.preprocessing import FeatureTransformer, stable_bucket
-from trainpipe_trainer.serving import MLPScorer
+from trainpipe_trainer.resume import resume_identity
+from trainpipe_trainer.serving.export import write_serving_artifacts
+from trainpipe_trainer.serving.scorer import MLPScorer
 
 COUNTRIES = ("FR", "DE", "US", "IT", "ES", "NL")
 TRANSFORMS = (
@@ -195,7 +197,7 @@ def _json_config() -> str:
 
 def test_a_changed_transform_refuses_resume_and_is_named(tmp_path: Path) -> None:
     config = _config(tmp_path / "train.parquet", tmp_path)
-    recorded = config.resume_identity(world_size=2)
+    recorded = resume_identity(config, world_size=2)
     changed = TrainingConfig.from_json(config.to_json().replace('"max_categories": 3', '"max_categories": 5'))
     assert TrainingConfig.from_json(config.to_json()) == config
-    assert recorded.differences(changed.resume_identity(world_size=2)) == ["transforms (of ['country'])"]
+    assert recorded.differences(resume_identity(changed, world_size=2)) == ["transforms (of ['country'])"]

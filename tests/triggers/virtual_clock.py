@@ -8,7 +8,7 @@ waits until the trigger is asleep again or done, so a test reads as a timeline.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 # Real seconds the trigger may take between two of its sleeps (thread reads, s3 calls): a "cannot
 # hang" bound, not a timing.
@@ -17,7 +17,7 @@ SETTLE_TIMEOUT = 30.0
 
 class VirtualClock:
     def __init__(self, start: datetime | None = None) -> None:
-        self.start = start or datetime.now(timezone.utc)
+        self.start = start or datetime.now(UTC)
         self.elapsed = 0.0
         self._sleepers: list[tuple[float, asyncio.Future]] = []
 

@@ -34,7 +34,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -452,10 +452,10 @@ class MailFolder:
         self.folder = folder
         self.count = 0
 
-    async def handle_DATA(self, server, session, envelope) -> str:  # noqa: ANN001, N802 - aiosmtpd's handler API
+    async def handle_DATA(self, server, session, envelope) -> str:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.count += 1
-        name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-{self.count}.eml"
+        name = f"{datetime.now(UTC):%Y%m%dT%H%M%S.%fZ}-{self.count}.eml"
         partial = self.folder / f".{name}.partial"
         partial.write_bytes(envelope.original_content or envelope.content)
         os.replace(partial, self.folder / name)
@@ -640,7 +640,7 @@ class Stack:
     def _pidfile(self, name: str) -> Path:
         return self.config.pids / f"{name}.pid"
 
-    def process(self, name: str):  # noqa: ANN201 - psutil.Process | None
+    def process(self, name: str):
         """The running process of a service, or None; a PID reused by another program is not ours."""
         import psutil
 
@@ -673,7 +673,7 @@ class Stack:
         self.config.pids.mkdir(parents=True, exist_ok=True)
         log = self.config.logs / f"{service.name}.log"
         with log.open("ab") as handle:
-            handle.write(f"\n--- {datetime.now(timezone.utc).isoformat()} start: {' '.join(service.argv)}\n".encode())
+            handle.write(f"\n--- {datetime.now(UTC).isoformat()} start: {' '.join(service.argv)}\n".encode())
             handle.flush()
             proc = subprocess.Popen(
                 list(service.argv), env=dict(service.env), stdin=subprocess.DEVNULL, stdout=handle,
@@ -851,7 +851,7 @@ class Stack:
         imported.write_text(digest)
 
 
-def _signal(proc, signum: int) -> None:  # noqa: ANN001 - psutil.Process
+def _signal(proc, signum: int) -> None:
     import psutil
 
     try:
@@ -879,7 +879,7 @@ def _write_private(path: Path, text: str) -> None:
 def _run(argv: list[str], *, env: Mapping[str, str], log: Path, cwd: Path, user: str | None = None) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as handle:
-        handle.write(f"\n--- {datetime.now(timezone.utc).isoformat()} {' '.join(argv)}\n".encode())
+        handle.write(f"\n--- {datetime.now(UTC).isoformat()} {' '.join(argv)}\n".encode())
         handle.flush()
         result = subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                 cwd=cwd, user=user, timeout=600)
@@ -981,7 +981,7 @@ def _create_databases(config: StackConfig, keys: Mapping[str, str]) -> None:
 # S3 (moto keeps objects in memory: `down` saves them under s3/, `up` loads them back)
 
 
-def s3_client(config: StackConfig, keys: Mapping[str, str]):  # noqa: ANN201 - botocore client
+def s3_client(config: StackConfig, keys: Mapping[str, str]):
     import boto3
 
     return boto3.client("s3", endpoint_url=config.s3_url, region_name=S3_REGION,
@@ -1038,7 +1038,7 @@ def _upload_demo_data(config: StackConfig, keys: Mapping[str, str]) -> None:
     present = client.list_objects_v2(Bucket=config.bucket, Prefix=prefix).get("KeyCount", 0)
     if present >= len(DEMO_FILES):
         return
-    end = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    end = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     with tempfile.TemporaryDirectory(dir=config.home) as scratch:
         write_demo_data(scratch, end=end)
         for relative in DEMO_FILES.values():

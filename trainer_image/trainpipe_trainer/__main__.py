@@ -19,8 +19,8 @@ from trainpipe_trainer.errors import (
     TrainingStopped,
     TrialPrunedError,
 )
-from trainpipe_trainer.launch_timing import LaunchPhases
 from trainpipe_trainer.preemption import PreemptionWatcher
+from trainpipe_trainer.tracking.launch_timing import LaunchPhases
 
 
 def load_config(uri: str) -> TrainingConfig:

@@ -4,13 +4,14 @@ Standard library only, so the provider can import it without torch and the train
 Airflow. The provider builds a ``TrainingConfig`` from a validated spec, writes it as JSON next to
 the run's checkpoints, and every launcher runs ``torchrun ... -m trainpipe_trainer --config URI``.
 Bump ``CONFIG_VERSION`` on any incompatible change; the trainer refuses versions it does not know.
+The rest of the contract has modules of its own: ``run_layout`` (where each file of a run goes),
+``outcomes`` (how a trainer ends) and ``resume`` (which checkpoints a training may resume).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -54,60 +55,10 @@ NUMERIC_TRANSFORMS: tuple[str, ...] = typing.get_args(NumericTransform)
 CategoricalEncoding = Literal["one_hot", "hashing"]
 CATEGORICAL_ENCODINGS: tuple[str, ...] = typing.get_args(CategoricalEncoding)
 
-# -- the run folder ------------------------------------------------------------------------------
-# One DAG run's folder, as the provider writes it and the trainer fills it:
-#   <run_dir>/trainer_config.json                  this file's TrainingConfig (provider)
-#   <run_dir>/checkpoints/step-<N>/manifest.json   a committed checkpoint (trainer; no manifest: torn)
-#   <run_dir>/checkpoints/best.json                the best checkpoint by validation loss (trainer)
-#   <run_dir>/output/result.json                   TrainingResult (trainer, rank 0)
-#   <run_dir>/output/status.json                   the train task's state for the checkpoint sensor (provider)
-TRAINER_CONFIG_FILE = "trainer_config.json"
-CHECKPOINTS_DIR = "checkpoints"
-OUTPUT_DIR = "output"
-RESULT_FILE = "result.json"
-STATUS_FILE = "status.json"
-CHECKPOINT_MANIFEST = "manifest.json"
-BEST_CHECKPOINT_POINTER = "best.json"
-_CHECKPOINT_DIR = re.compile(r"^step-(\d+)$")
-
-
-def checkpoint_dir_name(step: int) -> str:
-    """``step-<N>``: the folder of the checkpoint of optimizer step N (also DeepSpeed's tag)."""
-    return f"step-{step}"
-
-
-def checkpoint_step(name: str) -> int | None:
-    """The step of a checkpoint folder name, None for anything else in the checkpoints folder."""
-    match = _CHECKPOINT_DIR.match(name)
-    return int(match.group(1)) if match else None
-
-
-# -- preemption ----------------------------------------------------------------------------------
-# SIGTERM is a preemption notice: every rank finishes its step, a checkpoint of that step is
-# committed, and each rank exits with this code (EX_TEMPFAIL: "try again"; not 143, which is what
-# any process killed by SIGTERM reports). The local launcher relaunches on it, and a Job's
-# podFailurePolicy ignores it, so a preemption is never counted as a failure.
-PREEMPTED_EXIT_CODE = 75
-# torchrun forwards a SIGTERM to its workers and kills them this many seconds later; the local
-# launcher waits as long before it kills torchrun (a Pod uses its termination grace period instead).
+# torchrun forwards a SIGTERM to its workers (a preemption notice, trainpipe_trainer.outcomes) and kills
+# them this many seconds later; the local launcher waits as long before it kills torchrun (a Pod uses
+# its termination grace period instead). The plan renders it into each launch.
 PREEMPTION_GRACE_SECONDS = 120
-# A rank whose step ran out of accelerator memory (torch.cuda.OutOfMemoryError) exits with this code, and
-# so does the elastic launcher for it: the provider reads it as its own outcome ("CUDAOutOfMemory"), so a
-# retry can train with a smaller batch_size and more accumulation steps (training.kubernetes.on_oom).
-CUDA_OOM_EXIT_CODE = 76
-_PREEMPTED = re.compile(r"^received (?P<signal>SIG[A-Z]+): committed checkpoint step-(?P<step>\d+);")
-
-
-def preempted_message(signal_name: str, step: int) -> str:
-    """What a preempted trainer says (every rank prints it); the launcher recognises it (``preempted_step``):
-    torchrun exits 1 whatever exit code its workers had."""
-    return f"received {signal_name}: committed checkpoint step-{step}; exiting so that the next attempt resumes there"
-
-
-def preempted_step(reason: str) -> int | None:
-    """The step a preempted trainer committed, from its message; None for any other reason."""
-    match = _PREEMPTED.match(reason)
-    return int(match["step"]) if match else None
 
 
 class TrainerConfigError(ValueError):
@@ -302,11 +253,9 @@ class TrackingConfig:
         _require(self.max_buffered_metrics >= 1, "tracking.max_buffered_metrics: must be >= 1")
 
 
-# The MLflow run tag (JSON) with TrainingResult.world_size_history; `trainpipe reproduce` replays it.
-WORLD_SIZE_HISTORY_TAG = "trainpipe.world_size_history"
 # Where a trial's trainer finds the study storage's URL when the config leaves it out.
 OPTUNA_STORAGE_ENV = "TRAINPIPE_OPTUNA_STORAGE"
-DIRECTIONS: tuple[str, ...] = ("minimize", "maximize")
+DIRECTIONS: tuple[str, ...] = typing.get_args(Direction)
 # What the trainer computes on the validation split at each evaluation point (each checkpoint), per
 # task, and which way is better: a study may tune on any of its task's. Logged to MLflow there too.
 CHECKPOINT_METRICS: dict[str, dict[str, str]] = {
@@ -326,16 +275,6 @@ PRUNER_ARGUMENTS: dict[str, frozenset[str]] = {
 # A trial reports at "step" = percent of its training done, so trials with other batch sizes (other
 # step counts) are compared at the same point of their budget; the pruners' resource runs 0..100.
 TUNING_MAX_RESOURCE = 100
-
-
-def trial_pruned_message(trial_number: int, *, step: int, total_steps: int, metric: str, value: float) -> str:
-    """What a pruned trial's trainer says when it stops; the provider's trial task recognises it
-    (``is_trial_pruned``): torchrun exits 1 whatever exit code its workers had."""
-    return f"trial {trial_number} pruned at step {step} of {total_steps} ({metric} {value:.6g})"
-
-
-def is_trial_pruned(trial_number: int, reason: str) -> bool:
-    return reason.startswith(f"trial {trial_number} pruned at step ")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -421,6 +360,7 @@ class TuningTrial:
                  f"tuning.pruner_options: whole numbers >= 0, got {self.pruner_options}")
 
 
+# Each new field also goes into one of the resume guard's two lists (trainpipe_trainer.resume).
 @dataclass(kw_only=True, slots=True, frozen=True)
 class TrainingConfig:
     config_version: int = CONFIG_VERSION
@@ -514,20 +454,6 @@ class TrainingConfig:
         declared = {t.feature: t for t in self.transforms}
         return tuple(declared.get(name) or FeatureTransform.default(name) for name in self.features)
 
-    def resume_identity(self, *, world_size: int) -> ResumeIdentity:
-        """What a checkpoint of this training records, and a resumed run must match."""
-        settings: dict[str, Any] = {}
-        for path in RESUME_FINGERPRINT_FIELDS:
-            owner: Any = self
-            *sections, name = path.split(".")
-            for section in sections:
-                owner = getattr(owner, section)
-            _flatten_into(settings, path, getattr(owner, name), _section_type(type(owner), name))
-        settings["world_size"] = world_size
-        # As a manifest stores them (tuples become lists), so a recorded copy compares equal.
-        return ResumeIdentity(snapshot=self.dataset_digest or self.train_data_uri,
-                              settings=json.loads(json.dumps(settings)))
-
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> TrainingConfig:
         data = dict(raw)
@@ -587,174 +513,3 @@ def _tuning_trial(raw: dict[str, Any]) -> TuningTrial:
     return TuningTrial(worker=TrialWorker.from_dict(worker) if worker is not None else None, **data)
 
 
-# -- the resume guard ---------------------------------------------------------------------------
-# A checkpoint records the dataset snapshot and the values of the settings below, which change what
-# a training computes (its weights); a run whose snapshot or values differ refuses to resume it,
-# because that would silently mix two trainings (trainpipe_trainer.checkpoint). Every other field
-# says where things go or how often they are saved or logged, so a retry may change it and still
-# resume. Each field of TrainingConfig is in exactly one of the two lists (a test checks it).
-RESUME_FINGERPRINT_FIELDS: tuple[str, ...] = (
-    "task", "features", "transforms", "label", "group_column", "model",
-    # epochs too: a linear or cosine schedule is shaped by the total step count, and the run's
-    # recorded params must describe its model. Training longer is a new run (a new folder).
-    "epochs", "batch_size", "learning_rate", "seed", "strategy", "optimization", "deepspeed",
-    # What the network is trained on (raw or standardised labels) and when training stops.
-    "scale_target", "early_stopping",
-    # Which rows are held out for validation (none without keep_best), so which rows are trained on.
-    "checkpoint.validation_fraction", "checkpoint.keep_best",
-)
-NOT_FINGERPRINTED_FIELDS: tuple[str, ...] = (
-    "config_version", "pipeline_id",
-    # The snapshot is compared by its content digest: paths may differ between attempts.
-    "train_data_uri", "dataset_digest",
-    "checkpoint.root_uri", "checkpoint.every_n_steps", "checkpoint.every_seconds", "checkpoint.keep_last",
-    "checkpoint.async_save", "tracking", "output_uri", "storage_options", "tags",
-    # Test-only; an Airflow retry runs without the crash injected into its first try.
-    "fault_injection",
-    # Where a trial reports; reporting and pruning stop a training early, never change its weights.
-    "tuning",
-    # Where this launch stops; the next one resumes there.
-    "stop_after_step",
-    # Where the rows are kept, never which rows or in what order: the batches are the same.
-    "data_placement",
-)
-# Strategies whose checkpoints resume at another world size (DCP reshards a replicated DDP model
-# and optimizer at load time); a change of world size is then no reason to refuse a resume.
-RESHARDABLE_STRATEGIES: tuple[str, ...] = ("ddp",)
-# Differences whose values are longer than this are named without their values.
-_SHORT_VALUE = 40
-
-
-def _section_type(owner: type, name: str) -> type | None:
-    """The config class of a section field (``model``, ``deepspeed``...), None for a plain value."""
-    hint = typing.get_type_hints(owner)[name]
-    if typing.get_origin(hint) is tuple:
-        return None
-    return next((t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)), None)
-
-
-def _flatten_into(out: dict[str, Any], path: str, value: Any, section: type | None) -> None:
-    # One key per setting, so a difference names the setting; an absent section (deepspeed under
-    # ddp) lists its settings as null, so switching it on names each of them too.
-    if section is None:
-        # A tuple of sections (transforms) is recorded as plain dicts.
-        out[path] = [dataclasses.asdict(v) for v in value] if isinstance(value, tuple) and value \
-            and dataclasses.is_dataclass(value[0]) else value
-        return
-    for inner in dataclasses.fields(section):
-        out[f"{path}.{inner.name}"] = None if value is None else getattr(value, inner.name)
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class ResumeIdentity:
-    """The snapshot and result-changing settings (plus world size) a checkpoint was written with."""
-
-    snapshot: str
-    settings: dict[str, Any]
-
-    def to_manifest(self) -> dict[str, Any]:
-        return {"snapshot": self.snapshot, "settings": self.settings}
-
-    @classmethod
-    def from_manifest(cls, manifest: dict[str, Any]) -> ResumeIdentity | None:
-        """None for a checkpoint written before checkpoints recorded it."""
-        if not isinstance(manifest.get("settings"), dict) or not isinstance(manifest.get("snapshot"), str):
-            return None
-        return cls(snapshot=manifest["snapshot"], settings=manifest["settings"])
-
-    def differences(self, current: ResumeIdentity) -> list[str]:
-        """What changed from this (recorded) identity to ``current``, one readable item per field."""
-        changes = []
-        if self.snapshot != current.snapshot:
-            changes.append(f"dataset snapshot {_short_digest(self.snapshot)} -> {_short_digest(current.snapshot)}")
-        missing = object()
-        strategy = current.settings.get("strategy")
-        for key in sorted(self.settings.keys() | current.settings.keys()):
-            old, new = self.settings.get(key, missing), current.settings.get(key, missing)
-            if old == new or (key == "world_size" and strategy in RESHARDABLE_STRATEGIES):
-                continue
-            if key in _EFFECTIVE_BATCH_KEYS and _effective_batch(self.settings) == _effective_batch(current.settings):
-                # A batch split into more accumulation steps (on_oom.reduce_batch after a CUDA OOM): the same
-                # samples per optimizer step, in the same order, so the same training.
-                continue
-            if key == "world_size":
-                changes.append(f"world_size {old} -> {new} (strategy {strategy} cannot reshard: DeepSpeed ZeRO "
-                               f"partitions the optimizer state per rank; resume with {old} processes, or use ddp, "
-                               "which resumes at any size)")
-            else:
-                changes.append(_describe_change(key, old, new, missing))
-        return changes
-
-
-_EFFECTIVE_BATCH_KEYS = ("batch_size", "optimization.gradient_accumulation_steps")
-
-
-def _effective_batch(settings: dict[str, Any]) -> int | None:
-    """Samples per rank and optimizer step, from a resume identity's settings (None when either is missing)."""
-    batch, accumulation = (settings.get(key) for key in _EFFECTIVE_BATCH_KEYS)
-    return batch * accumulation if isinstance(batch, int) and isinstance(accumulation, int) else None
-
-
-def resume_refusal(where: str, changes: list[str]) -> str:
-    """The one message for a refused resume, whoever notices first (the provider or the trainer)."""
-    return (
-        f"{where}: cannot resume this checkpoint: it was written by another training "
-        f"(checkpoint -> this run: {'; '.join(changes)}), and resuming it would mix two trainings. "
-        "To train with this run's data and settings, start fresh in a new run folder (trainpipe train: "
-        "another --run-dir; Airflow: a new DAG run; trainer alone: another checkpoint.root_uri) or move "
-        "that folder's checkpoints away yourself (nothing is deleted automatically); to continue the old "
-        "training instead, rerun with the data and settings it was written with"
-    )
-
-
-def _short_digest(snapshot: str) -> str:
-    hexadecimal = len(snapshot) == 64 and all(c in "0123456789abcdef" for c in snapshot)
-    return snapshot[:16] if hexadecimal else snapshot
-
-
-def _describe_change(key: str, old: Any, new: Any, missing: object) -> str:
-    if old is missing:
-        return f"{key} (not recorded by the trainer that wrote it)"
-    if new is missing:
-        return f"{key} (recorded, unknown to this trainer)"
-    if isinstance(old, list) and isinstance(new, list) and key == "features":
-        added, removed = [c for c in new if c not in old], [c for c in old if c not in new]
-        if not added and not removed:
-            return f"{key} (same columns, other order)"
-        parts = ([f"added {added}"] if added else []) + ([f"removed {removed}"] if removed else [])
-        return f"{key} ({', '.join(parts)})"
-    if isinstance(old, list) and isinstance(new, list) and key == "transforms":
-        before = {t["feature"]: t for t in old if isinstance(t, dict)}
-        after = {t["feature"]: t for t in new if isinstance(t, dict)}
-        changed = sorted(f for f in before.keys() | after.keys() if before.get(f) != after.get(f))
-        return f"{key} (of {changed})"
-    old_text, new_text = json.dumps(old), json.dumps(new)
-    if len(old_text) + len(new_text) > 2 * _SHORT_VALUE:
-        return f"{key} (changed)"
-    return f"{key} {old_text} -> {new_text}"
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class TrainingResult:
-    """What the trainer's rank 0 writes to ``<output_uri>/result.json`` when training succeeds."""
-
-    mlflow_run_id: str
-    # URI that loads the logged model with mlflow.pyfunc.load_model (e.g. ``models:/m-...``).
-    model_uri: str
-    weights_sha256: str
-    world_size: int
-    global_step: int
-    final_loss: float
-    resumed_from_step: int | None = None
-    # [first step, world size] per change of world size (one entry when it never changed).
-    world_size_history: list[list[int]] = field(default_factory=list)
-    # The step loop's rate in this attempt (all ranks' samples per second, first step excluded);
-    # None when the attempt trained fewer than two steps.
-    samples_per_second: float | None = None
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> TrainingResult:
-        return cls(**json.loads(text))

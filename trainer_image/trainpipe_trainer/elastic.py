@@ -16,8 +16,8 @@ from __future__ import annotations
 import signal
 import sys
 
-from trainpipe_trainer.config import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 from trainpipe_trainer.console import write_whole_lines
+from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 
 def main(argv: list[str] | None = None) -> int:

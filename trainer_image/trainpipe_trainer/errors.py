@@ -6,7 +6,8 @@ a bug or an infrastructure failure and keeps its traceback (exit code 1).
 
 from __future__ import annotations
 
-from trainpipe_trainer.config import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE, TrainerConfigError
+from trainpipe_trainer.config import TrainerConfigError
+from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 
 class TrainerInputError(ValueError):
@@ -34,7 +35,7 @@ class CheckpointSaveError(RuntimeError):
     """Writing or committing a checkpoint failed (storage error, or a rank died mid-save)."""
 
 
-class TrainingStopped(Exception):  # noqa: N818 - a stop, not always an error
+class TrainingStopped(Exception):
     """Training ended early on purpose; ``exit_code`` and the message say why."""
 
     exit_code = 1

@@ -21,16 +21,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from trainpipe_trainer import rng, storage
-from trainpipe_trainer.checkpoint import CheckpointManager, CheckpointStore
-from trainpipe_trainer.config import (
-    RESULT_FILE,
-    WORLD_SIZE_HISTORY_TAG,
-    TrainingConfig,
-    TrainingResult,
-    preempted_message,
-    trial_pruned_message,
-)
+from trainpipe_trainer import storage
+from trainpipe_trainer.checkpoint import rng
+from trainpipe_trainer.checkpoint.manager import CheckpointManager, CheckpointStore
+from trainpipe_trainer.checkpoint.state import TrainState
+from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.data import EpochLoader, TrainingData, load_training_data, resident_fits
 from trainpipe_trainer.distributed import (
     DistEnv,
@@ -42,19 +37,30 @@ from trainpipe_trainer.distributed import (
     init_distributed,
 )
 from trainpipe_trainer.errors import (
-    CudaOutOfMemoryError, PreemptedError, StoppedAtStepError, TrainingDivergedError, TrialPrunedError,
+    CudaOutOfMemoryError,
+    PreemptedError,
+    StoppedAtStepError,
+    TrainingDivergedError,
+    TrialPrunedError,
 )
-from trainpipe_trainer.export import log_pyfunc_model, weights_sha256
-from trainpipe_trainer.launch_timing import LaunchPhases
 from trainpipe_trainer.losses import LossFn, make_loss_fn
 from trainpipe_trainer.model import build_mlp
 from trainpipe_trainer.optim import apply_tf32
+from trainpipe_trainer.outcomes import (
+    WORLD_SIZE_HISTORY_TAG,
+    TrainingResult,
+    preempted_message,
+    trial_pruned_message,
+)
 from trainpipe_trainer.preemption import PreemptionWatcher
-from trainpipe_trainer.progress import Progress
-from trainpipe_trainer.state import TrainState
+from trainpipe_trainer.resume import resume_identity
+from trainpipe_trainer.run_layout import RESULT_FILE
+from trainpipe_trainer.serving.export import log_pyfunc_model, weights_sha256
 from trainpipe_trainer.strategies import Strategy, build_strategy
-from trainpipe_trainer.system_metrics import ComputeClock, LoopCounters, SystemMonitor
-from trainpipe_trainer.tracking import Tracker, flatten_params
+from trainpipe_trainer.tracking.launch_timing import LaunchPhases
+from trainpipe_trainer.tracking.progress import Progress
+from trainpipe_trainer.tracking.system_metrics import ComputeClock, LoopCounters, SystemMonitor
+from trainpipe_trainer.tracking.tracker import Tracker, flatten_params
 from trainpipe_trainer.validation_metrics import task_metrics
 
 if TYPE_CHECKING:
@@ -173,7 +179,7 @@ class Trainer:
             backend=self.strategy.checkpoint_backend(
                 store, group=checkpoint_group, async_save=config.checkpoint.async_save
             ),
-            identity=config.resume_identity(world_size=env.world_size),
+            identity=resume_identity(config, world_size=env.world_size),
             shape={
                 "world_size": env.world_size,
                 "batch_size": config.batch_size,
@@ -335,7 +341,9 @@ class Trainer:
             features, labels, *rest = batch
             mask = rest[0] if rest else None
 
-            def loss_of(module: torch.nn.Module) -> torch.Tensor:
+            # The batch is bound as defaults: each micro-step's closure keeps its own batch.
+            def loss_of(module: torch.nn.Module, features: torch.Tensor = features, labels: torch.Tensor = labels,
+                        mask: torch.Tensor | None = mask) -> torch.Tensor:
                 if fault is not None and fault.cuda_oom_at_step == step and (
                         fault.oom_above_batch_size is None or len(features) > fault.oom_above_batch_size):
                     # Fault injection: the error a real CUDA OOM raises here (none can happen on a CPU-only machine).

@@ -20,15 +20,16 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from trainpipe_trainer import storage
-from trainpipe_trainer.config import CHECKPOINTS_DIR, OUTPUT_DIR, TrainingConfig, TrialWorker, apply_trial_params
+from trainpipe_trainer.config import TrainingConfig, TrialWorker, apply_trial_params
 from trainpipe_trainer.distributed import DistEnv, broadcast_object, destroy_distributed, init_distributed
 from trainpipe_trainer.errors import PreemptedError, TrainingDivergedError, TrialPrunedError
-from trainpipe_trainer.launch_timing import LaunchPhases
-from trainpipe_trainer.tracking import Tracker, flatten_params
+from trainpipe_trainer.run_layout import CHECKPOINTS_DIR, OUTPUT_DIR
+from trainpipe_trainer.tracking.launch_timing import LaunchPhases
+from trainpipe_trainer.tracking.tracker import Tracker, flatten_params
 from trainpipe_trainer.trainer import Trainer
 from trainpipe_trainer.tuning import (
     STARTED_ATTR,
@@ -80,7 +81,7 @@ class _Study:
     @classmethod
     def open(cls, config: TrainingConfig) -> _Study:
         from trainpipe_trainer.config import OPTUNA_STORAGE_ENV
-        from trainpipe_trainer.tracking import import_mlflow
+        from trainpipe_trainer.tracking.tracker import import_mlflow
 
         tuning = config.tuning
         worker = tuning.worker
@@ -117,7 +118,7 @@ class _Study:
             self._say(f"{failed} trials failed, as many as the study's n_trials: no more to ask")
             return None
         if worker.timeout_seconds is not None and STARTED_ATTR in study.user_attrs:
-            age = datetime.now(timezone.utc) - datetime.fromisoformat(study.user_attrs[STARTED_ATTR])
+            age = datetime.now(UTC) - datetime.fromisoformat(study.user_attrs[STARTED_ATTR])
             if age.total_seconds() > worker.timeout_seconds:
                 self._say(f"the study is older than its timeout ({worker.timeout_seconds:.0f} s): no trial started")
                 return None

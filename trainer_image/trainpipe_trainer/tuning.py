@@ -29,7 +29,7 @@ WARM_START_ATTR = "warm_start"
 STARTED_ATTR = "started_at"
 
 
-def import_optuna():  # noqa: ANN201 - the optuna module
+def import_optuna():
     try:
         import optuna
     except ImportError as err:  # pragma: no cover - depends on the installation

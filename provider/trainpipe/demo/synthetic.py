@@ -139,7 +139,7 @@ def generate_transactions(
         + 5.8 * (new_account & (txn_24h >= 5))
         + 6.0 * ((amount < 5) & (txn_24h >= 5))
         + 8.0 * np.maximum(merchant_risk - 0.45, 0.0)
-        + 0.6 * np.tanh((np.log1p(distance) - 4.0))
+        + 0.6 * np.tanh(np.log1p(distance) - 4.0)
         + rng.normal(0.0, 0.5, rows)
     )
     is_fraud = (rng.random(rows) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)

@@ -84,7 +84,8 @@ def pipelines(session: Session, readable: Collection[str], *, only: str | None =
                              tasks=tuple(sorted(tasks.get(key, []), key=lambda t: t.task_id)),
                              awaiting_input_since=(waiting.get(key) or run.start_date) if key in waiting else None)
         out.append(PipelineFacts(pipeline_id=dag.dag_id, owner=owner, team=team_of(tags.get(dag.dag_id, []), owner),
-                                 schedule=None if dag.timetable_summary in (None, "None") else dag.timetable_summary, is_paused=bool(dag.is_paused), last_run=facts))
+                                 schedule=None if dag.timetable_summary in (None, "None") else dag.timetable_summary,
+                                 is_paused=bool(dag.is_paused), last_run=facts))
     return out
 
 

@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from trainpipe.fleet import airflow_state, render
 from trainpipe.fleet.collect import (
     DRIFT_REPORT,
@@ -34,7 +34,7 @@ from trainpipe.fleet.collect import (
     version_metrics,
 )
 from trainpipe.fleet.outcome import NEEDS_ATTENTION
-from trainpipe.registry import BACKTEST_TAG
+from trainpipe.registry.model_registry import BACKTEST_TAG
 from trainpipe.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -215,10 +215,9 @@ def create_app() -> FastAPI:
         import tempfile
         from pathlib import Path
 
-        from mlflow.exceptions import MlflowException
-
         from airflow.api_fastapi.app import get_auth_manager
         from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+        from mlflow.exceptions import MlflowException
 
         if not _SERVED_ARTIFACT.match(path) or not re.fullmatch(r"[0-9a-f]{32}", mlflow_run_id):
             raise HTTPException(404, "only a trainpipe run's evaluation and drift reports are served here")

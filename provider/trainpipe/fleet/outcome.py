@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from trainpipe.run_notes import FAILED_AT
+from trainpipe.plan.steps import APPROVE, PROMOTE, TRAIN, VALIDATE
+from trainpipe.runtime.run_notes import FAILED_AT
 
 # Outcomes, in the order "needs attention" sorts them (most urgent first).
 FAILED = "failed"
@@ -25,10 +26,10 @@ PROMOTED = "promoted"
 OUTCOMES = (FAILED, DRIFT_STOPPED, GATES_FAILED, AWAITING_APPROVAL, REJECTED, RUNNING, NEVER_RUN, NOT_PROMOTED,
             PROMOTED)
 NEEDS_ATTENTION = frozenset({FAILED, DRIFT_STOPPED, GATES_FAILED, AWAITING_APPROVAL, REJECTED})
-VALIDATE_TASK = "validate"
-TRAIN_TASK = "train"
-PROMOTE_TASK = "promote"
-APPROVE_TASK = "approve"
+VALIDATE_TASK = VALIDATE.task_id
+TRAIN_TASK = TRAIN.task_id
+PROMOTE_TASK = PROMOTE.task_id
+APPROVE_TASK = APPROVE.task_id
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -53,14 +53,14 @@ class MlflowHook:
     def client(self) -> MlflowClient:
         import mlflow
 
-        from trainpipe_trainer.mlflow_store import prepare_store
+        from trainpipe_trainer.tracking.mlflow_store import prepare_store
 
         route_mlflow_logging()
         mlflow.set_tracking_uri(self.settings.mlflow_tracking_uri)
         prepare_store(self.settings.mlflow_tracking_uri)
         return mlflow.MlflowClient(tracking_uri=self.settings.mlflow_tracking_uri)
 
-    def load_pyfunc(self, model_uri: str):  # noqa: ANN201 - mlflow.pyfunc.PyFuncModel
+    def load_pyfunc(self, model_uri: str):
         """A model by URI (``models:/...``, ``runs:/...``) from this hook's store. MLflow resolves such
         URIs against its process-wide tracking URI, which is set here first: unset (``MLFLOW_TRACKING_URI``
         not exported, the store defaulting to ``$TRAINPIPE_HOME/mlflow.db``) it is ``mlflow.db`` of the

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 # Kueue's label of the LocalQueue a workload waits in, and of its WorkloadPriorityClass.
@@ -39,7 +39,7 @@ def wait_for_admission(read_job: Callable[[], Any], *, on_waiting: Callable[[dat
         if not is_suspended(job):
             return job, since
         if since is None or time.monotonic() - last_said >= log_every_seconds:
-            since = since or datetime.now(timezone.utc)
+            since = since or datetime.now(UTC)
             on_waiting(since)
             last_said = time.monotonic()
         sleep(poll_seconds)

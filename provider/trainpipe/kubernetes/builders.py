@@ -5,7 +5,7 @@ time (everything that depends only on the plan) and bound to a run at execute ti
 environment, names). ``trainpipe render --k8s`` builds the same operators the same way and asks
 them for their manifests: there is no second manifest builder.
 
-The container runs the plan's launch (``trainpipe.launch.resolve``: argv and environment), the
+The container runs the plan's launch (``trainpipe.plan.launch.resolve``: argv and environment), the
 same as the local launcher (ADR 0002).
 """
 
@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import MissingExtraError, TrainpipeError
-from trainpipe.launch import LaunchValues, resolve
-from trainpipe_trainer.config import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainpipe.plan.launch import LaunchValues, resolve
+from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
 
     from trainpipe.kubernetes.tries import TryResources
-    from trainpipe.plan import KubernetesPlan, PipelinePlan
+    from trainpipe.plan.model import KubernetesPlan, PipelinePlan
 
 SHM_VOLUME = "dshm"
 # KubernetesJobOperator prefixes every Job name with this.
@@ -36,7 +36,7 @@ LABEL_RUN = "trainpipe.io/run"
 LABEL_JOB = "trainpipe.io/job"
 
 
-def k8s_models():  # noqa: ANN201 - the kubernetes.client.models module
+def k8s_models():
     try:
         from kubernetes.client import models
     except ImportError as err:  # pragma: no cover - exercised only without the extra
@@ -165,7 +165,8 @@ def static_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
         "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", **k.annotations},
         "env_from": [models.V1EnvFromSource(secret_ref=models.V1SecretEnvSource(name=s)) for s in k.env_from_secrets],
         # NCCL and DataLoader workers share memory through /dev/shm; the runtime's default is 64Mi.
-        "volumes": [models.V1Volume(name=SHM_VOLUME, empty_dir=models.V1EmptyDirVolumeSource(medium="Memory", size_limit=k.shm_size))],
+        "volumes": [models.V1Volume(
+            name=SHM_VOLUME, empty_dir=models.V1EmptyDirVolumeSource(medium="Memory", size_limit=k.shm_size))],
         "volume_mounts": [models.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm")],
         "security_context": models.V1PodSecurityContext(
             run_as_non_root=True, run_as_user=k.run_as_user, run_as_group=k.run_as_user, fs_group=k.run_as_user,
@@ -222,7 +223,7 @@ def container_env(plan: PipelinePlan, launch: TrainerLaunch) -> list[k8s.V1EnvVa
     return env
 
 
-def _resolved(plan: PipelinePlan, launch: TrainerLaunch):  # noqa: ANN202 - trainpipe.launch.ResolvedLaunch
+def _resolved(plan: PipelinePlan, launch: TrainerLaunch):
     return resolve(plan.launch, LaunchValues(
         config_uri=launch.config_uri, mlflow_tracking_uri=launch.mlflow_tracking_uri,
         job_name=job_name(plan, launch) if plan.launch.nnodes > 1 else ""))

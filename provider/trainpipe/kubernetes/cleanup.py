@@ -47,7 +47,7 @@ def delete_sync(planned: list[Deletion], *, core_v1: Any, batch_v1: Any, logger:
     for deletion in planned:
         try:
             deletion.call(core_v1, batch_v1)
-        except Exception as err:  # noqa: BLE001 - see _report
+        except Exception as err:
             _report(deletion, err, logger)
         else:
             logger.info("deleted %s %s/%s", deletion.kind, deletion.namespace, deletion.name)
@@ -57,7 +57,7 @@ async def delete_async(planned: list[Deletion], *, core_v1: Any, batch_v1: Any, 
     for deletion in planned:
         try:
             await deletion.call(core_v1, batch_v1)
-        except Exception as err:  # noqa: BLE001 - see _report
+        except Exception as err:
             _report(deletion, err, logger)
         else:
             logger.info("deleted %s %s/%s", deletion.kind, deletion.namespace, deletion.name)

@@ -17,13 +17,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.quantities import format_memory, quantity_bytes
+
 # The ledger's words, defined with its entries (one reader of usage.json: trainpipe.runtime.usage).
 from trainpipe.runtime.usage import (
-    CUDA_OOM, OOM_KILLED, ON_DEMAND, PREEMPTED, RESOURCE_TAG_PREFIX, SPOT, TryUsage,
+    CUDA_OOM,
+    ON_DEMAND,
+    OOM_KILLED,
+    PREEMPTED,
+    RESOURCE_TAG_PREFIX,
+    SPOT,
+    TryUsage,
 )
 
 if TYPE_CHECKING:
-    from trainpipe.plan import KubernetesPlan
+    from trainpipe.plan.model import KubernetesPlan
     from trainpipe_trainer.config import TrainingConfig
 
 
@@ -129,7 +136,7 @@ def failed_try_end(pods: Sequence[Any]) -> tuple[str, str | None]:
     ``DisruptionTarget`` condition (preempted, evicted, node drained or shut down), a pod evicted, or a
     trainer that left for a SIGTERM after committing its step (exit code 75).
     """
-    from trainpipe_trainer.config import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
+    from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 
     preempted = cuda_oom = False
     for pod in pods:

@@ -1,6 +1,6 @@
 """The local launcher (the embedded default): torchrun as a subprocess of the Airflow worker.
 
-It runs the plan's launch (``trainpipe.launch``: argv and environment, resolved for the run) on top
+It runs the plan's launch (``trainpipe.plan.launch``: argv and environment, resolved for the run) on top
 of the worker's environment: the Kubernetes launcher puts the same command and variables in the pod.
 """
 

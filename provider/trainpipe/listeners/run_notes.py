@@ -1,4 +1,4 @@
-"""Writes the lines trainpipe's tasks left (``trainpipe.run_notes``) into the DAG run's note when the run ends.
+"""Writes the lines trainpipe's tasks left (``trainpipe.runtime.run_notes``) into the DAG run's note when the run ends.
 
 Runs where Airflow changes a run's state: in the scheduler (and in ``dag.test()``), inside the session that
 commits the new state, so the note is saved with it. A failure here is logged by Airflow and changes nothing
@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING
 from airflow.listeners import hookimpl
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
-
     from airflow.models.dagrun import DagRun
+    from sqlalchemy.orm import Session
 
 
 def _write_note(dag_run: DagRun, *, failed: bool = False) -> None:
@@ -25,10 +24,9 @@ def _write_note(dag_run: DagRun, *, failed: bool = False) -> None:
         _write_note_in(session, dag_run, failed=failed)
         return
     # dag.test() hands over a run detached from any session: write it in one of our own.
-    from sqlalchemy import select
-
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as own:
         attached = own.scalar(select(DagRun).where(DagRun.dag_id == dag_run.dag_id, DagRun.run_id == dag_run.run_id))
@@ -37,10 +35,10 @@ def _write_note(dag_run: DagRun, *, failed: bool = False) -> None:
 
 
 def _write_note_in(session: Session, dag_run: DagRun, *, failed: bool) -> None:
+    from airflow.models.xcom import XComModel
     from sqlalchemy import select
 
-    from airflow.models.xcom import XComModel
-    from trainpipe.run_notes import RUN_NOTE_KEY, merged_note
+    from trainpipe.runtime.run_notes import RUN_NOTE_KEY, merged_note
 
     rows = session.scalars(
         select(XComModel)
@@ -59,10 +57,10 @@ def _write_note_in(session: Session, dag_run: DagRun, *, failed: bool) -> None:
 
 def _failed_tasks_line(session: Session, dag_run: DagRun) -> list[str]:
     """A failure no step explained (a crash, a lost worker) still says where it happened."""
+    from airflow.models.taskinstance import TaskInstance
     from sqlalchemy import select
 
-    from airflow.models.taskinstance import TaskInstance
-    from trainpipe.run_notes import failed_at_note
+    from trainpipe.runtime.run_notes import failed_at_note
 
     failed = session.scalars(
         select(TaskInstance.task_id)

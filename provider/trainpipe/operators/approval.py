@@ -16,16 +16,17 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 
 from trainpipe.operators.context import backtest_of
 from trainpipe.operators.literal import LiteralFields
+from trainpipe.plan.steps import EVALUATE, REGISTER
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from trainpipe.plan import PipelinePlan
+    from trainpipe.plan.model import PipelinePlan
 
 
 def _duration(seconds: float) -> str:
-    from trainpipe.notifications import duration_text
+    from trainpipe.notifications.channels import duration_text
 
     return duration_text(seconds)
 
@@ -46,14 +47,14 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
         self.plan = plan
 
     @functools.cached_property
-    def hook(self):  # noqa: ANN201 - MlflowHook
+    def hook(self):
         from trainpipe.hooks.mlflow import MlflowHook
 
         return MlflowHook(Settings.from_env())
 
     def execute(self, context: Context) -> Any:
-        from trainpipe.notifications import Message, send
-        from trainpipe.plan import APPROVAL
+        from trainpipe.notifications.channels import Message, send
+        from trainpipe.plan.model import APPROVAL
 
         ti = context["ti"]
         if backtest_of(context) is not None:
@@ -61,8 +62,8 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
 
             # Nobody is asked about a version that is never promoted (registration.backtest.promote: deny).
             raise AirflowSkipException("a backtest is never promoted: no approval asked")
-        registered = ti.xcom_pull(task_ids="register")
-        evaluation = ti.xcom_pull(task_ids="evaluate")
+        registered = ti.xcom_pull(task_ids=REGISTER.task_id)
+        evaluation = ti.xcom_pull(task_ids=EVALUATE.task_id)
         registration = self.plan.registration
         self.subject = (f"Promote {registration.model_name} version {registered['version']} "
                         f"to {registration.alias}?")
@@ -108,8 +109,8 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
         return self._record(context, event, approved=answer["chosen_options"] == [self.APPROVE])
 
     def _record(self, context: Context, event: dict[str, Any], *, approved: bool) -> dict[str, Any]:
-        from trainpipe.registry import reject
-        from trainpipe.run_notes import approval_note, leave_note
+        from trainpipe.registry.model_registry import reject
+        from trainpipe.runtime.run_notes import approval_note, leave_note
 
         timed_out = bool(event.get("timedout"))
         user = event.get("responded_by_user") or {}
@@ -122,7 +123,7 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
             actor = str(user.get("name") or user.get("id"))
         ti = context["ti"]
         registration = self.plan.registration
-        name, version = registration.model_name, ti.xcom_pull(task_ids="register")["version"]
+        name, version = registration.model_name, ti.xcom_pull(task_ids=REGISTER.task_id)["version"]
         responded_at = event.get("responded_at")
         at = responded_at.isoformat() if hasattr(responded_at, "isoformat") else responded_at
         if approved:
@@ -142,8 +143,8 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
 def approval_body(plan: PipelinePlan, registered: dict[str, Any], evaluation: dict[str, Any], *,
                   mlflow_run_page: str | None = None) -> str:
     """The Markdown the person reads before answering: what is asked, the gate table, the report."""
-    from trainpipe.registry import report_uri
-    from trainpipe.runtime.gate_table import as_markdown, gate_table
+    from trainpipe.evaluation.gate_table import as_markdown, gate_table
+    from trainpipe.registry.model_registry import report_uri
 
     registration = plan.registration
     approval = registration.approval

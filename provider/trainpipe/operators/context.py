@@ -7,17 +7,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainpipe.plan.steps import PICK_BEST, SNAPSHOT, TRAIN
+
 if TYPE_CHECKING:
-    from trainpipe.plan import PipelinePlan
+    from trainpipe.plan.model import PipelinePlan
     from trainpipe.runtime.backtest import Backtest
     from trainpipe.runtime.snapshot import SnapshotInfo
     from trainpipe.runtime.train import RunContext
-    from trainpipe_trainer.config import TrainingResult
+    from trainpipe_trainer.outcomes import TrainingResult
 
 
 def run_plan(plan: PipelinePlan, context: Any) -> tuple[PipelinePlan, dict[str, Any]]:
     """The plan with this run's params applied (``Trigger DAG w/ config``), and what they changed."""
-    from trainpipe.plan import apply_run_params
+    from trainpipe.plan.params import apply_run_params
 
     return apply_run_params(plan, dict(context.get("params") or {}))
 
@@ -25,14 +27,14 @@ def run_plan(plan: PipelinePlan, context: Any) -> tuple[PipelinePlan, dict[str, 
 def snapshot_info(context: Any) -> SnapshotInfo:
     from trainpipe.runtime.snapshot import SnapshotInfo
 
-    return SnapshotInfo.from_dict(context["ti"].xcom_pull(task_ids="snapshot"))
+    return SnapshotInfo.from_dict(context["ti"].xcom_pull(task_ids=SNAPSHOT.task_id))
 
 
 def backtest_of(context: Any) -> Backtest | None:
     """The snapshot task's verdict: this run is a backtest (``trainpipe.runtime.backtest``), or None."""
     from trainpipe.runtime.backtest import BACKTEST_XCOM, Backtest
 
-    return Backtest.from_dict(context["ti"].xcom_pull(task_ids="snapshot", key=BACKTEST_XCOM))
+    return Backtest.from_dict(context["ti"].xcom_pull(task_ids=SNAPSHOT.task_id, key=BACKTEST_XCOM))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,7 +49,7 @@ class TrainInputs:
 
 def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
     """Everything the train step needs from Airflow, whatever the launcher."""
-    from trainpipe.lineage import git_commit
+    from trainpipe.registry.lineage import git_commit
     from trainpipe.runtime.train import RunContext
 
     plan, overrides = run_plan(plan, context)
@@ -55,12 +57,12 @@ def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
     run = RunContext(dag_id=ti.dag_id, airflow_run_id=context["run_id"], try_number=ti.try_number,
                      spec_sha256=plan.spec_sha256, git_commit=git_commit(plan.source_path))
     run_tags = None
-    if plan.tuning is not None and ti.task_id == "train":
-        from trainpipe.plan import with_trial_params
+    if plan.tuning is not None and ti.task_id == TRAIN.task_id:
+        from trainpipe.plan.params import with_trial_params
         from trainpipe.runtime.tuning import best_trial_tags
 
         # The final training: the search's best parameters over the plan's (and a trigger's) values.
-        best = ti.xcom_pull(task_ids="pick_best")
+        best = ti.xcom_pull(task_ids=PICK_BEST.task_id)
         plan, run_tags = with_trial_params(plan, best["params"]), best_trial_tags(best)
     if backtest_of(context) is not None:
         from trainpipe.runtime.backtest import BACKTEST_TAG
@@ -95,7 +97,7 @@ def training_failure_noted(context: Any, retries: int | None) -> Iterator[None]:
     """A failed training leaves the run's note (the trainer's reason, in a few words) before failing the try;
     a later try that succeeds starts without it (Airflow clears a try's XComs)."""
     from trainpipe.errors import TrainingFailedError
-    from trainpipe.run_notes import leave_note, training_note
+    from trainpipe.runtime.run_notes import leave_note, training_note
 
     try:
         yield
@@ -115,7 +117,7 @@ def log_trained(log: Any, result: TrainingResult) -> None:
 def leave_usage_note(context: Any, plan: PipelinePlan, settings: Any, result: TrainingResult) -> None:
     """The run's note says what its training cost (every try's GPU and CPU hours, and the money) and
     the training throughput of the try that finished."""
-    from trainpipe.run_notes import leave_note
+    from trainpipe.runtime.run_notes import leave_note
     from trainpipe.runtime.train import run_dir_for
     from trainpipe.runtime.usage import run_usage, usage_note
 
@@ -131,7 +133,7 @@ def training_key_unless_cached(plan: PipelinePlan, context: Any, inputs: TrainIn
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from trainpipe.errors import SpecError
-    from trainpipe.run_notes import inputs_unchanged_note, leave_note
+    from trainpipe.runtime.run_notes import inputs_unchanged_note, leave_note
     from trainpipe.runtime.training_cache import cached_version, forced, training_key
 
     key = training_key(inputs.plan, inputs.snapshot, param_overrides=inputs.param_overrides)

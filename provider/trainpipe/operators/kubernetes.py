@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import MissingExtraError, TrainpipeError
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from kubernetes.client import models as k8s
 
     from trainpipe.kubernetes.tries import TryResources
-    from trainpipe.plan import PipelinePlan
+    from trainpipe.plan.model import PipelinePlan
 
 operator_log = logging.getLogger(__name__)
 # How long create_job waits for the Job controller to create every pod before monitoring starts.
@@ -67,7 +67,7 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
 
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.operators.context import failed_for_good_on_refused_resume, train_inputs, training_key_unless_cached
-    from trainpipe.run_notes import leave_note, retry_note
+    from trainpipe.runtime.run_notes import leave_note, retry_note
     from trainpipe.runtime.train import prepare_training_run
     from trainpipe.settings import Settings
 
@@ -147,16 +147,15 @@ def account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str
     try:
         _account_kubernetes_try(plan, context, outcome=outcome, mlflow_run_id=mlflow_run_id, resources=resources,
                                 reason=reason)
-    except Exception as err:  # noqa: BLE001 - see the docstring
+    except Exception as err:
         operator_log.warning("could not record the GPU/CPU hours of this try: %s: %s", type(err).__name__, err)
 
 
 def _account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None,
                             resources: TryResources | None, reason: str | None) -> None:
-    from datetime import timezone
 
-    from trainpipe.checkpoint_state import read_training_status
     from trainpipe.hooks.mlflow import MlflowHook
+    from trainpipe.runtime.checkpoint_state import read_training_status
     from trainpipe.runtime.train import run_dir_for
     from trainpipe.runtime.usage import account_try
     from trainpipe.settings import Settings
@@ -169,11 +168,11 @@ def _account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: st
         try:
             mlflow_run_id = hook.run_for_dag_run(pipeline_id=plan.dag_id, dag_id=context["ti"].dag_id,
                                                  airflow_run_id=context["run_id"], tags={})
-        except Exception as err:  # noqa: BLE001 - the ledger is still written; MLflow gets it with the next try
+        except Exception as err:
             operator_log.warning("MLflow unreachable: the failed try's hours are only in usage.json (%s)", err)
     status = read_training_status(run_dir)
     started_at = (status.started_at if status is not None and status.try_number == try_number
-                  else datetime.now(timezone.utc))
+                  else datetime.now(UTC))
     account_try(run_dir, resources=plan.resources, pipeline_id=plan.dag_id, try_number=try_number,
                 started_at=started_at, outcome=outcome, client=hook.client, mlflow_run_id=mlflow_run_id, reason=reason,
                 memory=resources.memory if resources is not None else None,
@@ -187,7 +186,7 @@ def account_failed_try(operator: Any, context: Context, pods: Any) -> None:
 
     try:
         outcome, reason = failed_try_end(pods())
-    except Exception as err:  # noqa: BLE001 - the try is still recorded, as failed
+    except Exception as err:
         operator.log.warning("could not read how the pods ended: %s: %s", type(err).__name__, err)
         outcome, reason = "failed", None
     if reason is not None or outcome != "failed":
@@ -204,7 +203,7 @@ def _try_resources_of(operator: Any, context: Context) -> TryResources | None:
         return bound
     try:
         return resources_for_try(operator.plan, airflow_run_id=context["run_id"], try_number=context["ti"].try_number)
-    except Exception as err:  # noqa: BLE001 - the try is recorded without them
+    except Exception as err:
         operator.log.warning("could not read the run's earlier tries: %s: %s", type(err).__name__, err)
         return None
 
@@ -372,8 +371,8 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
     def _await_admission(self, job: k8s.V1Job) -> None:
         """A queued Job has no pods until Kueue admits it: say so (task log, status.json) instead of
         timing out on pods; the try's clock (stall watch, cost) starts at admission."""
-        from trainpipe.checkpoint_state import queue_wait_text
         from trainpipe.kubernetes.admission import wait_for_admission
+        from trainpipe.runtime.checkpoint_state import queue_wait_text
 
         queue = self.plan.kubernetes.queue
         name, namespace = job.metadata.name, job.metadata.namespace
@@ -399,7 +398,7 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
             record_training_status(self.plan.dag_id, settings=Settings.from_env(), airflow_run_id=context["run_id"],
                                    state=state, try_number=context["ti"].try_number,
                                    clear_number=dag_run_clear_number(context), queue=queue)
-        except Exception as err:  # noqa: BLE001 - the sensor then sees an older status; the wait goes on
+        except Exception as err:
             self.log.warning("could not record the %s status for the checkpoint sensor: %s", state, err)
 
     def _await_pods(self, job: k8s.V1Job) -> None:

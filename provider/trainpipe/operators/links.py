@@ -15,6 +15,8 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseOperatorLink
 
+from trainpipe.plan.steps import REGISTER, TRAIN, VALIDATE
+
 log = logging.getLogger(__name__)
 
 EVALUATION_REPORT = "evaluation/report.html"
@@ -40,10 +42,10 @@ def _mlflow_run_id(ti: Any) -> str | None:
 
     Never asks the tracking store: these links are made as each task ends, and on a new SQLite store the first
     question creates its tables, which raced with the train task doing the same (its first try failed)."""
-    trained = ti.xcom_pull(task_ids="train") or {}
+    trained = ti.xcom_pull(task_ids=TRAIN.task_id) or {}
     if trained.get("mlflow_run_id"):
         return trained["mlflow_run_id"]
-    return ti.xcom_pull(task_ids="validate", key=DRIFT_RUN_XCOM) or None
+    return ti.xcom_pull(task_ids=VALIDATE.task_id, key=DRIFT_RUN_XCOM) or None
 
 
 class _TrainpipeLink(BaseOperatorLink):
@@ -94,7 +96,7 @@ class ModelVersionLink(_TrainpipeLink):
     name = "Model version"
 
     def url(self, operator: Any, ti: Any) -> str | None:
-        registered = ti.xcom_pull(task_ids="register") or {}
+        registered = ti.xcom_pull(task_ids=REGISTER.task_id) or {}
         ui = _mlflow_ui(operator)
         if ui and registered.get("version"):
             return f"{ui}/#/models/{quote(registered['model_name'], safe='')}/versions/{registered['version']}"

@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator
 
-from trainpipe.lineage import git_commit
-from trainpipe.openlineage import LineageFacets
 from trainpipe.operators.context import (
     backtest_of,
     failed_for_good_on_refused_resume,
@@ -31,12 +29,15 @@ from trainpipe.operators.links import (
     MlflowRunLink,
     ModelVersionLink,
 )
+from trainpipe.operators.openlineage import LineageFacets
+from trainpipe.plan.steps import EVALUATE, REGISTER, TRAIN
+from trainpipe.registry.lineage import git_commit
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from trainpipe.plan import PipelinePlan
+    from trainpipe.plan.model import PipelinePlan
 
 
 class _PipelineStepOperator(BaseOperator):
@@ -58,12 +59,12 @@ class _PipelineStepOperator(BaseOperator):
         return Settings.from_env()
 
     @functools.cached_property
-    def hook(self):  # noqa: ANN201 - MlflowHook
+    def hook(self):
         from trainpipe.hooks.mlflow import MlflowHook
 
         return MlflowHook(self.settings)
 
-    def snapshot_info(self, context: Context):  # noqa: ANN201 - SnapshotInfo
+    def snapshot_info(self, context: Context):
         return snapshot_info(context)
 
     def lineage_tags(self, context: Context, trained: dict[str, Any]) -> dict[str, str]:
@@ -79,11 +80,11 @@ class _PipelineStepOperator(BaseOperator):
             "weights_sha256": trained["weights_sha256"],
         }
         if trained.get("training_key"):  # what a later run with the same inputs finds (training.cache)
-            from trainpipe.registry import TRAINING_KEY_TAG
+            from trainpipe.registry.model_registry import TRAINING_KEY_TAG
 
             tags[TRAINING_KEY_TAG] = trained["training_key"]
         if snapshot.window_end is not None:  # what tells a later run for an older window that it is a backtest
-            from trainpipe.registry import WINDOW_END_TAG
+            from trainpipe.registry.model_registry import WINDOW_END_TAG
 
             tags[WINDOW_END_TAG] = snapshot.window_end
         commit = git_commit(self.plan.source_path)
@@ -149,7 +150,7 @@ class ValidateDataOperator(LineageFacets, _PipelineStepOperator):
                                        settings=self.settings, dag_id=self.dag_id, run_id=context["run_id"],
                                        hook=self.hook, move_baseline=backtest_of(context) is None)
         except ValidationFailedError as err:
-            from trainpipe.run_notes import leave_note, validation_note
+            from trainpipe.runtime.run_notes import leave_note, validation_note
 
             if err.drift_mlflow_run_id:
                 context["ti"].xcom_push(key=DRIFT_RUN_XCOM, value=err.drift_mlflow_run_id)
@@ -196,9 +197,9 @@ class EvaluateOperator(_PipelineStepOperator):
     operator_extra_links = (MlflowRunLink(), EvaluationReportLink())
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trainpipe.runtime.evaluate import evaluate
+        from trainpipe.evaluation.evaluate import evaluate
 
-        trained = context["ti"].xcom_pull(task_ids="train")
+        trained = context["ti"].xcom_pull(task_ids=TRAIN.task_id)
         plan = self.run_plan(context)
         snapshot = self.snapshot_info(context)
         return evaluate(plan.evaluation, plan.registration, holdout_uri=snapshot.holdout_uri, model_uri=trained["model_uri"],
@@ -220,9 +221,9 @@ class GateOperator(ShortCircuitOperator):
         self.plan = plan
 
     def _all_gates_pass(self, **context: Any) -> bool:
-        from trainpipe.runtime.evaluate import log_gate
+        from trainpipe.evaluation.evaluate import log_gate
 
-        evaluation = context["ti"].xcom_pull(task_ids="evaluate")
+        evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         for outcome in evaluation["gates"]:
             log_gate(outcome, self.log)
         note_below_baseline(evaluation, context)
@@ -234,7 +235,7 @@ class GateOperator(ShortCircuitOperator):
 
 def note_below_baseline(evaluation: dict[str, Any], context: Any) -> None:
     """The run's note says when the candidate does worse than the baseline model, gated or not."""
-    from trainpipe.run_notes import below_baseline_note, leave_note
+    from trainpipe.runtime.run_notes import below_baseline_note, leave_note
 
     below = evaluation.get("below_baseline") or []
     if below:
@@ -248,10 +249,10 @@ def on_failure_of_gates(plan: PipelinePlan, evaluation: dict[str, Any], context:
     from airflow.sdk.exceptions import AirflowFailException
 
     from trainpipe.errors import GatesFailedError
-    from trainpipe.notifications import Message, send
-    from trainpipe.plan import GATE_FAILURE
-    from trainpipe.run_notes import leave_note
-    from trainpipe.runtime.gate_table import as_html, as_text, gate_table, summary
+    from trainpipe.evaluation.gate_table import as_html, as_text, gate_table, summary
+    from trainpipe.notifications.channels import Message, send
+    from trainpipe.plan.model import GATE_FAILURE
+    from trainpipe.runtime.run_notes import leave_note
 
     fail = plan.evaluation.on_gate_failure == "fail"
     table = gate_table(evaluation)
@@ -287,8 +288,8 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
     operator_extra_links = (ModelVersionLink(), EvaluationReportLink())
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trainpipe.registry import register_candidate
-        from trainpipe.run_notes import backtest_note, leave_note
+        from trainpipe.registry.model_registry import register_candidate
+        from trainpipe.runtime.run_notes import backtest_note, leave_note
 
         backtest = backtest_of(context)
         if backtest is not None and not self.plan.registration.backtest.register:
@@ -297,8 +298,8 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
             leave_note(context["ti"], backtest_note(backtest.window))
             raise AirflowSkipException(f"backtest for {backtest.window} ({backtest.reason}): its metrics are on the "
                                        "MLflow run; nothing registered (registration.backtest.register: false)")
-        trained = context["ti"].xcom_pull(task_ids="train")
-        evaluation = context["ti"].xcom_pull(task_ids="evaluate")
+        trained = context["ti"].xcom_pull(task_ids=TRAIN.task_id)
+        evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         self.skip_identical_weights(context, trained)
         from trainpipe.runtime.usage import version_usage_tags
 
@@ -318,8 +319,8 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
         """A candidate whose weights are the production version's is no new version (whatever the cache)."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from trainpipe.registry import same_weights_as_production
-        from trainpipe.run_notes import leave_note, weights_unchanged_note
+        from trainpipe.registry.model_registry import same_weights_as_production
+        from trainpipe.runtime.run_notes import leave_note, weights_unchanged_note
 
         registration = self.plan.registration
         same = same_weights_as_production(self.hook.client, registration, trained["weights_sha256"],
@@ -343,14 +344,14 @@ class PromoteOperator(LineageFacets, _PipelineStepOperator):
 
     def promotion_reason(self, context: Context) -> tuple[str, str, dict[str, Any]]:
         """Who promotes, a one-line why, and the details (JSON on the version)."""
-        from trainpipe.registry import dag_actor, gate_summary
+        from trainpipe.registry.model_registry import dag_actor, gate_summary
 
-        evaluation = context["ti"].xcom_pull(task_ids="evaluate")
+        evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         details = {"dag_id": self.dag_id, "airflow_run_id": context["run_id"], "gates": evaluation["gates"],
                    "gates_passed": evaluation["gates_passed"]}
         actor, reason = dag_actor(self.dag_id, context["run_id"]), gate_summary(evaluation["gates"])
         if self.plan.registration.approval.required:
-            from trainpipe.plan import APPROVE_TASK
+            from trainpipe.plan.steps import APPROVE_TASK
 
             # Approved by a person (or by the timeout, with on_timeout: approve): they promote.
             approval = context["ti"].xcom_pull(task_ids=APPROVE_TASK) or {}
@@ -361,9 +362,9 @@ class PromoteOperator(LineageFacets, _PipelineStepOperator):
 
     def leave_promotion_note(self, context: Context, version: Any, approval: dict[str, Any] | None) -> None:
         """The run's note: the version and the main metric (the spec's first) against the replaced champion's."""
-        from trainpipe.run_notes import leave_note, promotion_note
+        from trainpipe.runtime.run_notes import leave_note, promotion_note
 
-        evaluation = context["ti"].xcom_pull(task_ids="evaluate")
+        evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         metric = self.plan.evaluation.metrics[0] if self.plan.evaluation.metrics else None
         champion = evaluation.get("champion") or {}
         champion_version = evaluation.get("champion_version")
@@ -376,14 +377,14 @@ class PromoteOperator(LineageFacets, _PipelineStepOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from trainpipe.registry import promote_once
+        from trainpipe.registry.model_registry import promote_once
 
-        registered = context["ti"].xcom_pull(task_ids="register")
+        registered = context["ti"].xcom_pull(task_ids=REGISTER.task_id)
         self.keep_lineage(registered=registered)
         if backtest_of(context) is not None:
             # Register's note says why; run on its own (`airflow tasks test`), promote must not move it either.
             raise AirflowSkipException("a backtest is never promoted (registration.backtest.promote: deny)")
-        if not context["ti"].xcom_pull(task_ids="evaluate")["gates_passed"]:
+        if not context["ti"].xcom_pull(task_ids=EVALUATE.task_id)["gates_passed"]:
             # The gate task skips this one; run on its own (`airflow tasks test`), it must not promote either.
             raise AirflowSkipException("a gate failed: nothing is promoted")
         actor, reason, details = self.promotion_reason(context)
@@ -410,7 +411,7 @@ class PromoteOperator(LineageFacets, _PipelineStepOperator):
         ``dataset_digest``. A re-run (nothing moved) describes the version promoted before, as it is."""
         from airflow.sdk import Asset
 
-        evaluation = context["ti"].xcom_pull(task_ids="evaluate") or {}
+        evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id) or {}
         extra = {"model": promotion.model_name, "version": promotion.version, "alias": promotion.alias,
                  "previous_version": promotion.replaced_version,
                  "metrics": {name: float(value) for name, value in (evaluation.get("candidate") or {}).items()},

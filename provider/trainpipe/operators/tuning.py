@@ -6,11 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.operators.context import train_inputs
 from trainpipe.operators.pipeline import _PipelineStepOperator
+from trainpipe.plan.steps import CREATE_STUDY
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from trainpipe.plan import PipelinePlan
+    from trainpipe.plan.model import PipelinePlan
 
 
 class CreateStudyOperator(_PipelineStepOperator):
@@ -42,7 +43,7 @@ class TrialOperator(_PipelineStepOperator):
         from trainpipe.runtime.tuning import run_worker
 
         inputs = train_inputs(self.plan, context)
-        study = context["ti"].xcom_pull(task_ids="create_study")
+        study = context["ti"].xcom_pull(task_ids=CREATE_STUDY.task_id)
         with failed_for_good_on_refused_resume():
             return run_worker(inputs.plan, self.slot, inputs.snapshot, settings=self.settings, run=inputs.run,
                               study=study, hook=self.hook, on_line=lambda line: self.log.info("%s", line))
@@ -54,6 +55,6 @@ class PickBestOperator(_PipelineStepOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from trainpipe.runtime.tuning import pick_best
 
-        study = context["ti"].xcom_pull(task_ids="create_study")
+        study = context["ti"].xcom_pull(task_ids=CREATE_STUDY.task_id)
         return pick_best(self.run_plan(context), settings=self.settings, study=study, hook=self.hook,
                          on_line=lambda line: self.log.info("%s", line))

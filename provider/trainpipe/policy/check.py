@@ -10,16 +10,18 @@ defaults file it came from), else at the nearest section that is.
 from __future__ import annotations
 
 import functools
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 from trainpipe import uris
 from trainpipe.errors import SpecProblem
-from trainpipe.plan import PRIORITY_WEIGHTS, TeamPlan, priority_class_for
+from trainpipe.plan.model import PRIORITY_WEIGHTS, TeamPlan, priority_class_for
 from trainpipe.policy import globs
-from trainpipe.policy.model import FAULT_INJECTION_ENV, Policy, TeamPolicy, fault_injection_allowed_by_env
+from trainpipe.policy.model import Policy, TeamPolicy
+from trainpipe.settings import FAULT_INJECTION_ENV
 from trainpipe.spec.loader import FieldPath, LoadedYaml
-from trainpipe.spec.models import PipelineSpec, param_bounds
+from trainpipe.spec.sections.pipeline import PipelineSpec, param_bounds
 
 # Fewest seconds between two runs of each preset (a month: February; a quarter: January to April).
 _PRESET_SECONDS = {"@hourly": 3600, "@daily": 86400, "@weekly": 7 * 86400, "@monthly": 28 * 86400,
@@ -53,13 +55,13 @@ class _Judge:
 
 
 def check_spec(spec: PipelineSpec, loaded: LoadedYaml, *, policy: Policy | None, team: str | None,
-               storage_root: str) -> list[SpecProblem]:
+               storage_root: str, fault_injection: bool = False) -> list[SpecProblem]:
     """Every way ``spec`` (of ``team`` under ``policy``) goes beyond what the platform allows. Without a
-    policy only fault injection is judged (allowed by ``TRAINPIPE_ALLOW_FAULT_INJECTION`` alone)."""
+    policy only fault injection is judged (allowed by ``fault_injection``, the platform's switch, alone)."""
     testing = spec.training.testing
     injects = testing.inject_nan_at_step is not None or testing.crash_first_try_after_step is not None
     if policy is None or team is None:
-        if injects and not fault_injection_allowed_by_env():
+        if injects and not fault_injection:
             return [loaded.problem(("training", "testing"), (
                 "fault injection is for trainpipe's own tests and is off on this platform; remove training.testing "
                 f"(the platform enables it with {FAULT_INJECTION_ENV}=1, or per team with `testing: true` in its "
@@ -250,7 +252,7 @@ def schedule_min_gap(schedule: str, bound: timedelta, start: datetime) -> timede
     if schedule.startswith("@"):
         seconds = _PRESET_SECONDS.get(schedule)
         return timedelta(seconds=seconds) if seconds is not None else None
-    return _cron_min_gap(schedule, int(bound.total_seconds()), start.astimezone(timezone.utc).replace(tzinfo=None))
+    return _cron_min_gap(schedule, int(bound.total_seconds()), start.astimezone(UTC).replace(tzinfo=None))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -264,7 +266,7 @@ def _cron_min_gap(expression: str, bound: int, start: datetime) -> timedelta:
         minutes = list(range(60)) if fields[0] == ["*"] else fields[0]
         hours = list(range(24)) if fields[1] == ["*"] else fields[1]
         times = sorted(h * 60 + m for h in hours for m in minutes)
-        gaps = [b - a for a, b in zip(times, times[1:])] + [1440 - times[-1] + times[0]]
+        gaps = [b - a for a, b in pairwise(times)] + [1440 - times[-1] + times[0]]
         if min(gaps) * 60 >= bound:
             return timedelta(seconds=min(gaps) * 60)
     runs = croniter(expression, start)

@@ -12,16 +12,18 @@ import difflib
 import hashlib
 import os
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from trainpipe.costs import PriceTable
 from trainpipe.errors import SpecError, SpecProblem
-from trainpipe.policy import FAULT_INJECTION_ENV, POLICY_ENV, globs
+from trainpipe.plan.costs import PriceTable
+from trainpipe.policy import globs
+from trainpipe.settings import POLICY_ENV, Settings
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_text, read_spec_text
-from trainpipe.spec.kubernetes import Quantity
+from trainpipe.spec.sections.kubernetes import Quantity
 from trainpipe.spec.types import Duration
 
 # What the DAGs' Airflow roles may be given on a DAG (the FAB auth manager's DAG permissions).
@@ -197,7 +199,7 @@ class PolicySpec(_Model):
                              f"{', '.join(sorted(self.teams))}, or null")
         for kind in ("pipeline_id_prefix", "model_name_prefix"):
             owners = sorted((getattr(team, kind), name) for name, team in self.teams.items() if getattr(team, kind))
-            for (first, first_team), (second, second_team) in zip(owners, owners[1:]):
+            for (first, first_team), (second, second_team) in pairwise(owners):
                 if second.startswith(first):
                     raise ValueError(f"{kind} {second!r} of team {second_team} starts with {first!r} of team "
                                      f"{first_team}: the two teams' names could collide; make neither a prefix of "
@@ -227,7 +229,8 @@ def _problem(loaded: LoadedYaml, error: dict[str, Any]) -> SpecProblem:
         model = _model_at(path[:-1])
         valid = list(model.model_fields) if model else []
         close = difflib.get_close_matches(str(path[-1]), valid, n=1, cutoff=0.5)
-        return loaded.problem(path, f"unknown key; {f'did you mean `{close[0]}`?' if close else 'valid keys: ' + ', '.join(valid)}")
+        hint = f"did you mean `{close[0]}`?" if close else "valid keys: " + ", ".join(valid)
+        return loaded.problem(path, f"unknown key; {hint}")
     if error["type"] == "missing":
         return loaded.problem(path, "required field is missing; add it")
     message = str(error["msg"]).removeprefix("Value error, ")
@@ -319,16 +322,16 @@ def load_policy(path: Path, text: str | None = None) -> Policy:
     return policy
 
 
-def policy_from_env() -> Policy | None:
-    """The policy in force (``TRAINPIPE_POLICY``), or None without one; ``PolicyError`` when broken."""
-    path = os.environ.get(POLICY_ENV)
-    return load_policy(Path(path)) if path else None
+def policy_in_force(settings: Settings | None = None) -> Policy | None:
+    """The policy in force (``settings.policy_path``), or None without one; ``PolicyError`` when broken."""
+    path = (settings or Settings.from_env()).policy_path
+    return load_policy(path) if path else None
 
 
 def load_price_table(path: str | os.PathLike[str] | None = None) -> PriceTable | None:
-    """The price table of the policy file (``path``, else ``$TRAINPIPE_POLICY``); None without a file or
+    """The price table of the policy file (``path``, else the settings' policy); None without a file or
     without ``costs:`` in it (runs then record device-hours, no money). ``PolicyError`` when broken."""
-    path = path or os.environ.get(POLICY_ENV)
+    path = path or Settings.from_env().policy_path
     if not path:
         return None
     costs = load_policy(Path(path)).spec.costs
@@ -336,10 +339,6 @@ def load_price_table(path: str | os.PathLike[str] | None = None) -> PriceTable |
         return None
     return PriceTable(gpu_hour=dict(costs.gpu_hour or {}), cpu_hour=costs.cpu_hour or 0.0,
                       spot_discount=costs.spot_discount or 0.0)
-
-
-def fault_injection_allowed_by_env() -> bool:
-    return os.environ.get(FAULT_INJECTION_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def relative_spec_path(spec_path: Path, root: Path) -> str | None:

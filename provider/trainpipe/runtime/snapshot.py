@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe import storage
 from trainpipe.errors import SpecError, ValidationFailedError
+from trainpipe.plan.model import DataPlan, ValidationPlan
 from trainpipe.settings import Settings
-from trainpipe.plan import DataPlan, ValidationPlan
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from trainpipe.drift import DriftReport
+    from trainpipe.checks.drift import DriftReport
     from trainpipe.hooks.mlflow import MlflowHook
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,8 @@ def _cut_window(frame: pd.DataFrame, data: DataPlan, logical_date: datetime) -> 
     except (ValueError, TypeError, OverflowError) as error:  # pandas quotes the value it could not parse
         raise SpecError(f"data.time_column: column {data.time_column!r} of {data.uri} does not hold dates and times "
                         f"({type(error).__name__}); check data.time_column") from None
-    end = pd.Timestamp(logical_date).tz_convert("UTC") if pd.Timestamp(logical_date).tzinfo else pd.Timestamp(logical_date, tz="UTC")
+    stamp = pd.Timestamp(logical_date)
+    end = stamp.tz_convert("UTC") if stamp.tzinfo else pd.Timestamp(logical_date, tz="UTC")
     start = end - pd.Timedelta(data.window)
     window = frame[(times > start) & (times <= end)].reset_index(drop=True)
     return window, start.isoformat(), end.isoformat()
@@ -144,7 +145,7 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
                   dag_id: str | None = None, run_id: str | None = None) -> SnapshotInfo:
     """Snapshot the window as a dataset version; identical content is stored once (its first
     manifest, with the run that created it, is kept and returned)."""
-    from trainpipe import drift
+    from trainpipe.checks import drift
 
     source = storage.resolve_uri(data.uri, settings, data.conn_id)
     if data.allowed_uris is not None:  # under a policy: checked here again, with this worker's storage root
@@ -200,11 +201,11 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
     return info
 
 
-def versions_root(settings: Settings, pipeline_id: str):  # noqa: ANN201 - ObjectStoragePath
+def versions_root(settings: Settings, pipeline_id: str):
     return storage.storage_root(settings) / "snapshots" / pipeline_id
 
 
-def version_folder(settings: Settings, pipeline_id: str, digest: str):  # noqa: ANN201 - ObjectStoragePath
+def version_folder(settings: Settings, pipeline_id: str, digest: str):
     return versions_root(settings, pipeline_id) / digest[:16]
 
 
@@ -261,7 +262,7 @@ def validate_snapshot(pipeline_id: str, validation: ValidationPlan, snapshot: Sn
     With ``hook`` and ``run_id``, drift results go to the DAG run's MLflow run (the one training
     then uses): metrics ``drift_psi.<feature>``, ``drift_ks.<feature>`` and ``drift/drift_report.html``.
     """
-    from trainpipe import drift, quality
+    from trainpipe.checks import drift, quality
 
     frame = _read_version_frame(settings, snapshot.uri)
     report = quality.validate_dataframe(
@@ -330,7 +331,7 @@ def validate_snapshot(pipeline_id: str, validation: ValidationPlan, snapshot: Sn
 def _check_drift(pipeline_id: str, validation: ValidationPlan, snapshot: SnapshotInfo, frame: pd.DataFrame,
                  baseline: dict[str, Any] | None, *, settings: Settings) -> tuple[DriftReport | None, str | None]:
     """The drift report against the plan's reference, and the failure line when a feature fails."""
-    from trainpipe import drift
+    from trainpipe.checks import drift
 
     plan = validation.drift
     if plan.reference == "baseline":
@@ -389,7 +390,7 @@ def _accept(settings: Settings, pipeline_id: str, snapshot: SnapshotInfo, schema
     """Record the version as accepted, and make it the baseline of the next validation (a backtest's,
     ``move_baseline`` False, is recorded as accepted only: older data must not become what tomorrow is
     compared with)."""
-    from trainpipe import drift
+    from trainpipe.checks import drift
 
     accepted = {"digest": snapshot.digest, "accepted_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "dag_id": dag_id, "run_id": run_id}

@@ -15,35 +15,42 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from trainpipe import storage
 from trainpipe.errors import ResumeRefusedError, TrainingFailedError
 from trainpipe.hooks.mlflow import MlflowHook
-from trainpipe.launch import LaunchValues, resolve
 from trainpipe.launchers.local import LauncherStoppedError, local_python, run_local
-from trainpipe.lineage import log_spec_text
-from trainpipe.plan import FaultPlan, PipelinePlan, run_key
-from trainpipe.run_notes import preempted_leaving
+from trainpipe.plan.launch import LaunchValues, resolve
+from trainpipe.plan.model import FaultPlan, PipelinePlan, run_key
+from trainpipe.registry.lineage import log_spec_text
+from trainpipe.runtime.run_notes import preempted_leaving
 from trainpipe.runtime.snapshot import SnapshotInfo
 from trainpipe.runtime.usage import account_try
 from trainpipe.settings import Settings
 from trainpipe_trainer.config import (
+    FaultInjection,
+    TrainingConfig,
+    TuningTrial,
+)
+from trainpipe_trainer.outcomes import (
+    PREEMPTED_EXIT_CODE,
+    TrainingResult,
+    preempted_step,
+)
+from trainpipe_trainer.resume import (
+    ResumeIdentity,
+    resume_identity,
+    resume_refusal,
+)
+from trainpipe_trainer.run_layout import (
     CHECKPOINT_MANIFEST,
     CHECKPOINTS_DIR,
     OUTPUT_DIR,
-    PREEMPTED_EXIT_CODE,
     RESULT_FILE,
     TRAINER_CONFIG_FILE,
-    FaultInjection,
-    ResumeIdentity,
-    TrainingConfig,
-    TrainingResult,
-    TuningTrial,
     checkpoint_dir_name,
-    preempted_step,
-    resume_refusal,
 )
 
 log = logging.getLogger(__name__)
@@ -69,13 +76,13 @@ def _fault_injection(testing: FaultPlan, run: RunContext) -> FaultInjection | No
                           step_delay_seconds=testing.step_delay_seconds)
 
 
-def run_dir_for(pipeline_id: str, settings: Settings, airflow_run_id: str):  # noqa: ANN201 - ObjectStoragePath
+def run_dir_for(pipeline_id: str, settings: Settings, airflow_run_id: str):
     """Per DAG run, identical for every try: retries find the previous try's checkpoints here."""
     return storage.storage_root(settings) / "runs" / pipeline_id / run_key(airflow_run_id)
 
 
 def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
-                           mlflow_run_id: str | None, run_dir,  # noqa: ANN001 - ObjectStoragePath
+                           mlflow_run_id: str | None, run_dir,
                            stop_after_step: int | None = None) -> TrainingConfig:
     """The plan's trainer config template with this run's values: data, folders, tracking, tags."""
     template = plan.trainer
@@ -116,12 +123,12 @@ class PreparedRun:
     mlflow_run_id: str
 
     @property
-    def result_path(self):  # noqa: ANN201 - ObjectStoragePath
+    def result_path(self):
         return result_path_in(self.run_dir)
 
 
 def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
-                         hook: MlflowHook | None = None, run_dir=None,  # noqa: ANN001 - ObjectStoragePath
+                         hook: MlflowHook | None = None, run_dir=None,
                          param_overrides: dict | None = None, run_tags: dict[str, str] | None = None,
                          trial: TrialLaunch | None = None, stop_after_step: int | None = None) -> PreparedRun:
     """Everything before torchrun, for every launcher: resume check, MLflow run, trainer config, no stale result.
@@ -202,14 +209,14 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
             raise located(field, err) from None
 
 
-def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None:  # noqa: ANN001 - ObjectStoragePath
+def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None:
     """Refuse a run folder whose newest checkpoint another training wrote (other snapshot or settings).
 
     The same comparison and message as the trainer's guard (``ResumeIdentity``), made before
     launching so that nothing is changed. A checkpoint without a record (written before checkpoints
     had one) passes here; the trainer resumes it with a warning.
     """
-    from trainpipe.checkpoint_state import read_checkpoint_state
+    from trainpipe.runtime.checkpoint_state import read_checkpoint_state
 
     latest = read_checkpoint_state(run_dir).latest
     if latest is None:
@@ -222,18 +229,18 @@ def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None
     recorded = ResumeIdentity.from_manifest(manifest) if isinstance(manifest, dict) else None
     if recorded is None:
         return
-    changes = recorded.differences(config.resume_identity(world_size=world_size))
+    changes = recorded.differences(resume_identity(config, world_size=world_size))
     if changes:
         where = f"{config.checkpoint.root_uri}/{checkpoint_dir_name(latest.step)}"
         raise ResumeRefusedError(resume_refusal(where, changes))
 
 
-def result_path_in(run_dir):  # noqa: ANN001, ANN201 - ObjectStoragePath
+def result_path_in(run_dir):
     """Where the trainer's rank 0 writes its ``TrainingResult``."""
     return run_dir / OUTPUT_DIR / RESULT_FILE
 
 
-def read_training_result(run_dir) -> TrainingResult:  # noqa: ANN001 - ObjectStoragePath
+def read_training_result(run_dir) -> TrainingResult:
     result_path = result_path_in(run_dir)
     if not result_path.exists():
         raise TrainingFailedError(f"the trainer exited 0 but wrote no {result_path}; see the trainer output above")
@@ -242,7 +249,7 @@ def read_training_result(run_dir) -> TrainingResult:  # noqa: ANN001 - ObjectSto
 
 def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
                  hook: MlflowHook | None = None, on_line: Callable[[str], None] | None = None,
-                 run_dir=None, param_overrides: dict | None = None,  # noqa: ANN001
+                 run_dir=None, param_overrides: dict | None = None,
                  run_tags: dict[str, str] | None = None, trial: TrialLaunch | None = None,
                  stop_after_step: int | None = None) -> TrainingResult | None:
     """The one local launch: the train task and every trial of a study run it. With ``stop_after_step``
@@ -257,7 +264,7 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
     allowed = plan.launch.preemption_restarts
     # The trainer reads storage with s3fs: from the CLI, the keys come from the storage connection.
     env = {**launch.env, **storage.trainer_storage_env(settings)}
-    started_at = datetime.now(timezone.utc)
+    started_at = datetime.now(UTC)
     outcome = "failed"
     try:
         for attempt in range(allowed + 1):
@@ -348,10 +355,10 @@ class TrainerReasons:
 def record_training_status(pipeline_id: str, *, settings: Settings, airflow_run_id: str, state: str,
                            try_number: int, final: bool = False, clear_number: int = 0,
                            queue: str | None = None) -> None:
-    from trainpipe.checkpoint_state import TrainingStatus, read_training_status, write_training_status
+    from trainpipe.runtime.checkpoint_state import TrainingStatus, read_training_status, write_training_status
 
     run_dir = run_dir_for(pipeline_id, settings, airflow_run_id)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     previous = read_training_status(run_dir)
     same_try = previous is not None and previous.try_number == try_number
     # A try keeps its start time (a deferred task runs its execute callback again on each resume); a try
@@ -371,7 +378,7 @@ def _status_callback(context: Any, *, pipeline_id: str, state: str, final: bool 
         record_training_status(pipeline_id, settings=Settings.from_env(), airflow_run_id=context["run_id"], state=state,
                                try_number=context["ti"].try_number, final=final,
                                clear_number=dag_run_clear_number(context))
-    except Exception:  # noqa: BLE001 - a callback must not hide the task's own outcome
+    except Exception:
         log.exception("could not record the training status for the checkpoint sensor")
 
 
@@ -380,7 +387,7 @@ def dag_run_clear_number(context: Any) -> int:
     return int(getattr(context.get("dag_run"), "clear_number", 0) or 0)
 
 
-# The status of a train task that skipped itself (trainpipe.checkpoint_state reads it as finished).
+# The status of a train task that skipped itself (trainpipe.runtime.checkpoint_state reads it as finished).
 SKIPPED = "skipped"
 
 

@@ -17,12 +17,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import SpecError
-from trainpipe.registry import TRAINING_KEY_TAG
+from trainpipe.registry.model_registry import TRAINING_KEY_TAG
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from trainpipe.plan import PipelinePlan
+    from trainpipe.plan.model import PipelinePlan
     from trainpipe.runtime.snapshot import SnapshotInfo
 
 log = logging.getLogger(__name__)
@@ -46,9 +46,10 @@ class CachedVersion:
 def training_key(plan: PipelinePlan, snapshot: SnapshotInfo, *, param_overrides: dict[str, Any]) -> str:
     """sha256 of the snapshot, the resume identity, the trainer's version or image, and the overrides."""
     import trainpipe_trainer
+    from trainpipe_trainer.resume import resume_identity
 
     config = dataclasses.replace(plan.trainer, dataset_digest=snapshot.digest, train_data_uri=snapshot.train_uri)
-    identity = config.resume_identity(world_size=plan.launch.world_size)
+    identity = resume_identity(config, world_size=plan.launch.world_size)
     trainer = {"version": trainpipe_trainer.__version__,
                "image": plan.kubernetes.image if plan.kubernetes is not None else None}
     record = {"snapshot": snapshot.digest, "identity": identity.settings, "trainer": trainer,

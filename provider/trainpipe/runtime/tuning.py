@@ -24,15 +24,16 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainpipe import storage
 from trainpipe.errors import TrainingFailedError, TrainpipeError, TuningFailedError
-from trainpipe.launch import LaunchValues, resolve
 from trainpipe.launchers.local import local_python, run_local
-from trainpipe.plan import FaultPlan, PipelinePlan, TuningPlan, run_key, with_trial_params
+from trainpipe.plan.launch import LaunchValues, resolve
+from trainpipe.plan.model import FaultPlan, PipelinePlan, TuningPlan, run_key
+from trainpipe.plan.params import with_trial_params
 from trainpipe.runtime.train import RunContext, TrainerReasons, TrialLaunch, prepare_training_run, run_dir_for
 from trainpipe.runtime.usage import account_try
 from trainpipe.settings import Settings
@@ -68,7 +69,7 @@ log = logging.getLogger(__name__)
 TUNING_INSTALL_HINT = "pip install 'airflow-provider-trainpipe[tuning]'"
 
 
-def import_optuna():  # noqa: ANN201 - the optuna module
+def import_optuna():
     """optuna, an extra of the provider: a tuned spec parses without it, its tasks need it."""
     try:
         return _import_optuna()
@@ -109,7 +110,7 @@ def create_study(plan: PipelinePlan, *, settings: Settings, run: RunContext, hoo
         # Before any worker asks, so the warm start's points are the study's first trials; once only.
         warm_start(study, plan, settings=settings, hook=hook, emit=emit)
     if STARTED_ATTR not in study.user_attrs:
-        study.set_user_attr(STARTED_ATTR, datetime.now(timezone.utc).isoformat())
+        study.set_user_attr(STARTED_ATTR, datetime.now(UTC).isoformat())
         study.set_user_attr("metric", tuning.metric)
     parent = _parent_run(hook, plan, run, name)
     return {"study_name": name, "parent_run_id": parent}
@@ -313,7 +314,7 @@ def launch_worker(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Setti
                                                 mlflow_tracking_uri=settings.mlflow_tracking_uri))
     env = {**command.env, **storage.trainer_storage_env(settings)}
     reasons = TrainerReasons(on_line)
-    started_at = datetime.now(timezone.utc)
+    started_at = datetime.now(UTC)
     outcome = "failed"
     try:
         run_local(command.argv, env=env, on_line=reasons.line, executable=local_python(),

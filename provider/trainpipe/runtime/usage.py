@@ -3,7 +3,7 @@
 Each try of the train task (and of a trial, and of ``trainpipe reproduce``) appends one entry to
 ``<run_dir>/usage.json``: when it started and ended and the GPUs and CPUs it held, whatever its
 outcome (succeeded, failed, preempted). After each try the totals over all entries go on the MLflow
-run as the metrics ``gpu_hours``, ``cpu_hours`` and, with a price table (``trainpipe.costs``),
+run as the metrics ``gpu_hours``, ``cpu_hours`` and, with a price table (``trainpipe.plan.costs``),
 ``cost``; a later try logs larger totals, so the latest value is the run's. ``register`` copies
 them onto the model version as tags and ``trainpipe cost`` sums them.
 
@@ -15,16 +15,23 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.costs import (
-    COST, CPU_HOURS, GPU_HOURS, ON_DEMAND_GPU_HOURS, SPOT_GPU_HOURS, USAGE_KEYS, PriceTable, format_usage,
+from trainpipe.plan.costs import (
+    COST,
+    CPU_HOURS,
+    GPU_HOURS,
+    ON_DEMAND_GPU_HOURS,
+    SPOT_GPU_HOURS,
+    USAGE_KEYS,
+    PriceTable,
+    format_usage,
 )
 from trainpipe.policy.model import load_price_table
 
 if TYPE_CHECKING:
-    from trainpipe.plan import ResourcePlan
+    from trainpipe.plan.model import ResourcePlan
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +89,8 @@ class RunUsage:
     spot_gpu_hours: float = 0.0
 
     def describe(self) -> str:
-        text = f"{format_usage(self.gpu_hours, self.cpu_hours, self.cost)} over {self.tries} tr{'y' if self.tries == 1 else 'ies'}"
+        tries = f"{self.tries} tr{'y' if self.tries == 1 else 'ies'}"
+        text = f"{format_usage(self.gpu_hours, self.cpu_hours, self.cost)} over {tries}"
         if self.spot_gpu_hours and self.spot_gpu_hours < self.gpu_hours:
             text += (f" ({self.spot_gpu_hours:.3g} GPU-hours on spot, {self.gpu_hours - self.spot_gpu_hours:.3g} "
                      "on demand)")
@@ -155,14 +163,14 @@ def account_try(run_dir: Any, *, resources: ResourcePlan, pipeline_id: str, try_
                 memory: str | None = None, capacity: str | None = None) -> RunUsage | None:
     """Record one ended try and log the run's totals; None (and a warning) when that failed."""
     try:
-        tries = record_try(run_dir, try_number=try_number, started_at=started_at, ended_at=datetime.now(timezone.utc),
+        tries = record_try(run_dir, try_number=try_number, started_at=started_at, ended_at=datetime.now(UTC),
                            resources=resources, outcome=outcome, reason=reason, memory=memory, capacity=capacity)
         usage = totals(tries, resources, load_price_table())
         if mlflow_run_id is not None:
             log_usage(client, mlflow_run_id, usage, pipeline_id=pipeline_id, team=resources.team)
         log.info("this training used %s", usage.describe())
         return usage
-    except Exception as err:  # noqa: BLE001 - accounting must not turn a finished try into a failure
+    except Exception as err:
         log.warning("could not record the GPU/CPU hours of try %d: %s: %s", try_number, type(err).__name__, err)
         return None
 
@@ -180,7 +188,7 @@ def run_usage(run_dir: Any, resources: ResourcePlan) -> RunUsage | None:
     """The totals of every try recorded so far; None when the ledger or the price table cannot be read."""
     try:
         return totals(read_tries(run_dir), resources, load_price_table())
-    except Exception as err:  # noqa: BLE001 - a missing figure is reported, never fatal
+    except Exception as err:
         log.warning("could not read the GPU/CPU hours of %s: %s: %s", run_dir, type(err).__name__, err)
         return None
 

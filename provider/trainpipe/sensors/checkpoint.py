@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
@@ -10,7 +10,7 @@ from airflow.sdk import BaseSensorOperator
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from trainpipe.plan import PipelinePlan
+    from trainpipe.plan.model import PipelinePlan
 
 class CheckpointSensor(BaseSensorOperator):
     """Logs training progress and fails when no checkpoint is committed for ``stall_timeout``.
@@ -26,7 +26,7 @@ class CheckpointSensor(BaseSensorOperator):
     - training ended (succeeded, or failed for good): succeed. The train task reports its own failure.
 
     It reads ``<run_dir>/output/status.json``, written by the train task's callbacks, and the
-    committed checkpoints, through ``trainpipe.checkpoint_state`` like its trigger.
+    committed checkpoints, through ``trainpipe.runtime.checkpoint_state`` like its trigger.
     """
 
     ui_color = "#efe6fb"
@@ -43,7 +43,7 @@ class CheckpointSensor(BaseSensorOperator):
     def stall_timeout(self) -> timedelta:
         return self.plan.sensor.stall_timeout
 
-    def _run_dir(self, context: Context):  # noqa: ANN202 - ObjectStoragePath
+    def _run_dir(self, context: Context):
         from trainpipe.runtime.train import run_dir_for
         from trainpipe.settings import Settings
 
@@ -52,14 +52,14 @@ class CheckpointSensor(BaseSensorOperator):
     def _train_is_starting(self, context: Context) -> bool:
         """Whether Airflow has queued or started this run's train task. Under ``dag.test()`` it is
         still "scheduled" while this sensor runs: there the sensor reschedules at once."""
-        from trainpipe.plan import TRAIN_TASK
+        from trainpipe.plan.steps import TRAIN_TASK
 
         ti = context.get("ti")
         if ti is None:
             return False
         try:
             states = ti.get_task_states(dag_id=self.dag_id, task_ids=[TRAIN_TASK], run_ids=[context["run_id"]])
-        except Exception as err:  # noqa: BLE001 - only saves a reschedule: fall back to one
+        except Exception as err:
             self.log.warning("could not read the state of %s: %s", TRAIN_TASK, err)
             return False
         return states.get(context["run_id"], {}).get(TRAIN_TASK) in ("queued", "running")
@@ -75,7 +75,7 @@ class CheckpointSensor(BaseSensorOperator):
     def poke(self, context: Context) -> bool:
         from airflow.sdk.exceptions import AirflowRescheduleException
 
-        from trainpipe.checkpoint_state import (
+        from trainpipe.runtime.checkpoint_state import (
             TrainingStalledError,
             assess,
             read_checkpoint_state,
@@ -94,7 +94,7 @@ class CheckpointSensor(BaseSensorOperator):
             grace = self.plan.sensor.train_start_grace
             self.log.info("train is starting: waiting up to %s for its status", grace)
             state = wait_for_training_status(run_dir, state, timeout=grace.total_seconds(), clear_number=clear_number)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         progress = assess(state, now=now, stall_timeout=self.stall_timeout)
         self.log.info("%s", progress.message)
         if state.status is None and progress.kind == "waiting" and self._under_dag_test(context):
@@ -123,14 +123,14 @@ class CheckpointSensor(BaseSensorOperator):
 
     @staticmethod
     def _leave_stall_note(context: Context, message: str) -> None:
-        from trainpipe.run_notes import leave_note, stall_note
+        from trainpipe.runtime.run_notes import leave_note, stall_note
 
         if context.get("ti") is not None:  # absent only when the sensor is called outside a task
             leave_note(context["ti"], stall_note(message))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
-        from trainpipe.checkpoint_state import TrainingStalledError
         from trainpipe.errors import TrainpipeError
+        from trainpipe.runtime.checkpoint_state import TrainingStalledError
 
         if event["status"] == "success":
             self.log.info("%s", event["message"])

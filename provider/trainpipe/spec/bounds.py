@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+BoundKeyword = Literal["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"]
+
 
 @dataclass(frozen=True, slots=True)
 class ParamBound:
     """One JSON Schema bound of a run parameter, and where it comes from."""
 
-    keyword: Literal["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"]
+    keyword: BoundKeyword
     value: float
     # "params.<name>.minimum"/"maximum" when the spec declared it, else the hyperparameter's own
     # field (e.g. "training.epochs"), whose constraint a run's value must meet as well.

@@ -184,9 +184,10 @@ class _Builder:
         """Positions inside a node PyYAML builds (keys of merged mappings, items of tagged sequences),
         and the limits for everything under it (``node`` itself was counted by ``_enter``)."""
         if isinstance(node, yaml.MappingNode):
-            pairs = []
+            pairs: list[tuple[yaml.Node, FieldPath]] = []
             for key_node, value_node in node.value:
-                child = (*path, key_node.value if isinstance(key_node, yaml.ScalarNode) else None)
+                # A key that is itself a collection gets the path _mapping gives a key's own nodes.
+                child = (*path, key_node.value if isinstance(key_node, yaml.ScalarNode) else "<key>")
                 pairs += ((key_node, child), (value_node, child))
         elif isinstance(node, yaml.SequenceNode):
             pairs = [(item, (*path, index)) for index, item in enumerate(node.value)]

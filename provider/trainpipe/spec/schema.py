@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainpipe.spec.models import PipelineSpec
+from trainpipe.spec.sections.pipeline import PipelineSpec
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 SCHEMA_ID = "https://trainpipe.dev/schema/pipeline-spec.json"

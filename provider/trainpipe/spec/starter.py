@@ -167,7 +167,8 @@ class TableProfile:
             raise SpecError("--data: a ranking starter needs its query column named by hand; run init without "
                             "--data and fill in the features, label and group_column")
         times = [c for c in frame.columns if pd.api.types.is_datetime64_any_dtype(frame[c]) and c != label]
-        numeric, categorical = [], []
+        numeric: list[str] = []
+        categorical: list[str] = []
         for column in frame.columns:
             if column == label or column in times:
                 continue
@@ -233,7 +234,7 @@ def write_starter_spec(name: str, *, task: str, directory: Path, data: str | Non
     except ValueError:
         schema_ref = schema.as_uri()
     profile = None
-    if data is not None:
+    if data is not None and label is not None:
         profile = TableProfile.of(table, label=label, task=task, source=data)
     text = starter_spec_text(name, task=task, schema_ref=schema_ref, profile=profile, data_uri=data)
     validate_loaded(load_yaml_text(text, str(path)))  # a starter that does not validate is a bug

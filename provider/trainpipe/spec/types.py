@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, WithJsonSchema
 
@@ -51,3 +51,7 @@ Duration = Annotated[
         }
     ),
 ]
+
+
+# Where the trainer runs: the local launcher (torchrun on this worker) or Kubernetes (a Pod or an Indexed Job).
+Launcher = Literal["local", "kubernetes"]

@@ -12,27 +12,20 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
-from trainpipe import metrics
 from trainpipe.errors import SpecError, SpecProblem
-from trainpipe.launch import reserved_env_reason
 from trainpipe.spec import expectations as expectation_table
-from trainpipe.spec.kubernetes import looks_like_credential
+from trainpipe.spec import metric_names as metrics
+from trainpipe.spec.environment import reserved_env_reason
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
-from trainpipe.spec.models import (
-    CATEGORICAL_ONLY_OPTIONS,
-    NUMERIC_ONLY_OPTIONS,
-    OVERRIDABLE_PARAMS,
-    PRUNER_DEFAULTS,
-    TUNABLE_PARAMS,
-    GateSpec,
-    PipelineSpec,
-    _normalise_expectation,
-    _parse_gate,
-    bounds_at,
-    overridden_value,
-    param_bounds,
-)
+from trainpipe.spec.sections.evaluation import GateSpec, _parse_gate
+from trainpipe.spec.sections.kubernetes import looks_like_credential
+from trainpipe.spec.sections.params import OVERRIDABLE_PARAMS
+from trainpipe.spec.sections.pipeline import PipelineSpec, bounds_at, overridden_value, param_bounds
+from trainpipe.spec.sections.training import CATEGORICAL_ONLY_OPTIONS, NUMERIC_ONLY_OPTIONS
+from trainpipe.spec.sections.tuning import PRUNER_DEFAULTS, TUNABLE_PARAMS, TuningSpec
+from trainpipe.spec.sections.validation import _normalise_expectation
 from trainpipe_trainer.config import CHECKPOINT_METRICS
 
 
@@ -59,7 +52,7 @@ def _model_at(path: FieldPath) -> type[BaseModel] | None:
     return model
 
 
-def _pydantic_problem(loaded: LoadedYaml, error: dict[str, Any]) -> SpecProblem:
+def _pydantic_problem(loaded: LoadedYaml, error: ErrorDetails) -> SpecProblem:
     path: FieldPath = tuple(error["loc"])
     kind = error["type"]
     if kind == "extra_forbidden":
@@ -238,9 +231,8 @@ def _drift_problems(loaded: LoadedYaml, features: list[Any] | None) -> list[Spec
     def check_levels(path: FieldPath, levels: Any) -> None:
         if not isinstance(levels, dict):
             return
-        warn, fail = levels.get("warn"), levels.get("fail")
-        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (warn, fail))
-        if numbers and warn > fail:
+        warn, fail = _number(levels.get("warn")), _number(levels.get("fail"))
+        if warn is not None and fail is not None and warn > fail:
             problems.append(loaded.problem((*path, "warn"),
                 f"warn level {warn:g} is above the fail level {fail:g}; a warning must come first: lower warn or raise fail"))
 
@@ -279,6 +271,11 @@ def airflow_without_deadlines(version: str | None = None) -> str | None:
     numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:2])
     return None if numbers >= DEADLINE_AIRFLOW else version
 
+
+
+def _number(value: Any) -> float | None:
+    """``value`` if it is a number (YAML's true and false are not), else None."""
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else value
 
 def _installed(distribution: str) -> bool:
     """By the package metadata: importing the provider would import Airflow, which the spec stage never does."""
@@ -444,8 +441,8 @@ def _tuning_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem
                 add((*here, distribution.kind), f"{value:g} is not a valid {'.'.join(path)}: it must be "
                                                 f"{broken.describe()}; narrow the range")
                 break
-    problems.extend(_tuning_metric_problems(loaded, spec))
-    problems.extend(_pruner_problems(loaded, spec))
+    problems.extend(_tuning_metric_problems(loaded, tuning, spec.training.task))
+    problems.extend(_pruner_problems(loaded, tuning))
     training = spec.training
     if training.launcher != "local":
         add(("tuning",), "trials run with the local launcher only for now; use training.launcher: local, or "
@@ -460,9 +457,8 @@ def _tuning_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem
     return problems
 
 
-def _tuning_metric_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]:
+def _tuning_metric_problems(loaded: LoadedYaml, tuning: TuningSpec, task: str) -> list[SpecProblem]:
     """``tuning.metric`` is one the task's trainer computes at its checkpoints; ``direction`` is its own."""
-    tuning, task = spec.tuning, spec.training.task
     reported = CHECKPOINT_METRICS[task]
     if tuning.metric not in reported:
         others = [t for t, metrics in CHECKPOINT_METRICS.items() if tuning.metric in metrics]
@@ -481,9 +477,8 @@ def _tuning_metric_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[Spec
     return []
 
 
-def _pruner_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]:
+def _pruner_problems(loaded: LoadedYaml, tuning: TuningSpec) -> list[SpecProblem]:
     """The pruner's options: only those of its type, and settings under which it can still stop a trial."""
-    tuning = spec.tuning
     pruner = tuning.pruner
     here = ("tuning", "pruner")
     problems: list[SpecProblem] = []
@@ -559,7 +554,7 @@ def _launcher_problems(loaded: LoadedYaml) -> list[SpecProblem]:
 
 
 def _environment_problems(loaded: LoadedYaml, kubernetes: dict[str, Any]) -> list[SpecProblem]:
-    """Variables a spec may not set (``trainpipe.launch.reserved_env_reason``): what trainpipe or
+    """Variables a spec may not set (``trainpipe.spec.environment.reserved_env_reason``): what trainpipe or
     torchrun set, and what redirects code, credentials or outputs."""
     problems: list[SpecProblem] = []
     for key, from_secret in (("env", False), ("secret_env", True)):
@@ -592,6 +587,8 @@ def _param_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]
             problems.append(loaded.problem((*here, "maximum"),
                 f"maximum {param.maximum:g} is below minimum {param.minimum:g}; swap them"))
             continue
+        where: FieldPath
+        default: Any
         if param.default is not None:
             default, source, where = param.default, "the default", (*here, "default")
         else:
@@ -644,7 +641,7 @@ def _retry_resource_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[Spe
                 "or leave reduce_batch out")))
     if section.capacity is not None:
         for kind in ("spot", "on_demand"):
-            for key, value in getattr(section.capacity, kind).node_selector.items():
+            for key in getattr(section.capacity, kind).node_selector:
                 if key in section.node_selector:
                     problems.append(loaded.problem((*base, "capacity", kind, "node_selector", key), (
                         f"{key} is also in training.kubernetes.node_selector ({section.node_selector[key]!r}); a "

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from trainpipe.checkpoint_state import CheckpointState, Progress, assess, read_checkpoint_state, refresh_status
-from trainpipe.plan import STATUS_POLL_SECONDS
+from trainpipe.plan.model import STATUS_POLL_SECONDS
+from trainpipe.runtime.checkpoint_state import CheckpointState, Progress, assess, read_checkpoint_state, refresh_status
 
 # Consecutive failed reads of the run folder before the trigger gives up (a storage outage).
 MAX_READ_ERRORS = 5
@@ -19,7 +19,7 @@ class Clock:
     drive minutes of a trigger's life in milliseconds, with no wall-clock sleeps."""
 
     def now(self) -> datetime:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
 
     def monotonic(self) -> float:
         return asyncio.get_running_loop().time()
@@ -35,7 +35,7 @@ class CheckpointTrigger(BaseTrigger):
     end of training is noticed within seconds) and the committed checkpoints every ``poll_interval``
     seconds (a listing; logs one progress line: latest committed step, its age, steps per hour).
     A verdict is always taken on a fresh listing. It comes from
-    ``trainpipe.checkpoint_state.assess``, the same function the sensor uses before it defers.
+    ``trainpipe.runtime.checkpoint_state.assess``, the same function the sensor uses before it defers.
     """
 
     # Not serialized: a trigger always runs on the triggerer's real clock.
@@ -67,7 +67,7 @@ class CheckpointTrigger(BaseTrigger):
             },
         )
 
-    def _run_dir(self):  # noqa: ANN202 - ObjectStoragePath
+    def _run_dir(self):
         from airflow.sdk import ObjectStoragePath
 
         return ObjectStoragePath(self.run_dir_uri, conn_id=self.conn_id)
@@ -105,7 +105,7 @@ class CheckpointTrigger(BaseTrigger):
             try:
                 observed, progress, listed = await self._observe(
                     state, list_checkpoints=self.clock.monotonic() - listed_at >= self.poll_interval)
-            except Exception as err:  # noqa: BLE001 - storage outages are retried, then reported
+            except Exception as err:
                 errors += 1
                 self.log.warning("reading %s failed (%d/%d): %s", self.run_dir_uri, errors, MAX_READ_ERRORS, err)
                 if errors >= MAX_READ_ERRORS:

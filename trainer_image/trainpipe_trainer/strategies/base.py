@@ -23,7 +23,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 if TYPE_CHECKING:
-    from trainpipe_trainer.checkpoint import CheckpointBackend, CheckpointStore
+    from trainpipe_trainer.checkpoint.manager import CheckpointBackend, CheckpointStore
 
 # The loss of one micro-batch, given the module to call (DDP wrapper or DeepSpeed engine).
 LossOf = Callable[[nn.Module], torch.Tensor]

@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from trainpipe_trainer.checkpoint import CheckpointBackend, CheckpointStore, DcpBackend
+from trainpipe_trainer.checkpoint.manager import CheckpointBackend, CheckpointStore, DcpBackend
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.optim import build_optimizer, build_scheduler

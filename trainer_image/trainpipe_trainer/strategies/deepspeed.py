@@ -30,11 +30,12 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from trainpipe_trainer.checkpoint import CheckpointBackend, CheckpointStore, rank_key
-from trainpipe_trainer.config import TrainerConfigError, TrainingConfig, checkpoint_dir_name
+from trainpipe_trainer.checkpoint.manager import CheckpointBackend, CheckpointStore, rank_key
+from trainpipe_trainer.config import TrainerConfigError, TrainingConfig
 from trainpipe_trainer.distributed import DistEnv, barrier
 from trainpipe_trainer.errors import CheckpointMismatchError
 from trainpipe_trainer.optim import build_optimizer, schedule
+from trainpipe_trainer.run_layout import checkpoint_dir_name
 from trainpipe_trainer.strategies.base import LossOf, poisoned
 
 

@@ -1,0 +1,1 @@
+"""Data checks of the validate step: Great Expectations quality and drift."""

@@ -1,0 +1,1 @@
+"""The ``trainpipe`` command line, one module per subject."""

@@ -1,0 +1,72 @@
+"""``trainpipe render FILE --k8s``: the manifests the train task would submit, without a cluster.
+
+It builds the train operator exactly as the DAG does (``kubernetes_train_operator``), binds it to a
+run the way ``execute`` does, and asks the operator for its request objects in dry-run mode: the
+render and the real submission share one code path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from trainpipe.errors import SpecError
+from trainpipe.kubernetes.builders import TrainerLaunch, to_manifest
+from trainpipe.plan.steps import TRAIN
+from trainpipe_trainer.run_layout import TRAINER_CONFIG_FILE
+
+if TYPE_CHECKING:
+    from trainpipe.plan.model import PipelinePlan
+
+# Rendering happens outside any DAG run: its run-specific values are those of this run id.
+RENDER_RUN_ID = "render"
+
+
+def render_launch(plan: PipelinePlan, *, airflow_run_id: str = RENDER_RUN_ID, try_number: int = 1) -> TrainerLaunch:
+    """The launch a run with this id would get, from this process's settings (storage root, MLflow)."""
+    from trainpipe import storage
+    from trainpipe.runtime.train import run_dir_for
+    from trainpipe.settings import Settings
+
+    settings = Settings.from_env()
+    config = run_dir_for(plan.dag_id, settings, airflow_run_id) / TRAINER_CONFIG_FILE
+    return TrainerLaunch(config_uri=storage.fsspec_uri(config), mlflow_tracking_uri=settings.mlflow_tracking_uri,
+                         dag_id=plan.dag_id, airflow_run_id=airflow_run_id, try_number=try_number)
+
+
+def render_manifests(plan: PipelinePlan, *, launch: TrainerLaunch | None = None) -> list[dict[str, Any]]:
+    """Pod (one node), or Service + Job (several), as the dicts the API server would receive."""
+    if plan.launch.launcher != "kubernetes":
+        raise SpecError(
+            f"{plan.spec_file}: training.launcher: is {plan.launch.launcher!r}; only 'kubernetes' submits "
+            "manifests: set training.launcher: kubernetes and a training.kubernetes section (docs/kubernetes.md)"
+        )
+    from trainpipe.operators.kubernetes import KubernetesTrainJobOperator, kubernetes_train_operator, resources_for_try
+
+    operator = kubernetes_train_operator(plan=plan, task_id=TRAIN.task_id)
+    launch = launch or render_launch(plan)
+    # The try's memory and placement after the run's earlier tries, read as the try itself reads them.
+    operator.bind_launch(launch, resources_for_try(plan, airflow_run_id=launch.airflow_run_id,
+                                                       try_number=launch.try_number))
+    if isinstance(operator, KubernetesTrainJobOperator):
+        job = operator.build_job_request_obj(dry_run=True)
+        return [to_manifest(operator.build_service(job)), to_manifest(job)]
+    return [to_manifest(operator.build_pod_request_obj(dry_run=True))]
+
+
+def render_manifests_yaml(plan: PipelinePlan) -> str:
+    import contextlib
+    import sys
+
+    import yaml
+
+    launch = render_launch(plan)
+    # The operators log as they build ("Building pod ..."): diagnostics go to stderr, stdout stays YAML
+    # that `kubectl apply -f -` accepts.
+    with contextlib.redirect_stdout(sys.stderr):
+        manifests = render_manifests(plan, launch=launch)
+    header = (
+        f"# Kubernetes manifests of the train task of {plan.dag_id} ({plan.spec_file}).\n"
+        f"# Run-specific values (config URI, names) are those of run id {launch.airflow_run_id!r}, try "
+        f"{launch.try_number};\n# a real run also labels the pods with its dag_id, run_id and try_number.\n"
+    )
+    return header + yaml.safe_dump_all(manifests, sort_keys=False, default_flow_style=False)

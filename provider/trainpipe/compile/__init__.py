@@ -1,0 +1,1 @@
+"""Stage 1-2 driver: spec files, the compiler (YAML -> spec -> plan), the plan cache. Airflow-free."""

@@ -1,0 +1,1 @@
+"""Stage 4: plan -> Airflow DAG objects; the DAG files, their shards, the spec watcher, import errors."""

@@ -1,0 +1,1 @@
+"""Notifications of a run (gate failure, task failure, approval, promotion, deadline)."""

@@ -1,0 +1,1 @@
+"""The MLflow model registry: versions, aliases, promotion history, lineage tags. Airflow-free."""

@@ -1,0 +1,1 @@
+"""The spec's pydantic models, one module per section of the spec."""

@@ -1,0 +1,56 @@
+"""The spec's ``data:`` section."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from trainpipe import uris
+from trainpipe.spec.sections.common import SpecModel
+from trainpipe.spec.types import Duration
+
+
+class DataSpec(SpecModel):
+    uri: str = Field(
+        description="Where the input lives: a path relative to the trainpipe storage root, or a full "
+        "URI (file://, s3://) read through Airflow's ObjectStoragePath.",
+        examples=["demo/transactions/transactions.parquet", "s3://lake/fraud/transactions/"],
+    )
+    format: Literal["parquet", "csv"] | None = Field(
+        default=None,
+        description="File format; inferred from the URI's extension when omitted.",
+        examples=["parquet"],
+    )
+    conn_id: str | None = Field(
+        default=None,
+        description="Airflow connection used to read the URI (credentials stay in Airflow, never in YAML).",
+        examples=["aws_default"],
+    )
+    time_column: str | None = Field(
+        default=None,
+        description="Timestamp column used to cut the window relative to the run's logical date.",
+        examples=["event_time"],
+    )
+    window: Duration | None = Field(
+        default=None,
+        description="Keep rows with time_column in (logical_date - window, logical_date]. Needs time_column.",
+        examples=["30d"],
+    )
+
+    @field_validator("uri")
+    @classmethod
+    def _inside_storage_root(cls, uri: str) -> str:
+        # By its text alone: the spec stage reads no storage.
+        problem = uris.scheme_problem(uri)
+        if problem is not None:
+            raise ValueError(problem)
+        if uris.climbs_out_of_root(uri):
+            raise ValueError(f"{uri!r} leads outside the storage root; {uris.OUTSIDE_ROOT_FIX}")
+        return uri
+
+    @property
+    def resolved_format(self) -> str:
+        if self.format:
+            return self.format
+        return "csv" if self.uri.lower().rstrip("/").endswith(".csv") else "parquet"

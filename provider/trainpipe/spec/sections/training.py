@@ -1,0 +1,331 @@
+"""The spec's ``training:`` section."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
+
+from trainpipe.spec.sections.common import SpecModel
+from trainpipe.spec.sections.kubernetes import KubernetesSpec
+from trainpipe.spec.types import Duration, Launcher
+
+# The choice lists the trainer also reads: defined once, in the trainer contract (ADR 0002).
+from trainpipe_trainer.config import (
+    CategoricalEncoding,
+    DataPlacement,
+    EarlyStoppingMetric,
+    FeatureType,
+    ImputeStrategy,
+    LrSchedule,
+    ModelType,
+    NumericTransform,
+    Precision,
+    RankingLoss,
+    StrategyName,
+    TaskType,
+    ZeroStage,
+)
+
+
+class ModelSpec(SpecModel):
+    type: ModelType = Field(default="mlp", description="Built-in model.", examples=["mlp"])
+    hidden_layers: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [64, 32], description="Hidden layer sizes.", examples=[[64, 32]]
+    )
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout after each hidden layer.", examples=[0.1])
+    ranking_loss: RankingLoss = Field(
+        default="listwise",
+        description="Ranking only: pointwise regresses relevance, listwise optimises a softmax per query.",
+        examples=["listwise"],
+    )
+
+
+class ElasticSpec(SpecModel):
+    min_nodes: int = Field(ge=1, description="Training goes on with this many nodes when others were preempted.",
+                           examples=[2])
+    max_nodes: int = Field(ge=1, description="Nodes (pods) the Job starts; a replaced pod rejoins.", examples=[4])
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ElasticSpec:
+        if self.max_nodes < self.min_nodes:
+            raise ValueError(f"max_nodes ({self.max_nodes}) must be >= min_nodes ({self.min_nodes})")
+        return self
+
+
+class DistributedSpec(SpecModel):
+    nproc_per_node: int = Field(default=1, ge=1, description="Processes per node (GPUs per node on a cluster).", examples=[2])
+    nnodes: int = Field(default=1, ge=1, description="Number of nodes (with elastic: max_nodes).", examples=[1])
+    elastic: ElasticSpec | None = Field(
+        default=None,
+        description="Kubernetes, ddp: keep training on between min_nodes and max_nodes nodes (torchrun "
+        "--nnodes=MIN:MAX). Ranks of a preempted node stop after committing their step; the others rejoin, and "
+        "training resumes resharded at the new size. See docs/preemption.md.",
+        examples=[{"min_nodes": 2, "max_nodes": 4}],
+    )
+    strategy: StrategyName = Field(default="ddp", description="PyTorch DDP, or DeepSpeed ZeRO.", examples=["ddp"])
+    zero_stage: ZeroStage = Field(default=0, description="DeepSpeed only: ZeRO stage.", examples=[2])
+    offload_optimizer: bool = Field(
+        default=False, description="DeepSpeed only: optimizer state in CPU memory (ZeRO >= 1).", examples=[False]
+    )
+    offload_param: bool = Field(default=False, description="DeepSpeed only: parameters in CPU memory (ZeRO 3).", examples=[False])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _elastic_nodes(cls, data: Any) -> Any:
+        # One canonical form: with elastic, nnodes is the number of pods the Job starts (spec.validate
+        # refuses an nnodes that says otherwise, with its position).
+        elastic = data.get("elastic") if isinstance(data, dict) else None
+        if isinstance(elastic, dict) and "nnodes" not in data and isinstance(elastic.get("max_nodes"), int):
+            return {**data, "nnodes": elastic["max_nodes"]}
+        return data
+
+
+class PreemptionSpec(SpecModel):
+    max_restarts: int = Field(
+        default=3, ge=0,
+        description="Local launcher: how often a preempted trainer (SIGTERM: it finished its step, committed a "
+        "checkpoint of it and exited) is launched again within one task try, resuming at that step. A preemption "
+        "beyond this fails the try (the Airflow retry resumes there too). See docs/preemption.md.",
+        examples=[3],
+    )
+
+
+class OptimizationSpec(SpecModel):
+    gradient_clip_norm: float | None = Field(
+        default=None, gt=0, description="Clip the global gradient norm to this value.", examples=[1.0]
+    )
+    gradient_accumulation_steps: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.", examples=[1])
+    precision: Precision = Field(
+        default="fp32",
+        description="bf16: forward passes under bf16 autocast where the device supports it (weights, gradients and "
+        "optimizer state stay fp32; DeepSpeed through its torch_autocast section). See docs/performance.md.",
+        examples=["bf16"],
+    )
+    tf32: bool = Field(
+        default=False,
+        description="CUDA only: float32 matmuls on TF32 tensor cores. Faster for fp32 training; results differ from "
+        "tf32: false in the last bits, and stay identical run to run. See docs/performance.md.",
+        examples=[False],
+    )
+    lr_schedule: LrSchedule = Field(default="constant", description="Learning-rate decay after warmup.", examples=["cosine"])
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warmup steps.", examples=[100])
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.", examples=[0.01])
+
+
+class TestingSpec(SpecModel):
+    inject_nan_at_step: int | None = Field(
+        default=None, ge=1, description="For tests of the NaN guard only: make the loss NaN at this step.", examples=[None]
+    )
+    crash_first_try_after_step: int | None = Field(
+        default=None, ge=1,
+        description="For tests of retry/resume only: the first try of the train task exits abruptly after this step's "
+        "checkpoint.",
+        examples=[None],
+    )
+    step_delay_seconds: float = Field(
+        default=0.0, ge=0, le=10,
+        description="For tests of preemption only: the trainer sleeps this long after every step (changes no result).",
+        examples=[0.0],
+    )
+
+
+class CheckpointSpec(SpecModel):
+    every_n_steps: int | None = Field(default=None, gt=0, description="Checkpoint every N optimizer steps.", examples=[100])
+    every: Duration | None = Field(default=None, description="Checkpoint at least this often (wall time).", examples=["20m"])
+    keep_last: int = Field(default=3, ge=1, description="Committed checkpoints kept per run.", examples=[3])
+    keep_best: bool = Field(
+        default=True, description="Also keep the checkpoint with the lowest validation loss.", examples=[True]
+    )
+    validation_fraction: float = Field(
+        default=0.1,
+        ge=0,
+        lt=1,
+        description="Share of the train split used for the validation loss that picks the best checkpoint.",
+        examples=[0.1],
+    )
+    stall_timeout: Duration = Field(
+        default=timedelta(hours=1),
+        description="The checkpoint sensor fails the run when no new checkpoint was committed for this long while training runs.",
+        examples=["30m"],
+    )
+
+
+class ClipSpec(SpecModel):
+    min: float | None = Field(default=None, description="Values below become this.", examples=[0])
+    max: float | None = Field(default=None, description="Values above become this.", examples=[10000])
+
+
+def _normalise_clip(value: Any) -> Any:
+    # YAML friendly form: [min, max] (either may be null).
+    if isinstance(value, list) and len(value) == 2:
+        return {"min": value[0], "max": value[1]}
+    return value
+
+
+CATEGORICAL_ONLY_OPTIONS: tuple[str, ...] = ("encode", "max_categories", "hash_buckets")
+NUMERIC_ONLY_OPTIONS: tuple[str, ...] = ("impute", "fill_value", "missing_indicator", "clip", "transform", "standardize")
+
+
+class TransformSpec(SpecModel):
+    """How one feature column becomes model inputs. Fitted on the train split only, shipped inside the model."""
+
+    type: FeatureType | None = Field(
+        default=None,
+        description="numeric, or categorical (values compared as text). Omitted: categorical when encode, "
+        "max_categories or hash_buckets is given, else numeric.",
+        examples=["categorical"],
+    )
+    impute: ImputeStrategy | None = Field(
+        default=None,
+        description="Numeric: fill missing values with the train split's mean or median, or fill_value. "
+        "Without it a missing value is an error.",
+        examples=["median"],
+    )
+    fill_value: float | None = Field(default=None, description="Numeric, impute: constant: the value.", examples=[0])
+    missing_indicator: bool = Field(
+        default=False, description="Numeric, with impute: add a 0/1 input marking the rows that were missing.", examples=[True]
+    )
+    clip: Annotated[
+        ClipSpec | None,
+        BeforeValidator(_normalise_clip),
+        WithJsonSchema({"anyOf": [
+            {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": ["number", "null"]}},
+            ClipSpec.model_json_schema(), {"type": "null"}],
+            "description": "Numeric: clip to [min, max] (after imputing, before log1p); either may be null."}),
+    ] = Field(default=None, description="Numeric: clip to [min, max].", examples=[{"min": 0}])
+    transform: NumericTransform | None = Field(
+        default=None, description="Numeric: log(1 + x), after clipping (values must be > -1).", examples=["log1p"]
+    )
+    standardize: bool = Field(
+        default=True, description="Numeric: subtract the train split's mean, divide by its standard deviation (last).",
+        examples=[True],
+    )
+    encode: CategoricalEncoding | None = Field(
+        default=None,
+        description="Categorical: one_hot (the max_categories most frequent values of the train split, plus an "
+        "'other' input for the rest and for values unseen at serving) or hashing (hash_buckets inputs). "
+        "Default one_hot. A missing value is the category '<missing>'.",
+        examples=["one_hot"],
+    )
+    max_categories: int | None = Field(
+        default=None, ge=1, description="Categorical, one_hot: categories kept (default 20).", examples=[20]
+    )
+    hash_buckets: int | None = Field(
+        default=None, ge=2, description="Categorical, hashing: number of buckets (default 32).", examples=[32]
+    )
+
+    @property
+    def resolved_type(self) -> str:
+        if self.type is not None:
+            return self.type
+        categorical = any(getattr(self, name) is not None for name in CATEGORICAL_ONLY_OPTIONS)
+        return "categorical" if categorical else "numeric"
+
+
+class CacheSpec(SpecModel):
+    """Unchanged inputs train nothing: the training key of a run found on a registered version."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Before train, look for a registered version trained on the same inputs (the snapshot, the "
+        "result-changing settings, the trainer's version and the run's overrides); when one exists, train, "
+        "evaluate, gate, register and promote are skipped. A manual run with `force: true` in its conf trains anyway.",
+        examples=[True],
+    )
+    max_age: Duration = Field(
+        default=timedelta(days=30),
+        description="A version older than this no longer counts: the run trains again. The platform may cap it "
+        "(limits.max_cache_age).",
+        examples=["30d"],
+    )
+
+
+class EarlyStoppingSpec(SpecModel):
+    """Stop training when the validation loss stops improving; the best epoch's weights are the model."""
+
+    metric: EarlyStoppingMetric = Field(
+        default="validation_loss", description="What is watched on the validation split at each epoch end.",
+        examples=["validation_loss"],
+    )
+    patience: int = Field(
+        default=3, ge=1, description="Epochs in a row without an improvement after which training stops.",
+        examples=[3],
+    )
+    min_delta: float = Field(
+        default=0.0, ge=0, description="An improvement is a decrease by more than this.", examples=[0.0]
+    )
+
+
+class TrainingSpec(SpecModel):
+    task: TaskType = Field(description="What the model predicts.", examples=["binary_classification"])
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The model to train.", examples=[{"type": "mlp"}])
+    features: list[str] = Field(
+        min_length=1,
+        description="Feature columns. Numeric and standardised unless training.transforms declares otherwise.",
+        examples=[["amount", "merchant_risk"]],
+    )
+    transforms: dict[str, TransformSpec] = Field(
+        default_factory=dict,
+        description="Per feature (by column name), how it becomes model inputs when not plain numeric: impute, "
+        "clip, log1p, standardize; or categorical one_hot/hashing. Fitted on the train split, shipped in the model.",
+        examples=[{"merchant_category": {"type": "categorical", "encode": "one_hot", "max_categories": 20},
+                   "income": {"impute": "median", "missing_indicator": True, "transform": "log1p"}}],
+    )
+    label: str = Field(description="Label column (relevance grade for ranking).", examples=["is_fraud"])
+    group_column: str | None = Field(
+        default=None, description="Ranking only: the query id column.", examples=["query_id"]
+    )
+    epochs: int = Field(default=1, ge=1, description="Passes over the training split.", examples=[3])
+    batch_size: int = Field(
+        default=256, ge=1, description="Per-process batch size (rows; queries for listwise ranking).", examples=[256]
+    )
+    learning_rate: float = Field(default=1e-3, gt=0, description="Adam learning rate.", examples=[0.001])
+    early_stopping: EarlyStoppingSpec | None = Field(
+        default=None,
+        description="Judge the validation loss (on checkpoint.validation_fraction of the train split) at each epoch "
+        "end; stop after `patience` epochs without an improvement. The weights of the best epoch are the model, "
+        "so set a generous `epochs`. Needs checkpoint.keep_best (the validation split).",
+        examples=[{"metric": "validation_loss", "patience": 3, "min_delta": 0}],
+    )
+    seed: int = Field(default=0, ge=0, description="Seed for initialisation, shuffling and the holdout split.", examples=[42])
+    data_placement: DataPlacement = Field(
+        default="auto",
+        description="On CUDA, where the training split is kept: device (GPU memory, batches taken there), host "
+        "(pinned memory, each batch copied one ahead on a side stream), or auto (device when the splits take under "
+        "half the GPU's free memory). The batches are the same either way. See docs/performance.md.",
+        examples=["auto"],
+    )
+    distributed: DistributedSpec = Field(
+        default_factory=DistributedSpec, description="How training is spread.", examples=[{"nproc_per_node": 2}]
+    )
+    optimization: OptimizationSpec = Field(
+        default_factory=OptimizationSpec, description="Optimizer step details.", examples=[{"gradient_clip_norm": 1.0}]
+    )
+    checkpoint: CheckpointSpec = Field(
+        default_factory=CheckpointSpec, description="When checkpoints are written.", examples=[{"every_n_steps": 100}]
+    )
+    preemption: PreemptionSpec = Field(
+        default_factory=PreemptionSpec,
+        description="What a SIGTERM (spot preemption, eviction, a worker's shutdown) does.",
+        examples=[{"max_restarts": 3}],
+    )
+    launcher: Launcher = Field(
+        default="local",
+        description="Where torchrun runs: 'local' (a subprocess on the Airflow worker) or 'kubernetes' "
+        "(pods; see training.kubernetes).",
+        examples=["local"],
+    )
+    kubernetes: KubernetesSpec | None = Field(
+        default=None, description="Required when launcher is 'kubernetes': image, resources, scheduling.", examples=[None]
+    )
+    testing: TestingSpec = Field(
+        default_factory=TestingSpec, description="Options meant for trainpipe's own tests.", examples=[{}]
+    )
+    cache: CacheSpec = Field(
+        default_factory=CacheSpec,
+        description="Skip a training whose inputs are unchanged since a registered version (docs: lifecycle, "
+        "Unchanged inputs).",
+        examples=[{"enabled": True, "max_age": "30d"}],
+    )

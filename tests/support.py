@@ -1,0 +1,50 @@
+"""What many tests share: the repository's DAG files parsed as Airflow does, and specs written as an example
+with one text replaced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytest
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk import DAG
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def dag_bag(configs: Path | None = None, env: pytest.MonkeyPatch | None = None) -> DagBag:
+    """Airflow's DagBag of the repository's DAG files, parsing ``configs`` (``TRAINPIPE_DAG_CONFIGS`` set
+    through ``env``) or, without it, the folder the environment already names."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    if configs is not None:
+        assert env is not None, "configs are named through TRAINPIPE_DAG_CONFIGS: pass the test's MonkeyPatch"
+        env.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
+    return DagBag(dag_folder=str(REPO / "dags"))
+
+
+def load_dag(configs: Path, dag_id: str, env: pytest.MonkeyPatch) -> DAG:
+    """The DAG ``dag_id`` of the folder ``configs``, every spec of which must load."""
+    bag = dag_bag(configs, env)
+    assert bag.import_errors == {}
+    return bag.get_dag(dag_id)
+
+
+def run_dag(dag: DAG, **test_arguments: Any) -> tuple[Any, dict[str, str]]:
+    """``dag.test(...)``: the DAG run and each task's final state."""
+    dag_run = dag.test(**test_arguments)
+    return dag_run, {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+
+
+def spec_with(tmp_path: Path, old: str, new: str, *, example: str = "fraud_detector.yaml",
+              name: str = "variant.yaml") -> Path:
+    """The example spec ``example`` with ``old`` replaced by ``new``, written as ``tmp_path / name``.
+
+    ``old`` must occur: otherwise the test would silently test the unchanged example."""
+    text = (REPO / "dag_configs" / example).read_text()
+    assert old in text, f"{old!r} is not in dag_configs/{example}"
+    path = tmp_path / name
+    path.write_text(text.replace(old, new))
+    return path

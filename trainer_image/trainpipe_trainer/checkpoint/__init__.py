@@ -1,0 +1,1 @@
+"""Checkpoints: layout and commit, storage transfer, the training state and RNG capture."""

@@ -1,0 +1,99 @@
+"""The trained model leaves torch here: weights hash, numpy artifacts, MLflow pyfunc model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.model import linear_layers
+from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
+from trainpipe_trainer.serving.scorer import (
+    PREPROCESSING_ARTIFACT,
+    SERVING_FORMAT_VERSION,
+    WEIGHTS_ARTIFACT,
+    MLPScorer,
+)
+from trainpipe_trainer.tracking.tracker import import_mlflow
+
+# The whole trainer package travels with the model (code_paths); the pyfunc file sits beside this one.
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+MODEL_CODE = Path(__file__).resolve().with_name("pyfunc_model.py")
+
+
+def weights_sha256(model: nn.Module) -> str:
+    """sha256 over (key bytes, tensor bytes) of the state dict in sorted key order.
+
+    Raw bytes of contiguous CPU tensors: equal hashes mean bit-identical weights, which is how
+    reproducibility (same seed, resumed vs uninterrupted) is checked.
+    """
+    digest = hashlib.sha256()
+    state = model.state_dict()
+    for key in sorted(state):
+        tensor = state[key].detach().cpu().contiguous().reshape(-1)
+        digest.update(key.encode("utf-8"))
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def write_serving_artifacts(
+    model: nn.Module, *, transformer: FeatureTransformer, task: str, directory: str,
+    target: TargetScaler | None = None,
+) -> dict[str, str]:
+    """Weights as ``.npz``, the fitted feature transforms and target scale as JSON: all the torch-free
+    scorer needs."""
+    arrays: dict[str, np.ndarray] = {}
+    layers = []
+    for index, linear in enumerate(linear_layers(model)):
+        weight_key, bias_key = f"layer{index}.weight", f"layer{index}.bias"
+        arrays[weight_key] = linear.weight.detach().cpu().numpy().astype(np.float64)
+        arrays[bias_key] = linear.bias.detach().cpu().numpy().astype(np.float64)
+        layers.append({"weight": weight_key, "bias": bias_key, "shape": list(linear.weight.shape)})
+    weights_path = os.path.join(directory, "weights.npz")
+    preprocessing_path = os.path.join(directory, "preprocessing.json")
+    np.savez(weights_path, **arrays)
+    meta = {
+        "format_version": SERVING_FORMAT_VERSION,
+        "task": task,
+        "transforms": transformer.to_dict(),
+        "target": target.to_dict() if target is not None else None,
+        # The model's input columns, for people reading the artifact (the scorer derives them).
+        "inputs": list(transformer.output_names),
+        "layers": layers,
+    }
+    with open(preprocessing_path, "w", encoding="utf-8") as handle:
+        json.dump(meta, handle, indent=2)
+    return {WEIGHTS_ARTIFACT: weights_path, PREPROCESSING_ARTIFACT: preprocessing_path}
+
+
+def log_pyfunc_model(
+    model: nn.Module, *, transformer: FeatureTransformer, config: TrainingConfig, sample_frame: pd.DataFrame,
+    target: TargetScaler | None = None,
+) -> str:
+    """Log the numpy pyfunc into the active MLflow run; returns its ``models:/...`` URI."""
+    mlflow = import_mlflow()
+    from mlflow.models import infer_signature
+
+    with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as directory:
+        artifacts = write_serving_artifacts(model, transformer=transformer, task=config.task, directory=directory,
+                                            target=target)
+        # Score the sample with the scorer that will serve: the signature then describes real output.
+        scorer = MLPScorer.from_artifacts(artifacts)
+        info = mlflow.pyfunc.log_model(
+            name=config.tracking.model_artifact_name,
+            python_model=str(MODEL_CODE),
+            artifacts=artifacts,
+            code_paths=[str(PACKAGE_DIR)],
+            pip_requirements=["numpy", "pandas"],
+            signature=infer_signature(sample_frame, scorer.score(sample_frame)),
+            input_example=sample_frame.head(3),
+        )
+    return info.model_uri
