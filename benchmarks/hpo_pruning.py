@@ -186,9 +186,15 @@ def run_study(args: argparse.Namespace, settings: Any, seed: int, pruner: dict[s
     }
 
 
-def setup_share(hook: Any, trials: list[Any], launch_wall: float) -> float | None:
-    """The share of the workers' launch wall outside the trials' training loops (all trials, pruned too)."""
-    looped = 0.0
+def setup_share(hook: Any, trials: list[Any], launch_wall: float) -> dict[str, float] | None:
+    """The share of the workers' launch wall outside the trials' training loops (all trials, pruned too),
+    and where it went: each trial's opening (its child run's start to its first train_loss: model
+    build, the first logging interval's steps), its closing (its last evaluation point to its run's end:
+    the model export, or the stop of a pruned trial), and the rest (process start and exit, imports,
+    the data read, asking and telling the study)."""
+    if launch_wall <= 0:
+        return None
+    looped = opening = closing = 0.0
     for trial in trials:
         run_id = trial.user_attrs.get("mlflow_run_id")
         if not run_id:
@@ -196,8 +202,14 @@ def setup_share(hook: Any, trials: list[Any], launch_wall: float) -> float | Non
         losses = hook.client.get_metric_history(run_id, "train_loss")
         checks = hook.client.get_metric_history(run_id, "validation_loss")
         if losses and checks:
-            looped += max(0.0, (max(m.timestamp for m in checks) - min(m.timestamp for m in losses)) / 1000)
-    return 1 - looped / launch_wall if launch_wall > 0 else None
+            first_loss, last_check = min(m.timestamp for m in losses), max(m.timestamp for m in checks)
+            looped += max(0.0, (last_check - first_loss) / 1000)
+            info = hook.client.get_run(run_id).info
+            opening += max(0.0, (first_loss - info.start_time) / 1000)
+            if info.end_time:
+                closing += max(0.0, (info.end_time - last_check) / 1000)
+    return {"share": 1 - looped / launch_wall, "opening": opening / launch_wall, "closing": closing / launch_wall,
+            "rest": 1 - (looped + opening + closing) / launch_wall}
 
 
 def replay(baseline: dict[str, Any], pruner: dict[str, Any], metric: str) -> dict[str, float]:
@@ -257,8 +269,12 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], pruner: Any, lo
                   if key in row and row[key]["setup_share"] is not None]
         if shares:
             print(f"set-up share of the {'unpruned' if key == 'none' else 'pruned'} studies' launch wall (outside the "
-                  "trials' training loops), per seed: " + ", ".join(f"seed {seed} {s:.1%}" for seed, s in shares)
+                  "trials' training loops), per seed: " + ", ".join(f"seed {seed} {s['share']:.1%}" for seed, s in shares)
                   + f"  [target < {TARGET_SETUP:.0%}]")
+            for seed, s in shares:
+                print(f"  seed {seed}: trials' openings (run start to first train_loss) {s['opening']:.1%}, closings "
+                      f"(last evaluation to run end) {s['closing']:.1%}, the rest (process start and exit, imports, "
+                      f"data read, ask/tell) {s['rest']:.1%}")
     met = []
     for row in rows:
         if "pruned" not in row:

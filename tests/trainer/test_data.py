@@ -12,9 +12,10 @@ import torch
 from torch.utils.data import TensorDataset
 
 from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrainingConfig
-from trainpipe_trainer.data import EpochLoader, load_training_data, pad_queries
+from trainpipe_trainer.data import EpochLoader, load_training_data
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import TrainerDataError
+from trainpipe_trainer.splits import pad_queries, read_in_background
 
 
 def _config(train: Path, **overrides: object) -> TrainingConfig:
@@ -42,6 +43,25 @@ def test_binary_labels_must_be_zero_or_one(tmp_path: Path) -> None:
     pd.DataFrame({"a": [1.0, 2.0], "b": [0.0, 1.0], "label": [0, 2]}).to_parquet(path)
     with pytest.raises(TrainerDataError, match=r"binary_classification needs labels 0/1 in 'label', found \[2.0\]"):
         load_training_data(_config(path))
+
+
+def test_a_background_read_raises_its_data_error_where_the_data_is_taken(tmp_path: Path) -> None:
+    path = tmp_path / "train.parquet"
+    pd.DataFrame({"a": [1.0, 2.0], "b": [0.0, 1.0], "label": [0, 2]}).to_parquet(path)
+    pending = read_in_background(_config(path))
+    with pytest.raises(TrainerDataError, match=r"binary_classification needs labels 0/1 in 'label', found \[2.0\]"):
+        load_training_data(_config(path), pending)
+
+
+def test_a_background_read_gives_the_same_tensors_as_a_direct_read(tmp_path: Path) -> None:
+    path = tmp_path / "train.parquet"
+    rng = np.random.default_rng(3)
+    pd.DataFrame({"a": rng.normal(size=64), "b": rng.normal(size=64), "label": rng.integers(0, 2, 64)}).to_parquet(path)
+    config = _config(path)
+    direct, background = load_training_data(config), load_training_data(config, read_in_background(config))
+    assert background.n_rows == direct.n_rows > 0
+    for ours, theirs in zip(background.dataset.tensors, direct.dataset.tensors, strict=True):
+        assert torch.equal(ours, theirs)
 
 
 def test_missing_data_file_is_named(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Training data: read the parquet split, validate it against the config, fit the feature transforms, batch.
+"""Training data as tensors, and its batches: the split's arrays (``splits``) wrapped as tensors, batched.
 
 Every rank reads the whole (small) file and computes the same statistics, so no collective is
 needed; the ``GlobalOrderSampler`` then gives each rank its share of rows or, for listwise
@@ -10,56 +10,18 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import Sampler, TensorDataset
 
-from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import TrainerDataError
-from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler, label_values, require_columns
-
-
-def is_listwise(config: TrainingConfig) -> bool:
-    return config.task == "ranking" and config.model.ranking_loss == "listwise"
-
-
-def read_parquet(uri: str, storage_options: dict[str, Any]) -> pd.DataFrame:
-    fs, path = storage.url_to_fs(uri, storage_options)
-    if not fs.exists(path):
-        raise TrainerDataError(f"train_data_uri: {uri} does not exist")
-    # Open through fsspec ourselves (pandas refuses storage_options for local paths) and decode from
-    # Arrow's own buffer without its thread pool: reading via a Python file object can abort the
-    # process at exit (apache/arrow#34314).
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    with fs.open(path, "rb") as handle:
-        raw = handle.read()
-    return pq.read_table(pa.BufferReader(raw), use_threads=False).to_pandas()
-
-
-def label_vector(frame: pd.DataFrame, config: TrainingConfig, *, source: str) -> np.ndarray:
-    return label_values(frame, label=config.label, task=config.task, source=source)
-
-
-def pad_queries(
-    groups: pd.Series, features: np.ndarray, labels: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows -> ``[queries, max_docs, F]`` features, ``[queries, max_docs]`` labels and mask."""
-    codes, _ = pd.factorize(groups, sort=True)
-    position = pd.Series(codes).groupby(codes).cumcount().to_numpy()
-    n_queries, max_docs = codes.max() + 1, int(np.bincount(codes).max())
-    x = np.zeros((n_queries, max_docs, features.shape[1]), dtype=features.dtype)
-    y = np.zeros((n_queries, max_docs), dtype=labels.dtype)
-    mask = np.zeros((n_queries, max_docs), dtype=bool)
-    x[codes, position], y[codes, position], mask[codes, position] = features, labels, True
-    return x, y, mask
+from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
+from trainpipe_trainer.splits import Splits, read_splits
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -74,8 +36,7 @@ class TrainingData:
     n_validation_rows: int
     # A few raw feature rows: the logged model's input example for its signature.
     sample_frame: pd.DataFrame
-    # Regression with scale_target: the labels of both splits are standardised with the train split's
-    # mean and std (fitted like the transformer, shipped in the model); None: labels as they are.
+    # See splits.Splits.target.
     target: TargetScaler | None = None
 
     def __post_init__(self) -> None:
@@ -83,92 +44,22 @@ class TrainingData:
             raise TrainerDataError("the training data has no rows")
 
 
-def validation_mask(frame: pd.DataFrame, config: TrainingConfig) -> np.ndarray:
-    """Rows held out for validation: ``validation_fraction`` of the rows (of the queries for ranking).
-
-    Drawn from the run's seed, so every rank and every attempt of a run holds out the same rows.
-    Empty when ``keep_best`` is off or the fraction rounds down to nothing.
-    """
-    checkpoint = config.checkpoint
-    if not checkpoint.keep_best or checkpoint.validation_fraction <= 0:
-        return np.zeros(len(frame), dtype=bool)
-    if config.task == "ranking":
-        units, _ = pd.factorize(frame[config.group_column], sort=True)
-    else:
-        units = np.arange(len(frame))
-    n_units = int(units.max()) + 1 if len(units) else 0
-    n_validation = int(n_units * checkpoint.validation_fraction)
-    if n_validation == 0:
-        return np.zeros(len(frame), dtype=bool)
-    chosen = np.random.default_rng(config.seed).permutation(n_units)[:n_validation]
-    return np.isin(units, chosen)
-
-
-def _tensors(frame: pd.DataFrame, config: TrainingConfig, transformer: FeatureTransformer, source: str,
-             target: TargetScaler | None = None) -> TensorDataset:
-    features = transformer.transform(frame, source=source).astype(np.float32)
-    labels = label_vector(frame, config, source=source)
-    # Scaled in float64, then cast: the same float32 labels whatever the label column's own dtype.
-    labels = (target.scale(labels) if target is not None else labels).astype(np.float32)
-    if is_listwise(config):
-        x, y, mask = pad_queries(frame[config.group_column], features, labels)
-        return TensorDataset(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(mask))
-    return TensorDataset(torch.from_numpy(features), torch.from_numpy(labels))
-
-
-def load_training_data(config: TrainingConfig) -> TrainingData:
-    source = config.train_data_uri
-    frame = read_parquet(source, config.storage_options)
-    if frame.empty:
-        raise TrainerDataError(f"{source}: the training split has no rows")
-    transforms = config.feature_transforms()
-    if config.task == "ranking":
-        require_columns(frame, [config.group_column], source=source, role="group")
-        if frame[config.group_column].isna().any():
-            raise TrainerDataError(f"{source}: group column {config.group_column!r} has missing query ids")
-    held_out = validation_mask(frame, config)
-    if not held_out.any():
-        # Nothing held out: the split is the whole file, fitted and checked in one pass.
-        train_frame, validation_frame = frame, frame.iloc[:0]
-    else:
-        train_frame = frame.loc[~held_out].reset_index(drop=True)
-        validation_frame = frame.loc[held_out].reset_index(drop=True)
-    try:
-        # Fitted on the rows trained on; the validation rows are transformed the way serving will transform them.
-        transformer = FeatureTransformer.fit(train_frame, transforms, source=source)
-        target = (TargetScaler.fit(label_vector(train_frame, config, source=source))
-                  if config.task == "regression" and config.scale_target else None)
-        dataset = _tensors(train_frame, config, transformer, source, target)
-        validation = _tensors(validation_frame, config, transformer, source, target) if len(validation_frame) else None
-    except TrainerDataError:
-        if train_frame is frame:
-            raise
-        # Say it of the whole file (counts, values), not of one split of it: check the file as one.
-        FeatureTransformer.fit(frame, transforms, source=source).transform(frame, source=source)
-        label_vector(frame, config, source=source)
-        raise
-    sample = serving_sample(frame, transforms)
+def load_training_data(config: TrainingConfig, splits: Future[Splits] | Splits | None = None) -> TrainingData:
+    """The config's training data as tensors: from ``splits`` (read in the background since the launch
+    began) or read now. The tensors share the arrays' memory."""
+    if splits is None:
+        splits = read_splits(config)
+    elif isinstance(splits, Future):
+        splits = splits.result()
     return TrainingData(
-        dataset=dataset,
-        validation=validation,
-        transformer=transformer,
-        n_rows=len(train_frame),
-        n_validation_rows=len(validation_frame),
-        sample_frame=sample,
-        target=target,
+        dataset=TensorDataset(*(torch.from_numpy(a) for a in splits.train)),
+        validation=TensorDataset(*(torch.from_numpy(a) for a in splits.validation)) if splits.validation else None,
+        transformer=splits.transformer,
+        n_rows=splits.n_rows,
+        n_validation_rows=splits.n_validation_rows,
+        sample_frame=splits.sample_frame,
+        target=splits.target,
     )
-
-
-def serving_sample(frame: pd.DataFrame, transforms: tuple) -> pd.DataFrame:
-    """A few raw feature rows as the served model takes them: numeric columns as float64 (so integer
-    input is accepted too), categorical ones as text (missing values stay missing)."""
-    sample = frame.loc[:, [t.feature for t in transforms]].head(20).reset_index(drop=True)
-    numeric = [t.feature for t in transforms if t.type == "numeric"]
-    categorical = {t.feature: object for t in transforms if t.type == "categorical"}
-    sample = sample.astype({**dict.fromkeys(numeric, "float64"), **categorical})
-    for name in categorical:
-        sample[name] = sample[name].where(sample[name].isna(), sample[name].astype(str))
-    return sample
 
 
 class GlobalOrderSampler(Sampler[int]):

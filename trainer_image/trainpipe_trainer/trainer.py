@@ -16,6 +16,7 @@ import sys
 import time
 from array import array
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,7 @@ from trainpipe_trainer.preemption import PreemptionWatcher
 from trainpipe_trainer.resume import resume_identity
 from trainpipe_trainer.run_layout import RESULT_FILE
 from trainpipe_trainer.serving.export import log_pyfunc_model, weights_sha256
+from trainpipe_trainer.splits import Splits
 from trainpipe_trainer.strategies import Strategy, build_strategy
 from trainpipe_trainer.tracking.launch_timing import LaunchPhases
 from trainpipe_trainer.tracking.progress import Progress
@@ -106,6 +108,8 @@ class Trainer:
     tracker: Tracker
     # Read from the config's snapshot unless given: a trial worker reads it once for all its trials.
     data: TrainingData | None = None
+    # The launch's read of the split, started before torch loaded (used when ``data`` is not given).
+    splits: Future[Splits] | None = None
     strategy: Strategy = field(init=False)
     loss_fn: LossFn = field(init=False)
     batches: EpochLoader = field(init=False)
@@ -135,7 +139,8 @@ class Trainer:
         config, env = self.config, self.env
         self.clock = ComputeClock(device=env.device)
         if self.data is None:
-            self.data = load_training_data(config)
+            self.data = load_training_data(config, self.splits)
+            self.splits = None
         accumulation = config.optimization.gradient_accumulation_steps
         placement = self._data_device()
         self.batches = EpochLoader(
@@ -659,7 +664,8 @@ class Trainer:
 
 
 def run_training(
-    config: TrainingConfig, watcher: PreemptionWatcher | None = None, phases: LaunchPhases | None = None
+    config: TrainingConfig, watcher: PreemptionWatcher | None = None, phases: LaunchPhases | None = None, *,
+    splits: Future[Splits] | None = None,
 ) -> TrainingResult | None:
     phases = phases if phases is not None else LaunchPhases()
     env = init_distributed()
@@ -669,7 +675,7 @@ def run_training(
             tracker.log_params(flatten_params(config, world_size=env.world_size))
             tracker.set_tags(config.tags)
             phases.mark("tracking start")
-            trainer = Trainer(config=config, env=env, tracker=tracker, watcher=watcher, phases=phases)
+            trainer = Trainer(config=config, env=env, tracker=tracker, watcher=watcher, phases=phases, splits=splits)
             try:
                 result = trainer.fit()
             except torch.cuda.OutOfMemoryError as err:

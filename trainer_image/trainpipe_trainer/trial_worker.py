@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 
     from trainpipe_trainer.data import TrainingData
     from trainpipe_trainer.preemption import PreemptionWatcher
+    from trainpipe_trainer.splits import Splits
 
 
 def trial_folder(trials_root_uri: str, number: int) -> str:
@@ -216,7 +218,8 @@ def trial_config(config: TrainingConfig, assignment: Assignment, *, first: bool)
 
 
 def _train_one(config: TrainingConfig, env: DistEnv, *, data: TrainingData | None, watcher: PreemptionWatcher,
-               phases: LaunchPhases) -> tuple[str, str | None, str | None, TrainingData | None]:
+               phases: LaunchPhases, splits: Future[Splits] | None = None,
+               ) -> tuple[str, str | None, str | None, TrainingData | None]:
     """(state, reason, weights hash, the data for the next trial) of one trial, on every rank."""
     trainer = None
     state, reason, weights = "complete", None, None
@@ -224,7 +227,8 @@ def _train_one(config: TrainingConfig, env: DistEnv, *, data: TrainingData | Non
         with Tracker(config=config.tracking, enabled=env.is_main) as tracker:
             tracker.log_params(flatten_params(config, world_size=env.world_size))
             tracker.set_tags(config.tags)
-            trainer = Trainer(config=config, env=env, tracker=tracker, watcher=watcher, phases=phases, data=data)
+            trainer = Trainer(config=config, env=env, tracker=tracker, watcher=watcher, phases=phases, data=data,
+                              splits=splits)
             result = trainer.fit()
             phases.mark("export")
             for name, seconds in phases.metrics().items():
@@ -240,7 +244,8 @@ def _train_one(config: TrainingConfig, env: DistEnv, *, data: TrainingData | Non
     return state, reason, weights, (trainer.data if trainer is not None else data)
 
 
-def run_worker(config: TrainingConfig, watcher: PreemptionWatcher, phases: LaunchPhases) -> int:
+def run_worker(config: TrainingConfig, watcher: PreemptionWatcher, phases: LaunchPhases, *,
+               splits: Future[Splits] | None = None) -> int:
     """Run trials until the study has its ``n_trials``; the number of trials this worker ran."""
     env = init_distributed()
     phases.mark("rendezvous")
@@ -257,7 +262,8 @@ def run_worker(config: TrainingConfig, watcher: PreemptionWatcher, phases: Launc
             started = time.monotonic()
             try:
                 state, reason, weights, data = _train_one(trial_config(config, assignment, first=ran == 0), env,
-                                                          data=data, watcher=watcher, phases=trial_phases)
+                                                          data=data, watcher=watcher, phases=trial_phases,
+                                                          splits=splits if data is None else None)
             except PreemptedError as err:
                 if study is not None:
                     study.tell(assignment, state="failed", reason=f"its worker was preempted: {err}",

@@ -1,0 +1,178 @@
+"""The training split read into arrays: parquet -> checked columns -> fitted feature transforms -> float32.
+
+numpy, pandas and pyarrow only, no torch: ``read_in_background`` starts it in a thread as soon as the
+config is read, so the parquet decode and the array work (which release the GIL) overlap the torch
+imports of the launch (``data`` then wraps the arrays as tensors without a copy).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from trainpipe_trainer import storage
+from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.errors import TrainerDataError
+from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler, label_values, require_columns
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Splits:
+    # (features, labels) float32 rows, or (features, labels, mask) padded queries for listwise ranking.
+    train: tuple[np.ndarray, ...]
+    # Held out of training for the validation loss that picks the best checkpoint (None: no split).
+    validation: tuple[np.ndarray, ...] | None
+    # Fitted on the rows trained on (not the validation rows); shipped inside the logged model.
+    transformer: FeatureTransformer
+    n_rows: int
+    n_validation_rows: int
+    # A few raw feature rows: the logged model's input example for its signature.
+    sample_frame: pd.DataFrame
+    # Regression with scale_target: the labels of both splits are standardised with the train split's
+    # mean and std (fitted like the transformer, shipped in the model); None: labels as they are.
+    target: TargetScaler | None = None
+
+
+def read_in_background(config: TrainingConfig) -> Future[Splits]:
+    """``read_splits`` in a daemon thread; its error (a ``TrainerDataError``) is raised where the result
+    is taken, as if read there. Daemon: a launch that fails before taking it does not wait for it."""
+    future: Future[Splits] = Future()
+
+    def read() -> None:
+        try:
+            future.set_result(read_splits(config))
+        except BaseException as err:  # handed to the thread that takes the result
+            future.set_exception(err)
+
+    threading.Thread(target=read, name="trainpipe-data-read", daemon=True).start()
+    return future
+
+
+def is_listwise(config: TrainingConfig) -> bool:
+    return config.task == "ranking" and config.model.ranking_loss == "listwise"
+
+
+def read_parquet(uri: str, storage_options: dict[str, Any]) -> pd.DataFrame:
+    fs, path = storage.url_to_fs(uri, storage_options)
+    if not fs.exists(path):
+        raise TrainerDataError(f"train_data_uri: {uri} does not exist")
+    # Open through fsspec ourselves (pandas refuses storage_options for local paths) and decode from
+    # Arrow's own buffer without its thread pool: reading via a Python file object can abort the
+    # process at exit (apache/arrow#34314).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with fs.open(path, "rb") as handle:
+        raw = handle.read()
+    return pq.read_table(pa.BufferReader(raw), use_threads=False).to_pandas()
+
+
+def label_vector(frame: pd.DataFrame, config: TrainingConfig, *, source: str) -> np.ndarray:
+    return label_values(frame, label=config.label, task=config.task, source=source)
+
+
+def pad_queries(
+    groups: pd.Series, features: np.ndarray, labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows -> ``[queries, max_docs, F]`` features, ``[queries, max_docs]`` labels and mask."""
+    codes, _ = pd.factorize(groups, sort=True)
+    position = pd.Series(codes).groupby(codes).cumcount().to_numpy()
+    n_queries, max_docs = codes.max() + 1, int(np.bincount(codes).max())
+    x = np.zeros((n_queries, max_docs, features.shape[1]), dtype=features.dtype)
+    y = np.zeros((n_queries, max_docs), dtype=labels.dtype)
+    mask = np.zeros((n_queries, max_docs), dtype=bool)
+    x[codes, position], y[codes, position], mask[codes, position] = features, labels, True
+    return x, y, mask
+
+
+def validation_mask(frame: pd.DataFrame, config: TrainingConfig) -> np.ndarray:
+    """Rows held out for validation: ``validation_fraction`` of the rows (of the queries for ranking).
+
+    Drawn from the run's seed, so every rank and every attempt of a run holds out the same rows.
+    Empty when ``keep_best`` is off or the fraction rounds down to nothing.
+    """
+    checkpoint = config.checkpoint
+    if not checkpoint.keep_best or checkpoint.validation_fraction <= 0:
+        return np.zeros(len(frame), dtype=bool)
+    if config.task == "ranking":
+        units, _ = pd.factorize(frame[config.group_column], sort=True)
+    else:
+        units = np.arange(len(frame))
+    n_units = int(units.max()) + 1 if len(units) else 0
+    n_validation = int(n_units * checkpoint.validation_fraction)
+    if n_validation == 0:
+        return np.zeros(len(frame), dtype=bool)
+    chosen = np.random.default_rng(config.seed).permutation(n_units)[:n_validation]
+    return np.isin(units, chosen)
+
+
+def _arrays(frame: pd.DataFrame, config: TrainingConfig, transformer: FeatureTransformer, source: str,
+            target: TargetScaler | None = None) -> tuple[np.ndarray, ...]:
+    features = transformer.transform(frame, source=source).astype(np.float32)
+    labels = label_vector(frame, config, source=source)
+    # Scaled in float64, then cast: the same float32 labels whatever the label column's own dtype.
+    labels = (target.scale(labels) if target is not None else labels).astype(np.float32)
+    if is_listwise(config):
+        return pad_queries(frame[config.group_column], features, labels)
+    return features, labels
+
+
+def read_splits(config: TrainingConfig) -> Splits:
+    """The training (and validation) split as arrays, with the transforms fitted on the rows trained on."""
+    source = config.train_data_uri
+    frame = read_parquet(source, config.storage_options)
+    if frame.empty:
+        raise TrainerDataError(f"{source}: the training split has no rows")
+    transforms = config.feature_transforms()
+    if config.task == "ranking":
+        require_columns(frame, [config.group_column], source=source, role="group")
+        if frame[config.group_column].isna().any():
+            raise TrainerDataError(f"{source}: group column {config.group_column!r} has missing query ids")
+    held_out = validation_mask(frame, config)
+    if not held_out.any():
+        # Nothing held out: the split is the whole file, fitted and checked in one pass.
+        train_frame, validation_frame = frame, frame.iloc[:0]
+    else:
+        train_frame = frame.loc[~held_out].reset_index(drop=True)
+        validation_frame = frame.loc[held_out].reset_index(drop=True)
+    try:
+        # Fitted on the rows trained on; the validation rows are transformed the way serving will transform them.
+        transformer = FeatureTransformer.fit(train_frame, transforms, source=source)
+        target = (TargetScaler.fit(label_vector(train_frame, config, source=source))
+                  if config.task == "regression" and config.scale_target else None)
+        train = _arrays(train_frame, config, transformer, source, target)
+        validation = _arrays(validation_frame, config, transformer, source, target) if len(validation_frame) else None
+    except TrainerDataError:
+        if train_frame is frame:
+            raise
+        # Say it of the whole file (counts, values), not of one split of it: check the file as one.
+        FeatureTransformer.fit(frame, transforms, source=source).transform(frame, source=source)
+        label_vector(frame, config, source=source)
+        raise
+    sample = serving_sample(frame, transforms)
+    return Splits(
+        train=train,
+        validation=validation,
+        transformer=transformer,
+        n_rows=len(train_frame),
+        n_validation_rows=len(validation_frame),
+        sample_frame=sample,
+        target=target,
+    )
+
+
+def serving_sample(frame: pd.DataFrame, transforms: tuple) -> pd.DataFrame:
+    """A few raw feature rows as the served model takes them: numeric columns as float64 (so integer
+    input is accepted too), categorical ones as text (missing values stay missing)."""
+    sample = frame.loc[:, [t.feature for t in transforms]].head(20).reset_index(drop=True)
+    numeric = [t.feature for t in transforms if t.type == "numeric"]
+    categorical = {t.feature: object for t in transforms if t.type == "categorical"}
+    sample = sample.astype({**dict.fromkeys(numeric, "float64"), **categorical})
+    for name in categorical:
+        sample[name] = sample[name].where(sample[name].isna(), sample[name].astype(str))
+    return sample
