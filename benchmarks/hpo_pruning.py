@@ -14,7 +14,7 @@ to exit), the best value and the trial states, then the compute saved and the ga
 values; and the set-up share of each study: the part of its workers' launch wall outside the trials'
 training loops (process start, imports, the one data read, each trial's model build, checkpoints and
 export: launch wall minus, per trial, the span from its first logged train_loss to its last
-checkpoint's metrics).
+checkpoint's metrics), and where it went (the trials' openings and closings, and the rest).
 
 --replay also replays pruner settings on each seed's baseline learning curves (Optuna in memory: each
 baseline trial in order reports its curve until the pruner stops it; compute counted as the share of
