@@ -43,7 +43,6 @@ def test_no_step_reads_a_tensor_value_between_log_intervals(
     )
     config = TrainingConfig.from_dict(raw)
     trainer = Trainer(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
-    trainer.device_sums.zero_()
     steps = trainer.step_groups(trainer.batches.epoch(0))
     optimizer = trainer.strategy.optimizer
 
@@ -67,7 +66,7 @@ def test_no_step_reads_a_tensor_value_between_log_intervals(
     assert trainer.state.interval_loss_count == (trainer.steps_per_epoch - 1) % 3
 
 
-def test_the_device_sums_are_the_losses_summed_in_step_order(
+def test_the_running_sums_are_the_losses_summed_in_step_order(
     tmp_path: Path, datasets: Datasets, env: DistEnv, make_config: Callable[..., Any]
 ) -> None:
     """What the host reads at a sync point equals a float64 running sum of each step's loss, in order
@@ -78,12 +77,11 @@ def test_the_device_sums_are_the_losses_summed_in_step_order(
     losses: list[float] = []
 
     class Recording(Trainer):
-        def _record_step(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        def _record_step(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
             losses.append(float(loss))
-            super()._record_step(step, loss, grad_norm)
+            super()._record_step(loss, grad_norm)
 
     trainer = Recording(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
-    trainer.device_sums.zero_()
     steps = trainer.step_groups(trainer.batches.epoch(0))
     with PreemptionWatcher() as watcher:
         for _ in range(6):
@@ -106,7 +104,6 @@ def test_a_non_finite_step_is_caught_at_the_next_sync_point_and_named(
                       fault_injection={"nan_loss_at_step": 2})
     config = TrainingConfig.from_dict(raw)
     trainer = Trainer(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
-    trainer.device_sums.zero_()
     steps = trainer.step_groups(trainer.batches.epoch(0))
     with PreemptionWatcher() as watcher:
         for _ in range(3):  # steps 1-3: no sync point yet, so no stop

@@ -81,9 +81,8 @@ def bf16_autocast_applies(config: TrainingConfig, env: DistEnv) -> bool:
     return env.device.type != "cuda" or torch.cuda.is_bf16_supported()
 
 
-# Slots of Trainer.device_sums: the running loss sums (as TrainState keeps them, on the device so a
-# step reads nothing back), then the first non-finite step's number, loss and gradient norm (0: none).
-_INTERVAL_SUM, _EPOCH_SUM, _BAD_STEP, _BAD_LOSS, _BAD_NORM = range(5)
+# Columns of Trainer.step_values: a step's loss and global gradient norm.
+_LOSS, _NORM = 0, 1
 
 
 @dataclass(kw_only=True, slots=True)
@@ -129,8 +128,11 @@ class Trainer:
     watcher: PreemptionWatcher | None = None
     # Where the launch's fixed time goes (run_training's); the trainer marks its own phases in it.
     phases: LaunchPhases = field(default_factory=LaunchPhases)
-    # See _INTERVAL_SUM...: what a step adds on the device and _sync reads at the loop's sync points.
-    device_sums: torch.Tensor = field(init=False)
+    # One row per step since the last sync point (loss, gradient norm; float64, on the device): a step
+    # writes its row and reads nothing back; _sync reads the rows at once. Sync points come at least
+    # every log_every_n_steps steps, so that many rows are enough.
+    step_values: torch.Tensor = field(init=False)
+    unsynced_steps: int = field(init=False, default=0)
     autocast: contextlib.AbstractContextManager = field(init=False)
     # Early stopping: a CPU copy of the weights at the best epoch end so far (what is exported).
     best_weights: dict[str, torch.Tensor] | None = field(init=False, default=None)
@@ -169,7 +171,7 @@ class Trainer:
             total_steps=total_steps,
         )
         self.loss_fn = make_loss_fn(config)
-        self.device_sums = torch.zeros(5, dtype=torch.float64, device=env.device)
+        self.step_values = torch.zeros((config.tracking.log_every_n_steps, 2), dtype=torch.float64, device=env.device)
         self.phases.mark("model build")
         # Then one stream per rank, so dropout masks differ between ranks but not between runs.
         rng.seed_all(config.seed + env.rank)
@@ -227,10 +229,7 @@ class Trainer:
                 self.tracker.log_metric("resumed_from_step", float(resumed), step=resumed)
         if self.state.record_world_size(self.env.world_size) or resumed is None:
             self.tracker.set_tags({WORLD_SIZE_HISTORY_TAG: json.dumps(self.state.world_size_history)})
-        self.device_sums = torch.tensor(
-            [self.state.interval_loss_sum, self.state.epoch_loss_sum, 0.0, 0.0, 0.0],
-            dtype=torch.float64, device=self.env.device,
-        )
+        self.unsynced_steps = 0
         self.phases.mark("checkpoint restore")
         # Waited for here, not beside the loop: the opening thread's Python work would hold the GIL
         # the step loop needs between its ops (measured: a third of the loop's rate on 2 cores).
@@ -363,34 +362,47 @@ class Trainer:
             )
         grad_norm = self.strategy.optimizer_step()
         loss = torch.stack(losses).mean() if len(losses) > 1 else losses[0]
-        self._record_step(step, loss, grad_norm)
+        self._record_step(loss, grad_norm)
         # Every rank's micro-batch has as many rows (data.GlobalOrderSampler).
         samples = sum(len(batch[0]) for batch in group) * self.env.world_size
         self.state.finish_step(micro_batches=len(group), samples=samples)
         self.counters.samples += samples
         self.progress.add_samples(samples)
 
-    def _record_step(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """Add the step's loss to the running sums and note it if it is the first non-finite one,
-        all on the device (no value is read back here)."""
-        sums = self.device_sums
-        loss64, norm64 = loss.detach().to(torch.float64), grad_norm.detach().to(sums.device, torch.float64)
-        # In float64, in step order: the same sums TrainState kept as Python floats (bit-identical resume).
-        sums[_INTERVAL_SUM : _EPOCH_SUM + 1] += loss64
-        first_bad = (sums[_BAD_STEP] == 0) & ~(torch.isfinite(loss64) & torch.isfinite(norm64))
-        seen = torch.stack([sums.new_full((), float(step)), loss64, norm64])
-        sums[_BAD_STEP:] = torch.where(first_bad, seen, sums[_BAD_STEP:])
+    def _record_step(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        """Write the step's loss and gradient norm to its row on the device (two copies; nothing is read
+        back here: ``_sync`` reads them)."""
+        if self.unsynced_steps == len(self.step_values):
+            self._sync()  # not reached between the loop's sync points; kept so no row is ever overwritten
+        row = self.step_values[self.unsynced_steps]
+        row[_LOSS].copy_(loss.detach())
+        row[_NORM].copy_(grad_norm.detach())
+        self.unsynced_steps += 1
 
     def _sync(self) -> None:
-        """Read the device's running sums into the state (one read); stop if a step was non-finite.
+        """Read the steps' rows since the last sync point (one read), add their losses to the state's
+        running sums in step order, in float64 (what the checkpoint keeps: a resumed run adds the same
+        numbers); stop if a step was non-finite.
 
         Steps after a non-finite one have trained on garbage, but none of them was saved (every save
         comes after a sync): training stops here and the last checkpoint, of a step before it, stays.
         """
-        interval, epoch, bad_step, bad_loss, bad_norm = self.device_sums.tolist()
-        self.state.interval_loss_sum, self.state.epoch_loss_sum = interval, epoch
-        if bad_step:
-            self._diverged(int(bad_step), loss=bad_loss, grad_norm=bad_norm)
+        count, self.unsynced_steps = self.unsynced_steps, 0
+        if count == 0:
+            return
+        first_step = self.state.global_step - count + 1
+        state = self.state
+        interval, epoch = state.interval_loss_sum, state.epoch_loss_sum
+        diverged: tuple[int, float, float] | None = None
+        for offset, (loss, grad_norm) in enumerate(self.step_values[:count].tolist()):
+            interval += loss
+            epoch += loss
+            if diverged is None and not (math.isfinite(loss) and math.isfinite(grad_norm)):
+                diverged = (first_step + offset, loss, grad_norm)
+        state.interval_loss_sum, state.epoch_loss_sum = interval, epoch
+        if diverged is not None:
+            step, loss, grad_norm = diverged
+            self._diverged(step, loss=loss, grad_norm=grad_norm)
 
     # -- guards and stops ------------------------------------------------------------------------
 
@@ -449,7 +461,6 @@ class Trainer:
     def _log_interval(self) -> None:
         total, count = all_reduce_sums([self.state.interval_loss_sum, self.state.interval_loss_count], self.env)
         self.state.interval_loss_sum, self.state.interval_loss_count = 0.0, 0
-        self.device_sums[_INTERVAL_SUM] = 0.0
         loss = total / max(count, 1)
         step = self.state.global_step
         self.tracker.log_metric("train_loss", loss, step=step)
@@ -482,7 +493,6 @@ class Trainer:
         epoch_loss = total / max(count, 1)
         self.tracker.log_metric("epoch_loss", epoch_loss, step=self.state.global_step)
         self.state.next_epoch(epoch_loss)
-        self.device_sums[_EPOCH_SUM] = 0.0
         if self.config.early_stopping is not None:
             self._judge_epoch()
 

@@ -46,8 +46,8 @@ class TrainState:
     def finish_step(self, *, micro_batches: int = 1, samples: int = 0) -> None:
         """One optimizer step over ``micro_batches`` micro-batches (``samples`` rows on all ranks).
 
-        Its loss is added to the sums on the device (``Trainer._record_step``) and read into
-        ``epoch_loss_sum`` / ``interval_loss_sum`` at the loop's sync points, so a step reads nothing back.
+        Its loss is written on the device (``Trainer._record_step``) and added to ``epoch_loss_sum`` /
+        ``interval_loss_sum`` at the loop's sync points (``Trainer._sync``), so a step reads nothing back.
         """
         self.global_step += 1
         self.batch_in_epoch += micro_batches
