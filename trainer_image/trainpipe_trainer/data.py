@@ -24,42 +24,48 @@ from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
 from trainpipe_trainer.splits import Splits, read_splits
 
 
-@dataclass(kw_only=True, slots=True, frozen=True)
+@dataclass(kw_only=True, slots=True)
 class TrainingData:
+    """The split's arrays (``splits.Splits``: transforms, row counts, serving sample) as tensors that
+    share their memory."""
+
+    split: Splits
     # Items are (features, label) rows, or (features, labels, mask) padded queries for listwise.
-    dataset: TensorDataset
-    # Held out of training for the validation loss that picks the best checkpoint (None: no split).
-    validation: TensorDataset | None
-    # Fitted on the rows trained on (not the validation rows); shipped inside the logged model.
-    transformer: FeatureTransformer
-    n_rows: int
-    n_validation_rows: int
-    # A few raw feature rows: the logged model's input example for its signature.
-    sample_frame: pd.DataFrame
-    # See splits.Splits.target.
-    target: TargetScaler | None = None
+    dataset: TensorDataset = field(init=False)
+    validation: TensorDataset | None = field(init=False)
 
     def __post_init__(self) -> None:
+        self.dataset = TensorDataset(*(torch.from_numpy(a) for a in self.split.train))
+        validation = self.split.validation
+        self.validation = TensorDataset(*(torch.from_numpy(a) for a in validation)) if validation else None
         if len(self.dataset) == 0:
             raise TrainerDataError("the training data has no rows")
 
+    @property
+    def transformer(self) -> FeatureTransformer:
+        return self.split.transformer
 
-def load_training_data(config: TrainingConfig, splits: Future[Splits] | Splits | None = None) -> TrainingData:
-    """The config's training data as tensors: from ``splits`` (read in the background since the launch
-    began) or read now. The tensors share the arrays' memory."""
-    if splits is None:
-        splits = read_splits(config)
-    elif isinstance(splits, Future):
-        splits = splits.result()
-    return TrainingData(
-        dataset=TensorDataset(*(torch.from_numpy(a) for a in splits.train)),
-        validation=TensorDataset(*(torch.from_numpy(a) for a in splits.validation)) if splits.validation else None,
-        transformer=splits.transformer,
-        n_rows=splits.n_rows,
-        n_validation_rows=splits.n_validation_rows,
-        sample_frame=splits.sample_frame,
-        target=splits.target,
-    )
+    @property
+    def target(self) -> TargetScaler | None:
+        return self.split.target
+
+    @property
+    def n_rows(self) -> int:
+        return self.split.n_rows
+
+    @property
+    def n_validation_rows(self) -> int:
+        return self.split.n_validation_rows
+
+    @property
+    def sample_frame(self) -> pd.DataFrame:
+        return self.split.sample_frame
+
+
+def load_training_data(config: TrainingConfig, pending: Future[Splits] | None = None) -> TrainingData:
+    """The config's training data as tensors: from ``pending`` (read in the background since the launch
+    began) or read now."""
+    return TrainingData(split=pending.result() if pending is not None else read_splits(config))
 
 
 class GlobalOrderSampler(Sampler[int]):
