@@ -4,6 +4,8 @@ pipeline's row says."""
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 import pytest
@@ -117,6 +119,12 @@ def test_detail_history_log_drift_and_pending_approval(fleet) -> None:
     # The body is Markdown (Airflow's HITL view renders it): its bold shows as bold, not as asterisks.
     page = fleet.client.get("/trainpipe/pipelines/fraud_approval", headers=headers).text
     assert "<b>fraud_approval</b> version <b>3</b> passed its gates" in page and "**" not in page
+    # Times as a reader wants them: to the minute, in UTC (the registry stores milliseconds and an offset).
+    promoted = datetime.fromisoformat(detail["promotion_log"][0]["at"]).astimezone(UTC)
+    nightly = fleet.client.get("/trainpipe/pipelines/fraud_nightly", headers=headers).text
+    log = nightly.split("id='promotion-log'")[1].split("</table>")[0]
+    assert f"<td>{promoted:%Y-%m-%d %H:%M} UTC</td>" in log
+    assert not re.search(r"\d\d:\d\d:\d\d", log)
 
 
 def test_an_approval_body_s_markup_is_escaped_and_only_bold_and_code_are_shown():

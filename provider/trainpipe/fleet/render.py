@@ -7,6 +7,7 @@ caller's Airflow session, so Airflow's permissions decide.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -49,6 +50,18 @@ def markdown_emphasis(text: str) -> str:
     spans shown as such rather than as asterisks and backticks; everything else stays as written."""
     return _EMPHASIS.sub(lambda m: f"<b>{m['bold']}</b>" if m["bold"] is not None else f"<code>{m['code']}</code>",
                          escape(text))
+
+
+def _when(value: Any) -> str:
+    """A stored ISO time (the registry's tags keep milliseconds and an offset) as a reader wants it:
+    ``2026-11-27 11:53 UTC``; a value that is not such a time is shown as it is."""
+    try:
+        moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        return _e(value)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return escape(moment.strftime("%Y-%m-%d %H:%M UTC" if moment.tzinfo is not None else "%Y-%m-%d %H:%M"))
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -196,7 +209,7 @@ def fleet_page(rows: list[dict[str, Any]], *, teams: list[str], team: str | None
             f"<td class='team'>{_e(r['team'])}<div class='muted'>{_e(r['owner'])}</div></td><td>{_e(r['schedule'])}</td>"
             f"<td><span class='badge o-{r['outcome']}'>{r['outcome'].replace('_', ' ')}</span>"
             f"<div class='reason'>{_e(run.get('reason'))}</div>{_study(r.get('study'))}"
-            f"<div class='muted'>{_e(run.get('logical_date'))}</div></td>"
+            f"<div class='muted'>{_when(run.get('logical_date'))}</div></td>"
             f"<td>{champ}</td><td>{data}</td><td class='num'>{_num(cost['gpu_hours'])}{_capacity_split(cost)}</td>"
             f"<td class='num'>{_num(cost['cost'], 2)}</td><td class='links'>{_links(r['links'])}</td></tr>")
     body.append("</table>")
@@ -250,7 +263,7 @@ def pipeline_page(detail: dict[str, Any], *, base: str, airflow_api: str) -> str
                           f"data-option='{escape(o, quote=True)}'>{escape(o)}</button>" for o in approval["options"])
         parts.append(
             f"<h2>Pending approval</h2><div class='approval' id='approval' data-url='{escape(url, quote=True)}'>"
-            f"<b>{_e(approval['subject'])}</b><div class='muted'>waiting since {_e(approval['created_at'])} "
+            f"<b>{_e(approval['subject'])}</b><div class='muted'>waiting since {_when(approval['created_at'])} "
             f"(run {_e(approval['run_id'])})</div><pre>{markdown_emphasis(approval['body'] or '')}</pre>{buttons}"
             "<div id='approval-result' class='muted'></div></div>" + APPROVAL_SCRIPT)
     history = detail["metric_history"]
@@ -266,15 +279,15 @@ def pipeline_page(detail: dict[str, Any], *, base: str, airflow_api: str) -> str
     parts.append(f"<h2>Metric history ({len(history)} versions{shown})</h2>"
                  f"<div style='display:flex;flex-wrap:wrap;gap:16px'>{charts or line_chart({})}</div>")
     parts.append(f"<h2>Drift per feature</h2>{heatmap(detail['drift_history'])}")
-    log_rows = "".join(f"<tr><td>v{_e(e.get('version'))}</td><td>{_e(e.get('at'))}</td><td>{_e(e.get('by'))}</td>"
+    log_rows = "".join(f"<tr><td>v{_e(e.get('version'))}</td><td>{_when(e.get('at'))}</td><td>{_e(e.get('by'))}</td>"
                        f"<td>{_e(e.get('reason'))}</td><td>{_e(e.get('replaced_version'))}</td></tr>"
                        for e in detail["promotion_log"])
     parts.append("<h2>Promotion log</h2>" + (
         f"<table id='promotion-log'><tr><th>version</th><th>when</th><th>who</th><th>why</th><th>replaced</th></tr>"
         f"{log_rows}</table>" if log_rows else "<p class='muted'>No promotion yet.</p>"))
     versions = "".join(
-        f"<tr><td><code>{_e(v['digest'][:12])}</code></td><td>{_e(v.get('created_at'))}</td><td class='num'>"
-        f"{_num(v.get('rows'), 0)}</td><td>{'accepted ' + _e(v['accepted_at']) if v.get('accepted_at') else 'not accepted'}"
+        f"<tr><td><code>{_e(v['digest'][:12])}</code></td><td>{_when(v.get('created_at'))}</td><td class='num'>"
+        f"{_num(v.get('rows'), 0)}</td><td>{'accepted ' + _when(v['accepted_at']) if v.get('accepted_at') else 'not accepted'}"
         f"</td><td><code>{_e((v.get('schema_hash') or '')[:12])}</code></td></tr>" for v in detail["dataset_versions"])
     parts.append("<h2>Dataset versions</h2>" + (
         f"<table id='dataset-versions'><tr><th>version</th><th>created</th><th class='num'>rows</th><th>validation</th>"
