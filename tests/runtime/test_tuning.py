@@ -180,12 +180,18 @@ def test_two_workers_run_the_study_each_several_trials_in_one_process(tuned):
         assert "trainpipe.airflow_run_id" not in child.data.tags  # the final training's run is found by it
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "study")}
     assert {"study/optimization_history.png", "study/intermediate_values.png"} <= artifacts
+    # No trial logs a model (the final training logs the winner's); the trials' hashes are in the study.
+    logged = client.search_logged_models([parent.info.experiment_id])
+    assert not {m.source_run_id for m in logged} & {c.info.run_id for c in children}
+    assert all(t.user_attrs["weights_sha256"] for t in finished if t.state.name == "COMPLETE")
 
     # The best trial, trained again by a fresh single launch with the same parameters and seed: same weights.
     fresh = run_training(with_trial_params(plan, best["params"], trial_epochs=True), snapshot, settings=settings,
                          run=RunContext(dag_id=plan.dag_id, airflow_run_id="manual__fresh", try_number=1,
                                         spec_sha256=plan.spec_sha256, git_commit="test"), hook=hook)
     assert fresh.weights_sha256 == live.best_trial.user_attrs["weights_sha256"]
+    assert fresh.model_uri and client.get_logged_model(fresh.model_uri.removeprefix("models:/")).source_run_id == (
+        fresh.mlflow_run_id)
 
 
 def test_a_worker_that_dies_mid_trial_loses_only_that_trial(state_dir: Path):

@@ -55,8 +55,9 @@ class TrainingResult:
     """What the trainer's rank 0 writes to ``<output_uri>/result.json`` when training succeeds."""
 
     mlflow_run_id: str
-    # URI that loads the logged model with mlflow.pyfunc.load_model (e.g. ``models:/m-...``).
-    model_uri: str
+    # URI that loads the logged model with mlflow.pyfunc.load_model (e.g. ``models:/m-...``); None for
+    # a tuning trial, whose model is not logged (the final training retrains and logs the winner's).
+    model_uri: str | None
     weights_sha256: str
     world_size: int
     global_step: int
