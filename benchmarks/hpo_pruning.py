@@ -12,9 +12,9 @@ It prints, per seed: the trainers' compute (CPU seconds the trainers counted the
 ``trainer_cpu_hours`` metric, pruned trials included), the workers' launch wall seconds (torchrun start
 to exit), the best value and the trial states, then the compute saved and the gap between the best
 values; and the set-up share of each study: the part of its workers' launch wall outside the trials'
-training loops (process start, imports, the one data read, each trial's model build, checkpoints and
-export: launch wall minus, per trial, the span from its first logged train_loss to its last
-checkpoint's metrics), and where it went (the trials' openings and closings, and the rest).
+step loops (process start, imports, the one data read, each trial's model build, last checkpoint and
+stop: launch wall minus the trials' step loops as each trainer timed its own, the ``step_loop_seconds``
+metric), and where it went (the trials' own set-up, and the rest).
 
 --replay also replays pruner settings on each seed's baseline learning curves (Optuna in memory: each
 baseline trial in order reports its curve until the pruner stops it; compute counted as the share of
@@ -187,29 +187,25 @@ def run_study(args: argparse.Namespace, settings: Any, seed: int, pruner: dict[s
 
 
 def setup_share(hook: Any, trials: list[Any], launch_wall: float) -> dict[str, float] | None:
-    """The share of the workers' launch wall outside the trials' training loops (all trials, pruned too),
-    and where it went: each trial's opening (its child run's start to its first train_loss: model
-    build, the first logging interval's steps), its closing (its last evaluation point to its run's end:
-    the model export, or the stop of a pruned trial), and the rest (process start and exit, imports,
-    the data read, asking and telling the study)."""
+    """The share of the workers' launch wall outside the trials' step loops (all trials, pruned too; each
+    loop timed by the trainer itself, ``step_loop_seconds``: every optimizer step after the first, with
+    its checkpoints and evaluations), and where it went: the trials' own set-up (a trial's wall in its
+    worker, ``trainer_seconds``, outside its loop: model build, first step, the last checkpoint, export
+    or stop, its run's opening and closing; for a launch's first trial also the wait for the data read
+    and the first optimizer's import of torch._dynamo) and the rest (torchrun, process start and exit,
+    imports, opening the study, asking and telling it)."""
     if launch_wall <= 0:
         return None
-    looped = opening = closing = 0.0
+    looped = own = 0.0
     for trial in trials:
         run_id = trial.user_attrs.get("mlflow_run_id")
-        if not run_id:
-            continue
-        losses = hook.client.get_metric_history(run_id, "train_loss")
-        checks = hook.client.get_metric_history(run_id, "validation_loss")
-        if losses and checks:
-            first_loss, last_check = min(m.timestamp for m in losses), max(m.timestamp for m in checks)
-            looped += max(0.0, (last_check - first_loss) / 1000)
-            info = hook.client.get_run(run_id).info
-            opening += max(0.0, (first_loss - info.start_time) / 1000)
-            if info.end_time:
-                closing += max(0.0, (info.end_time - last_check) / 1000)
-    return {"share": 1 - looped / launch_wall, "opening": opening / launch_wall, "closing": closing / launch_wall,
-            "rest": 1 - (looped + opening + closing) / launch_wall}
+        loop = hook.client.get_metric_history(run_id, "step_loop_seconds") if run_id else []
+        seconds = trial.user_attrs.get("trainer_seconds")
+        if loop and seconds is not None:
+            looped += loop[-1].value
+            own += max(0.0, seconds - loop[-1].value)
+    return {"share": 1 - looped / launch_wall, "own": own / launch_wall,
+            "rest": 1 - (looped + own) / launch_wall}
 
 
 def replay(baseline: dict[str, Any], pruner: dict[str, Any], metric: str) -> dict[str, float]:
@@ -269,12 +265,12 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], pruner: Any, lo
                   if key in row and row[key]["setup_share"] is not None]
         if shares:
             print(f"set-up share of the {'unpruned' if key == 'none' else 'pruned'} studies' launch wall (outside the "
-                  "trials' training loops), per seed: " + ", ".join(f"seed {seed} {s['share']:.1%}" for seed, s in shares)
+                  "trials' step loops), per seed: " + ", ".join(f"seed {seed} {s['share']:.1%}" for seed, s in shares)
                   + f"  [target < {TARGET_SETUP:.0%}]")
             for seed, s in shares:
-                print(f"  seed {seed}: trials' openings (run start to first train_loss) {s['opening']:.1%}, closings "
-                      f"(last evaluation to run end) {s['closing']:.1%}, the rest (process start and exit, imports, "
-                      f"data read, ask/tell) {s['rest']:.1%}")
+                print(f"  seed {seed}: the trials' own set-up (model build, first step, last checkpoint, stop or "
+                      f"export, run opening and closing) {s['own']:.1%}, the rest (torchrun, process start and "
+                      f"exit, imports, the study, ask/tell) {s['rest']:.1%}")
     met = []
     for row in rows:
         if "pruned" not in row:

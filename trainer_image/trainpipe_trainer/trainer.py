@@ -487,6 +487,9 @@ class Trainer:
         samples = self.counters.samples - self.stats.first_step_samples
         self.stats.samples_per_second = samples / self.stats.loop_seconds
         self.tracker.log_metric("train_samples_per_second", self.stats.samples_per_second, step=self.state.global_step)
+        # The loop's own wall time: what a study's set-up share is taken against (a trial's launch
+        # phases say where the rest went).
+        self.tracker.log_metric("step_loop_seconds", self.stats.loop_seconds, step=self.state.global_step)
 
     def _end_epoch(self) -> None:
         total, count = all_reduce_sums([self.state.epoch_loss_sum, self.state.epoch_loss_count], self.env)
@@ -612,6 +615,9 @@ class Trainer:
         if votes == 0 or step >= self.total_steps:
             return
         # The checkpoint just taken is the trial's last: let it commit, record the compute spent, stop.
+        if self.phases.loop_started is not None:
+            self.stats.loop_seconds = time.perf_counter() - self.phases.loop_started
+        self._log_throughput()
         self.checkpoints.wait()
         self.checkpoints.close()
         self._log_compute_hours()
