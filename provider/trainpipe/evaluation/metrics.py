@@ -38,14 +38,9 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 from trainpipe.spec.metric_names import (  # noqa: F401 - the metric API in one place
-    _AT_K,
-    _DEFAULT_K,
-    _LOWER_IS_BETTER,
     MetricInputError,
-    _check_task,
-    _parse,
-    _task_of,
     check_metric,
+    check_task,
     higher_is_better,
     is_known_metric,
     metric_names,
@@ -89,7 +84,7 @@ def compute_metrics(
     Unknown names raise :class:`~trainpipe.errors.SpecError`; inputs that cannot give a metric
     (length mismatch, one class only, no relevant document) raise :class:`MetricInputError`.
     """
-    _check_task(task)
+    check_task(task)
     if isinstance(names, str):
         names = [names]
     for name in names:

@@ -31,7 +31,8 @@ class MetricInputError(TrainpipeError, ValueError):
     """The labels, scores or groups given to :func:`compute_metrics` cannot produce the metric."""
 
 
-def _check_task(task: str) -> None:
+def check_task(task: str) -> None:
+    """Raise :class:`~trainpipe.errors.SpecError` unless ``task`` is a known task type (naming the nearest)."""
     if task not in TASK_TYPES:
         close = difflib.get_close_matches(str(task), TASK_TYPES, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -50,13 +51,13 @@ def _parse(task: str, name: str) -> tuple[str, int | None] | None:
 
 def metric_names(task: str) -> list[str]:
     """The metric names valid for ``task``; ranking names are patterns such as ``ndcg@K``."""
-    _check_task(task)
+    check_task(task)
     return [*_PLAIN_METRICS[task], *(f"{base}@K" for base in _AT_K_METRICS[task])]
 
 
 def is_known_metric(task: str, name: str) -> bool:
     """Whether ``name`` (exactly, e.g. ``ndcg@10``) is a metric of ``task``."""
-    _check_task(task)
+    check_task(task)
     return isinstance(name, str) and _parse(task, name) is not None
 
 
@@ -66,7 +67,7 @@ def suggest_metric(task: str, name: str) -> str | None:
     Returns ``name`` itself when it is already valid. A ranking name keeps its ``@K`` when K is a
     positive integer (``ndgc@5`` -> ``ndcg@5``) and gets ``@10`` otherwise (``ndcg`` -> ``ndcg@10``).
     """
-    _check_task(task)
+    check_task(task)
     if is_known_metric(task, name):
         return name
     text = str(name).strip().lower().replace("-", "_").replace(" ", "_")
