@@ -125,6 +125,9 @@ def test_detail_history_log_drift_and_pending_approval(fleet) -> None:
     log = nightly.split("id='promotion-log'")[1].split("</table>")[0]
     assert f"<td>{promoted:%Y-%m-%d %H:%M} UTC</td>" in log
     assert not re.search(r"\d\d:\d\d:\d\d", log)
+    drift_page = fleet.client.get("/trainpipe/pipelines/churn_drift", headers=headers).text
+    heat = drift_page.split("id='drift-heatmap'")[1].split("</table>")[0]
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", heat) and "+00:00" not in heat
 
 
 def test_an_approval_body_s_markup_is_escaped_and_only_bold_and_code_are_shown():

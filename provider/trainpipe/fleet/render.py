@@ -154,7 +154,7 @@ def heatmap(rows: list[dict[str, Any]]) -> str:
         cells = "".join(
             f"<td class='num' style='background:{_drift_colour(r['psi'].get(f))}'>{_num(r['psi'].get(f), 3)}</td>"
             for f in features)
-        body.append(f"<tr><td><code>{_e((r.get('digest') or '')[:12])}</code><div class='muted'>{_e(r.get('when'))}"
+        body.append(f"<tr><td><code>{_e((r.get('digest') or '')[:12])}</code><div class='muted'>{_when(r.get('when'))}"
                     f"</div></td><td>{_e(r.get('verdict'))}</td>{cells}</tr>")
     return (f"<table id='drift-heatmap'><tr><th>dataset version</th><th>drift</th>{head}</tr>{''.join(body)}</table>"
             "<p class='muted'>PSI per feature vs the baseline: green &lt; 0.1, orange &lt; 0.25, red &ge; 0.25.</p>")
