@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory
 
-REPO = Path(__file__).resolve().parent.parent
 # Names in site-packages that belong to trainpipe's own (editable) installs.
 _OWN = ("trainpipe", "airflow_provider_trainpipe", "_editable_impl_airflow_provider_trainpipe",
         "_editable_impl_trainpipe_trainer", "__editable__")

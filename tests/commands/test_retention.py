@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.moto_s3 import moto_s3_server
+from tests.support import REPO
 from trainpipe.commands.retention import DriftPins, collect, delete, format_plan
 from trainpipe.runtime.checkpoint_state import TrainingStatus, write_training_status
 from trainpipe.settings import Settings
@@ -21,7 +22,6 @@ LONG_AGO = datetime(2026, 1, 1, tzinfo=UTC)
 # Storage files are written now; gc looks at them from two days on, with --older-than 1d.
 LATER = datetime.now(UTC) + timedelta(days=2)
 NO_PINS = DriftPins(by_pipeline={})
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

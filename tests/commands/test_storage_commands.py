@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.moto_s3 import moto_s3_server
+from tests.support import REPO
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 BUCKET = "trainpipe"
 CONN_ID = "trainpipe_s3"
 ROOT = f"s3://{BUCKET}/storage"

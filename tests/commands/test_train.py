@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import REPO
 from trainpipe.commands.train import default_logical_date
 from trainpipe.runtime.train import TrainerReasons
 
-REPO = Path(__file__).resolve().parents[2]
 LOGICAL_DATE = "2026-11-22"
 
 pytestmark = pytest.mark.integration

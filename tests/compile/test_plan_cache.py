@@ -14,11 +14,10 @@ import pytest
 
 import trainpipe.plan.build
 import trainpipe.spec.sections.pipeline
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory
 from trainpipe.compile.plan_cache import PlanCache, _package_sources, code_fingerprint
 from trainpipe.dags.files import register_dags
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.commands.main import main
 from trainpipe.compile.spec_files import resolve_specs_folder
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

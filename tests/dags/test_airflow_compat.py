@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from tests.support import REPO
 from trainpipe.dags.airflow_compat import report_spec_errors
 from trainpipe.errors import SpecError, SpecProblem
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _error(file: str = "dag_configs/x.yaml") -> SpecError:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory
 from trainpipe.errors import TrainpipeError
 
-REPO = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 BROKEN = "pipeline_id: {id}\nunknown_key: 1\n"
 

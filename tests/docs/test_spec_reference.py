@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.spec.schema import spec_json_schema
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _load_generator() -> ModuleType:

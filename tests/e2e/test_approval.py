@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 from stack.helpers import FEATURES, AirflowClient, wait_for
 
+from tests.support import REPO
 from trainpipe.demo.synthetic import generate_transactions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import load_dag, run_dag
+from tests.support import REPO, load_dag, run_dag
 from trainpipe.demo.synthetic import drift_feature, generate_transactions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 6, 30, tzinfo=UTC)
 PIPELINE = "fraud_drift_e2e"
 DATA = "demo/transactions/drift_e2e.parquet"

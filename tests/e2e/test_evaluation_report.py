@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import load_dag, run_dag
+from tests.support import REPO, load_dag, run_dag
 from trainpipe.demo.synthetic import TRANSACTION_REGIONS, generate_transactions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 7, 31, tzinfo=UTC)
 BINARY_PLOTS = {"roc.png", "precision_recall.png", "calibration.png", "confusion_matrix.png", "slices_region.png"}
 

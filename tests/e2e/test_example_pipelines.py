@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import load_dag, run_dag
+from tests.support import REPO, load_dag, run_dag
 from trainpipe.demo.synthetic import generate_clicks, generate_transactions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 6, 30, tzinfo=UTC)
 # The data spans 25 days and the specs' window is 30 days: runs at END and END + 1h see the same rows.
 DATA_DAYS = 25

@@ -17,7 +17,6 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 9, 30, tzinfo=UTC)
 PIPELINE = "asset_payload"
 DEPLOY_DAG = "deploy_asset_payload"

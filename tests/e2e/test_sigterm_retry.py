@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.demo.synthetic import generate_transactions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 6, 30, tzinfo=UTC)
 
 

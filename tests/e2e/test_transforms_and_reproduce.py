@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.support import load_dag, run_dag
+from tests.support import REPO, load_dag, run_dag
 from trainpipe.commands.main import main
 from trainpipe.commands.reproduce import parse_reference, snapshot_by_digest
 from trainpipe.demo.synthetic import generate_transactions
@@ -21,7 +21,6 @@ from trainpipe.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 5, 31, tzinfo=UTC)
 PIPELINE = "fraud_transforms"
 FEATURES = ["amount", "merchant_risk", "hour_of_day", "account_age_days", "is_foreign", "merchant_category"]

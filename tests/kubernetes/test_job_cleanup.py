@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 
 from tests.kubernetes.fake_apiserver import FakeApiServer, job_status
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe.kubernetes.cleanup import Deletion, delete_job_on_finish, deletions
 from trainpipe.operators.kubernetes import KubernetesTrainJobOperator
 from trainpipe.triggers.kubernetes import TrainJobTrigger
 
-REPO = Path(__file__).resolve().parents[2]
 JOB = "job-fraud-detector-multinode-1736162b-t1"
 NAMESPACE = "ml-training"
 

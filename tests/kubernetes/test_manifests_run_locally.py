@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.compile.compiler import compile_file
 from trainpipe.demo.synthetic import generate_clicks, generate_transactions
@@ -33,7 +34,6 @@ from trainpipe.spec.validate import validate_loaded
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 6, 30, tzinfo=UTC)
 _VAR = re.compile(r"\$\((\w+)\)")
 

@@ -5,12 +5,12 @@ reported as a wait, not a stall."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
 
 from tests.kubernetes.fake_apiserver import FakeApiServer, job_status
+from tests.support import REPO
 from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.compile.compiler import compile_text
 from trainpipe.errors import SpecError
@@ -22,7 +22,6 @@ from trainpipe.runtime.checkpoint_state import CheckpointState, TrainingStatus, 
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
 
-REPO = Path(__file__).resolve().parents[2]
 MULTINODE = (REPO / "dag_configs" / "fraud_detector_multinode.yaml").read_text()
 LAUNCH = TrainerLaunch(config_uri="s3://bucket/trainpipe/runs/p/r/trainer_config.json",
                        mlflow_tracking_uri="http://mlflow.mlflow.svc:5000", dag_id="p",

@@ -4,12 +4,12 @@ uses, valid against the Kubernetes OpenAPI schema, and what an ML platform team 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from tests.support import REPO
 from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.commands.main import main
 from trainpipe.compile.compiler import compile_file
@@ -20,7 +20,6 @@ from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
 from trainpipe_trainer.outcomes import PREEMPTED_EXIT_CODE
 
-REPO = Path(__file__).resolve().parents[2]
 KUBERNETES_SPECS = sorted(
     p for p in (REPO / "dag_configs").glob("*.yaml") if compile_file(p).launch.launcher == "kubernetes"
 )

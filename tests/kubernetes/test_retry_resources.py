@@ -15,6 +15,7 @@ import yaml
 from kubernetes.client import models as k8s
 
 from tests.kubernetes.fake_apiserver import FakeApiServer
+from tests.support import REPO
 from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
@@ -28,7 +29,6 @@ from trainpipe.settings import Settings
 from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 from trainpipe_trainer.resume import resume_identity
 
-REPO = Path(__file__).resolve().parents[2]
 K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
 RUN_ID = "scheduled__2026-06-30T00:00:00+00:00"
 ON_OOM = {"memory_factor": 1.5, "max_memory": "128Gi"}

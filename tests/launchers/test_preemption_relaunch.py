@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import REPO
 from trainpipe_trainer.outcomes import preempted_message
 
-REPO = Path(__file__).resolve().parents[2]
 LOGICAL_DATE = "2026-11-22"
 
 pytestmark = pytest.mark.integration

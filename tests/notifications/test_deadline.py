@@ -5,16 +5,15 @@ own serialization; the Airflow version check reads package metadata only."""
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.errors import SpecError
 from trainpipe.plan.build import build_plan
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import airflow_without_deadlines, validate_loaded
 
-REPO = Path(__file__).resolve().parents[2]
 FRAUD = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
 NOTIFY = "notify:\n  email: {to: [oncall@example.com], events: [gate_failure]}\n  deadline: {within: 6h}\n"
 

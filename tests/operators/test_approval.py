@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe.dags.builder import build_dag
 from trainpipe.operators.approval import ApproveOperator, approval_body
 
-REPO = Path(__file__).resolve().parents[2]
 PLAN = compile_file(REPO / "dag_configs" / "fraud_detector_approval.yaml", "dag_configs/fraud_detector_approval.yaml")
 EVALUATION = {
     "candidate": {"auc": 0.93, "f1": 0.41}, "champion": {"auc": 0.92, "f1": 0.4}, "champion_version": 6,

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory
 
-REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "pw-3f9c1e-never-shown"
 EXPRESSION = "{{ conn.leak.password }}"
 BLOCK = "{% for c in [1] %}{{ conn.leak.password }}{% endfor %}"

@@ -8,11 +8,11 @@ and shows the difference in review.
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
 PINS = REPO / "tests" / "fixtures" / "compiled"
 
 

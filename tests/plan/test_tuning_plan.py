@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory
 from trainpipe.plan.params import with_trial_params
 from trainpipe.plan.steps import TUNING_TASKS
@@ -17,8 +17,6 @@ from trainpipe.spec.sections.tuning import DEFAULT_PRUNER, PRUNER_DEFAULTS
 from trainpipe_trainer.config import CHECKPOINT_METRICS, TrainingConfig, TuningTrial
 from trainpipe_trainer.resume import resume_identity
 from trainpipe_trainer.tuning import make_pruner, progress_percent, storage_for_config
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

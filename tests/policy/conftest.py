@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
 POLICY = REPO / "tests" / "fixtures" / "policy" / "policy.yaml"
 
 

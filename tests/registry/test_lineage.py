@@ -7,10 +7,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory, compile_file
 from trainpipe.registry.lineage import git_commit, log_spec_text
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "dag_configs" / "fraud_detector.yaml"
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import REPO
 from trainpipe.demo.synthetic import generate_transactions
 from trainpipe.fleet.collect import FleetReader, PipelineFacts, pipeline_row
 from trainpipe.fleet.outcome import RunFacts
@@ -37,7 +38,6 @@ from trainpipe.spec.validate import validate_loaded
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 END = datetime(2026, 6, 30, tzinfo=UTC)
 
 

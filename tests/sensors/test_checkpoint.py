@@ -6,11 +6,11 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from airflow.sdk.exceptions import AirflowRescheduleException, TaskDeferred
 
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import TrainpipeError
 from trainpipe.plan.model import STATUS_POLL_SECONDS, WAITING_POKE
@@ -25,8 +25,6 @@ from trainpipe.runtime.train import run_dir_for
 from trainpipe.sensors.checkpoint import CheckpointSensor
 from trainpipe.settings import Settings
 from trainpipe.triggers.checkpoint import CheckpointTrigger
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -3,17 +3,15 @@ template is refused, never rendered)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from tests.support import REPO
 from trainpipe.errors import SpecError
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import BacktestPlan
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
 
-REPO = Path(__file__).resolve().parents[2]
 FRAUD = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
 ANCHOR = "  model_name: fraud_detector\n  alias: champion\n"
 

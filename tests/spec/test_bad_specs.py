@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.commands.main import main
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "bad_specs"
 BAD_SPECS = sorted(p for p in FIXTURES.rglob("*.yaml") if not p.name.startswith("_") and p.stat().st_size)
 

@@ -10,16 +10,14 @@ import subprocess
 import sys
 import warnings
 from datetime import date, datetime
-from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.errors import SpecError
 from trainpipe.spec import expectations
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
-
-REPO = Path(__file__).resolve().parents[2]
 
 # Items of validation.expectations start on line 14.
 BASE = """\

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory, compile_file
 
-REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "pw-7d21a0-never-shown"
 TEMPLATE = "{{ conn.leak.password }}"
 # A template an SMTP server takes as an address's local part (braces are valid there; spaces are not).

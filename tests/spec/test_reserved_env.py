@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
 from trainpipe.kubernetes.builders import TrainerLaunch, container_env
@@ -19,7 +20,6 @@ from trainpipe.spec.environment import TORCHRUN_ENV, reserved_env_reason, traine
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
 
-REPO = Path(__file__).resolve().parents[2]
 TEXT = """\
 pipeline_id: p
 data: {uri: demo/p/data.parquet}

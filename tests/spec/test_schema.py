@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import yaml
 
+from tests.support import REPO
 from trainpipe.commands.main import main
 from trainpipe.spec.schema import SCHEMA_PATH, spec_json_schema
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "dag_configs").glob("*.yaml"))
 
 

@@ -3,16 +3,13 @@ fixtures in tests/fixtures/bad_specs: slice_*.yaml, min_slice_gate.yaml, duplica
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import jsonschema
 import pytest
 
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe.spec.schema import spec_json_schema
 from trainpipe.spec.sections.evaluation import EvaluationSpec
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_fraud_example_slices_by_region_and_gates_the_worst_slice():

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe_trainer.config import FeatureTransform
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _spec(tmp_path: Path, transforms: dict) -> Path:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
+from tests.support import REPO
 from trainpipe.errors import SpecError
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.sections.evaluation import GateSpec
 from trainpipe.spec.validate import validate_loaded
 
-REPO = Path(__file__).resolve().parents[2]
 FRAUD = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
 
 

@@ -21,7 +21,9 @@ import pytest
 import yaml
 from trainpipe_stack import Ports, Stack, StackConfig, s3_client
 
-from .helpers import DATA_KEY, REPO, SPECS, AirflowClient, RunningStack
+from tests.support import REPO
+
+from .helpers import DATA_KEY, SPECS, AirflowClient, RunningStack
 
 
 def _free_ports(count: int) -> list[int]:

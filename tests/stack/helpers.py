@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 import pytest
 from trainpipe_stack import Stack, StackConfig, s3_client
 
-REPO = Path(__file__).resolve().parents[2]
 DATA_KEY = "stack_tests/transactions.parquet"  # under the storage root (s3://<bucket>/storage/)
 FEATURES = ["amount", "merchant_risk", "hour_of_day", "distance_from_home_km", "transactions_last_24h",
             "account_age_days", "is_foreign"]

@@ -35,8 +35,8 @@ import pytest
 import yaml
 
 from tests.moto_s3 import moto_s3_server
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yaml"
 GPU_OVERRIDE = REPO / "docker-compose.gpu.yaml"
 ENV_EXAMPLE = REPO / ".env.example"

@@ -4,15 +4,15 @@ becomes a located import error while every other DAG stays."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
+
+from tests.support import REPO
 
 from .helpers import SPECS, AirflowClient, RunningStack, spec_yaml, wait_for
 
 pytestmark = pytest.mark.stack
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = {"fraud_detector", "fraud_detector_approval", "fraud_detector_multinode", "fraud_detector_tuned",
             "search_ranker_gpu", "search_ranker_nightly"}
 # The dag-processor re-reads the DAG files every 10 s (AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL
