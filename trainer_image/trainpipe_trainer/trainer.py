@@ -251,8 +251,7 @@ class Trainer:
                 start_step = self.state.global_step
                 while self.state.epoch < self.config.epochs and not self.state.stopped_early:
                     self._run_epoch(watcher)
-                if self.phases.loop_started is not None:
-                    self.stats.loop_seconds = time.perf_counter() - self.phases.loop_started
+                self._time_loop()
                 self.phases.skip()
                 self.stats.steps += self.state.global_step - start_step
                 self.flags.drain()
@@ -480,6 +479,11 @@ class Trainer:
             return None
         return torch.cuda.max_memory_allocated(self.env.device) / 2**30
 
+    def _time_loop(self) -> None:
+        """The step loop's wall time so far (from the end of its first step): where it ends, or is pruned."""
+        if self.phases.loop_started is not None:
+            self.stats.loop_seconds = time.perf_counter() - self.phases.loop_started
+
     def _log_throughput(self) -> None:
         """The step loop's rate over the whole run (first step excluded), for the run note and report."""
         if self.stats.loop_seconds <= 0:
@@ -615,8 +619,7 @@ class Trainer:
         if votes == 0 or step >= self.total_steps:
             return
         # The checkpoint just taken is the trial's last: let it commit, record the compute spent, stop.
-        if self.phases.loop_started is not None:
-            self.stats.loop_seconds = time.perf_counter() - self.phases.loop_started
+        self._time_loop()
         self._log_throughput()
         self.checkpoints.wait()
         self.checkpoints.close()
