@@ -332,7 +332,7 @@ def main() -> int:
             columns = write_data(data, shape)
             print(f"\nshape {shape_name}: MLP {shape.features}-{'-'.join(map(str, shape.hidden))}-1 "
                   f"({shape.params / 1e6:.2f}M params), batch {shape.batch}, {shape.rows:,} rows, {shape.epochs} epochs")
-            last_launch = ""
+            last_launch: tuple[str, str] | None = None
             for mode in modes:
                 folder = work / f"{shape_name}-{mode}"
                 folder.mkdir()
@@ -350,8 +350,9 @@ def main() -> int:
                       f"{run.samples_per_second:>11,.0f} ({ratio:.2f} of resident; target "
                       f"{'>= ' + format(target, '.2f') if target else 'none'}) | wall {run.wall:.1f} s, "
                       f"outside the step loop {run.outside_loop:.1f} s")
-                last_launch = last_launch or run.launch_line
-            print(f"  phases of the fp32 launch (trainer's own line): {last_launch}")
+                last_launch = last_launch or (mode, run.launch_line)
+            if last_launch:
+                print(f"  phases of the {last_launch[0]} launch (trainer's own line): {last_launch[1]}")
             if not args.skip_determinism:
                 mode = "fp32"
                 print(f"  determinism ({mode}): "

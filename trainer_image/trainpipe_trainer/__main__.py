@@ -57,6 +57,11 @@ def _run(config_uri: str, watcher: PreemptionWatcher, phases: LaunchPhases) -> i
         # Read while torch imports: the parquet decode and array work release the GIL (about 1 s of
         # a 2-core launch). Torch is imported only now: a bad config fails fast, before it loads.
         splits = read_in_background(config)
+        if os.environ.get("RANK", "0") == "0":
+            # Rank 0 tracks: MLflow starts in its own process now, on another core while torch imports.
+            from trainpipe_trainer.tracking.mlflow_process import MlflowProcess, store_uri
+
+            MlflowProcess.shared(store_uri(config.tracking.tracking_uri))
         if config.tuning is not None and config.tuning.worker is not None:
             # A trial worker: the study's trials back to back in this one launch.
             from trainpipe_trainer.trial_worker import run_worker as run_training

@@ -96,3 +96,7 @@ class TrialPrunedError(TrainingStopped):
 # Everything __main__ reports as bad input rather than as a crash.
 USER_ERRORS: tuple[type[ValueError], ...] = (TrainerConfigError, TrainerInputError)
 EXIT_BAD_INPUT = 2
+
+
+class TrackingProcessError(RuntimeError):
+    """MLflow, in its process beside the trainer, failed a call (its message), or that process ended."""

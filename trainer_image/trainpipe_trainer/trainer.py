@@ -663,7 +663,7 @@ class Trainer:
                 self.tracker.flush()
                 model_uri = log_pyfunc_model(
                     module, transformer=self.data.transformer, config=self.config,
-                    sample_frame=self.data.sample_frame, target=self.data.target,
+                    sample_frame=self.data.sample_frame, target=self.data.target, tracker=self.tracker,
                 )
             # A tuning trial logs no model: nothing loads it (the final training retrains the best
             # parameters and logs that model), and it cost 0.2-0.5 s of every complete trial. Its

@@ -30,6 +30,7 @@ from trainpipe_trainer.distributed import DistEnv, broadcast_object, destroy_dis
 from trainpipe_trainer.errors import PreemptedError, TrainingDivergedError, TrialPrunedError
 from trainpipe_trainer.run_layout import CHECKPOINTS_DIR, OUTPUT_DIR
 from trainpipe_trainer.tracking.launch_timing import LaunchPhases
+from trainpipe_trainer.tracking.mlflow_process import MlflowProcess, store_uri
 from trainpipe_trainer.tracking.tracker import Tracker, flatten_params
 from trainpipe_trainer.trainer import Trainer
 from trainpipe_trainer.tuning import (
@@ -78,13 +79,12 @@ class _Study:
     config: TrainingConfig
     worker: TrialWorker
     study: optuna.Study
-    client: Any  # mlflow.MlflowClient
+    mlflow: MlflowProcess
+    uri: str
 
     @classmethod
     def open(cls, config: TrainingConfig) -> _Study:
         from trainpipe_trainer.config import OPTUNA_STORAGE_ENV
-        from trainpipe_trainer.tracking.tracker import import_mlflow
-
         tuning = config.tuning
         worker = tuning.worker
         optuna = import_optuna()
@@ -96,9 +96,8 @@ class _Study:
             study_name=tuning.study_name, storage=open_storage(url),
             sampler=build_sampler(worker.sampler, seed=worker.seed, n_trials=worker.n_trials, stream=worker.worker),
             pruner=make_pruner(tuning.pruner, tuning.pruner_options))
-        mlflow = import_mlflow()
-        client = mlflow.MlflowClient(config.tracking.tracking_uri or mlflow.get_tracking_uri())
-        return cls(config=config, worker=worker, study=study, client=client)
+        uri = store_uri(config.tracking.tracking_uri)
+        return cls(config=config, worker=worker, study=study, mlflow=MlflowProcess.shared(uri), uri=uri)
 
     def _say(self, text: str) -> None:
         print(f"worker {self.worker.worker}: {text}", flush=True)
@@ -138,12 +137,13 @@ class _Study:
             return None
         params = suggest(trial, worker.space)
         warm = trial.user_attrs.get(WARM_START_ATTR)
-        child = self.client.create_run(self.worker.experiment_id, run_name=f"trial {trial.number}", tags={
+        child = self.mlflow.call("create_run", uri=self.uri, experiment_id=self.worker.experiment_id,
+                                 run_name=f"trial {trial.number}", tags={
             **worker.child_tags, "mlflow.parentRunId": worker.parent_run_id, STUDY_TAG: study.study_name,
             TRIAL_TAG: str(trial.number), "trainpipe.trial_worker": str(worker.worker),
             "trainpipe.trial_params": json.dumps(params, sort_keys=True),
             **({"trainpipe.warm_start": str(warm)} if warm else {}),
-        }).info.run_id
+        })
         trial.set_user_attr("mlflow_run_id", child)
         self._say(f"trial {trial.number} with {json.dumps(params, sort_keys=True)}"
                   + (f" (warm start: {warm})" if warm else ""))
@@ -157,12 +157,10 @@ class _Study:
     def tell(self, assignment: Assignment, *, state: str, reason: str | None, seconds: float,
              weights_sha256: str | None) -> None:
         """Record the trial's compute, tell the study its state and value, log both to its child run."""
-        from mlflow.entities import Metric, RunTag
-
         optuna = import_optuna()
         storage_, number = self.study._storage, assignment.number
         trial_id = self._trial_id(number)
-        metrics = self.client.get_run(assignment.mlflow_run_id).data.metrics
+        metrics = self.mlflow.call("run_data", uri=self.uri, run_id=assignment.mlflow_run_id)["metrics"]
         hours = metrics.get("trainer_gpu_hours", metrics.get("trainer_cpu_hours"))
         values = storage_.get_trial(trial_id).intermediate_values
         metric = self.config.tuning.metric
@@ -184,21 +182,22 @@ class _Study:
             self.study.tell(number, state=optuna.trial.TrialState.PRUNED if state == "pruned"
                             else optuna.trial.TrialState.FAIL, skip_if_finished=True)
         now = int(time.time() * 1000)
-        logged = [Metric("trial_intermediate_value", v, now, step) for step, v in sorted(values.items())]
-        logged.append(Metric("trainer_seconds", seconds, now, 0))
+        logged = [("trial_intermediate_value", v, now, step) for step, v in sorted(values.items())]
+        logged.append(("trainer_seconds", seconds, now, 0))
         if hours is not None:
-            logged.append(Metric("compute_seconds", hours * 3600, now, 0))
+            logged.append(("compute_seconds", hours * 3600, now, 0))
         if value is not None:
-            logged.append(Metric("trial_value", value, now, 0))
-        self.client.log_batch(assignment.mlflow_run_id, metrics=logged, tags=[RunTag(STATE_TAG, state)])
+            logged.append(("trial_value", value, now, 0))
+        self.mlflow.call("log_batch", uri=self.uri, run_id=assignment.mlflow_run_id, metrics=logged,
+                         tags={STATE_TAG: state})
         if state == "failed":
-            self.client.set_terminated(assignment.mlflow_run_id, status="FAILED")
+            self.mlflow.call("finish_run", uri=self.uri, run_id=assignment.mlflow_run_id, status="FAILED")
         self._say(f"trial {number}: {state}" + (f", {metric} {value:.6g}" if value is not None else "")
                   + f", {seconds:.1f} trainer-seconds" + (f"; {reason}" if reason else ""))
         print(progress_line(self.study, self.worker.n_trials), flush=True)
         progress = progress_metrics(study_progress(self.study))
-        self.client.log_batch(self.worker.parent_run_id, metrics=[
-            Metric(name, value, now, int(progress["study_trials_done"])) for name, value in progress.items()])
+        self.mlflow.call("log_batch", uri=self.uri, run_id=self.worker.parent_run_id, metrics=[
+            (name, value, now, int(progress["study_trials_done"])) for name, value in progress.items()])
 
 
 def trial_config(config: TrainingConfig, assignment: Assignment, *, first: bool) -> TrainingConfig:

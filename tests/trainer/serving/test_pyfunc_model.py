@@ -25,6 +25,7 @@ from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrackingConf
 from trainpipe_trainer.model import build_mlp
 from trainpipe_trainer.preprocessing import FeatureTransformer
 from trainpipe_trainer.serving.export import log_pyfunc_model
+from trainpipe_trainer.tracking.tracker import Tracker
 
 pytestmark = pytest.mark.integration
 
@@ -60,8 +61,10 @@ def _register_champion(tracking: Any) -> str:
     transformer = FeatureTransformer.fit(frame, config.feature_transforms(), source="train")
     torch.manual_seed(0)
     model = build_mlp(n_features=transformer.width, config=ModelConfig(hidden_layers=(4,)))
-    with mlflow.start_run(experiment_id=tracking.experiment_id):
-        uri = log_pyfunc_model(model, transformer=transformer, config=config, sample_frame=frame.head(5))
+    with Tracker(config=TrackingConfig(tracking_uri=tracking.uri, experiment_name=tracking.experiment_name),
+                 enabled=True) as tracker:
+        uri = log_pyfunc_model(model, transformer=transformer, config=config, sample_frame=frame.head(5),
+                               tracker=tracker)
     version = mlflow.register_model(uri, "served_model")
     MlflowClient(tracking.uri).set_registered_model_alias("served_model", "champion", version.version)
     return "models:/served_model@champion"

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +22,13 @@ from trainpipe_trainer.serving.scorer import (
     WEIGHTS_ARTIFACT,
     MLPScorer,
 )
-from trainpipe_trainer.tracking.tracker import import_mlflow
+from trainpipe_trainer.tracking.tracker import Tracker
 
 # The whole trainer package travels with the model (code_paths); the pyfunc file sits beside this one.
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 MODEL_CODE = Path(__file__).resolve().with_name("pyfunc_model.py")
-# What the served model imports (MLflow adds its own pin): the scorer is numpy and pandas only.
-MODEL_REQUIREMENTS = ("numpy", "pandas", "mlflow")
+# What the served model imports besides MLflow (which adds its own pin): the scorer is numpy and pandas only.
+SERVED_REQUIREMENTS = ("numpy", "pandas")
 
 
 def weights_sha256(model: nn.Module) -> str:
@@ -78,47 +76,22 @@ def write_serving_artifacts(
     return {WEIGHTS_ARTIFACT: weights_path, PREPROCESSING_ARTIFACT: preprocessing_path}
 
 
-@contextlib.contextmanager
-def _no_installed_package_scan() -> Iterator[None]:
-    """Before logging a model, MLflow compares its pip requirements with the installed packages, and to
-    do so first maps every module of every installed distribution to its package
-    (``importlib_metadata.packages_distributions``: 0.7 s of a launch on 2 cores). The requirements
-    logged here are named by their package, whose versions MLflow then looks up by name: so while the
-    model is logged the map holds just these names (what is logged is unchanged), and afterwards it is
-    unset again, so a later requirements inference in the process still maps every package."""
-    from mlflow.utils import requirements_utils
-
-    if getattr(requirements_utils, "_MODULES_TO_PACKAGES", ()) is not None:
-        yield  # already mapped (or an MLflow without the map): nothing to save
-        return
-    requirements_utils._MODULES_TO_PACKAGES = {name: [name] for name in MODEL_REQUIREMENTS}
-    try:
-        yield
-    finally:
-        requirements_utils._MODULES_TO_PACKAGES = None
-
-
 def log_pyfunc_model(
     model: nn.Module, *, transformer: FeatureTransformer, config: TrainingConfig, sample_frame: pd.DataFrame,
-    target: TargetScaler | None = None,
+    tracker: Tracker, target: TargetScaler | None = None,
 ) -> str:
-    """Log the numpy pyfunc into the active MLflow run; returns its ``models:/...`` URI."""
-    mlflow = import_mlflow()
-    from mlflow.models import infer_signature
-
+    """Log the numpy pyfunc into the tracker's run; returns its ``models:/...`` URI."""
     with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as directory:
         artifacts = write_serving_artifacts(model, transformer=transformer, task=config.task, directory=directory,
                                             target=target)
         # Score the sample with the scorer that will serve: the signature then describes real output.
         scorer = MLPScorer.from_artifacts(artifacts)
-        with _no_installed_package_scan():
-            info = mlflow.pyfunc.log_model(
-                name=config.tracking.model_artifact_name,
-                python_model=str(MODEL_CODE),
-                artifacts=artifacts,
-                code_paths=[str(PACKAGE_DIR)],
-                pip_requirements=[name for name in MODEL_REQUIREMENTS if name != "mlflow"],
-                signature=infer_signature(sample_frame, scorer.score(sample_frame)),
-                input_example=sample_frame.head(3),
-            )
-    return info.model_uri
+        return tracker.log_model(
+            name=config.tracking.model_artifact_name,
+            python_model=str(MODEL_CODE),
+            artifacts=artifacts,
+            code_paths=[str(PACKAGE_DIR)],
+            pip_requirements=list(SERVED_REQUIREMENTS),
+            sample_frame=sample_frame,
+            prediction=scorer.score(sample_frame),
+        )

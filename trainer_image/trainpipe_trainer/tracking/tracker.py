@@ -7,8 +7,8 @@ server is unreachable the thread keeps the batch and retries; the queue keeps fi
 thread sends first when the server is back. A run that ends while the server is still down leaves
 the spill file in place; a retry of the same MLflow run on the same machine sends it.
 
-mlflow is imported only here and only on rank 0, which keeps the other ranks' start-up fast and
-lets the pod use mlflow-skinny.
+MLflow itself runs in a process of its own beside rank 0 (``mlflow_process``): the trainer never imports
+it, which keeps every rank's start-up fast, and the other ranks log nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from trainpipe_trainer.config import TrackingConfig, TrainingConfig
+from trainpipe_trainer.tracking.mlflow_process import MlflowProcess, store_uri
 
 # Not logged as params: credentials may hide in URIs/options, tags are logged as tags, and the
 # run id is the run itself.
@@ -47,16 +48,6 @@ FAILURE_STEP_TAG = "trainpipe.failure_step"
 
 # (key, value, timestamp in ms, step): what log_metric queues.
 MetricTuple = tuple[str, float, int, int]
-
-
-def import_mlflow() -> Any:
-    # Progress bars would fill the Airflow task log with carriage-return noise.
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    try:
-        import mlflow
-    except ImportError as err:
-        raise ImportError("mlflow is not installed: pip install 'trainpipe-trainer[tracking]'") from err
-    return mlflow
 
 
 def flatten_params(config: TrainingConfig, *, world_size: int) -> dict[str, str]:
@@ -309,35 +300,37 @@ class Tracker:
     enabled: bool
     run_id: str | None = field(init=False, default=None)
     publisher: MetricPublisher | None = field(init=False, default=None)
-    _mlflow: Any = field(init=False, default=None)
-    _client: Any = field(init=False, default=None)
+    _mlflow: MlflowProcess | None = field(init=False, default=None)
+    # The store every call goes to: the config's, else MLFLOW_TRACKING_URI as the trainer sees it now.
+    _uri: str = field(init=False, default="")
     _failure: tuple[str, int | None, str] | None = field(init=False, default=None)
     _monitor: Any = field(init=False, default=None)
-    # Opening the run (MLflow's import, its store, the run itself) takes seconds: a thread does it
-    # beside the data read and the model build; the trainer joins it before its step loop. What is
-    # logged before then waits here, and the opening thread hands it to the publisher under _lock.
+    # Opening the run (MLflow's import and store in its process, then the run) takes seconds: a thread
+    # waits for it beside the data read and the model build; the trainer joins it before its step loop.
+    # What is logged before then waits here, and the opening thread hands it to the publisher under _lock.
     _opening: threading.Thread | None = field(init=False, default=None)
     _open_error: BaseException | None = field(init=False, default=None)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
-    # The run is MLflow's active run on the training thread (log_model logs into the active run).
-    _active: bool = field(init=False, default=False)
     _early_params: dict[str, str] = field(init=False, default_factory=dict)
     _early_tags: dict[str, str] = field(init=False, default_factory=dict)
     _early_metrics: list[tuple[str, float, int]] = field(init=False, default_factory=list)
 
     def __enter__(self) -> Tracker:
         if self.enabled:
+            self._uri = store_uri(self.config.tracking_uri)
+            self._mlflow = MlflowProcess.shared(self._uri)
             self._opening = threading.Thread(target=self._open, name="trainpipe-tracking-open", daemon=True)
             self._opening.start()
         return self
 
+    def _call(self, op: str, **kwargs: Any) -> Any:
+        assert self._mlflow is not None
+        return self._mlflow.call(op, uri=self._uri, **kwargs)
+
     def _open(self) -> None:
-        """Import MLflow, open its store (cached for the process) and the run, start the publisher."""
+        """Open the run in MLflow's process, start the publisher, hand it what was logged so far."""
         slow: threading.Timer | None = None
         try:
-            mlflow = import_mlflow()
-            from trainpipe_trainer.tracking.mlflow_store import prepare_store
-
             # A server that does not answer while the run opens is an outage like any other: said
             # once, training goes on, what is logged waits (MLflow's client retries for minutes).
             stalled = threading.Event()
@@ -350,27 +343,15 @@ class Tracker:
             slow = threading.Timer(OPEN_STALL_SECONDS, report_stall)
             slow.daemon = True
             slow.start()
-            # Else mlflow itself falls back to MLFLOW_TRACKING_URI.
-            uri = self.config.tracking_uri or mlflow.get_tracking_uri()
-            prepare_store(uri)
-            mlflow.set_tracking_uri(uri)
-            client = mlflow.MlflowClient(uri)
-            if self.config.run_id:
-                run_id = self.config.run_id
-                client.update_run(run_id, status="RUNNING")
-            else:
-                from mlflow.tracking.context.registry import resolve_tags
-
-                # What mlflow.start_run() does, without making the run active on this thread.
-                experiment = mlflow.set_experiment(self.config.experiment_name)
-                run_id = client.create_run(experiment.experiment_id, tags=resolve_tags()).info.run_id
+            run_id = self._call("open_run", experiment_name=self.config.experiment_name, run_id=self.config.run_id,
+                                argv=list(sys.argv))
             slow.cancel()
             if stalled.is_set():
                 _say("the tracking server is reachable again; the run is open, sending the buffered metrics")
             publisher = MetricPublisher(
                 send=self._send, max_buffered=self.config.max_buffered_metrics, spill_path=spill_path_for(run_id)
             )
-            self._mlflow, self._client, self.run_id = mlflow, client, run_id
+            self.run_id = run_id
             with self._lock:
                 params, self._early_params = self._early_params, {}
                 publisher.set_tags(self._early_tags)
@@ -394,24 +375,14 @@ class Tracker:
             raise error
 
     def join(self) -> None:
-        """Wait until the run is open, and make it MLflow's active run on this (the training) thread."""
+        """Wait until the run is open."""
         if self._opening is not None:
             self._opening.join()
             self._opening = None
         self.check()
-        if self.run_id is not None and not self._active:
-            self._mlflow.start_run(run_id=self.run_id)
-            self._active = True
 
     def _send(self, metrics: list[MetricTuple], tags: dict[str, str]) -> None:
-        from mlflow.entities import Metric, RunTag
-
-        self._client.log_batch(
-            self.run_id,
-            metrics=[Metric(key, value, timestamp, step) for key, value, timestamp, step in metrics],
-            tags=[RunTag(key, value) for key, value in tags.items()],
-            synchronous=True,
-        )
+        self._call("log_batch", run_id=self.run_id, metrics=list(metrics), tags=dict(tags))
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -435,14 +406,17 @@ class Tracker:
             if step is not None:
                 tags[FAILURE_STEP_TAG] = str(step)
             try:
-                for key, value in tags.items():
-                    self._client.set_tag(self.run_id, key, value)
+                self._call("log_batch", run_id=self.run_id, tags=tags)
             except Exception as err:
                 _say(f"could not record the failure reason: {err}")
-        if self._active:
-            self._mlflow.end_run(status=status)
-        else:
-            self._client.set_terminated(self.run_id, status=status)
+        self._call("finish_run", run_id=self.run_id, status=status)
+
+    def log_model(self, **model: Any) -> str:
+        """Log a pyfunc model into this run (``MlflowCalls.log_model``'s arguments); its ``models:/`` URI."""
+        self.join()
+        if self.run_id is None:
+            raise RuntimeError("log_model: tracking is off on this rank")
+        return str(self._call("log_model", run_id=self.run_id, **model))
 
     def failed(self, reason: str, *, step: int | None, status: str = "FAILED") -> None:
         """Record why the run is about to end badly (tags and status are written on exit)."""
@@ -465,18 +439,13 @@ class Tracker:
     def _log_params_now(self, params: dict[str, str]) -> None:
         # A retry logs into the same run: MLflow refuses to change a param, so log only new ones
         # and report (not fail on) any that differ from the earlier attempt.
-        existing = self._client.get_run(self.run_id).data.params
+        existing = self._call("run_data", run_id=self.run_id)["params"]
         changed = sorted(k for k, v in params.items() if k in existing and existing[k] != v)
         if changed:
             print(f"warning: params differ from an earlier attempt, kept the old values: {changed}", file=sys.stderr)
-        new = [self._param(k, v) for k, v in params.items() if k not in existing]
+        new = [(k, v) for k, v in params.items() if k not in existing]
         for start in range(0, len(new), MAX_PARAMS_PER_BATCH):
-            self._client.log_batch(self.run_id, params=new[start:start + MAX_PARAMS_PER_BATCH], synchronous=True)
-
-    def _param(self, key: str, value: str) -> Any:
-        from mlflow.entities import Param
-
-        return Param(key, value)
+            self._call("log_batch", run_id=self.run_id, params=dict(new[start:start + MAX_PARAMS_PER_BATCH]))
 
     def set_tags(self, tags: dict[str, str]) -> None:
         if not self.enabled or not tags:
