@@ -138,7 +138,7 @@ def trainer_run(config, *, log_calls: int, saves: int) -> dict[str, float | list
     try:
         with Tracker(config=config.tracking, enabled=True) as tracker:
             trainer = Trainer(config=config, env=env, tracker=tracker)
-            tracker.ready()
+            tracker.join()
             bare = BareLoop(config, trainer.data.dataset, trainer.steps_per_epoch)
             if trainer.checkpoints.restore() is not None:
                 raise RuntimeError("the benchmark needs an empty checkpoint root")
