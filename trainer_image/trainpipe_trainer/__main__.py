@@ -59,9 +59,9 @@ def _run(config_uri: str, watcher: PreemptionWatcher, phases: LaunchPhases) -> i
         splits = read_in_background(config)
         if os.environ.get("RANK", "0") == "0":
             # Rank 0 tracks: MLflow starts in its own process now, on another core while torch imports.
-            from trainpipe_trainer.tracking.mlflow_process import MlflowProcess, store_uri
+            from trainpipe_trainer.tracking.mlflow_process import MlflowStore
 
-            MlflowProcess.shared(store_uri(config.tracking.tracking_uri))
+            MlflowStore.open(config.tracking.tracking_uri)
         if config.tuning is not None and config.tuning.worker is not None:
             # A trial worker: the study's trials back to back in this one launch.
             from trainpipe_trainer.trial_worker import run_worker as run_training

@@ -30,7 +30,7 @@ from trainpipe_trainer.distributed import DistEnv, broadcast_object, destroy_dis
 from trainpipe_trainer.errors import PreemptedError, TrainingDivergedError, TrialPrunedError
 from trainpipe_trainer.run_layout import CHECKPOINTS_DIR, OUTPUT_DIR
 from trainpipe_trainer.tracking.launch_timing import LaunchPhases
-from trainpipe_trainer.tracking.mlflow_process import MlflowProcess, store_uri
+from trainpipe_trainer.tracking.mlflow_process import MlflowStore
 from trainpipe_trainer.tracking.tracker import Tracker, flatten_params
 from trainpipe_trainer.trainer import Trainer
 from trainpipe_trainer.tuning import (
@@ -79,8 +79,7 @@ class _Study:
     config: TrainingConfig
     worker: TrialWorker
     study: optuna.Study
-    mlflow: MlflowProcess
-    uri: str
+    mlflow: MlflowStore
 
     @classmethod
     def open(cls, config: TrainingConfig) -> _Study:
@@ -96,8 +95,7 @@ class _Study:
             study_name=tuning.study_name, storage=open_storage(url),
             sampler=build_sampler(worker.sampler, seed=worker.seed, n_trials=worker.n_trials, stream=worker.worker),
             pruner=make_pruner(tuning.pruner, tuning.pruner_options))
-        uri = store_uri(config.tracking.tracking_uri)
-        return cls(config=config, worker=worker, study=study, mlflow=MlflowProcess.shared(uri), uri=uri)
+        return cls(config=config, worker=worker, study=study, mlflow=MlflowStore.open(config.tracking.tracking_uri))
 
     def _say(self, text: str) -> None:
         print(f"worker {self.worker.worker}: {text}", flush=True)
@@ -137,7 +135,7 @@ class _Study:
             return None
         params = suggest(trial, worker.space)
         warm = trial.user_attrs.get(WARM_START_ATTR)
-        child = self.mlflow.call("create_run", uri=self.uri, experiment_id=self.worker.experiment_id,
+        child = self.mlflow.call("create_run", experiment_id=self.worker.experiment_id,
                                  run_name=f"trial {trial.number}", tags={
             **worker.child_tags, "mlflow.parentRunId": worker.parent_run_id, STUDY_TAG: study.study_name,
             TRIAL_TAG: str(trial.number), "trainpipe.trial_worker": str(worker.worker),
@@ -160,7 +158,7 @@ class _Study:
         optuna = import_optuna()
         storage_, number = self.study._storage, assignment.number
         trial_id = self._trial_id(number)
-        metrics = self.mlflow.call("run_data", uri=self.uri, run_id=assignment.mlflow_run_id)["metrics"]
+        metrics = self.mlflow.call("run_data", run_id=assignment.mlflow_run_id)["metrics"]
         hours = metrics.get("trainer_gpu_hours", metrics.get("trainer_cpu_hours"))
         values = storage_.get_trial(trial_id).intermediate_values
         metric = self.config.tuning.metric
@@ -188,15 +186,15 @@ class _Study:
             logged.append(("compute_seconds", hours * 3600, now, 0))
         if value is not None:
             logged.append(("trial_value", value, now, 0))
-        self.mlflow.call("log_batch", uri=self.uri, run_id=assignment.mlflow_run_id, metrics=logged,
+        self.mlflow.call("log_batch", run_id=assignment.mlflow_run_id, metrics=logged,
                          tags={STATE_TAG: state})
         if state == "failed":
-            self.mlflow.call("finish_run", uri=self.uri, run_id=assignment.mlflow_run_id, status="FAILED")
+            self.mlflow.call("finish_run", run_id=assignment.mlflow_run_id, status="FAILED")
         self._say(f"trial {number}: {state}" + (f", {metric} {value:.6g}" if value is not None else "")
                   + f", {seconds:.1f} trainer-seconds" + (f"; {reason}" if reason else ""))
         print(progress_line(self.study, self.worker.n_trials), flush=True)
         progress = progress_metrics(study_progress(self.study))
-        self.mlflow.call("log_batch", uri=self.uri, run_id=self.worker.parent_run_id, metrics=[
+        self.mlflow.call("log_batch", run_id=self.worker.parent_run_id, metrics=[
             (name, value, now, int(progress["study_trials_done"])) for name, value in progress.items()])
 
 

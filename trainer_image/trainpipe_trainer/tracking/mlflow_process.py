@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, ClassVar
@@ -40,6 +41,23 @@ def store_uri(configured: str) -> str:
     """The tracking store: the config's, else MLFLOW_TRACKING_URI as the trainer sees it now (else
     MLflow's own default, which the child resolves)."""
     return configured or os.environ.get("MLFLOW_TRACKING_URI", "")
+
+
+@dataclass(frozen=True, slots=True)
+class MlflowStore:
+    """One tracking store, reached through this process's MLflow child (started by ``open``)."""
+
+    uri: str
+
+    @classmethod
+    def open(cls, configured: str) -> MlflowStore:
+        store = cls(store_uri(configured))
+        MlflowProcess.shared(store.uri)
+        return store
+
+    def call(self, op: str, **kwargs: Any) -> Any:
+        """``MlflowCalls.<op>(uri, **kwargs)`` in the child."""
+        return MlflowProcess.shared(self.uri).call(op, uri=self.uri, **kwargs)
 
 
 class MlflowProcess:

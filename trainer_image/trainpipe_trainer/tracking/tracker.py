@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from trainpipe_trainer.config import TrackingConfig, TrainingConfig
-from trainpipe_trainer.tracking.mlflow_process import MlflowProcess, store_uri
+from trainpipe_trainer.tracking.mlflow_process import MlflowStore
 
 # Not logged as params: credentials may hide in URIs/options, tags are logged as tags, and the
 # run id is the run itself.
@@ -300,9 +300,7 @@ class Tracker:
     enabled: bool
     run_id: str | None = field(init=False, default=None)
     publisher: MetricPublisher | None = field(init=False, default=None)
-    _mlflow: MlflowProcess | None = field(init=False, default=None)
-    # The store every call goes to: the config's, else MLFLOW_TRACKING_URI as the trainer sees it now.
-    _uri: str = field(init=False, default="")
+    _store: MlflowStore | None = field(init=False, default=None)
     _failure: tuple[str, int | None, str] | None = field(init=False, default=None)
     _monitor: Any = field(init=False, default=None)
     # Opening the run (MLflow's import and store in its process, then the run) takes seconds: a thread
@@ -317,15 +315,14 @@ class Tracker:
 
     def __enter__(self) -> Tracker:
         if self.enabled:
-            self._uri = store_uri(self.config.tracking_uri)
-            self._mlflow = MlflowProcess.shared(self._uri)
+            self._store = MlflowStore.open(self.config.tracking_uri)
             self._opening = threading.Thread(target=self._open, name="trainpipe-tracking-open", daemon=True)
             self._opening.start()
         return self
 
     def _call(self, op: str, **kwargs: Any) -> Any:
-        assert self._mlflow is not None
-        return self._mlflow.call(op, uri=self._uri, **kwargs)
+        assert self._store is not None
+        return self._store.call(op, **kwargs)
 
     def _open(self) -> None:
         """Open the run in MLflow's process, start the publisher, hand it what was logged so far."""
