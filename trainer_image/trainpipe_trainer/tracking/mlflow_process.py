@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -231,7 +231,7 @@ class MlflowCalls:
     def create_run(self, uri: str, experiment_id: str, run_name: str, tags: dict[str, str]) -> str:
         return str(self._client(uri).create_run(experiment_id, run_name=run_name, tags=tags).info.run_id)
 
-    def log_batch(self, uri: str, run_id: str, metrics: list[tuple[str, float, int, int]] = (),  # type: ignore[assignment]
+    def log_batch(self, uri: str, run_id: str, metrics: Sequence[tuple[str, float, int, int]] = (),
                   params: dict[str, str] | None = None, tags: dict[str, str] | None = None) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
