@@ -210,14 +210,18 @@ class MlflowCalls:
         uri = uri or self.mlflow.get_tracking_uri()
         if uri not in self._clients:
             prepare_store(uri)
-            # The fluent API (the model export's active run) logs to the same store.
-            self.mlflow.set_tracking_uri(uri)
             self._clients[uri] = self.mlflow.MlflowClient(uri)
         return self._clients[uri]
 
+    def _fluent(self, uri: str) -> Any:
+        """The client of ``uri``, with MLflow's fluent API (experiments by name, the active run) on the same store."""
+        client = self._client(uri)
+        self.mlflow.set_tracking_uri(client.tracking_uri)
+        return client
+
     def open_run(self, uri: str, experiment_name: str, run_id: str | None, argv: list[str]) -> str:
         """The run to log into: ``run_id`` set RUNNING again, or a new run in ``experiment_name``."""
-        client = self._client(uri)
+        client = self._fluent(uri)
         if run_id:
             client.update_run(run_id, status="RUNNING")
             return run_id
@@ -241,8 +245,9 @@ class MlflowCalls:
             tags=[RunTag(key, value) for key, value in (tags or {}).items()], synchronous=True)
 
     def run_data(self, uri: str, run_id: str) -> dict[str, dict[str, Any]]:
+        """The run's params and latest metrics."""
         data = self._client(uri).get_run(run_id).data
-        return {"params": dict(data.params), "metrics": dict(data.metrics), "tags": dict(data.tags)}
+        return {"params": dict(data.params), "metrics": dict(data.metrics)}
 
     def finish_run(self, uri: str, run_id: str, status: str) -> None:
         active = self.mlflow.active_run()
@@ -256,8 +261,7 @@ class MlflowCalls:
         """Log a pyfunc model into ``run_id``; its ``models:/...`` URI."""
         from mlflow.models import infer_signature
 
-        self._client(uri)
-        self.mlflow.set_tracking_uri(uri or self.mlflow.get_tracking_uri())
+        self._fluent(uri)
         active = self.mlflow.active_run()
         if active is None or active.info.run_id != run_id:
             if active is not None:
