@@ -70,6 +70,9 @@ SHAPES = {
     # The GPU measurement's two models (12.5M and 143M parameters), batch 4096.
     "gpu-12m": Shape(features=256, hidden=(2560, 2560, 2048), batch=4096, rows=524_288, epochs=2),
     "gpu-143m": Shape(features=1024, hidden=(8192, 8192, 8192), batch=4096, rows=131_072, epochs=2),
+    # Issue 31's launch-cost run: 128 steps of a small MLP, where the fixed cost dominates (its target:
+    # at most 10 s outside the step loop on a GPU machine).
+    "launch-128": Shape(features=64, hidden=(512, 256), batch=512, rows=65_536, epochs=1),
 }
 MODES = ("fp32", "bf16", "deepspeed-bf16")
 TARGETS = {"cpu": {"fp32": 0.85, "bf16": 0.75, "deepspeed-bf16": None},
@@ -127,10 +130,23 @@ def create_tracking_store(work: Path) -> None:
     """The runs' MLflow store, its tables created once beforehand: every run of a deployment logs into
     a store that exists (the embedded default's `TRAINPIPE_HOME/mlflow.db`, or a tracking server), so
     creating one (1 s here) is no part of a launch."""
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONPATH": str(REPO / "trainer_image")}
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONPATH": python_path(REPO / "trainer_image")}
     code = ("import sys; from trainpipe_trainer.tracking.mlflow_store import prepare_store; "
             "prepare_store(sys.argv[1])")
-    subprocess.run([sys.executable, "-c", code, tracking_uri(work)], env=env, check=True, capture_output=True)
+    proc = subprocess.run([sys.executable, "-c", code, tracking_uri(work)], env=env, capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"creating the MLflow store failed:\n{proc.stderr[-3000:]}")
+
+
+def python_path(trainer_path: Path) -> str:
+    """The trainer first, then the caller's PYTHONPATH: on a GPU machine the packages its image lacks
+    (MLflow, DeepSpeed) may be installed into a folder named there."""
+    return os.pathsep.join(filter(None, [str(trainer_path), os.environ.get("PYTHONPATH")]))
+
+
+# Where every trainer run's whole output is appended (--log), for reading a failure after the fact.
+LOG: list[Path] = []
 
 
 @dataclass
@@ -152,7 +168,7 @@ MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_
 
 def run_trainer(work: Path, config: Path, *, threads: int, trainer_path: Path) -> TrainerRun:
     env = {**os.environ, **MALLOC_ENV, "OMP_NUM_THREADS": str(threads), "MLFLOW_DISABLE_TELEMETRY": "true",
-           "PYTHONPATH": str(trainer_path), "PYTHONUNBUFFERED": "1"}
+           "PYTHONPATH": python_path(trainer_path), "PYTHONUNBUFFERED": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                "-m", "trainpipe_trainer", "--config", str(config)]
@@ -160,6 +176,9 @@ def run_trainer(work: Path, config: Path, *, threads: int, trainer_path: Path) -
     proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=3600, check=False)
     wall = time.perf_counter() - started
     out = proc.stdout + proc.stderr
+    for log in LOG:
+        with log.open("a", encoding="utf-8") as handle:
+            handle.write(f"=== {config.parent.name} (exit {proc.returncode}, {wall:.1f} s)\n{out}\n")
     weights = re.search(r"weights sha256: (\w+)", out)
     launch = re.search(r"^launch: .*$", out, re.M)
     if launch:
@@ -186,7 +205,9 @@ def bare_loops_in_process(data: Path, shape: Shape, mode: str, *, threads: int, 
                "steps": steps, "repeats": repeats}
     env = {**os.environ, **MALLOC_ENV, "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run([sys.executable, __file__, "--bare-worker", json.dumps(request)], env=env,
-                          capture_output=True, text=True, timeout=3600, check=True)
+                          capture_output=True, text=True, timeout=3600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the bare loops ({mode}) failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -320,7 +341,10 @@ def main() -> int:
                         help="trainer runs per mode, each followed by the bare loops; the medians are compared "
                              "(default: 3 on CPU, 1 on a GPU)")
     parser.add_argument("--skip-determinism", action="store_true")
+    parser.add_argument("--log", type=Path, help="append every trainer run's whole output to this file")
     args = parser.parse_args()
+    if args.log:
+        LOG.append(args.log)
     import torch
 
     cuda = torch.cuda.is_available()

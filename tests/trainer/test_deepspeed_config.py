@@ -104,7 +104,8 @@ def test_the_engine_runs_its_forward_in_bf16_with_no_autocast_around_it(
     first = next(m for m in strategy.engine.module.modules() if isinstance(m, torch.nn.Linear))
     first.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
     assert not torch.is_autocast_enabled("cpu")
-    strategy.forward_module()(torch.randn(4, 1))
+    # On the env's device: a GPU machine runs this on CUDA, where the wrapped autocast was lost.
+    strategy.forward_module()(torch.randn(4, 1, device=env.device))
     assert seen == [torch.bfloat16]
     # Weights stay fp32 (the optimizer updates fp32 master values, as under DDP with autocast).
     assert first.weight.dtype == torch.float32

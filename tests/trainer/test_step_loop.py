@@ -111,3 +111,32 @@ def test_a_non_finite_step_is_caught_at_the_next_sync_point_and_named(
         with pytest.raises(TrainingDivergedError, match=r"non-finite loss \(nan\) at step 2: training stopped"):
             trainer.train_step(next(steps), watcher)
     assert trainer.state.global_step == 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
+def test_on_cuda_no_step_between_sync_points_waits_for_the_device(
+    tmp_path: Path, datasets: Datasets, env: DistEnv, make_config: Callable[..., Any]
+) -> None:
+    """On a GPU, CUDA's own sync check: any operation that makes the host wait for the device (a read
+    back, a blocking copy, a data-dependent shape) raises in the steps between log intervals."""
+    raw = make_config(
+        tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES,
+        checkpoint={"every_n_steps": 1000, "keep_best": False}, tracking={"log_every_n_steps": 3},
+        optimization={"gradient_clip_norm": 1.0, "gradient_accumulation_steps": 2},
+    )
+    config = TrainingConfig.from_dict(raw)
+    trainer = Trainer(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
+    assert trainer.batches.device.type == "cuda"  # data_placement auto: the small split is resident
+    steps = trainer.step_groups(trainer.batches.epoch(0))
+    with PreemptionWatcher() as watcher:
+        trainer.train_step(next(steps), watcher)  # the first step: allocations and the optimizer's state
+        for step in range(2, trainer.steps_per_epoch):
+            if step % 3 == 0:
+                trainer.train_step(next(steps), watcher)
+                continue
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                trainer.train_step(next(steps), watcher)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    assert trainer.state.global_step == trainer.steps_per_epoch - 1
