@@ -281,6 +281,11 @@ class Trainer:
                 # The first step (allocations, kernel selection, the first gathers) is launch cost;
                 # the step loop, what samples/s describes, starts after it.
                 self.phases.mark("first step")
+                if self.env.device.type == "cuda":
+                    # Pinned snapshot buffers (a second or more for a large model), once per launch.
+                    self.checkpoints.reserve()
+                    self.phases.mark("checkpoint buffers")
+                    now = time.perf_counter()
                 self.phases.loop_started, self.stats.first_step_samples = now, self.counters.samples
             if durations is not None:
                 durations.append(now - last)

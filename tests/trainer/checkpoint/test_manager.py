@@ -27,10 +27,10 @@ from trainpipe_trainer.serving.export import weights_sha256
 class Run:
     """A small model, its optimizer and LR schedule, and the counters a checkpoint carries."""
 
-    def __init__(self, seed: int = 0, *, features: int = 3, hidden: int = 4) -> None:
+    def __init__(self, seed: int = 0, *, features: int = 3, hidden: int = 4, device: str | torch.device = "cpu") -> None:
         torch.manual_seed(seed)
-        self.features = features
-        module = build_mlp(n_features=features, config=ModelConfig(hidden_layers=(hidden,), dropout=0.5))
+        self.features, self.device = features, device
+        module = build_mlp(n_features=features, config=ModelConfig(hidden_layers=(hidden,), dropout=0.5)).to(device)
         self.model = DistributedDataParallel(module)
         optimization = OptimizationConfig(lr_schedule="cosine", warmup_steps=2)
         self.optimizer = build_optimizer(self.model.parameters(), learning_rate=0.1, config=optimization)
@@ -40,7 +40,7 @@ class Run:
     def train(self, steps: int) -> None:
         for _ in range(steps):
             self.optimizer.zero_grad()
-            loss = self.model(torch.randn(8, self.features)).pow(2).mean()
+            loss = self.model(torch.randn(8, self.features, device=self.device)).pow(2).mean()
             loss.backward()
             self.optimizer.step()
             self.scheduler.step()
@@ -134,6 +134,30 @@ def test_reusable_stager_copies_into_the_same_buffers() -> None:
     assert second["w"] is first["w"] and second["w"].tolist() == [2.0, 2.0, 2.0]
     assert second["opt"]["param_groups"] == [{"lr": 0.1}]
     assert second["opt"]["param_groups"] is not source["opt"]["param_groups"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
+def test_on_cuda_the_snapshot_goes_to_pinned_buffers_reserved_beforehand_and_holds_its_step(
+    env: DistEnv, tmp_path: Path
+) -> None:
+    """The copy to the host is only queued (the loop goes on at once), behind the step it snapshots and
+    ahead of the next steps' updates; the buffers were pinned before the first save."""
+    run = Run(features=256, hidden=4096, device=env.device)
+    run.train(2)
+    manager = run.manager(tmp_path, env)
+    manager.reserve()
+    reserved = list(manager.backend._stager._cache.values())
+    assert reserved and all(buffer.is_pinned() for buffer in reserved)
+    saved_sha = weights_sha256(run.model.module)
+    manager.save(run.state)
+    # The save filled the reserved buffers (it allocated none of its own).
+    staged = list(manager.backend._stager._cache.values())
+    assert len(staged) >= len(reserved) and all(a is b for a, b in zip(reserved, staged, strict=False))
+    run.train(3)  # queued on the same stream, behind the snapshot's copies
+    manager.close()
+    fresh = Run(seed=99, features=256, hidden=4096, device=env.device)
+    assert fresh.manager(tmp_path, env).restore() is not None
+    assert weights_sha256(fresh.model.module) == saved_sha
 
 
 def test_steps_without_manifest_do_not_exist_and_are_cleared_before_resuming(env: DistEnv, tmp_path: Path) -> None:

@@ -75,10 +75,16 @@ class StagingProgress:
 
     def __init__(self, buffers: list[torch.Tensor]) -> None:
         self._filled = {_storage_key(buffer): threading.Event() for buffer in buffers}
+        # Buffers whose copy from the GPU was only queued: the writer waits for its CUDA event too.
+        self._copied: dict[int, Any] = {}
         self.error: BaseException | None = None
 
-    def filled(self, buffer: torch.Tensor) -> None:
-        self._filled[_storage_key(buffer)].set()
+    def filled(self, buffer: torch.Tensor, *, copied: Any = None) -> None:
+        """``buffer`` is filled, or (``copied``: a CUDA event) will be once the device reaches that event."""
+        key = _storage_key(buffer)
+        if copied is not None:
+            self._copied[key] = copied
+        self._filled[key].set()
 
     def fail(self, error: BaseException) -> None:
         self.error = error
@@ -93,6 +99,9 @@ class StagingProgress:
         event.wait()
         if self.error is not None:
             raise RuntimeError(f"the snapshot of checkpoint item {name} failed") from self.error
+        copied = self._copied.get(_storage_key(tensor))
+        if copied is not None:
+            copied.synchronize()  # this thread waits for the device; the training loop does not
 
 
 def _storage_key(tensor: torch.Tensor) -> int:

@@ -232,5 +232,8 @@ class DeepSpeedBackend:
             )
         return self.store.fs.cat_file(self._blob_path(step, blob_rank))
 
+    def reserve(self) -> None:
+        """Nothing reused between saves: DeepSpeed's writer serialises the live engine."""
+
     def close(self) -> None:
         """Nothing held between saves."""
