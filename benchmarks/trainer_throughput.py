@@ -10,7 +10,8 @@ For each precision mode (fp32, bf16, DeepSpeed ZeRO-2 bf16) and shape it prints:
   do for the model: the baseline the trainer's ratio is taken against.
 - **DataLoader loop**: the same over ``DataLoader(TensorDataset, shuffle=True)`` and ``.to(device)``
   per batch: what a naive loop gets.
-- **trainer**: ``torchrun --standalone --nproc-per-node 1 -m trainpipe_trainer`` with tracking to a
+- **trainer**: the launchers' command (``python -m trainpipe_trainer.elastic --nnodes=1 --nproc_per_node=1
+  --standalone -m trainpipe_trainer``) with tracking to a
   local MLflow store and a checkpoint every 50 steps: samples/s of its step loop (every step after
   the first, from its own ``launch:`` line), the wall time of the whole command, and the time
   outside the step loop (wall time minus the loop).
@@ -170,7 +171,8 @@ def run_trainer(work: Path, config: Path, *, threads: int, trainer_path: Path) -
     env = {**os.environ, **MALLOC_ENV, "OMP_NUM_THREADS": str(threads), "MLFLOW_DISABLE_TELEMETRY": "true",
            "PYTHONPATH": python_path(trainer_path), "PYTHONUNBUFFERED": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+    # The launchers' command (trainpipe.plan.launch): torchrun through trainpipe_trainer.elastic.
+    command = [sys.executable, "-m", "trainpipe_trainer.elastic", "--nnodes=1", "--nproc_per_node=1", "--standalone",
                "-m", "trainpipe_trainer", "--config", str(config)]
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=3600, check=False)

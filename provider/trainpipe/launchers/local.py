@@ -7,7 +7,6 @@ of the worker's environment: the Kubernetes launcher puts the same command and v
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -20,10 +19,9 @@ from types import FrameType
 
 from trainpipe.errors import TrainingFailedError
 from trainpipe_trainer.config import PREEMPTION_GRACE_SECONDS
+from trainpipe_trainer.processes import die_with_parent
 
 log = logging.getLogger(__name__)
-
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class LauncherStoppedError(TrainingFailedError):
@@ -34,28 +32,8 @@ class LauncherStoppedError(TrainingFailedError):
 def _die_with_launcher() -> Callable[[], None] | None:
     """A ``preexec_fn`` that has the kernel send torchrun SIGTERM when the launcher dies (``kill -9``
     included): torchrun passes it on to its ranks, which commit and exit, instead of running orphaned.
-
-    Linux only (``prctl(PR_SET_PDEATHSIG)``); elsewhere None. The signal comes when the thread that started
-    the child ends: ``run_local`` waits for the child in that thread, so only the launcher's death sends it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    # Resolved here, not after the fork: the child only makes the call.
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    launcher = os.getpid()
-    sigterm = int(signal.SIGTERM)
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
-        # The launcher died between the fork and the prctl: no signal would come.
-        if os.getppid() != launcher:
-            os.kill(os.getpid(), sigterm)
-
-    return preexec
+    ``run_local`` waits for the child in the thread that started it, so only the launcher's death sends it."""
+    return die_with_parent(signal.SIGTERM)
 
 
 def local_python() -> str:
