@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ TRAINER = ["-m", "trainpipe_trainer", "--config", "file:///runs/r/trainer_config
 
 
 def test_only_a_one_process_one_node_launch_skips_torchrun() -> None:
-    assert single_process_command([*PLAN_OPTIONS, *TRAINER])[1:] == TRAINER
+    # The rank's command, unbuffered as torchrun starts its workers.
+    assert single_process_command([*PLAN_OPTIONS, *TRAINER]) == [sys.executable, "-u", *TRAINER]
     assert single_process_command(["--standalone", "--nproc-per-node=1", *TRAINER]) is not None
     for options in (
         ["--nnodes=1", "--nproc_per_node=2", "--standalone"],  # two ranks: torchrun's agent runs them

@@ -50,7 +50,8 @@ def single_process_command(argv: list[str]) -> list[str] | None:
     options, program = argv[:split], argv[split + 1:]
     if not program or "--standalone" not in options or not set(options) <= _SINGLE_PROCESS_OPTIONS:
         return None
-    return [sys.executable, "-m", *program]
+    # -u: unbuffered, as torchrun starts its workers (the launcher streams their lines as they come).
+    return [sys.executable, "-u", "-m", *program]
 
 
 def _free_port() -> int:
@@ -70,15 +71,20 @@ def run_single_process(command: list[str]) -> int:
         "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none",
     }
     received: list[int] = []
-    rank = subprocess.Popen(command, env=env, preexec_fn=die_with_parent(signal.SIGTERM))
+    started: list[subprocess.Popen] = []
 
     def pass_on(signum: int, _frame: FrameType | None) -> None:
         received.append(signum)
-        if rank.poll() is None:
-            rank.send_signal(signum)
+        if started and started[0].poll() is None:
+            started[0].send_signal(signum)
 
+    # Installed first: a signal that comes while the rank starts is passed on once it exists.
     for sig in _PASSED_ON:
         signal.signal(sig, pass_on)
+    rank = subprocess.Popen(command, env=env, preexec_fn=die_with_parent(signal.SIGTERM))
+    started.append(rank)
+    if received:
+        rank.send_signal(received[0])
     deadline: float | None = None
     while True:
         try:

@@ -8,6 +8,7 @@ must not fail a training run, nor hide the failure the message was about.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
 from dataclasses import dataclass
@@ -149,6 +150,11 @@ _UNDER_WAY = ("running", "queued", "scheduled", "deferred", "up_for_retry", "up_
               "restarting")
 
 
+# How often, and how far apart, a late run's steps are read while none is under way (a scheduler loop's gap).
+_BETWEEN_STEPS_READS = 6
+_BETWEEN_STEPS_WAIT_SECONDS = 2.0
+
+
 def duration_text(seconds: float) -> str:
     """``1h30m``, ``45s``: a wait or a deadline as people write it in a spec."""
     minutes, secs = divmod(int(seconds), 60)
@@ -176,9 +182,17 @@ async def deadline_missed(*, within_seconds: int, channels: list[dict[str, Any]]
 
     dag_run = (context or {}).get("dag_run") or {}
     dag_id, run_id = dag_run.get("dag_id", "?"), dag_run.get("dag_run_id", "?")
-    found = await sync_to_async(RuntimeTaskInstance.get_task_states)(dag_id=dag_id, run_ids=[run_id])
-    message = deadline_message(dag_id=dag_id, run_id=run_id, within_seconds=within_seconds,
-                               states=dict(found.get(run_id) or {}))
+    states: dict[str, str | None] = {}
+    for attempt in range(_BETWEEN_STEPS_READS):
+        if attempt:
+            await asyncio.sleep(_BETWEEN_STEPS_WAIT_SECONDS)
+        found = await sync_to_async(RuntimeTaskInstance.get_task_states)(dag_id=dag_id, run_ids=[run_id])
+        states = dict(found.get(run_id) or {})
+        # Between two steps (one done, the scheduler not yet at the next) none is under way for a moment:
+        # read again briefly rather than tell people nothing is happening.
+        if any(state in _UNDER_WAY for state in states.values()):
+            break
+    message = deadline_message(dag_id=dag_id, run_id=run_id, within_seconds=within_seconds, states=states)
     sent = await sync_to_async(_send_on)(deadline_channels(channels), DEADLINE, message, dict(context or {}))
     log.warning("%s (sent on: %s)", message.text, ", ".join(sent) or "no channel")
     return message.text
