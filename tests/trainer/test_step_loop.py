@@ -33,16 +33,23 @@ class HostReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_no_step_reads_a_tensor_value_between_log_intervals(
+def _logging_every_3_steps(
     tmp_path: Path, datasets: Datasets, env: DistEnv, make_config: Callable[..., Any]
-) -> None:
+) -> Trainer:
+    """A trainer (no tracking) that syncs every 3 steps, accumulating 2 micro-batches and clipping per step."""
     raw = make_config(
         tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES,
         checkpoint={"every_n_steps": 1000, "keep_best": False}, tracking={"log_every_n_steps": 3},
         optimization={"gradient_clip_norm": 1.0, "gradient_accumulation_steps": 2},
     )
     config = TrainingConfig.from_dict(raw)
-    trainer = Trainer(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
+    return Trainer(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
+
+
+def test_no_step_reads_a_tensor_value_between_log_intervals(
+    tmp_path: Path, datasets: Datasets, env: DistEnv, make_config: Callable[..., Any]
+) -> None:
+    trainer = _logging_every_3_steps(tmp_path, datasets, env, make_config)
     steps = trainer.step_groups(trainer.batches.epoch(0))
     optimizer = trainer.strategy.optimizer
 
@@ -119,13 +126,7 @@ def test_on_cuda_no_step_between_sync_points_waits_for_the_device(
 ) -> None:
     """On a GPU, CUDA's own sync check: any operation that makes the host wait for the device (a read
     back, a blocking copy, a data-dependent shape) raises in the steps between log intervals."""
-    raw = make_config(
-        tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES,
-        checkpoint={"every_n_steps": 1000, "keep_best": False}, tracking={"log_every_n_steps": 3},
-        optimization={"gradient_clip_norm": 1.0, "gradient_accumulation_steps": 2},
-    )
-    config = TrainingConfig.from_dict(raw)
-    trainer = Trainer(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
+    trainer = _logging_every_3_steps(tmp_path, datasets, env, make_config)
     assert trainer.batches.device.type == "cuda"  # data_placement auto: the small split is resident
     steps = trainer.step_groups(trainer.batches.epoch(0))
     with PreemptionWatcher() as watcher:
