@@ -59,6 +59,8 @@ CATEGORICAL_ENCODINGS: tuple[str, ...] = typing.get_args(CategoricalEncoding)
 # them this many seconds later; the local launcher waits as long before it kills torchrun (a Pod uses
 # its termination grace period instead). The plan renders it into each launch.
 PREEMPTION_GRACE_SECONDS = 120
+# The variable that carries it to torchrun (and to trainpipe_trainer.elastic's one-process launch).
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
 
 class TrainerConfigError(ValueError):

@@ -28,6 +28,7 @@ import sys
 import time
 from types import FrameType
 
+from trainpipe_trainer.config import SHUTDOWN_TIMEOUT_ENV
 from trainpipe_trainer.console import write_whole_lines
 from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 from trainpipe_trainer.processes import die_with_parent
@@ -38,7 +39,6 @@ _SINGLE_PROCESS_OPTIONS = frozenset({"--standalone", "--nnodes=1", "--nnodes=1:1
                                      "--nproc-per-node=1"})
 # The signals torchrun's agent passes on to its workers (then exits with 128 + the signal, or "preempted").
 _PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
-_SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
 
 def single_process_command(argv: list[str]) -> list[str] | None:
@@ -71,18 +71,17 @@ def run_single_process(command: list[str]) -> int:
         "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none",
     }
     received: list[int] = []
-    started: list[subprocess.Popen] = []
+    rank: subprocess.Popen | None = None
 
     def pass_on(signum: int, _frame: FrameType | None) -> None:
         received.append(signum)
-        if started and started[0].poll() is None:
-            started[0].send_signal(signum)
+        if rank is not None and rank.poll() is None:
+            rank.send_signal(signum)
 
     # Installed first: a signal that comes while the rank starts is passed on once it exists.
     for sig in _PASSED_ON:
         signal.signal(sig, pass_on)
     rank = subprocess.Popen(command, env=env, preexec_fn=die_with_parent(signal.SIGTERM))
-    started.append(rank)
     if received:
         rank.send_signal(received[0])
     deadline: float | None = None
@@ -92,22 +91,40 @@ def run_single_process(command: list[str]) -> int:
             break
         except subprocess.TimeoutExpired:
             if deadline is None and received:
-                deadline = time.monotonic() + float(os.environ.get(_SHUTDOWN_TIMEOUT_ENV, "30"))
+                deadline = time.monotonic() + float(os.environ.get(SHUTDOWN_TIMEOUT_ENV, "30"))
             elif deadline is not None and time.monotonic() >= deadline:
                 rank.kill()
     if received:
-        first = signal.Signals(received[0])
-        if first == signal.SIGTERM:
-            print(f"torchrun: stopped on {first.name}; its workers were given "
-                  f"{_SHUTDOWN_TIMEOUT_ENV} to commit their step", file=sys.stderr, flush=True)
-            return PREEMPTED_EXIT_CODE
-        return 128 + int(first)
-    if code in (0, PREEMPTED_EXIT_CODE, CUDA_OOM_EXIT_CODE):
-        return code
-    # What torchrun reports for a failed worker (which rank, its exit code or signal); it then exits 1.
-    how = f"Signal {-code} ({signal.Signals(-code).name}) received by PID {rank.pid}" if code < 0 else ""
-    print(f"trainpipe_trainer FAILED: rank 0 (local_rank: 0) exitcode: {code} (pid: {rank.pid}) {how}".rstrip(),
-          file=sys.stderr, flush=True)
+        return _stopped_by(signal.Signals(received[0]))
+    if code == 0:
+        return 0
+    outcome = _outcome({code})
+    if outcome != PREEMPTED_EXIT_CODE:
+        # What torchrun reports for a failed worker (which rank, its exit code or signal).
+        how = f"Signal {-code} ({signal.Signals(-code).name}) received by PID {rank.pid}" if code < 0 else ""
+        print(f"trainpipe_trainer FAILED: rank 0 (local_rank: 0) exitcode: {code} (pid: {rank.pid}) {how}".rstrip(),
+              file=sys.stderr, flush=True)
+    return outcome
+
+
+def _stopped_by(sig: signal.Signals) -> int:
+    """The exit code of a launch that was sent ``sig`` (its workers were passed it and given the grace)."""
+    if sig == signal.SIGTERM:
+        print(f"torchrun: stopped on {sig.name}; its workers were given "
+              f"{SHUTDOWN_TIMEOUT_ENV} to commit their step", file=sys.stderr, flush=True)
+        return PREEMPTED_EXIT_CODE
+    return 128 + int(sig)
+
+
+def _outcome(codes: set[int]) -> int:
+    """The exit code of a launch whose workers failed with ``codes`` (minus the signal for a killed one)."""
+    # The first rank to exit preempted (or out of CUDA memory) makes torchrun SIGTERM the others, which may
+    # still be tearing down after the same commit (every rank passed the barrier after the save before any
+    # exited). A CUDA OOM is passed on as its own outcome, so the provider can tell it from a crash.
+    for passed_on in (PREEMPTED_EXIT_CODE, CUDA_OOM_EXIT_CODE):
+        if passed_on in codes and codes <= {passed_on, -signal.SIGTERM}:
+            return passed_on
+    # torchrun exits 1 for any other failed worker.
     return 1
 
 
@@ -124,25 +141,13 @@ def main(argv: list[str] | None = None) -> int:
         torchrun(args)
     except SignalException as err:
         # torchrun already waited for its workers (they commit on the SIGTERM it passed on).
-        if err.sigval == signal.SIGTERM:
-            print(f"torchrun: stopped on {err.sigval.name}; its workers were given "
-                  "TORCH_ELASTIC_SHUTDOWN_TIMEOUT to commit their step", file=sys.stderr, flush=True)
-            return PREEMPTED_EXIT_CODE
-        return 128 + int(err.sigval)
+        return _stopped_by(signal.Signals(err.sigval))
     except ChildFailedError as err:
-        codes = {failure.exitcode for failure in err.failures.values()}
-        # The first rank to exit preempted makes torchrun SIGTERM the others, which may still be tearing
-        # down after the same commit (every rank passed the barrier after the save before any exited).
-        if PREEMPTED_EXIT_CODE in codes and codes <= {PREEMPTED_EXIT_CODE, -signal.SIGTERM}:
-            return PREEMPTED_EXIT_CODE
-        # torchrun exits 1 for any failed worker: a rank's CUDA OOM is passed on as its own outcome (the others
-        # were SIGTERMed by torchrun), so the provider can tell it from a crash.
-        if CUDA_OOM_EXIT_CODE in codes and codes <= {CUDA_OOM_EXIT_CODE, -signal.SIGTERM}:
+        outcome = _outcome({failure.exitcode for failure in err.failures.values()})
+        if outcome != PREEMPTED_EXIT_CODE:
+            # What torchrun prints for a failure (which rank, its exit code or signal, when).
             print(err.format_msg(), file=sys.stderr, flush=True)
-            return CUDA_OOM_EXIT_CODE
-        # What torchrun prints for a failure (which rank, its exit code or signal, when).
-        print(err.format_msg(), file=sys.stderr, flush=True)
-        return 1
+        return outcome
     return 0
 
 

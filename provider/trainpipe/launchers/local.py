@@ -29,13 +29,6 @@ class LauncherStoppedError(TrainingFailedError):
     the training must not be launched again in this process; the next try resumes from the committed step."""
 
 
-def _die_with_launcher() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has the kernel send torchrun SIGTERM when the launcher dies (``kill -9``
-    included): torchrun passes it on to its ranks, which commit and exit, instead of running orphaned.
-    ``run_local`` waits for the child in the thread that started it, so only the launcher's death sends it."""
-    return die_with_parent(signal.SIGTERM)
-
-
 def local_python() -> str:
     """This interpreter (the worker's venv, which has torch and the trainer): it runs the plan's
     ``python -m trainpipe_trainer.elastic ...`` rather than whatever ``python`` is on PATH."""
@@ -105,9 +98,12 @@ def run_local(command: Sequence[str], *, env: Mapping[str, str], on_line: Callab
     emit("launching: " + " ".join(command))
     # argv[0] too (not only Popen's executable): Python finds its environment (venv) from argv[0].
     argv = [executable, *command[1:]] if executable else list(command)
+    # The kernel sends torchrun SIGTERM if the launcher dies (kill -9 included): torchrun passes it on to
+    # its ranks, which commit and exit instead of running orphaned. This thread waits for the child, so
+    # only the launcher's death sends it.
     process = subprocess.Popen(
         argv, env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, bufsize=1, start_new_session=True, preexec_fn=_die_with_launcher(),
+        text=True, bufsize=1, start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM),
     )
     try:
         with _PreemptionNotice(group=process.pid) as notice:

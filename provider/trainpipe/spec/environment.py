@@ -6,6 +6,8 @@ sets the trainer's own. Airflow-free.
 
 from __future__ import annotations
 
+from trainpipe_trainer.config import SHUTDOWN_TIMEOUT_ENV
+
 TRACKING_URI = "{mlflow_tracking_uri}"
 
 
@@ -29,7 +31,6 @@ TORCHRUN_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"
 # Names a spec's environment (training.kubernetes.env, secret_env) may not set, with why. Exact names
 # first, then prefixes; compared in upper case. Tuning knobs (NCCL_*, CUDA_*, TORCH_NCCL_*) stay allowed.
 # How long torchrun lets its workers commit after SIGTERM (the launch sets it from the grace period).
-SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 _RESERVED_NAMES = {
     **{name: "trainpipe sets it for the trainer" for name, _ in trainer_environment()},
     SHUTDOWN_TIMEOUT_ENV: "trainpipe sets it from the grace period (training.kubernetes.termination_grace_period)",
