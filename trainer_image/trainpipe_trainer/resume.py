@@ -7,6 +7,7 @@ launches, the trainer again when it loads a checkpoint).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import typing
 from dataclasses import dataclass
@@ -51,8 +52,10 @@ RESHARDABLE_STRATEGIES: tuple[str, ...] = ("ddp",)
 _SHORT_VALUE = 40
 
 
+@functools.cache
 def _section_type(owner: type, name: str) -> type | None:
-    """The config class of a section field (``model``, ``deepspeed``...), None for a plain value."""
+    """The config class of a section field (``model``, ``deepspeed``...), None for a plain value.
+    Cached: resolving a class's hints evaluates its annotations (a trial worker asks for every trial)."""
     hint = typing.get_type_hints(owner)[name]
     if typing.get_origin(hint) is tuple:
         return None

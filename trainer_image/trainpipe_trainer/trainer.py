@@ -136,6 +136,8 @@ class Trainer:
     autocast: contextlib.AbstractContextManager = field(init=False)
     # Early stopping: a CPU copy of the weights at the best epoch end so far (what is exported).
     best_weights: dict[str, torch.Tensor] | None = field(init=False, default=None)
+    # Device- or CPU-hours over all ranks, as last logged (``trainer_*_hours``): a trial's compute.
+    compute_hours: float | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         config, env = self.config, self.env
@@ -641,7 +643,8 @@ class Trainer:
         self.state.compute_seconds += self.clock.seconds()
         self.clock = ComputeClock(device=self.env.device)
         (total,) = all_reduce_sums([self.state.compute_seconds], self.env)
-        self.tracker.log_metric(self.clock.metric_name, total / 3600, step=self.state.global_step)
+        self.compute_hours = total / 3600
+        self.tracker.log_metric(self.clock.metric_name, self.compute_hours, step=self.state.global_step)
 
     # -- export ----------------------------------------------------------------------------------
 

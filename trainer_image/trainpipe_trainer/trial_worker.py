@@ -152,14 +152,16 @@ class _Study:
         return storage_.get_trial_id_from_study_id_trial_number(storage_.get_study_id_from_name(self.study.study_name),
                                                                 number)
 
-    def tell(self, assignment: Assignment, *, state: str, reason: str | None, seconds: float,
-             weights_sha256: str | None) -> None:
+    def tell(self, assignment: Assignment, outcome: TrialOutcome, *, seconds: float) -> None:
         """Record the trial's compute, tell the study its state and value, log both to its child run."""
         optuna = import_optuna()
         storage_, number = self.study._storage, assignment.number
+        state, reason, weights_sha256, hours = outcome.state, outcome.reason, outcome.weights_sha256, outcome.compute_hours
         trial_id = self._trial_id(number)
-        metrics = self.mlflow.call("run_data", run_id=assignment.mlflow_run_id)["metrics"]
-        hours = metrics.get("trainer_gpu_hours", metrics.get("trainer_cpu_hours"))
+        if hours is None:
+            # The trainer stopped before it counted (preempted, say): what its run logged, if anything.
+            metrics = self.mlflow.call("run_data", run_id=assignment.mlflow_run_id)["metrics"]
+            hours = metrics.get("trainer_gpu_hours", metrics.get("trainer_cpu_hours"))
         values = storage_.get_trial(trial_id).intermediate_values
         metric = self.config.tuning.metric
         if state == "complete" and not values:
@@ -214,10 +216,19 @@ def trial_config(config: TrainingConfig, assignment: Assignment, *, first: bool)
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TrialOutcome:
+    """How one trial ended, on every rank."""
+
+    state: str  # complete, pruned or failed
+    reason: str | None
+    weights_sha256: str | None
+    compute_hours: float | None  # over all ranks, as its run logged it (None if it never got that far)
+    data: TrainingData | None  # read once: the next trial's
+
+
 def _train_one(config: TrainingConfig, env: DistEnv, *, data: TrainingData | None, watcher: PreemptionWatcher,
-               phases: LaunchPhases, splits: Future[Splits] | None = None,
-               ) -> tuple[str, str | None, str | None, TrainingData | None]:
-    """(state, reason, weights hash, the data for the next trial) of one trial, on every rank."""
+               phases: LaunchPhases, splits: Future[Splits] | None = None) -> TrialOutcome:
     trainer = None
     state, reason, weights = "complete", None, None
     try:
@@ -238,7 +249,9 @@ def _train_one(config: TrainingConfig, env: DistEnv, *, data: TrainingData | Non
         if trainer is not None:
             # The worker goes on to the next trial: this one's checkpoint writer must not outlive it.
             trainer.checkpoints.close()
-    return state, reason, weights, (trainer.data if trainer is not None else data)
+    return TrialOutcome(state=state, reason=reason, weights_sha256=weights,
+                        compute_hours=trainer.compute_hours if trainer is not None else None,
+                        data=trainer.data if trainer is not None else data)
 
 
 def run_worker(config: TrainingConfig, watcher: PreemptionWatcher, phases: LaunchPhases, *,
@@ -258,18 +271,18 @@ def run_worker(config: TrainingConfig, watcher: PreemptionWatcher, phases: Launc
             trial_phases = phases if ran == 0 else LaunchPhases()
             started = time.monotonic()
             try:
-                state, reason, weights, data = _train_one(trial_config(config, assignment, first=ran == 0), env,
-                                                          data=data, watcher=watcher, phases=trial_phases,
-                                                          splits=splits if data is None else None)
+                outcome = _train_one(trial_config(config, assignment, first=ran == 0), env, data=data,
+                                     watcher=watcher, phases=trial_phases, splits=splits if data is None else None)
             except PreemptedError as err:
                 if study is not None:
-                    study.tell(assignment, state="failed", reason=f"its worker was preempted: {err}",
-                               seconds=time.monotonic() - started, weights_sha256=None)
+                    study.tell(assignment, TrialOutcome(state="failed", reason=f"its worker was preempted: {err}",
+                                                        weights_sha256=None, compute_hours=None, data=None),
+                               seconds=time.monotonic() - started)
                 raise
             ran += 1
             if study is not None:
-                study.tell(assignment, state=state, reason=reason, seconds=time.monotonic() - started,
-                           weights_sha256=weights)
+                study.tell(assignment, outcome, seconds=time.monotonic() - started)
+            data = outcome.data
     finally:
         destroy_distributed()
     if env.is_main:

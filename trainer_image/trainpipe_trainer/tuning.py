@@ -9,6 +9,7 @@ uses too: a study's pruner is not kept in its storage, so every process must bui
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,10 @@ def progress_percent(step: int, total_steps: int) -> int:
     return max(1, min(TUNING_MAX_RESOURCE, round(TUNING_MAX_RESOURCE * step / max(total_steps, 1))))
 
 
+# The studies trials report into, by (storage URL, study, pruner, its options): see TrialReporter.open.
+_REPORTER_STUDIES: dict[tuple[str, str, str, str], optuna.Study] = {}
+
+
 @dataclass(slots=True)
 class TrialReporter:
     """Rank 0's handle on its trial: ``report`` stores a value and says whether the pruner stops it."""
@@ -105,9 +110,15 @@ class TrialReporter:
         if not url:
             raise ValueError(f"tuning.storage is empty and {OPTUNA_STORAGE_ENV} is not set: the trial cannot "
                              "reach its study")
-        storage = open_storage(url)
-        study = optuna.load_study(study_name=tuning.study_name, storage=storage,
-                                  pruner=make_pruner(tuning.pruner, tuning.pruner_options))
+        key = (url, tuning.study_name, tuning.pruner, json.dumps(tuning.pruner_options, sort_keys=True))
+        if key not in _REPORTER_STUDIES:
+            # Once per process: a trial worker's trials share it (a fresh storage replayed the journal,
+            # and a fresh pruner its brackets, for every trial).
+            storage = open_storage(url)
+            _REPORTER_STUDIES[key] = optuna.load_study(study_name=tuning.study_name, storage=storage,
+                                                       pruner=make_pruner(tuning.pruner, tuning.pruner_options))
+        study = _REPORTER_STUDIES[key]
+        storage = study._storage  # the storage load_study was given: Study keeps no public handle on it
         trial_id = storage.get_trial_id_from_study_id_trial_number(
             storage.get_study_id_from_name(tuning.study_name), tuning.trial_number)
         return cls(tuning=tuning, trial=optuna.Trial(study, trial_id), storage=storage, trial_id=trial_id)
@@ -133,8 +144,6 @@ def build_sampler(sampler: str, *, seed: int, n_trials: int, stream: int) -> opt
 
 def suggest(trial: optuna.Trial, space: tuple[SearchDimension, ...]) -> dict[str, Any]:
     """This trial's value of every dimension of the space (an enqueued trial's fixed values as given)."""
-    import json
-
     params: dict[str, Any] = {}
     for d in space:
         if d.distribution == "log_uniform":
@@ -154,8 +163,6 @@ def suggest(trial: optuna.Trial, space: tuple[SearchDimension, ...]) -> dict[str
 def fits_space(params: dict[str, Any], space: tuple[SearchDimension, ...]) -> dict[str, Any]:
     """The values of ``params`` that today's space can take (a warm start from yesterday's space, or from
     a champion trained before the space changed): out-of-range or unknown values are left to the sampler."""
-    import json
-
     kept: dict[str, Any] = {}
     for d in space:
         if d.name not in params:
