@@ -178,6 +178,11 @@ def test_two_workers_run_the_study_each_several_trials_in_one_process(tuned):
         assert child.data.tags["trainpipe.trial_worker"] == str(live.trials[number].user_attrs["worker"])
         assert json.loads(child.data.tags["trainpipe.trial_params"]) == live.trials[number].params
         assert "trainpipe.airflow_run_id" not in child.data.tags  # the final training's run is found by it
+        # The trial's compute as its trainer counted it: the same in the study (what pruning saves is
+        # measured by) and in its run, pruned trials too.
+        assert live.trials[number].user_attrs["compute_seconds"] == pytest.approx(
+            child.data.metrics["trainer_cpu_hours"] * 3600, abs=2e-3)
+        assert live.trials[number].user_attrs["compute_seconds"] > 0
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "study")}
     assert {"study/optimization_history.png", "study/intermediate_values.png"} <= artifacts
     # No trial logs a model (the final training logs the winner's); the trials' hashes are in the study.
