@@ -2,6 +2,7 @@
 
     python benchmarks/hpo_pruning.py [--seeds 1 2 3] [--trials 24] [--rows 100000] [--trial-epochs 6]
         [--pruner successive_halving | --pruner '{type: successive_halving, min_resource: 5}'] [--replay]
+        [--replay-from DIR]
 
 For each sampler seed, runs the study of the tuned fraud demo (dag_configs/fraud_detector_tuned.yaml:
 TPE, the same space, one trial worker unless --parallel) through the trial workers the ``trials``
@@ -19,7 +20,9 @@ metric), and where it went (the trials' own set-up, and the rest).
 --replay also replays pruner settings on each seed's baseline learning curves (Optuna in memory: each
 baseline trial in order reports its curve until the pruner stops it; compute counted as the share of
 the trial's steps it ran): how the defaults were chosen, before the chosen one is measured for real.
-A replay proposes the baseline's points, where a real pruned study's TPE sees other histories.
+A replay proposes the baseline's points, where a real pruned study's TPE sees other histories; it
+carries the pruned study's name, which decides Hyperband's bracket of each trial. --replay-from DIR
+replays on the baselines an earlier run kept, training nothing.
 
 Target: >= 50% less trainer compute than no pruning with the best value within 1%, on every seed,
 with the set-up under 10% of a trial.
@@ -77,7 +80,18 @@ def main() -> int:
     parser.add_argument("--metric", default="validation_loss")
     parser.add_argument("--replay", action="store_true", help="also replay pruner settings on the baseline curves")
     parser.add_argument("--baseline-only", action="store_true", help="run only the unpruned studies (with --replay)")
+    parser.add_argument("--replay-from", type=Path, default=None, metavar="DIR",
+                        help="train nothing: replay on the baselines an earlier run kept in DIR (its 'state kept in')")
+    parser.add_argument("--baseline-from", type=Path, default=None, metavar="DIR",
+                        help="train only the pruned studies, against the baselines an earlier run kept in DIR (the "
+                             "same --trials, --rows and --trial-epochs; wall as the trials' own, no set-up share)")
     args = parser.parse_args()
+    if args.replay_from is not None:
+        rows = [{"seed": seed, "replay": {pruner_label(p): replay(kept_baseline(args.replay_from, seed), p, args.metric,
+                                                                  pruned_study_name(seed)) for p in REPLAYED}}
+                for seed in args.seeds]
+        report(args, rows, None, os.getloadavg(), time.monotonic())
+        return 0
 
     home = Path(tempfile.mkdtemp(prefix="trainpipe-hpo-bench-"))
     os.environ.update({
@@ -100,12 +114,12 @@ def main() -> int:
     load_before = os.getloadavg()
     rows = []
     for seed in args.seeds:
-        baseline = run_study(args, settings, seed, "none")
+        baseline = kept_baseline(args.baseline_from, seed) if args.baseline_from else run_study(args, settings, seed, "none")
         row = {"seed": seed, "none": baseline}
         if not args.baseline_only:
             row["pruned"] = run_study(args, settings, seed, pruner)
         if args.replay:
-            row["replay"] = {pruner_label(p): replay(baseline, p, args.metric) for p in REPLAYED}
+            row["replay"] = {pruner_label(p): replay(baseline, p, args.metric, pruned_study_name(seed)) for p in REPLAYED}
         rows.append(row)
         report(args, rows, pruner, load_before, started)
     print(f"state kept in {home}")
@@ -125,7 +139,7 @@ def run_study(args: argparse.Namespace, settings: Any, seed: int, pruner: dict[s
 
     label = "default" if pruner is None else pruner_label(pruner)
     spec = yaml.safe_load((REPO / "dag_configs" / "fraud_detector_tuned.yaml").read_text())
-    spec["pipeline_id"] = f"hpo_bench_s{seed}_{'none' if pruner == 'none' else 'pruned'}"
+    spec["pipeline_id"] = pipeline_id(seed, pruned=pruner != "none")
     spec["tuning"].update(n_trials=args.trials, max_parallel=args.parallel, seed=seed, trial_epochs=args.trial_epochs,
                           metric=args.metric)
     spec["tuning"].pop("direction", None)  # the metric's own
@@ -142,7 +156,7 @@ def run_study(args: argparse.Namespace, settings: Any, seed: int, pruner: dict[s
     text = yaml.safe_dump(spec, sort_keys=False)
     plan = build_plan(validate_loaded(load_yaml_text(text, "bench.yaml")), spec_file="bench.yaml", spec_text=text)
     snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=END)
-    run = RunContext(dag_id=plan.dag_id, airflow_run_id=f"bench-{seed}", try_number=1, spec_sha256=plan.spec_sha256,
+    run = RunContext(dag_id=plan.dag_id, airflow_run_id=run_id(seed), try_number=1, spec_sha256=plan.spec_sha256,
                      git_commit="bench")
     hook = MlflowHook(settings)
     study = create_study(plan, settings=settings, run=run, hook=hook)
@@ -186,6 +200,41 @@ def run_study(args: argparse.Namespace, settings: Any, seed: int, pruner: dict[s
     }
 
 
+def pipeline_id(seed: int, *, pruned: bool) -> str:
+    return f"hpo_bench_s{seed}_{'pruned' if pruned else 'none'}"
+
+
+def run_id(seed: int) -> str:
+    return f"bench-{seed}"
+
+
+def pruned_study_name(seed: int) -> str:
+    """The pruned study's name: Hyperband puts each trial in a bracket by a hash of the study's name and
+    the trial's number, so a replay that stands for the pruned study must carry its name."""
+    from trainpipe.runtime.tuning import study_name
+
+    return study_name(pipeline_id(seed, pruned=True), run_id(seed))
+
+
+def kept_baseline(home: Path, seed: int) -> dict[str, Any]:
+    """A baseline study of an earlier run (its state folder), as ``run_study`` returns it for a replay."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from trainpipe.runtime.tuning import study_name
+
+    storage = JournalStorage(JournalFileBackend(str(home / "optuna" / "journal.log")))
+    study = optuna.load_study(study_name=study_name(pipeline_id(seed, pruned=False), run_id(seed)), storage=storage)
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    return {"label": "none (kept)", "direction": study.direction.name.lower(),
+            "compute": sum(t.user_attrs.get("compute_seconds") or 0.0 for t in study.trials),
+            "wall": sum(t.user_attrs.get("trainer_seconds") or 0.0 for t in study.trials),
+            "states": {s: sum(1 for t in study.trials if t.state.name == s) for s in ("COMPLETE", "PRUNED", "FAIL")},
+            "setup_share": None, "best": study.best_value,
+            "curves": [(dict(t.intermediate_values), t.user_attrs.get("compute_seconds") or 0.0) for t in complete]}
+
+
 def setup_share(hook: Any, trials: list[Any], launch_wall: float) -> dict[str, float] | None:
     """The share of the workers' launch wall outside the trials' step loops (all trials, pruned too; each
     loop timed by the trainer itself, ``step_loop_seconds``: every optimizer step after the first, with
@@ -208,9 +257,10 @@ def setup_share(hook: Any, trials: list[Any], launch_wall: float) -> dict[str, f
             "rest": 1 - (looped + own) / launch_wall}
 
 
-def replay(baseline: dict[str, Any], pruner: dict[str, Any], metric: str) -> dict[str, float]:
-    """The baseline's trials, in order, reported into an in-memory study with ``pruner`` until it stops
-    them: compute as the share of each trial's reports it made, best over the trials it kept."""
+def replay(baseline: dict[str, Any], pruner: dict[str, Any], metric: str, study_name: str) -> dict[str, float]:
+    """The baseline's trials, in order, reported into an in-memory study named ``study_name`` (the real
+    pruned study's: the same Hyperband brackets) with ``pruner`` until it stops them: compute as the
+    share of each trial's reports it made, best over the trials it kept."""
     import optuna
 
     from trainpipe.plan.build import pruner_arguments
@@ -219,7 +269,8 @@ def replay(baseline: dict[str, Any], pruner: dict[str, Any], metric: str) -> dic
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = PrunerSpec.model_validate(pruner)
-    study = optuna.create_study(direction=baseline["direction"], pruner=make_pruner(spec.type, pruner_arguments(spec)))
+    study = optuna.create_study(study_name=study_name, direction=baseline["direction"],
+                                pruner=make_pruner(spec.type, pruner_arguments(spec)))
     compute, kept = 0.0, []
     for curve, seconds in baseline["curves"]:
         trial = study.ask()
