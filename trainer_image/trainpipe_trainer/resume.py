@@ -7,7 +7,6 @@ launches, the trainer again when it loads a checkpoint).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import typing
 from dataclasses import dataclass
@@ -52,15 +51,18 @@ RESHARDABLE_STRATEGIES: tuple[str, ...] = ("ddp",)
 _SHORT_VALUE = 40
 
 
-@functools.cache
+# Resolving a class's hints evaluates its annotations: once per process (a trial worker asks every trial).
+_SECTION_TYPES: dict[tuple[type, str], type | None] = {}
+
+
 def _section_type(owner: type, name: str) -> type | None:
-    """The config class of a section field (``model``, ``deepspeed``...), None for a plain value.
-    Cached: resolving a class's hints evaluates its annotations (a trial worker asks for every trial)."""
-    hint = typing.get_type_hints(owner)[name]
-    if typing.get_origin(hint) is tuple:
-        return None
-    candidates = (hint, *typing.get_args(hint))
-    return next((t for t in candidates if isinstance(t, type) and dataclasses.is_dataclass(t)), None)
+    """The config class of a section field (``model``, ``deepspeed``...), None for a plain value."""
+    if (owner, name) not in _SECTION_TYPES:
+        hint = typing.get_type_hints(owner)[name]
+        candidates = () if typing.get_origin(hint) is tuple else (hint, *typing.get_args(hint))
+        _SECTION_TYPES[owner, name] = next(
+            (t for t in candidates if isinstance(t, type) and dataclasses.is_dataclass(t)), None)
+    return _SECTION_TYPES[owner, name]
 
 
 def _flatten_into(out: dict[str, Any], path: str, value: Any, section: type | None) -> None:
