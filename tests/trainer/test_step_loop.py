@@ -68,8 +68,10 @@ def test_no_step_reads_a_tensor_value_between_log_intervals(
     assert trainer.steps_per_epoch >= 10
     log_steps = {s for s in reads_per_step if s % 3 == 0}
     assert all(reads_per_step[s] == 0 for s in reads_per_step if s not in log_steps), reads_per_step
-    # The sync point reads the running sums: the loss is there, in float64, as TrainState keeps it.
-    assert all(reads_per_step[s] > 0 for s in log_steps), reads_per_step
+    # The zeros prove something only if the detector sees a read: one float() of a computed value.
+    with HostReads(allowed=step_counter) as probe:
+        float(torch.ones(()) * 2)
+    assert probe.count == 1
     assert trainer.state.interval_loss_count == (trainer.steps_per_epoch - 1) % 3
 
 

@@ -77,6 +77,10 @@ def broadcast_flag(flag: bool, env: DistEnv) -> bool:
 
 
 def all_reduce_sums(values: list[float], env: DistEnv) -> list[float]:
+    if env.world_size == 1:
+        # The sums are the values: no device tensor, collective and copy back (a host sync on CUDA)
+        # at every log interval of a one-process run.
+        return [float(v) for v in values]
     tensor = torch.tensor(values, dtype=torch.float64, device=env.device)
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return [float(v) for v in tensor.cpu()]
