@@ -87,8 +87,7 @@ def main() -> int:
                              "same --trials, --rows and --trial-epochs; wall as the trials' own, no set-up share)")
     args = parser.parse_args()
     if args.replay_from is not None:
-        rows = [{"seed": seed, "replay": {pruner_label(p): replay(kept_baseline(args.replay_from, seed), p, args.metric,
-                                                                  pruned_study_name(seed)) for p in REPLAYED}}
+        rows = [{"seed": seed, "replay": replays(kept_baseline(args.replay_from, seed), seed, args.metric)}
                 for seed in args.seeds]
         report(args, rows, None, os.getloadavg(), time.monotonic())
         return 0
@@ -119,7 +118,7 @@ def main() -> int:
         if not args.baseline_only:
             row["pruned"] = run_study(args, settings, seed, pruner)
         if args.replay:
-            row["replay"] = {pruner_label(p): replay(baseline, p, args.metric, pruned_study_name(seed)) for p in REPLAYED}
+            row["replay"] = replays(baseline, seed, args.metric)
         rows.append(row)
         report(args, rows, pruner, load_before, started)
     print(f"state kept in {home}")
@@ -190,13 +189,20 @@ def run_study(args: argparse.Namespace, settings: Any, seed: int, pruner: dict[s
     return {
         "label": f"{plan.tuning.pruner}{plan.tuning.pruner_options}" if pruner is None else label,
         "direction": plan.tuning.direction,
-        "compute": sum(t.user_attrs.get("compute_seconds") or 0.0 for t in trials),
         "wall": sum(walls),
         "best": best["value"], "elapsed": time.monotonic() - started,
+        **trial_figures(trials),
+        "setup_share": setup_share(hook, trials, sum(walls)),
+    }
+
+
+def trial_figures(trials: list[Any]) -> dict[str, Any]:
+    """A study's compute (the trainers' own count), trial states and complete trials' curves."""
+    return {
+        "compute": sum(t.user_attrs.get("compute_seconds") or 0.0 for t in trials),
         "states": {s: sum(1 for t in trials if t.state.name == s) for s in ("COMPLETE", "PRUNED", "FAIL")},
         "curves": [(dict(t.intermediate_values), t.user_attrs.get("compute_seconds") or 0.0) for t in trials
                    if t.state.name == "COMPLETE"],
-        "setup_share": setup_share(hook, trials, sum(walls)),
     }
 
 
@@ -208,12 +214,12 @@ def run_id(seed: int) -> str:
     return f"bench-{seed}"
 
 
-def pruned_study_name(seed: int) -> str:
-    """The pruned study's name: Hyperband puts each trial in a bracket by a hash of the study's name and
-    the trial's number, so a replay that stands for the pruned study must carry its name."""
+def bench_study_name(seed: int, *, pruned: bool) -> str:
+    """A study's name. Hyperband puts each trial in a bracket by a hash of the study's name and the
+    trial's number, so a replay that stands for the pruned study must carry that study's name."""
     from trainpipe.runtime.tuning import study_name
 
-    return study_name(pipeline_id(seed, pruned=True), run_id(seed))
+    return study_name(pipeline_id(seed, pruned=pruned), run_id(seed))
 
 
 def kept_baseline(home: Path, seed: int) -> dict[str, Any]:
@@ -222,17 +228,11 @@ def kept_baseline(home: Path, seed: int) -> dict[str, Any]:
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    from trainpipe.runtime.tuning import study_name
-
     storage = JournalStorage(JournalFileBackend(str(home / "optuna" / "journal.log")))
-    study = optuna.load_study(study_name=study_name(pipeline_id(seed, pruned=False), run_id(seed)), storage=storage)
-    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    study = optuna.load_study(study_name=bench_study_name(seed, pruned=False), storage=storage)
     return {"label": "none (kept)", "direction": study.direction.name.lower(),
-            "compute": sum(t.user_attrs.get("compute_seconds") or 0.0 for t in study.trials),
             "wall": sum(t.user_attrs.get("trainer_seconds") or 0.0 for t in study.trials),
-            "states": {s: sum(1 for t in study.trials if t.state.name == s) for s in ("COMPLETE", "PRUNED", "FAIL")},
-            "setup_share": None, "best": study.best_value,
-            "curves": [(dict(t.intermediate_values), t.user_attrs.get("compute_seconds") or 0.0) for t in complete]}
+            "setup_share": None, "best": study.best_value, **trial_figures(study.trials)}
 
 
 def setup_share(hook: Any, trials: list[Any], launch_wall: float) -> dict[str, float] | None:
@@ -255,6 +255,12 @@ def setup_share(hook: Any, trials: list[Any], launch_wall: float) -> dict[str, f
             own += max(0.0, seconds - loop[-1].value)
     return {"share": 1 - looped / launch_wall, "own": own / launch_wall,
             "rest": 1 - (looped + own) / launch_wall}
+
+
+def replays(baseline: dict[str, Any], seed: int, metric: str) -> dict[str, dict[str, float]]:
+    """Every REPLAYED setting on ``baseline``, as the seed's pruned study (its name)."""
+    name = bench_study_name(seed, pruned=True)
+    return {pruner_label(p): replay(baseline, p, metric, name) for p in REPLAYED}
 
 
 def replay(baseline: dict[str, Any], pruner: dict[str, Any], metric: str, study_name: str) -> dict[str, float]:

@@ -58,16 +58,21 @@ def test_no_step_reads_a_tensor_value_between_log_intervals(
         # kernel keeps them on the device): host memory, no device to wait for.
         return any(tensor is state["step"] for state in optimizer.state.values())
 
-    reads_per_step = {}
+    reads_per_step, synced_at = {}, set()
     with PreemptionWatcher() as watcher:
         for step in range(1, trainer.steps_per_epoch):  # the epoch's last step syncs (epoch end)
             with HostReads(allowed=step_counter) as reads:
                 trainer.train_step(next(steps), watcher)
             reads_per_step[step] = reads.count
+            if trainer.unsynced_steps == 0:
+                synced_at.add(step)
 
     assert trainer.steps_per_epoch >= 10
     log_steps = {s for s in reads_per_step if s % 3 == 0}
     assert all(reads_per_step[s] == 0 for s in reads_per_step if s not in log_steps), reads_per_step
+    # The steps' values were read at the log steps and only there (one .tolist() of a host tensor here,
+    # which the detector does not see on CPU).
+    assert synced_at == log_steps, synced_at
     # The zeros prove something only if the detector sees a read: one float() of a computed value.
     with HostReads(allowed=step_counter) as probe:
         float(torch.ones(()) * 2)
