@@ -21,8 +21,14 @@ metric), and where it went (the trials' own set-up, and the rest).
 baseline trial in order reports its curve until the pruner stops it; compute counted as the share of
 the trial's steps it ran): how the defaults were chosen, before the chosen one is measured for real.
 A replay proposes the baseline's points, where a real pruned study's TPE sees other histories; it
-carries the pruned study's name, which decides Hyperband's bracket of each trial. --replay-from DIR
-replays on the baselines an earlier run kept, training nothing.
+carries the pruned study's name, which decides Hyperband's bracket of each trial. So each replay also
+says up to which trial it stands for the real pruned study (its horizon): TPE proposes a trial from the
+split of the trials before it into its best few (``gamma``) and the rest, where a pruned trial ranks
+below every complete one. Until the first trial whose split differs from the baseline's, the pruned
+study proposes the baseline's very points and the replay is exact; past it, the real study searches
+elsewhere. The baseline's best trial before the horizon, not pruned, is a kept best value one can
+count on; after it, it is luck. --replay-from DIR replays on the baselines an earlier run kept,
+training nothing.
 
 Target: >= 50% less trainer compute than no pruning with the best value within 1%, on every seed,
 with the set-up under 10% of a trial.
@@ -48,10 +54,13 @@ TARGET_SAVED, TARGET_GAP, TARGET_SETUP = 0.50, 0.01, 0.10
 REPLAYED: tuple[dict[str, Any], ...] = (
     {"type": "hyperband", "min_resource": 10, "reduction_factor": 3},
     {"type": "hyperband", "min_resource": 5, "reduction_factor": 3},
+    {"type": "hyperband", "min_resource": 5, "reduction_factor": 2},
     {"type": "successive_halving", "min_resource": 10, "reduction_factor": 3},
     {"type": "successive_halving", "min_resource": 5, "reduction_factor": 3},
     {"type": "successive_halving", "min_resource": 5, "reduction_factor": 4},
     {"type": "successive_halving", "min_resource": 10, "reduction_factor": 2},
+    {"type": "successive_halving", "min_resource": 5, "reduction_factor": 2},
+    {"type": "successive_halving", "min_resource": 3, "reduction_factor": 3},
     {"type": "successive_halving", "min_resource": 20, "reduction_factor": 3},
     {"type": "successive_halving", "min_resource": 10, "reduction_factor": 3, "min_early_stopping_rate": 1},
     {"type": "median", "n_startup_trials": 2, "min_resource": 10},
@@ -277,7 +286,7 @@ def replay(baseline: dict[str, Any], pruner: dict[str, Any], metric: str, study_
     spec = PrunerSpec.model_validate(pruner)
     study = optuna.create_study(study_name=study_name, direction=baseline["direction"],
                                 pruner=make_pruner(spec.type, pruner_arguments(spec)))
-    compute, kept = 0.0, []
+    compute, kept, ends = 0.0, [], []
     for curve, seconds in baseline["curves"]:
         trial = study.ask()
         steps = sorted(curve)
@@ -286,16 +295,55 @@ def replay(baseline: dict[str, Any], pruner: dict[str, Any], metric: str, study_
             if step < steps[-1] and trial.should_prune():
                 compute += seconds * (index + 1) / len(steps)
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                ends.append((False, step, curve[step]))
                 break
         else:
             compute += seconds
             kept.append(curve[steps[-1]])
+            ends.append((True, steps[-1], curve[steps[-1]]))
             study.tell(trial, curve[steps[-1]])
     # Every trial stopped: nothing to train with, as bad as a search can end.
     best = (min if baseline["direction"] == "minimize" else max)(kept) if kept else None
     return {"saved": 1 - compute / baseline["compute"],
             "gap": gap(best, baseline["best"], baseline["direction"]) if best is not None else float("inf"),
-            "pruned": len(baseline["curves"]) - len(kept)}
+            "pruned": len(baseline["curves"]) - len(kept),
+            "horizon": faithful_horizon(ends, baseline_finals(baseline), baseline["direction"]),
+            "best_trial": best_trial(baseline), "best_kept": ends[best_trial(baseline)][0]}
+
+
+def best_trial(baseline: dict[str, Any]) -> int:
+    """The number of the baseline's best trial (its trials are complete, in number order)."""
+    finals = baseline_finals(baseline)
+    return finals.index((min if baseline["direction"] == "minimize" else max)(finals))
+
+
+def baseline_finals(baseline: dict[str, Any]) -> list[float]:
+    return [curve[max(curve)] for curve, _ in baseline["curves"]]
+
+
+def faithful_horizon(ends: list[tuple[bool, int, float]], finals: list[float], direction: str) -> int:
+    """The first trial a real pruned study may propose differently from its baseline (len(ends): none).
+
+    ``ends``: each trial's (complete, last step, value there) in the replay; ``finals``: the baseline's
+    values, every trial complete. TPE proposes trial k from the trials before it, split into its best
+    ``gamma(k)`` and the rest (Optuna's ``_split_trials``: complete trials by value, then pruned ones
+    by last step, latest first, then by value). While every split equals the baseline's, the pruned
+    study asks for the same points.
+    """
+    from optuna.samplers._tpe.sampler import default_gamma  # what TPESampler uses when given no gamma
+
+    from trainpipe_trainer.tuning import tpe_startup_trials
+
+    sign = 1.0 if direction == "minimize" else -1.0
+    for k in range(tpe_startup_trials(len(ends)), len(ends)):
+        n_below = default_gamma(k)
+        baseline_below = sorted(range(k), key=lambda i: sign * finals[i])[:n_below]
+        # Complete before pruned; pruned ones stopped later first; then by value.
+        ranked = sorted(range(k), key=lambda i: (0, 0.0, sign * ends[i][2]) if ends[i][0]
+                        else (1, -ends[i][1], sign * ends[i][2]))
+        if set(ranked[:n_below]) != set(baseline_below):
+            return k
+    return len(ends)
 
 
 def gap(value: float, reference: float, direction: str) -> float:
@@ -342,10 +390,17 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], pruner: Any, lo
     if met:
         print(f"target on every seed: {'met' if all(met) else 'NOT met'} ({sum(met)} of {len(met)} seeds)")
     if any("replay" in row for row in rows):
-        print("\nreplayed on the baseline curves: compute saved / best value worse, per seed")
-        for label in rows[0].get("replay", {}):
-            cells = [row["replay"][label] for row in rows if "replay" in row]
-            print(f"  {label:62s} " + "  ".join(f"{c['saved']:5.1%} / {c['gap']:5.2%}" for c in cells)
+        replayed = [row for row in rows if "replay" in row]
+        print("\nreplayed on the baseline curves, per seed: compute saved / best value worse / exact up to trial H "
+              "(the real pruned study proposes the baseline's points before it); '*': the baseline's best trial ("
+              + ", ".join(f"seed {row['seed']}: trial {next(iter(row['replay'].values()))['best_trial']}"
+                          for row in replayed)
+              + ") comes before H and runs to the end, a kept best the replay can vouch for")
+        for label in replayed[0]["replay"]:
+            cells = [row["replay"][label] for row in replayed]
+            vouched = [c["best_kept"] and c["best_trial"] < c["horizon"] for c in cells]
+            print(f"  {label:62s} " + "  ".join(f"{c['saved']:5.1%} / {c['gap']:5.2%} / H {c['horizon']:2d}{'*' if v else ' '}"
+                                             for c, v in zip(cells, vouched, strict=True))
                   + f"   mean saved {statistics.mean(c['saved'] for c in cells):.1%}, worst gap "
                   f"{max(c['gap'] for c in cells):.2%}")
     sys.stdout.flush()

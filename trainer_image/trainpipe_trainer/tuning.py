@@ -138,8 +138,13 @@ def build_sampler(sampler: str, *, seed: int, n_trials: int, stream: int) -> opt
     seed = seed * 10_000 + stream
     if sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    # Random points first, fewer than Optuna's 10 for small studies, so TPE has trials to learn from.
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(2, min(10, n_trials // 3)))
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=tpe_startup_trials(n_trials))
+
+
+def tpe_startup_trials(n_trials: int) -> int:
+    """The random trials TPE starts a study with: fewer than Optuna's 10 for small studies, so TPE has
+    trials to learn from."""
+    return max(2, min(10, n_trials // 3))
 
 
 def suggest(trial: optuna.Trial, space: tuple[SearchDimension, ...]) -> dict[str, Any]:
