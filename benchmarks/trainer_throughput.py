@@ -74,6 +74,9 @@ SHAPES = {
     # Issue 31's launch-cost run: 128 steps of a small MLP, where the fixed cost dominates (its target:
     # at most 10 s outside the step loop on a GPU machine).
     "launch-128": Shape(features=64, hidden=(512, 256), batch=512, rows=65_536, epochs=1),
+    # Next to no compute per step: the trainer's ratio is its per-step host work against the bare
+    # loop's, which on a GPU is what a small model's step waits on (the host launching kernels).
+    "host": Shape(features=16, hidden=(32,), batch=256, rows=262_144, epochs=1),
 }
 MODES = ("fp32", "bf16", "deepspeed-bf16")
 TARGETS = {"cpu": {"fp32": 0.85, "bf16": 0.75, "deepspeed-bf16": None},
