@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -30,6 +31,19 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         monkeypatch.delenv(name, raising=False)
     yield init_distributed()
     destroy_distributed()
+
+
+@pytest.fixture
+def deepspeed_env(env: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``env`` for a DeepSpeed engine built in the test's process."""
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("pip install 'trainpipe-trainer[deepspeed]'")
+    monkeypatch.setenv("LOCAL_RANK", "0")  # DeepSpeed checks it is under a launcher
+    yield env
+    # DeepSpeed keeps its clone of the world group across engines; the next test's group is a new one.
+    from deepspeed.utils import groups
+
+    groups._WORLD_GROUP = None
 
 
 @pytest.fixture(scope="session")

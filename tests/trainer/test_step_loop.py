@@ -80,6 +80,87 @@ def test_no_step_reads_a_tensor_value_between_log_intervals(
     assert trainer.state.interval_loss_count == (trainer.steps_per_epoch - 1) % 3
 
 
+class DeviceWaits(HostReads):
+    """``HostReads``, and ``copies``: tensors made from host numbers (``torch.tensor(x, device=...)``), on a
+    GPU a blocking copy that waits for the device as a read does."""
+
+    def __init__(self, allowed: Callable[[torch.Tensor], bool]) -> None:
+        super().__init__(allowed)
+        self.copies = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func is torch.ops.aten.lift_fresh.default:
+            self.copies += 1
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+@pytest.mark.parametrize("zero_stage", [1, 2, 3])
+def test_a_zero_step_between_log_intervals_neither_reads_nor_synchronizes(
+    tmp_path: Path, datasets: Datasets, deepspeed_env: DistEnv, make_config: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch, zero_stage: int,
+) -> None:
+    """DeepSpeed's ZeRO step read the gradient norm on the host (twice in stages 1-2), built a tensor from
+    a number each step, and its throughput timer synchronized the accelerator around every micro-step:
+    on a GPU each made the host wait for the device. On CPU the same calls are seen here. Stage 3 still
+    builds one masking value from a number inside its own norm method (one copy a step, left as is)."""
+    raw = make_config(
+        tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES,
+        checkpoint={"every_n_steps": 1000, "keep_best": False}, tracking={"log_every_n_steps": 3},
+        optimization={"gradient_clip_norm": 1.0, "gradient_accumulation_steps": 2, "precision": "bf16"},
+        strategy="deepspeed", deepspeed={"zero_stage": zero_stage},
+    )
+    config = TrainingConfig.from_dict(raw)
+    trainer = Trainer(config=config, env=deepspeed_env, tracker=Tracker(config=config.tracking, enabled=False))
+    steps = trainer.step_groups(trainer.batches.epoch(0))
+    optimizer = trainer.strategy.engine.optimizer.optimizer  # torch's AdamW inside ZeRO's
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.runtime.utils import is_invalid_grad_norm
+
+    synchronized = []
+    monkeypatch.setattr(get_accelerator(), "synchronize", lambda *args: synchronized.append(args))
+
+    def step_counter(tensor: torch.Tensor) -> bool:
+        return any(tensor is state["step"] for state in optimizer.state.values())
+
+    waits_per_step = {}
+    with PreemptionWatcher() as watcher:
+        trainer.train_step(next(steps), watcher)  # the first step: allocations and the optimizer's state
+        for step in range(2, trainer.steps_per_epoch):
+            synchronized.clear()
+            with DeviceWaits(allowed=step_counter) as waits:
+                trainer.train_step(next(steps), watcher)
+            waits_per_step[step] = (waits.count, waits.copies, len(synchronized))
+    assert trainer.steps_per_epoch >= 10
+    expected = (0, 1 if zero_stage == 3 else 0, 0)
+    assert all(waits_per_step[s] == expected for s in waits_per_step if s % 3), waits_per_step
+    # The detector sees DeepSpeed's own check when it runs: one read of a computed value.
+    with DeviceWaits(allowed=step_counter) as probe:
+        is_invalid_grad_norm(torch.ones(()) * 2)
+    assert probe.count == 1
+
+
+def test_a_non_finite_zero_step_is_caught_at_the_next_sync_point(
+    tmp_path: Path, datasets: Datasets, deepspeed_env: DistEnv, make_config: Callable[..., Any]
+) -> None:
+    """ZeRO applies the step (it no longer checks its norm on the host); the trainer stops at its sync."""
+    from trainpipe_trainer.errors import TrainingDivergedError
+
+    raw = make_config(tmp_path, train_data=datasets.binary_train, features=BINARY_FEATURES,
+                      checkpoint={"every_n_steps": 1000, "keep_best": False}, tracking={"log_every_n_steps": 4},
+                      optimization={"gradient_clip_norm": 1.0}, strategy="deepspeed", deepspeed={"zero_stage": 2},
+                      fault_injection={"nan_loss_at_step": 2})
+    config = TrainingConfig.from_dict(raw)
+    trainer = Trainer(config=config, env=deepspeed_env, tracker=Tracker(config=config.tracking, enabled=False))
+    steps = trainer.step_groups(trainer.batches.epoch(0))
+    with PreemptionWatcher() as watcher:
+        for _ in range(3):
+            trainer.train_step(next(steps), watcher)
+        with pytest.raises(TrainingDivergedError, match=r"non-finite loss \(nan\) at step 2: training stopped"):
+            trainer.train_step(next(steps), watcher)
+    # The gradient norm of the poisoned step reached the trainer as non-finite, not as ZeRO's -1.
+    assert not torch.isfinite(trainer.step_values[1, 1])
+
+
 def test_the_running_sums_are_the_losses_summed_in_step_order(
     tmp_path: Path, datasets: Datasets, env: DistEnv, make_config: Callable[..., Any]
 ) -> None:

@@ -71,6 +71,9 @@ def deepspeed_config(config: TrainingConfig, *, world_size: int, cuda: bool = Fa
         "fp16": {"enabled": False},
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
+        # DeepSpeed's throughput timer synchronizes the device at the start and end of every micro-step
+        # to time it: the host could never run ahead of a GPU. The trainer measures samples/s itself.
+        "timers": {"throughput": {"enabled": False}},
     }
 
 
@@ -97,6 +100,7 @@ def import_deepspeed(env: DistEnv) -> Any:
             category=FutureWarning,
             module=r"torch\.distributed\.c10d_logger",
         )
+    keep_zero_norm_checks_on_the_device()
     if env.device.type == "cpu":
         # On CPU DeepSpeed compiles a shared-memory all-reduce (g++, ~40 s on first use) that only its
         # inference all-reduce uses; training collectives go through torch.distributed (gloo).
@@ -104,6 +108,34 @@ def import_deepspeed(env: DistEnv) -> Any:
         # (From sys.modules: the attribute ``deepspeed.comm.torch`` is the torch package itself.)
         sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
     return deepspeed
+
+
+def keep_zero_norm_checks_on_the_device() -> None:
+    """Take ZeRO's per-step host reads of the gradient norm out of its optimizer step.
+
+    ZeRO's step reads the global norm on the host to skip a non-finite update (stages 1-2 twice, stage 3
+    once: ``is_invalid_grad_norm``) and masks it with a tensor built from a Python number
+    (``mask_nan_or_inf_with_val_inplace``). On a GPU each is a wait for the device, every step, so the
+    host never runs ahead. The trainer already reads every step's norm at its next sync point and stops
+    there (``Trainer._sync``): as under DDP, the steps in between train on garbage and none of them is
+    saved. So ZeRO is told a tensor norm is valid (the update is applied, finite or not; a non-finite
+    norm still reaches the trainer as inf) and masks on the device. Numbers (offload paths) are checked
+    as before. Idempotent; only the trainer's own process imports DeepSpeed.
+    """
+    from deepspeed.runtime import utils as deepspeed_utils
+    from deepspeed.runtime.zero import stage3, stage_1_and_2
+
+    checked_on_host = deepspeed_utils.is_invalid_grad_norm
+
+    def is_invalid_grad_norm(norm: Any) -> bool:
+        return False if torch.is_tensor(norm) else bool(checked_on_host(norm))
+
+    def mask_nan_or_inf_with_val_inplace(norm: torch.Tensor, device: Any = None, val: float = -1.0) -> None:
+        norm.masked_fill_(~torch.isfinite(norm), val)
+
+    for module in (stage_1_and_2, stage3):
+        module.is_invalid_grad_norm = is_invalid_grad_norm
+        module.mask_nan_or_inf_with_val_inplace = mask_nan_or_inf_with_val_inplace
 
 
 @dataclass(kw_only=True, slots=True)
@@ -171,7 +203,8 @@ class DeepSpeedStrategy:
             norm = torch.nn.utils.get_total_norm(grads, foreach=True)
             self.engine.step()
             return norm
-        # ZeRO computes the global norm in step() and skips the update itself when it is not finite.
+        # ZeRO computes the global norm in step(); a non-finite one is inf here and stops the loop at
+        # its next sync point (keep_zero_norm_checks_on_the_device).
         self.engine.step()
         norm = self.engine.get_global_grad_norm()
         if isinstance(norm, torch.Tensor):
