@@ -119,3 +119,59 @@ def test_zero2_sigkill_of_one_rank_then_a_rerun_resumes_bit_identically(
     result = _ok(rerun)
     assert f"resumed from step {resume_from}" in rerun.stdout
     assert result["weights_sha256"] == _ok(zero2_run)["weights_sha256"]
+
+
+def test_an_async_zero2_save_holds_its_steps_values_while_the_loop_trains_on(
+    tmp_path: Path, datasets: Datasets, deepspeed_env: Any, make_config: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop waits for the snapshot only: DeepSpeed's files are written later, by the writer thread,
+    with the values of the step they are named after, and the manifest follows them."""
+    import threading
+
+    import torch
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+    from trainpipe_trainer.config import TrainingConfig
+    from trainpipe_trainer.preemption import PreemptionWatcher
+    from trainpipe_trainer.tracking.tracker import Tracker
+    from trainpipe_trainer.trainer import Trainer
+
+    raw = _deepspeed_config(make_config, tmp_path, datasets, 2, checkpoint={"every_n_steps": 1000, "keep_best": False})
+    config = TrainingConfig.from_dict(raw)
+    assert config.checkpoint.async_save  # the default
+    trainer = Trainer(config=config, env=deepspeed_env, tracker=Tracker(config=config.tracking, enabled=False))
+    engine = trainer.strategy.engine
+    steps = trainer.step_groups(trainer.batches.epoch(0))
+    written = threading.Event()
+    release = threading.Event()
+    write = TorchCheckpointEngine.save
+
+    def held_write(self: Any, state_dict: Any, path: str) -> None:
+        assert release.wait(timeout=60), "the test never released the writer"
+        write(self, state_dict, path)
+        written.set()
+
+    monkeypatch.setattr(TorchCheckpointEngine, "save", held_write)
+    with PreemptionWatcher() as watcher:
+        for _ in range(3):
+            trainer.train_step(next(steps), watcher)
+        weights = {name: value.clone() for name, value in engine.module.state_dict().items()}
+        master = engine.optimizer.single_partition_of_fp32_groups[0].clone()
+        trainer.checkpoints.save(trainer.state)  # returns with the writer still held
+        step_dir = Path(trainer.checkpoints.store.step_path(3))
+        for _ in range(2):
+            trainer.train_step(next(steps), watcher)
+        assert not written.is_set() and not trainer.checkpoints.store.is_committed(3)
+        assert not torch.equal(engine.optimizer.single_partition_of_fp32_groups[0], master)  # it trained on
+        release.set()
+        trainer.checkpoints.wait()
+    assert trainer.checkpoints.store.is_committed(3)
+    (model_file,) = step_dir.glob("*model_states.pt")
+    (optim_file,) = step_dir.glob("*optim_states.pt")
+    saved = torch.load(model_file, weights_only=False)["module"]
+    assert saved.keys() == weights.keys()
+    assert all(torch.equal(saved[name], weights[name]) for name in weights)
+    optimizer_state = torch.load(optim_file, weights_only=False)["optimizer_state_dict"]
+    saved_master = optimizer_state["single_partition_of_fp32_groups"][0]  # DeepSpeed drops the alignment padding
+    assert torch.equal(saved_master, master[: saved_master.numel()])

@@ -12,8 +12,10 @@ which sees CUDA autocast only). Parameters, gradients and their reduction stay f
 
 Checkpoints use DeepSpeed's ``save_checkpoint``/``load_checkpoint`` in the same layout and under the
 same commit rule as DCP: ``<root>/step-<N>/`` (DeepSpeed's tag), every rank's RNG states and
-counters next to its files (DeepSpeed keeps ``client_state`` from rank 0 only), a barrier, then
-rank 0's ``manifest.json``. These saves are synchronous: DeepSpeed's writer reads the live engine.
+counters next to its files (DeepSpeed keeps ``client_state`` from rank 0 only), every rank done,
+then rank 0's ``manifest.json``. As under DDP, the loop waits only for a snapshot of the state;
+a writer thread writes DeepSpeed's files (``DeepSpeedBackend``; ``checkpoint.async_save: false``
+writes them in the loop).
 """
 
 from __future__ import annotations
@@ -23,17 +25,26 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from trainpipe_trainer.checkpoint.manager import CheckpointBackend, CheckpointStore, rank_key
+from trainpipe_trainer.checkpoint.manager import (
+    CheckpointBackend,
+    CheckpointStore,
+    ReusableCpuStager,
+    rank_key,
+    staging_threads,
+)
+from trainpipe_trainer.checkpoint.transfer import StagingProgress
 from trainpipe_trainer.config import TrainerConfigError, TrainingConfig
 from trainpipe_trainer.distributed import DistEnv, barrier
-from trainpipe_trainer.errors import CheckpointMismatchError
+from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError
 from trainpipe_trainer.optim import build_optimizer, schedule
 from trainpipe_trainer.run_layout import checkpoint_dir_name
 from trainpipe_trainer.strategies.base import LossOf, poisoned
@@ -232,27 +243,90 @@ class DeepSpeedStrategy:
                 f"checkpoint.root_uri: strategy 'deepspeed' writes checkpoints with DeepSpeed's file writer, "
                 f"which needs a local or mounted path, got {store.root_uri}; use strategy 'ddp' for object storage"
             )
-        return DeepSpeedBackend(store=store, env=self.env, engine=self.engine)
+        return DeepSpeedBackend(store=store, env=self.env, engine=self.engine, async_save=async_save, group=group)
 
 
 @dataclass(kw_only=True, slots=True)
 class DeepSpeedBackend:
+    """DeepSpeed's own checkpoint files, written off the loop.
+
+    ``engine.save_checkpoint`` builds each file's state dict and hands it to its checkpoint engine's
+    ``save``. For an asynchronous save that call is captured instead of writing: right after
+    ``save_checkpoint`` returns (no step ran since), each state's tensors are copied into CPU buffers
+    kept from one save to the next (pinned, and queued on the training stream, on a GPU), and the
+    writer thread waits for those copies, writes the files with DeepSpeed's own ``torch.save``
+    settings, then this rank's blob, then meets the other ranks on the writer's gloo group: every
+    rank's files exist before rank 0 commits. The files are the ones the synchronous save writes.
+    """
+
     format = "trainpipe-deepspeed/1"
     reads = frozenset({format})
 
     store: CheckpointStore
     env: DistEnv
     engine: Any
+    async_save: bool = False
+    # Dedicated gloo group for the writer thread's meeting of the ranks.
+    group: Any = None
+    _stager: ReusableCpuStager = field(init=False)
+    _writer_thread: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._stager = ReusableCpuStager(threads=staging_threads())
+        self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
 
     def _blob_path(self, step: int, rank: int) -> str:
         return f"{self.store.step_path(step)}/{rank_key(rank)}.pkl"
 
-    def write(self, step: int, rank_blob: bytes) -> None:
-        self.engine.save_checkpoint(self.store.root, tag=checkpoint_dir_name(step), client_state={}, save_latest=False)
-        self.store.fs.pipe_file(self._blob_path(step, self.env.rank), rank_blob)
-        # Every rank's files exist before rank 0 writes the manifest.
-        barrier(self.env)
-        return None
+    def write(self, step: int, rank_blob: bytes) -> Future | None:
+        tag = checkpoint_dir_name(step)
+        if not self.async_save:
+            self.engine.save_checkpoint(self.store.root, tag=tag, client_state={}, save_latest=False)
+            self.store.fs.pipe_file(self._blob_path(step, self.env.rank), rank_blob)
+            # Every rank's files exist before rank 0 writes the manifest.
+            barrier(self.env)
+            return None
+        files: dict[str, Any] = {}
+        writer = self.engine.checkpoint_engine
+        writer.save = lambda state_dict, path: files.__setitem__(path, state_dict)
+        try:
+            self.engine.save_checkpoint(self.store.root, tag=tag, client_state={}, save_latest=False)
+        finally:
+            del writer.save  # the class's own save again
+        # Keyed by file name, so the next save's same files reuse these buffers.
+        staged, copies = self._stager.prepare({os.path.basename(path): state for path, state in files.items()})
+        progress = StagingProgress([buffer for _, buffer in copies])
+        future = self._writer_thread.submit(
+            self._write_files, writer, step, {path: staged[os.path.basename(path)] for path in files}, progress,
+            [buffer for _, buffer in copies], rank_blob,
+        )
+        try:
+            self._stager.fill(copies, progress)
+        except BaseException as err:
+            progress.fail(err)
+            raise
+        return future
+
+    def _write_files(
+        self, writer: Any, step: int, files: dict[str, Any], progress: StagingProgress, buffers: list[torch.Tensor],
+        rank_blob: bytes,
+    ) -> None:
+        failure: BaseException | None = None
+        try:
+            for index, buffer in enumerate(buffers):
+                progress.wait(buffer, f"tensor {index}")
+            for path, state in files.items():
+                type(writer).save(writer, state, path)
+            self.store.fs.pipe_file(self._blob_path(step, self.env.rank), rank_blob)
+        except BaseException as err:
+            failure = err
+        # Every rank reports, so none waits for a rank that failed; then rank 0 may commit.
+        failed = torch.tensor([0 if failure is None else 1])
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=self.group)
+        if failure is not None:
+            raise failure
+        if int(failed) > 0:
+            raise CheckpointSaveError(f"another rank failed to write its part of {self.store.step_path(step)}")
 
     def read(self, step: int, *, blob_rank: int) -> bytes:
         # Never another world size: the resume guard refuses it for DeepSpeed (config.RESHARDABLE_STRATEGIES).
@@ -266,7 +340,9 @@ class DeepSpeedBackend:
         return self.store.fs.cat_file(self._blob_path(step, blob_rank))
 
     def reserve(self) -> None:
-        """Nothing reused between saves: DeepSpeed's writer serialises the live engine."""
+        """Nothing to allocate ahead: DeepSpeed builds its state dicts inside ``save_checkpoint``, so the
+        first save allocates the buffers the later ones reuse."""
 
     def close(self) -> None:
-        """Nothing held between saves."""
+        self._writer_thread.shutdown(wait=True)
+        self._stager.close()
