@@ -235,6 +235,22 @@ class ReusableCpuStager(AsyncStager):
             if self.threads > previous:
                 torch.set_num_threads(previous)
 
+    def stage_beside(
+        self, state_dict: dict[str, Any], writer_thread: ThreadPoolExecutor,
+        write: Callable[[dict[str, Any], StagingProgress], Any],
+    ) -> Future:
+        """Start ``write(snapshot, progress)`` on the writer thread, then fill the snapshot here: the
+        writer takes each buffer once it is filled, and the caller waits for the copies only."""
+        staged, copies = self.prepare(state_dict)
+        progress = StagingProgress([buffer for _, buffer in copies])
+        future = writer_thread.submit(write, staged, progress)
+        try:
+            self.fill(copies, progress)
+        except BaseException as err:
+            progress.fail(err)
+            raise
+        return future
+
     def _buffers(self, obj: Any, path: tuple[Any, ...], copies: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
         if isinstance(obj, torch.Tensor):
             buffer = self._cache.get(path)
@@ -306,17 +322,13 @@ class DcpBackend:
         # dcp.async_save would stage everything, then start writing. Here the writer thread plans and
         # writes each tensor as soon as this thread has copied it: the loop waits for the copy only,
         # as before, and the save ends about when its slower half (copy or write) does.
-        staged, copies = self._stager.prepare(payload)
-        progress = StagingProgress([buffer for _, buffer in copies])
-        future = self._writer_thread.submit(
-            dcp.save, staged, storage_writer=self._writer(path, progress), process_group=self.group
+        return self._stager.stage_beside(
+            payload,
+            self._writer_thread,
+            lambda staged, progress: dcp.save(
+                staged, storage_writer=self._writer(path, progress), process_group=self.group
+            ),
         )
-        try:
-            self._stager.fill(copies, progress)
-        except BaseException as err:
-            progress.fail(err)
-            raise
-        return future
 
     def reserve(self) -> None:
         """Allocate the snapshot buffers now (after the first step, once the optimizer has its state).

@@ -103,6 +103,15 @@ class StagingProgress:
         if copied is not None:
             copied.synchronize()  # this thread waits for the device; the training loop does not
 
+    def wait_all(self) -> None:
+        """Every buffer filled (and copied from the GPU)."""
+        for event in self._filled.values():
+            event.wait()
+        if self.error is not None:
+            raise RuntimeError("the checkpoint's snapshot failed") from self.error
+        for copied in {id(event): event for event in self._copied.values()}.values():
+            copied.synchronize()
+
 
 def _storage_key(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().data_ptr()

@@ -294,27 +294,20 @@ class DeepSpeedBackend:
         finally:
             del writer.save  # the class's own save again
         # Keyed by file name, so the next save's same files reuse these buffers.
-        staged, copies = self._stager.prepare({os.path.basename(path): state for path, state in files.items()})
-        progress = StagingProgress([buffer for _, buffer in copies])
-        future = self._writer_thread.submit(
-            self._write_files, writer, step, {path: staged[os.path.basename(path)] for path in files}, progress,
-            [buffer for _, buffer in copies], rank_blob,
+        return self._stager.stage_beside(
+            {os.path.basename(path): state for path, state in files.items()},
+            self._writer_thread,
+            lambda staged, progress: self._write_files(
+                writer, step, {path: staged[os.path.basename(path)] for path in files}, progress, rank_blob
+            ),
         )
-        try:
-            self._stager.fill(copies, progress)
-        except BaseException as err:
-            progress.fail(err)
-            raise
-        return future
 
     def _write_files(
-        self, writer: Any, step: int, files: dict[str, Any], progress: StagingProgress, buffers: list[torch.Tensor],
-        rank_blob: bytes,
+        self, writer: Any, step: int, files: dict[str, Any], progress: StagingProgress, rank_blob: bytes
     ) -> None:
         failure: BaseException | None = None
         try:
-            for index, buffer in enumerate(buffers):
-                progress.wait(buffer, f"tensor {index}")
+            progress.wait_all()
             for path, state in files.items():
                 type(writer).save(writer, state, path)
             self.store.fs.pipe_file(self._blob_path(step, self.env.rank), rank_blob)
