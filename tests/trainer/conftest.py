@@ -38,11 +38,14 @@ def deepspeed_env(env: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """``env`` for a DeepSpeed engine built in the test's process."""
     if importlib.util.find_spec("deepspeed") is None:
         pytest.skip("pip install 'trainpipe-trainer[deepspeed]'")
+    if env.device.type == "cpu":
+        monkeypatch.setenv("DS_ACCELERATOR", "cpu")  # as the strategy sets it, before DeepSpeed detects one
     monkeypatch.setenv("LOCAL_RANK", "0")  # DeepSpeed checks it is under a launcher
-    yield env
-    # DeepSpeed keeps its clone of the world group across engines; the next test's group is a new one.
     from deepspeed.utils import groups
 
+    # DeepSpeed keeps its clone of the world group across engines; each test's group is a new one.
+    groups._WORLD_GROUP = None
+    yield env
     groups._WORLD_GROUP = None
 
 

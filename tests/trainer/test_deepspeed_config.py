@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from trainpipe_trainer.config import (
@@ -79,19 +77,14 @@ def test_bf16_is_the_engines_own_autocast_with_fp32_gradient_reduction() -> None
     assert fp32["torch_autocast"]["enabled"] is False
 
 
-def test_the_engine_runs_its_forward_in_bf16_with_no_autocast_around_it(
-    env: object, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Not importorskip: the strategy imports DeepSpeed itself, after choosing its accelerator.
-    if importlib.util.find_spec("deepspeed") is None:
-        pytest.skip("pip install 'trainpipe-trainer[deepspeed]'")
+def test_the_engine_runs_its_forward_in_bf16_with_no_autocast_around_it(deepspeed_env: object) -> None:
     import torch
 
     from trainpipe_trainer.model import build_mlp
     from trainpipe_trainer.strategies.deepspeed import DeepSpeedStrategy
     from trainpipe_trainer.trainer import bf16_autocast_applies
 
-    monkeypatch.setenv("LOCAL_RANK", "0")  # DeepSpeed checks it is under a launcher
+    env = deepspeed_env
     config = _config(optimization=OptimizationConfig(precision="bf16"))
     # The loop leaves precision to the engine: nothing of the trainer's wraps it.
     assert not bf16_autocast_applies(config, env)
