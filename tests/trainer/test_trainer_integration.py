@@ -210,8 +210,11 @@ def test_single_process_without_torchrun(
         # tests/trainer/test_target_scaling.py).
         scale_target=False,
     )
-    result = _ok(launch(config, tmp_path, nproc=None))
+    run = launch(config, tmp_path, nproc=None)
+    result = _ok(run)
     assert result["world_size"] == 1
+    # The log holds the trainer's lines, not MLflow's INFO chatter (a new experiment, the input example).
+    assert " INFO mlflow" not in run.stdout + run.stderr, run.describe()
     assert result["global_step"] == 6 * 12  # 400 rows - 40 held out = 360 / 32 per batch = 12 batches
     assert committed_steps(tmp_path / "checkpoints")[-1] == result["global_step"]
     assert len(committed_steps(tmp_path / "checkpoints")) <= 2

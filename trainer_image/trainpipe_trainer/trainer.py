@@ -83,6 +83,8 @@ def bf16_autocast_applies(config: TrainingConfig, env: DistEnv) -> bool:
 
 # Columns of Trainer.step_values: a step's loss and global gradient norm.
 _LOSS, _NORM = 0, 1
+# Waiting for checkpoint writes above this share of the step loop's time is reported at the end.
+WAIT_WARNING_SHARE = 0.05
 
 
 @dataclass(kw_only=True, slots=True)
@@ -98,6 +100,35 @@ class LoopStats:
     # Wall time of every optimizer step (data, compute, metrics, checkpoint); kept only when a
     # caller (the overhead benchmark) sets it to an empty array before ``fit``.
     step_seconds: array | None = None
+    # Checkpoints saved in the step loop, and the loop time they held: their snapshots, plus the
+    # time each first waited for the previous save to be written (storage slower than the saves).
+    checkpoint_saves: int = 0
+    checkpoint_held_seconds: float = 0.0
+    checkpoint_wait_seconds: float = 0.0
+
+    def count_checkpoint(self, *, blocked: float, waited: float) -> None:
+        self.checkpoint_saves += 1
+        self.checkpoint_held_seconds += blocked + waited
+        self.checkpoint_wait_seconds += waited
+
+    def checkpoint_summary(self) -> str:
+        """The launch line's account of the loop's checkpoints ("" when none was saved in it)."""
+        if not self.checkpoint_saves:
+            return ""
+        return (f"; checkpoints in the loop: {self.checkpoint_saves}, holding it {self.checkpoint_held_seconds:.2f} s "
+                f"({self.checkpoint_wait_seconds:.2f} s of it waiting for the previous write)")
+
+    def checkpoint_wait_warning(self, *, longest_write: float) -> str | None:
+        """A warning when waiting for checkpoint writes took a noticeable share of the loop."""
+        if self.loop_seconds <= 0 or self.checkpoint_wait_seconds < WAIT_WARNING_SHARE * self.loop_seconds:
+            return None
+        return (
+            f"warning: the step loop waited {self.checkpoint_wait_seconds:.1f} s "
+            f"({self.checkpoint_wait_seconds / self.loop_seconds:.0%} of its time) for checkpoint writes: "
+            f"{self.checkpoint_saves} saves were due about every {self.loop_seconds / self.checkpoint_saves:.2f} s, "
+            f"and one took up to {longest_write:.2f} s to write and commit; training went on, slower. Checkpoint "
+            "less often (checkpoint.every_n_steps or checkpoint.every_seconds) or to faster storage"
+        )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -319,8 +350,9 @@ class Trainer:
         if stop:
             # Counted in the checkpoint, so it survives the relaunch (MLflow metric "preemptions").
             self.state.preemptions += 1
-        if save_due:
-            self._save(wait=stop or crash or asked)
+        if save_due and self._save(wait=stop or crash or asked):
+            checkpoints = self.checkpoints
+            self.stats.count_checkpoint(blocked=checkpoints.blocked_seconds[-1], waited=checkpoints.waited_seconds[-1])
         if stop:
             self._stop_for_preemption(watcher)
         if asked:
@@ -501,6 +533,10 @@ class Trainer:
         # The loop's own wall time: what a study's set-up share is taken against (a trial's launch
         # phases say where the rest went).
         self.tracker.log_metric("step_loop_seconds", self.stats.loop_seconds, step=self.state.global_step)
+        self.tracker.log_metric("checkpoint_wait_seconds", self.stats.checkpoint_wait_seconds, step=self.state.global_step)
+        warning = self.stats.checkpoint_wait_warning(longest_write=max(self.checkpoints.write_seconds, default=0.0))
+        if warning is not None and self.env.is_main:
+            print(warning, file=sys.stderr, flush=True)
 
     def _end_epoch(self) -> None:
         total, count = all_reduce_sums([self.state.epoch_loss_sum, self.state.epoch_loss_count], self.env)
@@ -593,12 +629,13 @@ class Trainer:
             return device
         return torch.device("cpu")
 
-    def _save(self, *, wait: bool) -> None:
+    def _save(self, *, wait: bool) -> bool:
+        """Checkpoint this step (False if it already was)."""
         step = self.state.global_step
         if step == self.checkpoints.last_saved_step:
             if wait:
                 self.checkpoints.wait()
-            return
+            return False
         metrics = self.validation_metrics() if self.config.checkpoint.keep_best else None
         validation_loss = metrics["validation_loss"] if metrics else None
         self.state.compute_seconds += self.clock.seconds()
@@ -607,8 +644,10 @@ class Trainer:
         for name, value in (metrics or {}).items():
             self.tracker.log_metric(name, value, step=step)
         self.tracker.log_metric("checkpoint_blocked_ms", 1000 * self.checkpoints.blocked_seconds[-1], step=step)
+        self.tracker.log_metric("checkpoint_wait_ms", 1000 * self.checkpoints.waited_seconds[-1], step=step)
         if self.config.tuning is not None:
             self._report_trial(metrics or {}, step)
+        return True
 
     def _report_trial(self, metrics: dict[str, float], step: int) -> None:
         """A trial's evaluation point is its checkpoint: report the tuned metric, stop if pruned.
@@ -728,7 +767,7 @@ def run_training(
     if result is not None:
         stats = trainer.stats
         print(phases.summary(loop_steps=max(stats.steps - 1, 0), loop_seconds=stats.loop_seconds,
-                             samples_per_second=stats.samples_per_second), flush=True)
+                             samples_per_second=stats.samples_per_second) + stats.checkpoint_summary(), flush=True)
         # Last: launchers and scripts read the weights hash from the final line.
         print(f"result: {storage.join(config.output_uri, RESULT_FILE)}", flush=True)
         print(f"weights sha256: {result.weights_sha256}", flush=True)

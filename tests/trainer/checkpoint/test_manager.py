@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +123,28 @@ def test_async_save_blocks_only_for_the_snapshot_and_commits_in_the_background(e
     assert manager.store.committed_steps() == [2]
     # Saving the same step again is a no-op (e.g. the final save right after a periodic one).
     assert not manager.save(run.state)
+
+
+def test_a_save_due_while_the_previous_write_runs_waits_for_it_and_records_the_wait(
+    env: DistEnv, tmp_path: Path
+) -> None:
+    run = Run()
+    run.train(2)
+    manager = run.manager(tmp_path, env)
+    release = threading.Event()
+    # Step 2's write is slow to commit (slow storage); step 4 is due before it is done.
+    manager.on_commit = lambda step: release.wait(timeout=60) if step == 2 else None
+    manager.save(run.state)
+    run.train(2)
+    threading.Timer(0.3, release.set).start()
+    manager.save(run.state)
+    manager.close()
+
+    assert manager.waited_seconds[0] < 0.05  # nothing was in flight
+    assert manager.waited_seconds[1] >= 0.25
+    assert manager.write_seconds[0] >= 0.25
+    # Waiting loses nothing: both steps are committed, in order.
+    assert manager.store.committed_steps() == [2, 4]
 
 
 def test_reusable_stager_copies_into_the_same_buffers() -> None:

@@ -359,6 +359,7 @@ class DcpBackend:
 class _InFlight:
     step: int
     manifest: dict[str, Any]
+    started: float = field(default_factory=time.perf_counter)
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -383,6 +384,11 @@ class CheckpointManager:
     last_save_time: float = field(init=False, default_factory=time.monotonic)
     # Seconds the loop was blocked by each save (snapshot + start for async, everything for sync).
     blocked_seconds: list[float] = field(init=False, default_factory=list)
+    # Seconds each save first waited for the previous one to be written and committed: 0 while
+    # the storage keeps up with how often checkpoints are due.
+    waited_seconds: list[float] = field(init=False, default_factory=list)
+    # Seconds from each save's start to its commit (this rank's write, on rank 0 also the commit).
+    write_seconds: list[float] = field(init=False, default_factory=list)
     best: tuple[int, float] | None = field(init=False, default=None)
     # Early stopping's best weights (CPU state dict) as the restored checkpoint held them, if any.
     restored_best_weights: dict[str, Any] | None = field(init=False, default=None)
@@ -492,8 +498,10 @@ class CheckpointManager:
                 self.wait()
             return False
         # One save at a time: the previous one must be committed (and its buffers free) first.
+        waiting = time.perf_counter()
         self.wait()
         started = time.perf_counter()
+        self.waited_seconds.append(started - waiting)
         blob = pickle.dumps(
             {
                 "rng": capture_rng_state(),
@@ -514,7 +522,7 @@ class CheckpointManager:
             "validation_loss": validation_loss,
             "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
-        in_flight = _InFlight(step=step, manifest=manifest)
+        in_flight = _InFlight(step=step, manifest=manifest, started=started)
         future = self.backend.write(step, blob)
         if future is None:
             self._finish(in_flight, None)
@@ -545,6 +553,7 @@ class CheckpointManager:
         except BaseException as err:
             in_flight.error = err
         finally:
+            self.write_seconds.append(time.perf_counter() - in_flight.started)
             in_flight.done.set()
 
     def reserve(self) -> None:

@@ -186,6 +186,10 @@ def no_installed_package_scan(requirements: tuple[str, ...]) -> Iterator[None]:
 def import_mlflow() -> Any:
     # Progress bars would fill the Airflow task log with carriage-return noise.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # MLflow's own INFO lines ("Creating a new experiment", "Validating input example") are not the
+    # trainer's: its warnings and errors still reach the log. MLFLOW_LOGGING_LEVEL set by the
+    # deployment wins.
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     try:
         import mlflow
     except ImportError as err:
