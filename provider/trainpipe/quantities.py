@@ -16,6 +16,11 @@ _GI = 2**30
 
 def quantity_bytes(quantity: str) -> int:
     """A memory quantity in bytes (rounded up, as the kubelet does); ValueError for a text that is none."""
+    return math.ceil(quantity_value(quantity))
+
+
+def quantity_value(quantity: str) -> Decimal:
+    """A quantity's exact value ("500m" is 0.5 CPU, "16Gi" 16 * 2**30 bytes); ValueError for a text that is none."""
     match = _FORM.match(str(quantity).strip())
     if match is None:
         raise ValueError(f"{quantity!r} is not a Kubernetes quantity (such as 16Gi, 512Mi, 8G)")
@@ -30,7 +35,7 @@ def quantity_bytes(quantity: str) -> int:
         value = number * Decimal(10) ** int(suffix[1:])
     else:
         value = number * _DECIMAL[suffix]
-    return math.ceil(value)
+    return value
 
 
 def format_memory(size: int) -> str:

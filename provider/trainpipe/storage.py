@@ -41,8 +41,9 @@ def storage_root(settings: Settings) -> ObjectStoragePath:
 
 def resolve_uri(uri: str, settings: Settings, conn_id: str | None = None) -> ObjectStoragePath:
     """A spec URI: absolute (``file://``, ``s3://``, ``/abs``) or relative to the storage root, inside
-    it. The spec stage already refuses another scheme and a relative URI that climbs out; this refuses
-    them again, before any I/O, for callers that did not come through a spec."""
+    it. The spec stage already refuses another scheme, userinfo (a connection that would win over
+    ``conn_id``) and a relative URI that climbs out; this refuses them again, before any path is built,
+    for callers that did not come through a spec."""
     from airflow.sdk import ObjectStoragePath
 
     problem = uris.scheme_problem(uri)
@@ -61,11 +62,15 @@ def resolve_uri(uri: str, settings: Settings, conn_id: str | None = None) -> Obj
 def require_allowed(uri: str, path: ObjectStoragePath, patterns: tuple[str, ...], settings: Settings) -> None:
     """Refuse, before any read, a data path outside the team's allowed URIs (the policy's data.uris):
     the spec's URI as resolved against this worker's storage root and, for a local path, where its
-    symlinks really lead."""
+    symlinks really lead. A URI with userinfo is refused first: the connection it names is not the
+    one the policy judged."""
     import os
 
     from trainpipe.policy import globs
 
+    problem = uris.userinfo_problem(uri)
+    if problem is not None:
+        raise UnsupportedUriError(f"data.uri {problem}; nothing was read")
     allowed = globs.uri_allowed(uri, patterns, settings.storage_root)
     if allowed and path.protocol == "file":
         real = os.path.realpath(path.path)
@@ -208,6 +213,9 @@ def read_parquet_uri(uri: str, conn_id: str | None = None) -> pd.DataFrame:
     """Read a parquet file by fsspec URI (the URIs the trainer is given). Given the storage connection, a
     file under the storage root is read with its credentials, as every other read of the root is (plain
     fsspec has only the default AWS chain, which a CLI user with just the connection does not have)."""
+    problem = uris.userinfo_problem(uri)
+    if problem is not None:  # its connection would win over conn_id
+        raise UnsupportedUriError(problem)
     if conn_id is not None:
         from airflow.sdk import ObjectStoragePath
 

@@ -3,9 +3,11 @@
 A spec's ``data.uri`` is either absolute (``file://``, ``s3://`` or a ``/path``) or relative to the
 storage root. Only the schemes trainpipe's storage reads (``STORAGE_SCHEMES``) are accepted: another
 scheme would make the worker open something else (``http://`` a request, ``memory://`` or
-``simplecache::`` another filesystem), so ``scheme_problem`` refuses it. A relative URI must stay
-inside the root. The spec stage refuses both (``trainpipe.spec.sections``), before any I/O, and
-``trainpipe.storage.resolve_uri`` refuses them again before touching storage.
+``simplecache::`` another filesystem), so ``scheme_problem`` refuses it. It refuses as well a URI with
+userinfo (``s3://conn@bucket/...``, ``user:password@``), which Airflow reads as the connection to use,
+over the spec's ``conn_id`` (``userinfo_problem``). A relative URI must stay inside the root. The spec
+stage refuses all of these (``trainpipe.spec.sections``), before any I/O, and
+``trainpipe.storage.resolve_uri`` refuses them again before building a path.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ _ANY_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 # The schemes trainpipe's storage reads a spec URI with (Airflow's ObjectStoragePath). Add one here,
 # and only here, to accept it in specs.
 STORAGE_SCHEMES = ("file", "s3")
+# "scheme://" and what follows up to the first "/", where a URL parser finds "user:password@".
+_AUTHORITY = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/]*)")
+_AT = re.compile(r"@|%40", re.IGNORECASE)
+_COLON = re.compile(r":|%3a", re.IGNORECASE)
 
 OUTSIDE_ROOT_FIX = (
     "relative URIs are relative to the storage root and must stay inside it; use an absolute file:// or "
@@ -26,7 +32,8 @@ OUTSIDE_ROOT_FIX = (
 
 
 def scheme_problem(uri: str) -> str | None:
-    """Why ``uri`` names something other than trainpipe's storage (None when it does not)."""
+    """Why ``uri`` names something other than trainpipe's storage, or names it through a connection of its
+    own (None when it does not)."""
     if "::" in uri:
         return (f"{uri!r} chains filesystems ('::'), which trainpipe does not read; use a {_ALLOWED} URI or a path "
                 "relative to the storage root")
@@ -34,7 +41,42 @@ def scheme_problem(uri: str) -> str | None:
     if match and match.group(1).lower() not in STORAGE_SCHEMES:
         return (f"scheme {match.group(1)!r} is not one trainpipe reads; use a {_ALLOWED} URI or a path relative "
                 "to the storage root")
-    return None
+    return userinfo_problem(uri)
+
+
+def userinfo(uri: str) -> str | None:
+    """The userinfo of a ``scheme://`` URI, through its ``@`` (``risk-x@`` of ``s3://risk-x@search-data/x``), or
+    None. Looked for in everything before the first ``/`` (wider than a URL parser's authority, which also
+    ends at ``?`` and ``#``), with ``%40`` counted as ``@``: no spelling that some parser reads slips by."""
+    split = _split_userinfo(uri)
+    return split[1] if split else None
+
+
+def userinfo_problem(uri: str) -> str | None:
+    """Why ``uri`` may not carry userinfo: Airflow's ObjectStoragePath takes it as the connection id over its
+    ``conn_id`` argument (an unknown one falls back to the worker's own credentials), so it would hide the
+    connection, or a password, from the spec's ``conn_id`` and from the policy's rules on it."""
+    split = _split_userinfo(uri)
+    if split is None:
+        return None
+    scheme, found, rest = split
+    # A password is not repeated: the message is printed and logged.
+    name, *password = _COLON.split(found, maxsplit=1)
+    shown = f"{name}:***{_AT.findall(found)[-1]}" if password else found
+    return (f"{scheme + shown + rest!r} names a connection or credentials in its host part ({shown!r}); give the "
+            f"bucket alone ({scheme + rest}) and the connection in conn_id")
+
+
+def _split_userinfo(uri: str) -> tuple[str, str, str] | None:
+    """``(scheme://, userinfo through its last @, the rest)``, or None without userinfo."""
+    match = _AUTHORITY.match(uri)
+    if match is None:
+        return None
+    ats = list(_AT.finditer(match.group(2)))
+    if not ats:
+        return None
+    end = len(match.group(1)) + ats[-1].end()
+    return match.group(1), uri[len(match.group(1)):end], uri[end:]
 
 
 _ALLOWED = " or ".join(f"{scheme}://" for scheme in STORAGE_SCHEMES)

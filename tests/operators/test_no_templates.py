@@ -40,8 +40,9 @@ def _kubernetes_spec() -> dict:
     # A model name is a plain name (a template in it is refused: tests/spec); the payload rides elsewhere.
     spec["registration"]["model_name"] = "m_literal"
     k = spec["training"]["kubernetes"]
+    # A label value is a plain name (a template in it is refused: tests/kubernetes/test_pod_metadata.py).
     k.update(image=f"ghcr.io/x/{PAYLOAD}", service_account=PAYLOAD, priority_class=PAYLOAD, kubernetes_conn_id=PAYLOAD,
-             node_selector={"pool": PAYLOAD}, labels={"team": PAYLOAD}, annotations={"note": PAYLOAD},
+             node_selector={"pool": PAYLOAD}, labels={"team": "risk"}, annotations={"note": PAYLOAD},
              env={"NCCL_DEBUG": PAYLOAD})
     k["tolerations"][1]["value"] = PAYLOAD
     k["affinity"]["preferred"][0]["values"] = [PAYLOAD]
@@ -53,7 +54,8 @@ def _approval_spec() -> dict:
     spec.update(pipeline_id="literal_approval", description=PAYLOAD, owner=PAYLOAD, tags=[PAYLOAD])
     # A model name is a plain name (a template in it is refused: tests/spec); the payload rides elsewhere.
     spec["registration"]["model_name"] = "m_literal"
-    spec["notify"]["email"].update(to=[f"{PAYLOAD}@example.com"], from_email=f"{PAYLOAD}@example.com")
+    # An address is one plain address (a template in it is refused: tests/notifications/test_email_recipients.py).
+    spec["notify"]["email"].update(to=["risk-ml@example.com"], from_email="trainpipe@example.com")
     for param in spec["params"].values():
         param["description"] = PAYLOAD
     return spec
@@ -139,7 +141,7 @@ def test_every_task_renders_spec_text_as_written(folder: tuple[Path, dict[str, s
     train = rendered["literal_k8s", "train"]
     for field in ("image", "labels", "annotations", "node_selector", "kubernetes_conn_id"):
         assert f"# property: {field}" in train
-    assert train.count(PAYLOAD) >= 5, train  # image, labels, annotations, node selector, connection id
+    assert train.count(PAYLOAD) >= 4, train  # image, annotations, node selector, connection id
     approve = rendered["literal_approval", "approve"]
     assert "Promote the new m_literal version to champion?" in approve, approve
 
@@ -161,10 +163,10 @@ def test_notifiers_send_spec_text_as_written(folder: tuple[Path, dict[str, str]]
 
     sent = notifier(channel, message)
     sent.render_template_fields(context)
-    control = SmtpNotifier(to=list(channel.to), subject=message.subject)
+    control = SmtpNotifier(to=[f"{PAYLOAD}@example.com"], subject=message.subject)
     control.render_template_fields(context)
 
     assert PASSWORD in control.subject and PASSWORD in control.to[0]
-    assert sent.to == [f"{PAYLOAD}@example.com"] and sent.from_email == f"{PAYLOAD}@example.com"
+    assert sent.to == ["risk-ml@example.com"] and sent.from_email == "trainpipe@example.com"
     assert sent.subject == message.subject and BLOCK in sent.html_content
     assert PASSWORD not in repr(vars(sent))

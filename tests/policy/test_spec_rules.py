@@ -64,6 +64,27 @@ CASES = [
         {"key": "dedicated", "operator": "Exists"}]}}}, f"{K8S}.capacity.on_demand.tolerations[0]", "dedicated"),
     ("kubernetes.node_labels", {f"{K8S}.node_selector": {"hostname": "n1"}}, f"{K8S}.node_selector.hostname",
      "hostname=n1"),
+    # Node affinity selects nodes as a node selector does: the same patterns judge it, preferences too.
+    ("kubernetes.node_labels", {f"{K8S}.affinity": {"required": [
+        {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}},
+     f"{K8S}.affinity.required[0]", "node-role.kubernetes.io/control-plane=*"),
+    ("kubernetes.node_labels", {f"{K8S}.affinity": {"preferred": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-7"]}]}},
+     f"{K8S}.affinity.preferred[0]", "kubernetes.io/hostname=gpu-node-7"),
+    # Any value of an allowed key with only one value allowed: Exists asks for every value.
+    ("kubernetes.node_labels", {f"{K8S}.affinity": {"required": [
+        {"key": "nvidia.com/gpu.present", "operator": "Exists"}]}},
+     f"{K8S}.affinity.required[0]", "nvidia.com/gpu.present=*"),
+    ("kubernetes.label_keys", {f"{K8S}.labels": {"cost-center": "risk-1", "owner": "mallory"}}, f"{K8S}.labels.owner",
+     "owner"),
+    ("kubernetes.annotation_keys", {f"{K8S}.annotations": {"billing-owner": "search"}},
+     f"{K8S}.annotations.billing-owner", "billing-owner"),
+    ("kubernetes.max_cpu_per_pod", {f"{K8S}.resources.cpu": "100000"}, f"{K8S}.resources.cpu", "100000"),
+    ("kubernetes.max_cpu_per_pod", {f"{K8S}.resources.limits": {"cpu": "32500m"}}, f"{K8S}.resources.limits.cpu",
+     "32500m"),
+    # /dev/shm is memory-backed: a huge one is a huge pod.
+    ("kubernetes.max_memory_per_pod", {f"{K8S}.shm_size": "100Ti"}, f"{K8S}.shm_size", "100Ti"),
+    ("limits.max_retries", {f"{K8S}.max_pod_restarts": 1000000}, f"{K8S}.max_pod_restarts", "1000000"),
     ("limits.max_nproc_per_node", {"training.distributed.nproc_per_node": 8, f"{K8S}.resources.gpus": 0},
      "training.distributed.nproc_per_node", "8"),
     ("data.uris", {"data.uri": "s3://search-data/clicks/", "data.conn_id": "aws_risk"}, "data.uri", "search-data"),

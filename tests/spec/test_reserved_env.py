@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +13,15 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from trainpipe.compile.compiler import compile_file
+from trainpipe.commands.main import main
+from trainpipe.compile.compiler import compile_file, compile_text
 from trainpipe.errors import SpecError
 from trainpipe.kubernetes.builders import TrainerLaunch, container_env
 from trainpipe.plan.launch import plan_launch
+from trainpipe.spec import environment
 from trainpipe.spec.environment import TORCHRUN_ENV, reserved_env_reason, trainer_environment
 from trainpipe.spec.loader import load_yaml_text
+from trainpipe.spec.sections.kubernetes import looks_like_credential
 from trainpipe.spec.validate import validate_loaded
 
 TEXT = """\
@@ -36,6 +40,42 @@ evaluation: {metrics: [auc]}
 registration: {model_name: m}
 """
 ENV_LINE = 12  # the line after NCCL_DEBUG
+# What loads code or files, or redirects endpoints, caches or outputs, by group (trainpipe.spec.environment):
+# each name a red-team run got into a pod's environment, and its neighbours.
+NEWLY_RESERVED = [
+    # glibc (its own list of variables unsafe in setuid programs) and Python's other temp variables
+    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH", "NIS_PATH", "TZDIR", "MALLOC_TRACE",
+    "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "RESOLV_HOST_CONF", "TMP", "TEMP",
+    # shells, programs started by name, other interpreters
+    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "BASH_FUNC_id", "BASH_LOADABLES_PATH", "EDITOR", "PAGER",
+    "BROWSER", "PERL5OPT", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS",
+    # TLS and credentials' endpoints
+    "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "SSLKEYLOGFILE", "NETRC", "KUBECONFIG", "STORAGE_EMULATOR_HOST",
+    "GCE_METADATA_HOST", "IDENTITY_ENDPOINT", "IMDS_ENDPOINT", "MSI_ENDPOINT", "KRB5CCNAME", "SSH_AUTH_SOCK",
+    # NCCL's plugins, files and rendezvous
+    "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN", "NCCL_DEBUG_FILE",
+    "NCCL_TOPO_FILE", "NCCL_TOPO_DUMP_FILE", "NCCL_GRAPH_FILE", "NCCL_GRAPH_DUMP_FILE", "NCCL_CONF_FILE", "NCCL_COMM_ID",
+    "NCCL_RAS_ADDR",
+    # GPUs, compiler caches and code paths, profiler
+    "NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_CACHE_PATH", "CUDA_INJECTION64_PATH", "CUDA_HOME",
+    "TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TRITON_CACHE_DIR", "TRITON_CACHE_MANAGER",
+    "TRITON_PTXAS_PATH", "TORCH_HOME", "TORCH_LOGS_OUT", "TORCH_TRACE", "TORCH_COMPILE_DEBUG_DIR",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "PYTORCH_KERNEL_CACHE_PATH", "PYTORCH_TUNABLEOP_FILENAME", "KINETO_CONFIG",
+    "OMP_TOOL_LIBRARIES", "MPLCONFIGDIR",
+    # model hubs, user folders, git and package indexes
+    "HF_ENDPOINT", "HF_HOME", "HF_HUB_CACHE", "HF_MODULES_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
+    "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "GIT_SSH_COMMAND",
+    "GIT_CONFIG_GLOBAL", "GIT_PYTHON_GIT_EXECUTABLE", "PIP_INDEX_URL", "UV_INDEX_URL", "CONDA_PKGS_DIRS",
+    # compared in upper case, as the proxies are
+    "gconv_path", "Nccl_Net_Plugin", "hf_endpoint",
+]
+# From a platform-owned Secret these stay allowed: credentials and endpoints, and paths the Secret chose.
+FROM_SECRETS = ["HF_TOKEN", "HF_ENDPOINT", "HUGGING_FACE_HUB_TOKEN", "AWS_SHARED_CREDENTIALS_FILE",
+                "MLFLOW_TRACKING_CLIENT_CERT_PATH", "GOOGLE_APPLICATION_CREDENTIALS"]
+# Tuning a spec may still set (none of them allowed today is refused now).
+TUNING = ["NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_IB_HCA", "NCCL_P2P_LEVEL",
+          "NCCL_NET_GDR_LEVEL", "CUDA_LAUNCH_BLOCKING", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_DISTRIBUTED_DEBUG",
+          "PYTORCH_CUDA_ALLOC_CONF", "OMP_PROC_BIND", "MALLOC_ARENA_MAX", "TZ", "LANG"]
 
 
 def _problems(text: str) -> list[str]:
@@ -116,3 +156,93 @@ def test_a_plan_made_without_the_spec_stage_cannot_set_a_reserved_name():
                            airflow_run_id="r", try_number=1)
     env = {variable.name: variable.value for variable in container_env(plan, launch)}
     assert env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000" and env["NCCL_DEBUG"] == "WARN"
+
+
+def _payload(name: str) -> str:
+    return f"/dev/shm/payload-{name.lower().replace('%', '')}"
+
+
+def _with_env(name: str, value: str) -> str:
+    return TEXT.replace("      NCCL_DEBUG: WARN\n", f"      NCCL_DEBUG: WARN\n      {name}: '{value}'\n")
+
+
+@pytest.mark.parametrize("name", NEWLY_RESERVED)
+def test_what_loads_code_or_redirects_never_reaches_a_plan_or_a_launch(name: str, tmp_path: Path):
+    text = _with_env(name, _payload(name))
+    problems = _problems(text)
+    assert len(problems) == 1, problems
+    if looks_like_credential(name):  # reported by the section: move it to a Secret, where it is judged again
+        assert f"training.kubernetes.env: {name!r} looks like a credential" in problems[0]
+    else:
+        assert problems[0].startswith(f"k.yaml:{ENV_LINE}:7: training.kubernetes.env.{name}: {name!r} is reserved (")
+    # No plan is compiled from it, and a plan made another way gets no launch.
+    with pytest.raises(SpecError):
+        compile_text(text, "k.yaml", configs_root=tmp_path)
+    with pytest.raises(ValueError, match=rf"environment variable {re.escape(repr(name))} is reserved: "):
+        plan_launch(launcher="kubernetes", nproc_per_node=1, nnodes=1, strategy="ddp",
+                    extra_env=((name, _payload(name)),))
+
+
+@pytest.mark.parametrize("name", ["BASH_FUNC_id%%", "PATH\u200b", "\uff30\uff21\uff34\uff28", "LD-PRELOAD", "1PATH"])
+def test_a_name_that_is_no_identifier_is_refused_not_judged_as_another(name: str, tmp_path: Path):
+    """Look-alikes of reserved names (an exported bash function, a zero-width space, full-width letters)
+    are refused as names, so no such variable reaches a plan."""
+    text = _with_env(name, "x")
+    problems = _problems(text)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"k.yaml:{ENV_LINE}:7: training.kubernetes.env.{name}: {name!r} is not an "
+                                  "environment variable name")
+    with pytest.raises(SpecError):
+        compile_text(text, "k.yaml", configs_root=tmp_path)
+
+
+def test_render_k8s_refuses_them_all_and_prints_no_payload(tmp_path: Path, capsys, monkeypatch):
+    """`trainpipe render --k8s`, where the red-team run found them in the container's env: every name
+    is a located error and no manifest (so no payload) is printed."""
+    variables = "".join(f"      {name}: '{_payload(name)}'\n" for name in NEWLY_RESERVED)
+    spec = tmp_path / "k.yaml"
+    spec.write_text(TEXT.replace("      NCCL_DEBUG: WARN\n", f"      NCCL_DEBUG: WARN\n{variables}"))
+    monkeypatch.chdir(tmp_path)
+
+    assert main(["render", "k.yaml", "--k8s"]) == 1
+
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert "kind:" not in out and "/dev/shm/payload-" not in out
+    for name in NEWLY_RESERVED:
+        if not looks_like_credential(name):
+            assert f"training.kubernetes.env.{name}: {name!r} is reserved (" in out, name
+
+
+def test_secret_env_refuses_them_too_but_credentials_and_endpoints_stay():
+    refused = [name for name in NEWLY_RESERVED if reserved_env_reason(name, from_secret=True)]
+    assert set(NEWLY_RESERVED) - set(refused) == {"HF_ENDPOINT", "HF_HOME", "HF_HUB_CACHE", "HF_MODULES_CACHE",
+                                                  "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "hf_endpoint"}
+    refs = "".join(f"      {name}: s/k\n" for name in [*refused, *FROM_SECRETS])
+    text = TEXT.replace("    env:\n      NCCL_DEBUG: WARN\n", f"    secret_env:\n{refs}")
+    problems = _problems(text)
+    assert [p.split(": ", 2)[1] for p in problems] == [f"training.kubernetes.secret_env.{name}" for name in refused]
+    assert all(p.endswith("; remove it. Tuning variables such as NCCL_DEBUG are allowed") for p in problems)
+
+
+def test_tuning_reaches_the_pod_env(tmp_path: Path):
+    variables = "".join(f"      {name}: '1'\n" for name in TUNING if name != "NCCL_DEBUG")
+    plan = compile_text(TEXT.replace("      NCCL_DEBUG: WARN\n", f"      NCCL_DEBUG: WARN\n{variables}"), "k.yaml",
+                        configs_root=tmp_path)
+    launch = TrainerLaunch(config_uri="s3://b/c.json", mlflow_tracking_uri="http://mlflow:5000", dag_id="d",
+                           airflow_run_id="r", try_number=1)
+    env = {variable.name: variable.value for variable in container_env(plan, launch)}
+    assert {name: env.get(name) for name in TUNING} == {name: "WARN" if name == "NCCL_DEBUG" else "1" for name in TUNING}
+
+
+def test_the_kubernetes_guide_lists_every_reserved_name():
+    """docs/kubernetes.md keeps the list by hand: each exact name (beyond what trainpipe, torchrun and
+    the proxies are), prefix and suffix of trainpipe.spec.environment is in it."""
+    guide = (REPO / "docs" / "kubernetes.md").read_text()
+    own = {name for name, _ in trainer_environment()} | set(TORCHRUN_ENV) | {environment.SHUTDOWN_TIMEOUT_ENV}
+    proxies = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"}
+    missing = [f"`{name}`" for name in environment._RESERVED_NAMES
+               if name not in own | proxies and f"`{name}`" not in guide]
+    missing += [f"`{prefix}*`" for prefix in environment._RESERVED_PREFIXES if f"`{prefix}*`" not in guide]
+    missing += [f"`{suffix}`" for suffix in environment._RESERVED_SUFFIXES if f"`{suffix}`" not in guide]
+    assert missing == []

@@ -119,7 +119,13 @@ def _kubernetes(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
         judge.at_most((*base, "resources", "gpus"), "kubernetes.max_gpus_per_pod", section.resources.gpus,
                       k8s.max_gpus_per_pod)
         _memory(judge, section, k8s)
+        _cpu(judge, section, k8s)
         _placement(judge, base, section.node_selector, section.tolerations, k8s)
+        _affinity(judge, base, section.affinity, k8s)
+        for key in section.labels:
+            judge.names((*base, "labels", key), "kubernetes.label_keys", key, k8s.label_keys, glob=True)
+        for key in section.annotations:
+            judge.names((*base, "annotations", key), "kubernetes.annotation_keys", key, k8s.annotation_keys, glob=True)
         if section.capacity is not None:
             for kind in ("spot", "on_demand"):
                 placement = getattr(section.capacity, kind)
@@ -140,9 +146,38 @@ def _memory(judge: _Judge, section: Any, rules: Any) -> None:
              ((*base, "resources", "limits", "memory"), section.resources.limits.memory)]
     if section.on_oom is not None:
         asked.append(((*base, "on_oom", "max_memory"), section.on_oom.max_memory))
+    # /dev/shm is memory-backed: what it holds is the pod's memory too.
+    asked.append(((*base, "shm_size"), section.shm_size))
     for path, value in asked:
         if value is not None and quantity_bytes(value) > quantity_bytes(cap):
             judge.refuse(path, "kubernetes.max_memory_per_pod", value, f"at most {cap}")
+
+
+def _cpu(judge: _Judge, section: Any, rules: Any) -> None:
+    from trainpipe.quantities import quantity_value
+
+    cap = rules.max_cpu_per_pod
+    if cap is None:
+        return
+    base = ("training", "kubernetes")
+    for path, value in (((*base, "resources", "cpu"), section.resources.cpu),
+                        ((*base, "resources", "limits", "cpu"), section.resources.limits.cpu)):
+        if value is not None and quantity_value(value) > quantity_value(cap):
+            judge.refuse(path, "kubernetes.max_cpu_per_pod", value, f"at most {cap}")
+
+
+def _affinity(judge: _Judge, at: FieldPath, affinity: Any, rules: Any) -> None:
+    """Node affinity selects nodes as a node selector does: judged by the same node label patterns."""
+    for kind in ("required", "preferred"):
+        for index, requirement in enumerate(getattr(affinity, kind)):
+            path = (*at, "affinity", kind, index)
+            if requirement.operator == "In":
+                for value in requirement.values:
+                    judge.names(path, "kubernetes.node_labels", f"{requirement.key}={value}", rules.node_labels,
+                                glob=True)
+            elif requirement.operator in ("Exists", "Gt", "Lt"):
+                # Any value of the key (or a range of them): allowed only where every value is.
+                judge.names(path, "kubernetes.node_labels", f"{requirement.key}=*", rules.node_labels, glob=True)
 
 
 def _placement(judge: _Judge, at: FieldPath, node_selector: dict[str, str], tolerations: list[Any],
@@ -202,6 +237,10 @@ def _limits(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
     limits = rules.limits
     training = spec.training
     judge.at_most(("retries",), "limits.max_retries", spec.retries, limits.max_retries)
+    if training.kubernetes is not None:
+        # A multi-node Job's pod restarts are retries of the training inside one task try.
+        judge.at_most(("training", "kubernetes", "max_pod_restarts"), "limits.max_retries",
+                      training.kubernetes.max_pod_restarts, limits.max_retries)
     judge.at_most(("training", "epochs"), "limits.max_epochs", training.epochs, limits.max_epochs)
     judge.at_most(("training", "distributed", "nproc_per_node"), "limits.max_nproc_per_node",
                   training.distributed.nproc_per_node, limits.max_nproc_per_node)

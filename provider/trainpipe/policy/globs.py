@@ -4,6 +4,11 @@
 ``/**`` also matches the folder itself. Everything else is literal (no character classes), so a
 pattern means what it reads. URIs are compared in one canonical form (``canonical_uri``), after
 resolving a relative URI against the storage root, by the spec stage and again at run time.
+
+A URI with userinfo (``s3://conn@bucket/...``) matches no pattern: Airflow reads it as the connection to
+use, so ``s3://risk-*/**`` must not admit ``s3://risk-x@search-data/...``. ``canonical_uri`` refuses it, and
+a ``scheme://`` pattern never matches an ``@`` or ``%`` (``%40``) before the first ``/``, whatever its
+``*``, ``?`` or ``**`` would otherwise take.
 """
 
 from __future__ import annotations
@@ -14,10 +19,14 @@ import re
 
 from trainpipe import uris
 
+# Before a URI pattern: the value has no "@" or "%" between "://" and the first "/". A lookahead over the
+# whole authority rather than a narrower "*": a "**" there, or a "*" after it, would otherwise cross it.
+_NO_USERINFO = r"(?![^/]*://[^/]*[@%])"
+
 
 @functools.lru_cache(maxsize=4096)
 def compiled(pattern: str) -> re.Pattern[str]:
-    out = []
+    out = [_NO_USERINFO] if "://" in pattern else []
     index = 0
     if pattern.endswith("/**"):
         pattern, tail = pattern[:-3], "(?:/.*)?"
@@ -46,7 +55,8 @@ def matches_any(value: str, patterns: tuple[str, ...] | list[str]) -> bool:
 def canonical_uri(uri: str, storage_root: str) -> str | None:
     """``scheme://path`` with the scheme lower-cased, ``.`` parts and trailing ``/`` removed; a relative
     URI joined to ``storage_root`` first. None for a URI no pattern may match: an absolute one with a
-    ``..`` part (object stores keep ``..`` literally, local paths climb: the same text means two things)."""
+    ``..`` part (object stores keep ``..`` literally, local paths climb: the same text means two things), or
+    with userinfo (a connection or credentials of its own: ``uris.userinfo``)."""
     if not uris.is_absolute(uri):
         if uris.climbs_out_of_root(uri):
             return None
@@ -54,6 +64,8 @@ def canonical_uri(uri: str, storage_root: str) -> str | None:
         uri = storage_root.rstrip("/") + ("" if relative == "." else "/" + relative)
     if uri.startswith("/"):
         uri = "file://" + uri
+    if uris.userinfo(uri) is not None:
+        return None
     scheme, _, rest = uri.partition("://")
     parts = rest.split("/")
     if ".." in parts:

@@ -58,14 +58,25 @@ class KubernetesRules(_Model):
                           examples=[["risk-gpu"]])
     max_gpus_per_pod: int | None = Field(default=None, ge=0, description="GPUs per pod at most.", examples=[8])
     max_memory_per_pod: Quantity | None = Field(
-        default=None, description="Memory per pod at most: resources.memory, resources.limits.memory and "
-        "on_oom.max_memory (the most a retry after an OOM kill grows to).", examples=["512Gi"])
+        default=None, description="Memory per pod at most: resources.memory, resources.limits.memory, "
+        "on_oom.max_memory (the most a retry after an OOM kill grows to) and shm_size (memory-backed).",
+        examples=["512Gi"])
+    max_cpu_per_pod: Quantity | None = Field(
+        default=None, description="CPUs per pod at most: resources.cpu and resources.limits.cpu.", examples=["32"])
     node_labels: Names = Field(default=None, description="Glob patterns of `key=value` node labels the pods may "
-                               "select: training.kubernetes.node_selector and each capacity placement's.",
+                               "select: training.kubernetes.node_selector, each capacity placement's, and node "
+                               "affinity (`In` judges each value; `Exists`, `Gt` and `Lt` judge `key=*`, so they "
+                               "need a pattern allowing any value of the key; `NotIn` and `DoesNotExist` only keep "
+                               "pods off nodes and are not judged).",
                                examples=[["karpenter.sh/capacity-type=*", "nvidia.com/gpu.product=*"]])
     tolerations: Names = Field(default=None, description="Glob patterns of the taint keys the pods may tolerate "
                                "(training.kubernetes.tolerations and each capacity placement's); a toleration "
                                "without a key (every taint) is judged as `*`.", examples=[["nvidia.com/gpu", "spot"]])
+    label_keys: Names = Field(default=None, description="Glob patterns of the pod label keys a spec may set in "
+                              "training.kubernetes.labels (keys in the domains the cluster's controllers read are "
+                              "refused whatever this says).", examples=[["cost-center", "risk.example.com/*"]])
+    annotation_keys: Names = Field(default=None, description="Glob patterns of the pod annotation keys a spec may "
+                                   "set in training.kubernetes.annotations.", examples=[["team"]])
     max_nodes: int | None = Field(default=None, ge=1, description="training.distributed.nnodes at most.", examples=[4])
 
 
@@ -96,7 +107,9 @@ class LimitRules(_Model):
     max_parallel_trials: int | None = Field(default=None, ge=1, description="tuning.max_parallel at most.", examples=[8])
     max_nproc_per_node: int | None = Field(default=None, ge=1, description="training.distributed.nproc_per_node.",
                                            examples=[8])
-    max_retries: int | None = Field(default=None, ge=0, description="retries (per task) at most.", examples=[3])
+    max_retries: int | None = Field(default=None, ge=0, description="retries (per task) at most, and "
+                                    "training.kubernetes.max_pod_restarts (a multi-node Job's pod restarts).",
+                                    examples=[3])
     max_priority: Literal["low", "normal", "high"] | None = Field(
         default=None, description="A spec's `priority` at most (low < normal < high).", examples=["normal"])
     max_deadline_within: Duration | None = Field(

@@ -17,10 +17,10 @@ from pydantic_core import ErrorDetails
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.spec import expectations as expectation_table
 from trainpipe.spec import metric_names as metrics
-from trainpipe.spec.environment import reserved_env_reason
+from trainpipe.spec.environment import env_name_problem, reserved_env_reason
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
 from trainpipe.spec.sections.evaluation import GateSpec, _parse_gate
-from trainpipe.spec.sections.kubernetes import looks_like_credential
+from trainpipe.spec.sections.kubernetes import label_value_problem, looks_like_credential, metadata_key_problem
 from trainpipe.spec.sections.params import OVERRIDABLE_PARAMS
 from trainpipe.spec.sections.pipeline import PipelineSpec, bounds_at, overridden_value, param_bounds
 from trainpipe.spec.sections.training import CATEGORICAL_ONLY_OPTIONS, NUMERIC_ONLY_OPTIONS
@@ -550,6 +550,23 @@ def _launcher_problems(loaded: LoadedYaml) -> list[SpecProblem]:
             f"{gpus} GPU(s) per pod but training.distributed.nproc_per_node is {nproc}; torchrun starts one process "
             f"per GPU: set both to the same number"))
     problems.extend(_environment_problems(loaded, kubernetes if isinstance(kubernetes, dict) else {}))
+    problems.extend(_pod_metadata_problems(loaded, kubernetes if isinstance(kubernetes, dict) else {}))
+    return problems
+
+
+def _pod_metadata_problems(loaded: LoadedYaml, kubernetes: dict[str, Any]) -> list[SpecProblem]:
+    """Pod label and annotation keys a spec may not set (the domains the cluster's controllers read), and
+    label keys and values Kubernetes would refuse only when the pod is created."""
+    problems: list[SpecProblem] = []
+    for key, what in (("labels", "label"), ("annotations", "annotation")):
+        metadata = kubernetes.get(key)
+        for name, value in metadata.items() if isinstance(metadata, dict) else ():
+            path = ("training", "kubernetes", key, name)
+            problem = metadata_key_problem(str(name), what=what)
+            if problem is None and what == "label" and isinstance(value, str):
+                problem = label_value_problem(value)
+            if problem is not None:
+                problems.append(loaded.problem(path, problem))
     return problems
 
 
@@ -560,6 +577,10 @@ def _environment_problems(loaded: LoadedYaml, kubernetes: dict[str, Any]) -> lis
     for key, from_secret in (("env", False), ("secret_env", True)):
         variables = kubernetes.get(key)
         for name in variables if isinstance(variables, dict) else {}:
+            malformed = env_name_problem(str(name))
+            if malformed is not None:
+                problems.append(loaded.problem(("training", "kubernetes", key, name), malformed))
+                continue
             reason = reserved_env_reason(str(name), from_secret=from_secret)
             if reason is None or (not from_secret and looks_like_credential(str(name))):
                 continue  # a credential in plain env has its own message (spec.kubernetes)

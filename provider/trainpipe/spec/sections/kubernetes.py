@@ -20,6 +20,48 @@ _QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 # Environment variable names that must come from a Secret, never from the YAML.
 _SECRET_LIKE = re.compile(r"(SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|API_KEY)", re.I)
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A label or annotation key: an optional DNS-subdomain prefix and "/", then a name (Kubernetes' syntax).
+_METADATA_KEY = re.compile(
+    r"^(?:(?P<prefix>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/)?"
+    r"(?P<name>[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$"
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+# Key domains read by the cluster's own controllers, never a spec's to set: Kubernetes and its SIG
+# projects (Kueue's queue and priority, AppArmor, the autoscaler), trainpipe's own selectors, the
+# cloud identity webhooks that hand a pod a role, and the service meshes' sidecar switches. A spec
+# setting them could take another team's quota or priority, a cloud role, or join another run's pods.
+RESERVED_KEY_DOMAINS = ("kubernetes.io", "k8s.io", "x-k8s.io", "trainpipe.io", "amazonaws.com", "gke.io", "azure.com",
+                        "azure.workload.identity", "istio.io", "linkerd.io")
+
+
+def reserved_key_domain(key: str) -> str | None:
+    """The reserved domain a label or annotation key's prefix falls in, if any."""
+    prefix = key.partition("/")[0].lower() if "/" in key else ""
+    for domain in RESERVED_KEY_DOMAINS:
+        if prefix == domain or prefix.endswith("." + domain):
+            return domain
+    return None
+
+
+def metadata_key_problem(key: str, *, what: str) -> str | None:
+    """Why ``key`` cannot be a pod label or annotation key of a spec (None when it can)."""
+    match = _METADATA_KEY.match(key)
+    if match is None or len(key.rpartition("/")[2]) > 63 or len(match.group("prefix") or "") > 253:
+        return (f"{key!r} is not a Kubernetes {what} key: an optional lowercase DNS prefix and '/', then a name of at "
+                "most 63 letters, digits, '-', '_' or '.' (e.g. 'team' or 'example.com/cost-center')")
+    domain = reserved_key_domain(key)
+    if domain is not None:
+        return (f"{key!r} is in the domain {domain}, which the cluster's own controllers read (queues, priorities, "
+                "identities, security profiles, trainpipe's selectors); remove it: use training.kubernetes.queue "
+                "for a Kueue queue and priority for a priority, and a key of your own for the rest")
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        return (f"{value!r} is not a Kubernetes label value: at most 63 letters, digits, '-', '_' or '.', starting and "
+                "ending with a letter or digit")
+    return None
 
 
 def looks_like_credential(name: str) -> bool:
@@ -80,6 +122,18 @@ class ResourcesSpec(SpecModel):
         default_factory=ResourceLimitsSpec, description="CPU and memory limits; the GPU limit always equals `gpus`.",
         examples=[{"memory": "300Gi"}],
     )
+
+    @field_validator("gpu_resource")
+    @classmethod
+    def _an_extended_resource(cls, name: str) -> str:
+        # The GPU count becomes a limit named this: "cpu" or "memory" would turn it into one of those.
+        match = _METADATA_KEY.match(name)
+        if match is None or not match.group("prefix") or "." not in match.group("prefix") or reserved_key_domain(name):
+            raise ValueError(
+                f"{name!r} is not an extended resource name: a device plugin's domain and name, such as "
+                "nvidia.com/gpu or amd.com/gpu"
+            )
+        return name
 
 
 class TolerationSpec(SpecModel):
@@ -256,11 +310,16 @@ class KubernetesSpec(SpecModel):
         examples=["team-a-gpus"],
     )
     labels: dict[str, str] = Field(
-        default_factory=dict, description="Extra pod labels (cost allocation, Kueue queue name).",
-        examples=[{"kueue.x-k8s.io/queue-name": "gpu-training"}],
+        default_factory=dict,
+        description="Extra pod labels (cost allocation, ownership). Keys in domains the cluster's controllers read "
+        "(kubernetes.io, k8s.io incl. Kueue's, trainpipe.io, cloud identity and service-mesh domains) are refused: "
+        "the Kueue queue is `queue`, the priority `priority`. The platform policy may list the keys allowed.",
+        examples=[{"cost-center": "risk-1234"}],
     )
     annotations: dict[str, str] = Field(
-        default_factory=dict, description="Extra pod annotations.", examples=[{"team": "risk-ml"}]
+        default_factory=dict,
+        description="Extra pod annotations; keys as for `labels` (the same domains are refused).",
+        examples=[{"team": "risk-ml"}],
     )
     env: dict[str, str] = Field(
         default_factory=dict,

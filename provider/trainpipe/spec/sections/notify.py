@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from trainpipe.spec.sections.common import SpecModel
 from trainpipe.spec.types import Duration
@@ -17,8 +18,29 @@ def _one_or_many(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
+# One plain address, local@domain.tld: no display name, list, route or comment. SMTP clients split a
+# "recipient" on ',' and ';' and read '<...>' as the address, so anything more would send mail to
+# addresses the platform's domain rule never saw.
+_PLAIN_ADDRESS = re.compile(
+    r"^[A-Za-z0-9!#$&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$&'*+/=?^_`{|}~-]+)*"
+    r"@[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)+$"
+)
+
+
+def _plain_address(address: str) -> str:
+    if not _PLAIN_ADDRESS.match(address):
+        raise ValueError(
+            f"{address!r} is not one plain e-mail address (name@example.com): no display name, '<>', ',', ';', '%', "
+            "spaces or comments; list several recipients as separate items"
+        )
+    return address
+
+
+EmailAddress = Annotated[str, AfterValidator(_plain_address)]
+
+
 class EmailNotifySpec(SpecModel):
-    to: Annotated[list[Annotated[str, Field(min_length=3)]], BeforeValidator(_one_or_many)] = Field(
+    to: Annotated[list[EmailAddress], BeforeValidator(_one_or_many)] = Field(
         min_length=1,
         description="Recipient address, or a list of them.",
         examples=[["ml-oncall@example.com"]],
@@ -28,7 +50,7 @@ class EmailNotifySpec(SpecModel):
         description="Airflow SMTP connection (host, port, login, password, TLS): credentials stay in Airflow, never in YAML.",
         examples=["smtp_default"],
     )
-    from_email: str | None = Field(
+    from_email: EmailAddress | None = Field(
         default=None,
         description="Sender address; the connection's `from_email` extra when omitted.",
         examples=["trainpipe@example.com"],
