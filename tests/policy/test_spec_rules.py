@@ -115,6 +115,7 @@ CASES = [
     ("pipeline_id_prefix", {"pipeline_id": "search_ranker_gpu"}, "pipeline_id", "search_ranker_gpu"),
     ("model_name_prefix", {"registration.model_name": "search_ranker"}, "registration.model_name", "search_ranker"),
     ("team tag", {"tags": ["fraud", "team:search"]}, "tags[1]", "team:search"),
+    ("team tag", {"tags": ["fraud", " Team:search"]}, "tags[1]", "Team:search"),
 ]
 TUNING = {"n_trials": 4, "max_parallel": 2, "trial_epochs": 1, "space": {"learning_rate": {"log_uniform": [0.0001, 0.1]}}}
 LOCAL = {"training.launcher": "local", "training.kubernetes": _DELETE, "training.distributed.nnodes": 1}

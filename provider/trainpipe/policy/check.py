@@ -87,7 +87,8 @@ def _identity(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
         judge.refuse(("registration", "model_name"), "model_name_prefix", name,
                      f"names starting with {rules.model_name_prefix!r}")
     for index, tag in enumerate(spec.tags):
-        if tag.startswith("team:"):
+        # Any spelling a reader or filter would take for the team tag (" Team:search").
+        if tag.strip().lower().startswith("team:"):
             judge.refuse(("tags", index), "team tag", tag, f"none: trainpipe adds 'team:{judge.team}' itself")
 
 
