@@ -34,6 +34,10 @@ OUTSIDE_ROOT_FIX = (
 def scheme_problem(uri: str) -> str | None:
     """Why ``uri`` names something other than trainpipe's storage, or names it through a connection of its
     own (None when it does not)."""
+    control = next((char for char in uri if ord(char) < 0x20 or ord(char) == 0x7F), None)
+    if control is not None:
+        # A YAML escape ("\n") puts one there: a key with it is another object than the one the author saw.
+        return f"{uri!r} contains the control character U+{ord(control):04X}; remove it"
     if "::" in uri:
         return (f"{uri!r} chains filesystems ('::'), which trainpipe does not read; use a {_ALLOWED} URI or a path "
                 "relative to the storage root")

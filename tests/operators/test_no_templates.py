@@ -40,8 +40,8 @@ def _kubernetes_spec() -> dict:
     # A model name is a plain name (a template in it is refused: tests/spec); the payload rides elsewhere.
     spec["registration"]["model_name"] = "m_literal"
     k = spec["training"]["kubernetes"]
-    # A label value is a plain name (a template in it is refused: tests/kubernetes/test_pod_metadata.py).
-    k.update(image=f"ghcr.io/x/{PAYLOAD}", service_account=PAYLOAD, priority_class=PAYLOAD, kubernetes_conn_id=PAYLOAD,
+    # A label value and an image are plain references (a template in them is refused: tests/kubernetes).
+    k.update(service_account=PAYLOAD, priority_class=PAYLOAD, kubernetes_conn_id=PAYLOAD,
              node_selector={"pool": PAYLOAD}, labels={"team": "risk"}, annotations={"note": PAYLOAD},
              env={"NCCL_DEBUG": PAYLOAD})
     k["tolerations"][1]["value"] = PAYLOAD
@@ -141,7 +141,7 @@ def test_every_task_renders_spec_text_as_written(folder: tuple[Path, dict[str, s
     train = rendered["literal_k8s", "train"]
     for field in ("image", "labels", "annotations", "node_selector", "kubernetes_conn_id"):
         assert f"# property: {field}" in train
-    assert train.count(PAYLOAD) >= 4, train  # image, annotations, node selector, connection id
+    assert train.count(PAYLOAD) >= 3, train  # annotations, node selector, connection id
     approve = rendered["literal_approval", "approve"]
     assert "Promote the new m_literal version to champion?" in approve, approve
 

@@ -35,7 +35,8 @@ K8S = "training.kubernetes"
 # Slack rules (notify.slack_channels, a Slack conn_id) need the Slack provider, not installed here.
 CASES = [
     ("kubernetes.images", {f"{K8S}.image": "docker.io/attacker/miner:latest"}, f"{K8S}.image", "docker.io/attacker"),
-    ("kubernetes.images", {f"{K8S}.image": "ghcr.io/trainpipe/trainer/../evil:1"}, f"{K8S}.image", "evil"),
+    # Another path under the allowed prefix is another image ("../" is no reference at all: refused by the spec).
+    ("kubernetes.images", {f"{K8S}.image": "ghcr.io/trainpipe/trainer/evil:1"}, f"{K8S}.image", "evil"),
     ("kubernetes.namespaces", {f"{K8S}.namespace": "kube-system"}, f"{K8S}.namespace", "kube-system"),
     ("kubernetes.kubernetes_conn_ids", {f"{K8S}.kubernetes_conn_id": "prod_cluster"}, f"{K8S}.kubernetes_conn_id",
      "prod_cluster"),

@@ -15,11 +15,14 @@ import yaml
 
 from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory, compile_file
+from trainpipe.errors import SpecError
 
 PASSWORD = "pw-7d21a0-never-shown"
 TEMPLATE = "{{ conn.leak.password }}"
-# A template an SMTP server takes as an address's local part (braces are valid there; spaces are not).
-ADDRESS = "{{conn.leak.password}}@example.com"
+# A template an SMTP server would take as an address's local part (braces are valid there): the spec
+# refuses it; the deadline mail then goes to a plain address, as written.
+TEMPLATED_ADDRESS = "{{conn.leak.password}}@example.com"
+ADDRESS = "late-runs@example.com"
 K8S = ("training", "kubernetes")
 
 
@@ -134,6 +137,10 @@ def test_a_late_run_s_mail_goes_to_the_spec_s_address_as_written(tmp_path: Path,
         {"conn_type": "smtp", "host": "127.0.0.1", "port": port,
          "extra": {"disable_tls": True, "disable_ssl": True, "retry_limit": 0, "timeout": 10}}))
     monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
+    templated = {"email": {"to": [TEMPLATED_ADDRESS], "conn_id": "deadline_smtp"}, "deadline": {"within": "1h"}}
+    with pytest.raises(SpecError, match="is not one plain e-mail address") as refused:
+        compile_file(_write(tmp_path, "fraud_detector.yaml", "late", notify=templated))
+    assert [p.field_path for p in refused.value.problems] == ["notify.email.to[0]"]
     notify = {"email": {"to": [ADDRESS], "from_email": ADDRESS, "conn_id": "deadline_smtp"}, "deadline": {"within": "1h"}}
     plan = compile_file(_write(tmp_path, "fraud_detector.yaml", "late", notify=notify))
     deadline = build_dag(plan).deadline

@@ -111,3 +111,16 @@ def test_python_tags_are_refused():
 def test_spec_error_is_a_value_error():
     with pytest.raises(ValueError, match="required field is missing"):
         _validate("pipeline_id: a\n")
+
+
+def test_the_dag_id_tag_and_owner_bounds_are_airflows_own():
+    """A spec beyond them is refused at its line (tests/fixtures/bad_specs/tag_too_long.yaml, ...), not when
+    Airflow builds or stores the DAG, which would name no line."""
+    from airflow.models.dag import DagModel
+    from airflow.sdk.definitions.dag import TAG_MAX_LEN
+
+    from trainpipe.spec.sections.pipeline import DAG_ID_MAX_LENGTH, OWNER_MAX_LENGTH, TAG_MAX_LENGTH
+
+    assert TAG_MAX_LENGTH == TAG_MAX_LEN
+    assert DAG_ID_MAX_LENGTH == DagModel.__table__.c.dag_id.type.length
+    assert OWNER_MAX_LENGTH == DagModel.__table__.c.owners.type.length

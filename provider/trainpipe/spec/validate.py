@@ -69,8 +69,18 @@ def _pydantic_problem(loaded: LoadedYaml, error: ErrorDetails) -> SpecProblem:
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
     if kind not in {"value_error", "assertion_error"} and "input" in error and not isinstance(error["input"], dict | list):
-        message += f", got {error['input']!r}"
+        message += f", got {_shown(error['input'])}"
+    if kind == "string_too_long":
+        message += "; shorten it"
     return loaded.problem(path, message)
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A value as an error message quotes it: a long one cut, with its length (a message is one line)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(value) if isinstance(value, str) else len(text)} characters)"
 
 
 def _expectation_problems(loaded: LoadedYaml, index: int, item: Any) -> list[SpecProblem]:

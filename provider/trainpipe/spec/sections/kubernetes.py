@@ -26,6 +26,13 @@ _METADATA_KEY = re.compile(
     r"(?P<name>[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$"
 )
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+# A container image reference (the distribution/reference grammar): [registry[:port]/]path[:tag][@digest].
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REGISTRY = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+_IMAGE_REFERENCE = re.compile(
+    rf"^(?:{_REGISTRY}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
 # Key domains read by the cluster's own controllers, never a spec's to set: Kubernetes and its SIG
 # projects (Kueue's queue and priority, AppArmor, the autoscaler), trainpipe's own selectors, the
 # cloud identity webhooks that hand a pod a role, and the service meshes' sidecar switches. A spec
@@ -397,6 +404,17 @@ class KubernetesSpec(SpecModel):
                    "on_demand": {"node_selector": {"karpenter.sh/capacity-type": "on-demand"}},
                    "on_demand_after_preemptions": 2}],
     )
+
+    @field_validator("image")
+    @classmethod
+    def _an_image_reference(cls, image: str) -> str:
+        # Judged by the policy's image globs as text: only a real reference means what it reads.
+        if not _IMAGE_REFERENCE.match(image):
+            raise ValueError(
+                f"{image!r} is not a container image reference: [registry[:port]/]name[:tag][@sha256:digest], e.g. "
+                "ghcr.io/trainpipe/trainer:0.1.0 (lower-case name, no spaces)"
+            )
+        return image
 
     @field_validator("env")
     @classmethod

@@ -18,11 +18,12 @@ def _one_or_many(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
-# One plain address, local@domain.tld: no display name, list, route or comment. SMTP clients split a
+# One plain address, local@domain.tld: no display name, list, route or comment (nor the RFC's rare
+# '{', '|', '}' and '`', which only make an address read as a template). SMTP clients split a
 # "recipient" on ',' and ';' and read '<...>' as the address, so anything more would send mail to
 # addresses the platform's domain rule never saw.
 _PLAIN_ADDRESS = re.compile(
-    r"^[A-Za-z0-9!#$&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$&'*+/=?^_`{|}~-]+)*"
+    r"^[A-Za-z0-9!#$&'*+/=?^_~-]+(\.[A-Za-z0-9!#$&'*+/=?^_~-]+)*"
     r"@[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)+$"
 )
 

@@ -54,15 +54,22 @@ def _normalise_schedule(value: Any) -> Any:
     return value
 
 
+# Airflow's own bounds, refused here with the line rather than when the DAG is built or stored: a DAG id
+# (validate_key), a tag (TAG_MAX_LEN) and the owners column (tests/spec/test_validate.py compares them).
+DAG_ID_MAX_LENGTH, TAG_MAX_LENGTH, OWNER_MAX_LENGTH = 250, 100, 2000
+
+
 class PipelineSpec(SpecModel):
     pipeline_id: str = Field(
-        pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$",
+        pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$", max_length=DAG_ID_MAX_LENGTH,
         description="Unique id; becomes the DAG id.",
         examples=["fraud_detector"],
     )
     description: str = Field(default="", description="Shown in the Airflow UI.", examples=["Nightly fraud model retrain"])
-    owner: str = Field(default="trainpipe", description="Airflow owner.", examples=["risk-ml"])
-    tags: list[str] = Field(default_factory=list, description="Airflow DAG tags.", examples=[["fraud"]])
+    owner: str = Field(default="trainpipe", max_length=OWNER_MAX_LENGTH, description="Airflow owner.",
+                       examples=["risk-ml"])
+    tags: list[Annotated[str, Field(min_length=1, max_length=TAG_MAX_LENGTH)]] = Field(
+        default_factory=list, description="Airflow DAG tags.", examples=[["fraud"]])
     schedule: Annotated[str | AssetScheduleSpec | None, BeforeValidator(_normalise_schedule)] = Field(
         default=None,
         description="Cron expression, preset (@daily), none (manual triggers only), or {assets: [...]} (data-aware).",
