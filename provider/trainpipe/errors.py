@@ -55,6 +55,14 @@ class MissingExtraError(TrainpipeError, ImportError):
         self.field_path = field_path
 
 
+class SpecFieldError(TrainpipeError, ValueError):
+    """A spec value Airflow itself refuses when the DAG is built (an asset URI): reported located at its field."""
+
+    def __init__(self, message: str, *, field_path: tuple[str | int, ...]) -> None:
+        super().__init__(message)
+        self.field_path = field_path
+
+
 class DagFileError(TrainpipeError, ValueError):
     """A DAG file's ``load_dags`` call is wrong, or finds no specs folder (the platform's setup, not a spec)."""
 

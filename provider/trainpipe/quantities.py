@@ -9,7 +9,11 @@ from decimal import Decimal, InvalidOperation
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"m": Decimal("0.001"), "": Decimal(1), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
             "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
-_FORM = re.compile(r"^(?P<number>[+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?P<suffix>[KMGTPE]i|[mkMGTPE]|[eE][-+]?[0-9]+)?$")
+_NUMBER = r"[+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+_SUFFIX = r"[KMGTPE]i|[mkMGTPE]|[eE][-+]?[0-9]+"
+_FORM = re.compile(rf"^(?P<number>{_NUMBER})(?P<suffix>{_SUFFIX})?$")
+# The same grammar as a plain pattern (JSON Schema has no named groups): a non-negative quantity.
+QUANTITY_PATTERN = rf"^{_NUMBER}(?:{_SUFFIX})?$"
 _MI = 2**20
 _GI = 2**30
 

@@ -183,3 +183,48 @@ def test_airflow_config_defaults_still_apply(monkeypatch):
         dag_builder._airflow_config_defaults.cache_clear()
     assert dag.max_active_tasks == 3
     assert dag.get_task("watch_checkpoints").timeout == 1234
+
+
+@pytest.mark.parametrize(("uri", "why"), [
+    ("airflow://x", "Asset scheme 'airflow' is reserved"),
+    ("s3://", "must contain a bucket name"),
+    ("", "Asset name cannot be empty"),
+])
+def test_an_asset_uri_airflow_refuses_is_an_import_error_of_its_spec_at_its_item_and_the_others_load(
+        tmp_path, uri, why):
+    """Airflow judges asset URIs when the DAG is built (the compile stages import no Airflow): its refusal is
+    reported at the spec's line and item, not as a trainpipe bug at 1:1, and the other specs still load."""
+    import shutil
+
+    from trainpipe.dags.files import register_dags
+
+    configs = tmp_path / "dag_configs"
+    configs.mkdir()
+    shutil.copy(REPO / "dag_configs" / "fraud_detector.yaml", configs)
+    spec_with(configs, 'schedule: "@daily"', f"schedule:\n  assets: [trainpipe://ok/snapshot, {uri!r}]",
+              name="waits_on_asset.yaml")
+    (configs / "waits_on_asset.yaml").write_text(
+        (configs / "waits_on_asset.yaml").read_text().replace("pipeline_id: fraud_detector", "pipeline_id: waits"))
+    namespace: dict = {}
+    result = register_dags(namespace, configs)
+
+    assert set(namespace) == {"fraud_detector"}
+    (error,) = result.errors.values()
+    (problem,) = error.problems
+    assert problem.field_path == "schedule.assets[1]" and problem.line > 1, problem
+    assert why in problem.message and "trainpipe bug" not in problem.message
+
+
+def test_the_deadline_alert_name_fits_airflows_column_for_the_longest_pipeline_id(tmp_path):
+    from airflow.models.deadline_alert import DeadlineAlert as DeadlineAlertRow
+
+    from trainpipe.dags.builder import DEADLINE_NAME_MAX_LENGTH
+
+    assert DeadlineAlertRow.__table__.c.name.type.length == DEADLINE_NAME_MAX_LENGTH
+    long_id = "p" * 250
+    spec = spec_with(tmp_path, "pipeline_id: fraud_detector_approval",
+                     f"pipeline_id: {long_id}\n", example="fraud_detector_approval.yaml")
+    spec.write_text(spec.read_text().replace("  email:", "  deadline: {within: 6h}\n  email:", 1))
+    dag = build_dag(compile_file(spec))
+
+    assert len(dag.deadline[0].name if isinstance(dag.deadline, list) else dag.deadline.name) <= 250

@@ -161,15 +161,14 @@ def test_what_changed_is_worded_for_the_run_note(storage):
     assert fourth.changes[-1] == "on-demand capacity after 2 preempted tries (capacity.on_demand_after_preemptions: 2)"
 
 
-def test_a_template_in_a_capacity_label_reaches_the_pod_as_written(storage):
+def test_a_template_in_a_capacity_label_is_refused_at_its_key_and_no_pod_is_built(storage):
     template = "{{ conn.aws_default.password }}"
     capacity = {**CAPACITY, "on_demand": {"node_selector": {"pool": template}}, "on_demand_after_preemptions": 1}
-    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml", capacity=capacity))
-    _ended(plan, 1, PREEMPTED, capacity="spot")
-    launch = TrainerLaunch(config_uri="s3://b/c.json", mlflow_tracking_uri="http://m:5000", dag_id=plan.dag_id,
-                           airflow_run_id=RUN_ID, try_number=2)
-    (pod,) = render_manifests(plan, launch=launch)
-    assert pod["spec"]["nodeSelector"]["pool"] == template
+    with pytest.raises(SpecError) as caught:
+        compile_file(_spec(storage, "search_ranker_gpu.yaml", capacity=capacity))
+    (problem,) = caught.value.problems
+    assert problem.field_path == "training.kubernetes.capacity.on_demand.node_selector.pool"
+    assert "is not a Kubernetes label value" in problem.message
 
 
 def _pod(*, reason: str | None = None, exit_code: int = 1, condition: str | None = None) -> k8s.V1Pod:

@@ -1,6 +1,6 @@
 """The fields issues 32 to 35 added, at the trust boundary: a Jinja template, a path or a foreign value in
 any of them is refused with a located error and leaves no DAG (the folder's other specs compile), or, in a
-free-text field that is accepted, reaches what it feeds as written (a pod's placement, a late run's mail).
+free-text field that is accepted, reaches what it feeds as written (a late run's mail).
 The policy caps these issues name are tested in tests/policy/test_spec_rules.py."""
 
 from __future__ import annotations
@@ -61,6 +61,11 @@ REFUSED = [
     ("search_ranker_gpu.yaml", (*K8S, "capacity"), {"spot": {"node_selector": {"a": "b"}},
                                                    "on_demand": {"node_selector": {"a": "c"}},
                                                    "on_demand_after_preemptions": TEMPLATE}),
+    # A capacity's node labels and taint values are Kubernetes label values: a template is none.
+    ("search_ranker_gpu.yaml", (*K8S, "capacity"), {"spot": {"node_selector": {"pool": TEMPLATE}},
+                                                   "on_demand": {"node_selector": {"pool": "on-demand"}}}),
+    ("search_ranker_gpu.yaml", (*K8S, "capacity"), {"spot": {"tolerations": [
+        {"key": "spot", "operator": "Equal", "value": TEMPLATE, "effect": "NoSchedule"}]}, "on_demand": {}}),
 ]
 
 
@@ -83,31 +88,6 @@ def test_a_template_path_or_foreign_value_is_refused_where_written_and_leaves_no
     keys = [(p, p.field_path.rsplit(".", 1)[-1].split("[")[0]) for p in problems]
     assert all(key in lines[p.line - 1] or key in lines[p.line - 2] for p, key in keys), (str(error), problems)
     assert f"{bad.name}:" in str(error)
-
-
-def _placement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", f"file://{tmp_path / 'storage'}")
-    monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
-    capacity = {"spot": {"node_selector": {"pool": TEMPLATE},
-                         "tolerations": [{"key": "spot", "operator": "Equal", "value": TEMPLATE,
-                                          "effect": "NoSchedule"}]},
-                "on_demand": {"node_selector": {"pool": "on-demand"}}}
-    plan = compile_file(_write(tmp_path, "search_ranker_gpu.yaml", "placed", (*K8S, "capacity"), capacity))
-    from trainpipe.commands.kubernetes_render import render_manifests
-    from trainpipe.kubernetes.builders import TrainerLaunch
-
-    launch = TrainerLaunch(config_uri="s3://b/c.json", mlflow_tracking_uri="http://m:5000", dag_id=plan.dag_id,
-                           airflow_run_id="manual__1", try_number=1)
-    manifests = render_manifests(plan, launch=launch)
-    last = manifests[-1]
-    return last["spec"] if last["kind"] == "Pod" else last["spec"]["template"]["spec"]
-
-
-def test_a_template_in_the_spot_placement_reaches_the_first_try_s_pod_as_written(tmp_path, monkeypatch):
-    # The on-demand placement's label is tested in tests/kubernetes/test_retry_resources.py.
-    pod = _placement(tmp_path, monkeypatch)
-    assert pod["nodeSelector"]["pool"] == TEMPLATE
-    assert {"key": "spot", "operator": "Equal", "value": TEMPLATE, "effect": "NoSchedule"} in pod["tolerations"]
 
 
 class _Inbox:

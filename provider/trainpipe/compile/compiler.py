@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.compile.spec_files import DEFAULTS_FILE, list_specs
-from trainpipe.errors import MissingExtraError, SpecError, SpecProblem
+from trainpipe.errors import MissingExtraError, SpecError, SpecFieldError, SpecProblem
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import PipelinePlan
 from trainpipe.settings import POLICY_ENV, Settings
-from trainpipe.spec.loader import LoadedYaml, load_yaml_text, merge_defaults, read_spec_text
+from trainpipe.spec.loader import LoadedYaml, format_path, load_yaml_text, merge_defaults, read_spec_text
 
 if TYPE_CHECKING:
     from trainpipe.compile.plan_cache import PlanCache
@@ -339,11 +339,12 @@ def unexpected_failure(err: Exception, name: str, spec_path: Path, base: Path, r
     """A located error for an exception trainpipe did not expect while handling spec ``name``: its
     type and message, with no traceback (that goes to the log) and paths shown relative to ``base``
     (the folder names are shown relative to) or the configs ``root``, never as paths of this machine."""
-    if isinstance(err, MissingExtraError):  # the platform's install, not a bug: no traceback, located at the field
+    # The platform's install, or a value only Airflow judges: not a bug, so no traceback, located at the field.
+    if isinstance(err, MissingExtraError | SpecFieldError):
         try:
             return SpecError([load_yaml_text(read_spec_text(spec_path, name), name).problem(err.field_path, str(err))])
         except (OSError, SpecError):
-            return SpecError([SpecProblem(name, 1, 1, ".".join(err.field_path), str(err))])
+            return SpecError([SpecProblem(name, 1, 1, format_path(err.field_path), str(err))])
     log.error("trainpipe: %s could not be compiled", name, exc_info=err)
     detail = str(err).replace(str(spec_path), name)
     for folder in (str(base), str(root)):

@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetAll, AssetAny, BaseOperator, Param
 
+from trainpipe.errors import SpecFieldError
 from trainpipe.operators.pipeline import (
     EvaluateOperator,
     GateOperator,
@@ -122,9 +123,17 @@ def _doc(plan: PipelinePlan) -> str:
 
 def _schedule(plan: PipelinePlan):
     if isinstance(plan.schedule, AssetSchedule):
-        assets = [Asset(uri) for uri in plan.schedule.uris]
+        assets = [_asset(uri, ("schedule", "assets", index)) for index, uri in enumerate(plan.schedule.uris)]
         return AssetAny(*assets) if plan.schedule.mode == "any" else AssetAll(*assets)
     return plan.schedule
+
+
+def _asset(uri: str, field_path: tuple[str | int, ...]) -> Asset:
+    try:
+        return Asset(uri)
+    except (ValueError, TypeError) as err:
+        raise SpecFieldError(f"{uri[:80]!r}{'...' if len(uri) > 80 else ''} is not an Airflow asset URI ({err}); "
+                             "write one such as trainpipe://fraud_detector/model", field_path=field_path) from None
 
 
 def _params(plan: PipelinePlan) -> dict[str, Param]:
@@ -162,7 +171,16 @@ def _deadline(plan: PipelinePlan) -> dict[str, Any]:
               "channels": [asdict(channel) for channel in plan.notify.channels]}
     return {"deadline": DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=within,
                                       callback=AsyncCallback(deadline_missed, kwargs=kwargs),
-                                      name=f"{plan.dag_id} within {within}")}
+                                      name=_deadline_name(plan.dag_id, within))}
+
+
+# Airflow stores a deadline alert's name in a 250-character column (a DAG id may be 250 long itself).
+DEADLINE_NAME_MAX_LENGTH = 250
+
+
+def _deadline_name(dag_id: str, within: Any) -> str:
+    suffix = f" within {within}"
+    return dag_id[:DEADLINE_NAME_MAX_LENGTH - len(suffix)] + suffix
 
 
 def _team_arguments(plan: PipelinePlan) -> tuple[dict[str, Any], dict[str, Any]]:

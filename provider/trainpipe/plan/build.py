@@ -414,13 +414,14 @@ def _kubernetes(section: KubernetesSpec, *, priority: str | None = None) -> Kube
 
 def _resources(spec: PipelineSpec, kubernetes: KubernetesPlan | None, priority: str, *,
                priority_class: str | None, team: str) -> ResourcePlan:
-    from trainpipe.plan.costs import cpu_quantity, selects_spot_only
+    from trainpipe.plan.costs import selects_spot_only
+    from trainpipe.quantities import quantity_value
 
     distributed = spec.training.distributed
     if spec.training.launcher == "kubernetes" and kubernetes is not None:
         nodes = distributed.nnodes
         gpus = nodes * kubernetes.resources["gpus"]
-        return ResourcePlan(gpus=gpus, cpus=nodes * cpu_quantity(kubernetes.resources["cpu"]),
+        return ResourcePlan(gpus=gpus, cpus=nodes * float(quantity_value(kubernetes.resources["cpu"])),
                             gpu_resource=kubernetes.resources["gpu_resource"] if gpus else None,
                             # With a capacity section the first tries run on its spot placement (each try's
                             # own placement is in its usage entry: runtime.usage prices them apart).

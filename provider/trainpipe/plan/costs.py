@@ -78,12 +78,6 @@ def selects_spot_only(node_selector: dict[str, str], required: Sequence[Mapping[
     return False
 
 
-def cpu_quantity(quantity: str) -> float:
-    """A Kubernetes CPU quantity ("500m", "2", "1.5") as cores."""
-    text = str(quantity).strip()
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000
-    return float(text)
 
 
 def format_usage(gpu_hours: float, cpu_hours: float, cost: float | None) -> str:

@@ -137,11 +137,6 @@ def _kubernetes(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
 
 def _memory(judge: _Judge, section: Any, rules: Any) -> None:
     """Every memory a pod may ask for, the grown request of a retry after an OOM kill included."""
-    from trainpipe.quantities import quantity_bytes
-
-    cap = rules.max_memory_per_pod
-    if cap is None:
-        return
     base = ("training", "kubernetes")
     asked = [((*base, "resources", "memory"), section.resources.memory),
              ((*base, "resources", "limits", "memory"), section.resources.limits.memory)]
@@ -149,22 +144,25 @@ def _memory(judge: _Judge, section: Any, rules: Any) -> None:
         asked.append(((*base, "on_oom", "max_memory"), section.on_oom.max_memory))
     # /dev/shm is memory-backed: what it holds is the pod's memory too.
     asked.append(((*base, "shm_size"), section.shm_size))
-    for path, value in asked:
-        if value is not None and quantity_bytes(value) > quantity_bytes(cap):
-            judge.refuse(path, "kubernetes.max_memory_per_pod", value, f"at most {cap}")
+    _per_pod_cap(judge, asked, rules.max_memory_per_pod, "kubernetes.max_memory_per_pod")
 
 
 def _cpu(judge: _Judge, section: Any, rules: Any) -> None:
+    base = ("training", "kubernetes")
+    asked = [((*base, "resources", "cpu"), section.resources.cpu),
+             ((*base, "resources", "limits", "cpu"), section.resources.limits.cpu)]
+    _per_pod_cap(judge, asked, rules.max_cpu_per_pod, "kubernetes.max_cpu_per_pod")
+
+
+def _per_pod_cap(judge: _Judge, asked: list[tuple[FieldPath, str | None]], cap: str | None, rule: str) -> None:
+    """Each quantity a pod asks for against the policy's cap (compared as exact values: 1000m is 1)."""
     from trainpipe.quantities import quantity_value
 
-    cap = rules.max_cpu_per_pod
     if cap is None:
         return
-    base = ("training", "kubernetes")
-    for path, value in (((*base, "resources", "cpu"), section.resources.cpu),
-                        ((*base, "resources", "limits", "cpu"), section.resources.limits.cpu)):
+    for path, value in asked:
         if value is not None and quantity_value(value) > quantity_value(cap):
-            judge.refuse(path, "kubernetes.max_cpu_per_pod", value, f"at most {cap}")
+            judge.refuse(path, rule, value, f"at most {cap}")
 
 
 def _affinity(judge: _Judge, at: FieldPath, affinity: Any, rules: Any) -> None:

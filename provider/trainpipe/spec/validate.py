@@ -8,6 +8,7 @@ that evaluation does not compute, a ranking task without a query column, ...). E
 from __future__ import annotations
 
 import difflib
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,13 @@ from trainpipe.spec import metric_names as metrics
 from trainpipe.spec.environment import env_name_problem, reserved_env_reason
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
 from trainpipe.spec.sections.evaluation import GateSpec, _parse_gate
-from trainpipe.spec.sections.kubernetes import label_value_problem, looks_like_credential, metadata_key_problem
+from trainpipe.spec.sections.kubernetes import (
+    NAME_PATTERN_MEANINGS,
+    key_syntax_problem,
+    label_value_problem,
+    looks_like_credential,
+    metadata_key_problem,
+)
 from trainpipe.spec.sections.params import OVERRIDABLE_PARAMS
 from trainpipe.spec.sections.pipeline import PipelineSpec, bounds_at, overridden_value, param_bounds
 from trainpipe.spec.sections.training import CATEGORICAL_ONLY_OPTIONS, NUMERIC_ONLY_OPTIONS
@@ -63,8 +70,11 @@ def _pydantic_problem(loaded: LoadedYaml, error: ErrorDetails) -> SpecProblem:
         return loaded.problem(path, f"unknown key; {hint}")
     if kind == "missing":
         return loaded.problem(path, "required field is missing; add it")
-    if kind == "string_pattern_mismatch" and str(error.get("ctx", {}).get("pattern", "")).startswith("^[A-Za-z]"):
+    pattern = str(error.get("ctx", {}).get("pattern", "")) if kind == "string_pattern_mismatch" else ""
+    if pattern.startswith("^[A-Za-z]"):
         return loaded.problem(path, f"must start with a letter and use only letters, digits, '_' and '-', got {error['input']!r}")
+    if pattern in NAME_PATTERN_MEANINGS:
+        return loaded.problem(path, f"{_shown(error['input'])} is not {NAME_PATTERN_MEANINGS[pattern]}; rename it")
     message = error["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
@@ -178,11 +188,6 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
                 f"gate '{gate}' is on the worst slice, but evaluation.slices names no column; add e.g. "
                 f"`slices: [region]` to evaluation, or gate the whole holdout with '{gate.metric} ...'")
     problems.extend(_slice_problems(loaded, label=label, group_column=group_column, task=task))
-    checkpoint = _get(data, "training", "checkpoint")
-    if isinstance(_get(data, "training", "early_stopping"), dict) and isinstance(checkpoint, dict) and (
-            checkpoint.get("keep_best") is False or checkpoint.get("validation_fraction") == 0):
-        add(("training", "early_stopping"), "early stopping judges the validation loss: keep "
-                                            "training.checkpoint.keep_best true and validation_fraction above 0")
 
     problems.extend(_alias_problems(loaded))
 
@@ -199,6 +204,7 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
             fix = f"did you mean `{close[0]}`?" if close else f"use one of {', '.join(sorted(TUNABLE_PARAMS))}"
             add(("tuning", "space", name), f"{name!r} is not a hyperparameter a trial can tune; {fix}")
     problems.extend(_launcher_problems(loaded))
+    problems.extend(_asset_schedule_problems(loaded))
     approval = _get(data, "registration", "approval")
     if isinstance(approval, dict) and approval.get("mode") == "none":
         for key in ("timeout", "on_timeout"):
@@ -212,6 +218,20 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
         add(("notify", "deadline"), f"needs Airflow's Deadline Alerts (Airflow {DEADLINE_AIRFLOW[0]}."
             f"{DEADLINE_AIRFLOW[1]} or later), and the Airflow here is {found}; upgrade Airflow or remove "
             "notify.deadline")
+    return problems
+
+
+def _asset_schedule_problems(loaded: LoadedYaml) -> list[SpecProblem]:
+    """schedule.assets: no userinfo, which Airflow drops with a warning (the DAG would wait for another asset than
+    the one written). Airflow's own Asset rules (the reserved airflow scheme, a bucket for s3, ...) are applied
+    when the DAG is built, located at the item (``dags.builder``): this stage imports no Airflow."""
+    from trainpipe.uris import userinfo_problem
+
+    assets = _get(loaded.data, "schedule", "assets")
+    problems: list[SpecProblem] = []
+    for index, uri in enumerate(assets if isinstance(assets, list) else []):
+        if isinstance(uri, str) and (problem := userinfo_problem(uri)) is not None:
+            problems.append(loaded.problem(("schedule", "assets", index), problem))
     return problems
 
 
@@ -382,6 +402,8 @@ def _backtest_alias_problems(loaded: LoadedYaml, registration: dict[str, Any],
         return []
     alias = backtest["alias"]
     where = ("registration", "backtest", "alias")
+    if not isinstance(alias, str):
+        return []  # pydantic reports the wrong type
     if backtest.get("register") is not True:
         return [loaded.problem(where, "an alias applies only with register: true (an unregistered backtest has no "
                                "version to name); set register: true or remove the alias")]
@@ -442,9 +464,10 @@ def _tuning_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem
             add((*here, distribution.kind), f"{name} is a whole number: use {{int: [low, high]}} or {{choice: [...]}}")
             continue
         for value in distribution.candidates:
-            if isinstance(value, bool) or not isinstance(value, int | float) or (kind == "int" and value != int(value)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or (
+                    kind == "int" and value != int(value)):
                 add((*here, distribution.kind), f"{value!r} is not a valid {'.'.join(path)}: it must be "
-                                                f"{'a whole number' if kind == 'int' else 'a number'}")
+                                                f"{'a whole number' if kind == 'int' else 'a finite number'}")
                 break
             broken = next((b for b in bounds_at(path) if not b.admits(value)), None)
             if broken is not None:
@@ -577,6 +600,20 @@ def _pod_metadata_problems(loaded: LoadedYaml, kubernetes: dict[str, Any]) -> li
                 problem = label_value_problem(value)
             if problem is not None:
                 problems.append(loaded.problem(path, problem))
+    capacity = kubernetes.get("capacity")
+    selectors: list[tuple[FieldPath, Any]] = [(("training", "kubernetes", "node_selector"), kubernetes.get("node_selector"))]
+    for kind in ("spot", "on_demand"):
+        placement = capacity.get(kind) if isinstance(capacity, dict) else None
+        if isinstance(placement, dict):
+            selectors.append((("training", "kubernetes", "capacity", kind, "node_selector"), placement.get("node_selector")))
+    for at, selector in selectors:
+        # Node labels are the cluster's (node.kubernetes.io/..., karpenter.sh/...): syntax only, no reserved domains.
+        for name, value in selector.items() if isinstance(selector, dict) else ():
+            problem = key_syntax_problem(str(name), what="node label")
+            if problem is None and isinstance(value, str):
+                problem = label_value_problem(value)
+            if problem is not None:
+                problems.append(loaded.problem((*at, name), problem))
     return problems
 
 
@@ -648,13 +685,20 @@ def _param_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]
 
 def _retry_resource_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem]:
     """training.kubernetes.on_oom and capacity against the resources and placement they change."""
-    from trainpipe.quantities import quantity_bytes
+    from trainpipe.quantities import quantity_bytes, quantity_value
 
     section = spec.training.kubernetes
     if section is None:
         return []
     base = ("training", "kubernetes")
     problems: list[SpecProblem] = []
+    resources = section.resources
+    for name, request, limit in (("cpu", resources.cpu, resources.limits.cpu),
+                                 ("memory", resources.memory, resources.limits.memory)):
+        if limit is not None and quantity_value(limit) < quantity_value(request):
+            problems.append(loaded.problem((*base, "resources", "limits", name), (
+                f"the {name} limit {limit} is below the request resources.{name} {request}, which Kubernetes refuses: "
+                f"raise the limit to at least {request}, or lower the request")))
     if section.on_oom is not None:
         ceiling = quantity_bytes(section.on_oom.max_memory)
         asked = [("memory", section.resources.memory), ("limits.memory", section.resources.limits.memory)]
@@ -693,6 +737,13 @@ def validate_loaded(loaded: LoadedYaml) -> PipelineSpec:
     reported = {(p.field_path, p.message) for p in problems}
     problems.extend(p for p in _semantic_problems(loaded) if (p.field_path, p.message) not in reported)
     if spec is not None:
+        checkpoint = spec.training.checkpoint
+        if spec.training.early_stopping is not None and (not checkpoint.keep_best
+                                                         or checkpoint.validation_fraction == 0):
+            # Judged on the validated values: a quoted "false" is False by then.
+            problems.append(loaded.problem(("training", "early_stopping"), (
+                "early stopping judges the validation loss: keep training.checkpoint.keep_best true and "
+                "validation_fraction above 0")))
         problems.extend(_param_problems(loaded, spec))
         problems.extend(_tuning_problems(loaded, spec))
         problems.extend(_retry_resource_problems(loaded, spec))

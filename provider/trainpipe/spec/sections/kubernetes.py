@@ -11,15 +11,27 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
+from trainpipe.quantities import QUANTITY_PATTERN
+from trainpipe.spec.sections.common import SpecModel
 from trainpipe.spec.types import Duration
 
-# A Kubernetes resource quantity: "500m", "4", "16Gi", "1.5".
-_QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 # Environment variable names that must come from a Secret, never from the YAML.
 _SECRET_LIKE = re.compile(r"(SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|API_KEY)", re.I)
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# Names of Secrets, service accounts and priority classes (at most 253 characters).
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_SECRET_DATA_KEY = r"^[-._a-zA-Z0-9]+$"
+# What each name pattern means, for error messages.
+NAME_PATTERN_MEANINGS = {
+    _DNS_LABEL: "a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit",
+    _DNS_SUBDOMAIN: "a DNS subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter or "
+                    "digit (e.g. 'ml-trainer')",
+    _SECRET_DATA_KEY: "a Secret key: letters, digits, '-', '_' and '.' only (no '/')",
+}
+# Kubernetes stores these in int32 fields.
+_INT32_MAX = 2**31 - 1
 # A label or annotation key: an optional DNS-subdomain prefix and "/", then a name (Kubernetes' syntax).
 _METADATA_KEY = re.compile(
     r"^(?:(?P<prefix>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/)?"
@@ -50,12 +62,20 @@ def reserved_key_domain(key: str) -> str | None:
     return None
 
 
-def metadata_key_problem(key: str, *, what: str) -> str | None:
-    """Why ``key`` cannot be a pod label or annotation key of a spec (None when it can)."""
+def key_syntax_problem(key: str, *, what: str) -> str | None:
+    """Why ``key`` is not a Kubernetes qualified name (label, annotation, node label or taint key)."""
     match = _METADATA_KEY.match(key)
     if match is None or len(key.rpartition("/")[2]) > 63 or len(match.group("prefix") or "") > 253:
         return (f"{key!r} is not a Kubernetes {what} key: an optional lowercase DNS prefix and '/', then a name of at "
                 "most 63 letters, digits, '-', '_' or '.' (e.g. 'team' or 'example.com/cost-center')")
+    return None
+
+
+def metadata_key_problem(key: str, *, what: str) -> str | None:
+    """Why ``key`` cannot be a pod label or annotation key of a spec (None when it can)."""
+    malformed = key_syntax_problem(key, what=what)
+    if malformed is not None:
+        return malformed
     domain = reserved_key_domain(key)
     if domain is not None:
         return (f"{key!r} is in the domain {domain}, which the cluster's own controllers read (queues, priorities, "
@@ -77,27 +97,26 @@ def looks_like_credential(name: str) -> bool:
 
 
 def _quantity(value: Any) -> Any:
-    # YAML reads `cpu: 4` as an int and `cpu: 0.5` as a float; Kubernetes wants strings.
+    # YAML reads `cpu: 4` as an int and `cpu: 0.5` as a float; Kubernetes wants strings. repr keeps every
+    # digit (format "g" rounded 17179869184 to 1.71799e+10) and writes inf and nan as the pattern refuses them.
     if isinstance(value, bool):
         return value
     if isinstance(value, int | float):
-        return format(value, "g")
+        value = repr(value)
+    if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity: a non-negative number with an optional unit, such "
+                         "as 500m, 4, 16Gi or 512Mi")
     return value
 
 
 Quantity = Annotated[
     str,
     BeforeValidator(_quantity),
-    Field(pattern=_QUANTITY),
     WithJsonSchema({
-        "anyOf": [{"type": "string", "pattern": _QUANTITY}, {"type": "number", "minimum": 0}],
+        "anyOf": [{"type": "string", "pattern": QUANTITY_PATTERN}, {"type": "number", "minimum": 0}],
         "description": "A Kubernetes quantity: '500m', '4', '16Gi', or a number.",
     }),
 ]
-
-
-class SpecModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
 class ResourceLimitsSpec(SpecModel):
@@ -155,8 +174,26 @@ class TolerationSpec(SpecModel):
         default=None, description="Taint effect to tolerate; all effects when omitted.", examples=["NoSchedule"]
     )
     toleration_seconds: int | None = Field(
-        default=None, ge=0, description="NoExecute only: how long the pod stays bound after the taint appears.", examples=[300]
+        default=None, ge=0, le=2**63 - 1,
+        description="NoExecute only: how long the pod stays bound after the taint appears.", examples=[300]
     )
+
+    @model_validator(mode="after")
+    def _as_kubernetes_admits(self) -> TolerationSpec:
+        # The API server refuses these only when the pod is created, long after the DAG was parsed.
+        if self.key is not None and (problem := key_syntax_problem(self.key, what="taint")) is not None:
+            raise ValueError(problem)
+        if self.operator == "Exists" and self.value is not None:
+            raise ValueError("operator Exists matches any value of the taint: remove value, or use operator Equal")
+        if self.operator == "Equal" and self.key is None:
+            raise ValueError("a toleration without a key tolerates every taint and needs operator Exists: add the "
+                             "taint's key, or set operator: Exists")
+        if self.value is not None and (problem := label_value_problem(self.value)) is not None:
+            raise ValueError(problem.replace("label value", "taint value"))
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("toleration_seconds applies only to effect NoExecute (how long a pod stays after the taint "
+                             "appears): set effect: NoExecute, or remove toleration_seconds")
+        return self
 
 
 class NodeRequirementSpec(SpecModel):
@@ -165,6 +202,25 @@ class NodeRequirementSpec(SpecModel):
         default="In", description="How the label is matched.", examples=["In"]
     )
     values: list[str] = Field(default_factory=list, description="Label values (In, NotIn, Gt, Lt).", examples=[["p4d.24xlarge"]])
+
+    @model_validator(mode="after")
+    def _as_kubernetes_admits(self) -> NodeRequirementSpec:
+        if (problem := key_syntax_problem(self.key, what="node label")) is not None:
+            raise ValueError(problem)
+        if self.operator in ("In", "NotIn"):
+            if not self.values:
+                raise ValueError(f"operator {self.operator} needs values: list the node label values to match, or use "
+                                 "operator Exists")
+            for value in self.values:
+                if (problem := label_value_problem(value)) is not None:
+                    raise ValueError(problem)
+        elif self.operator in ("Exists", "DoesNotExist"):
+            if self.values:
+                raise ValueError(f"operator {self.operator} looks at the key only: remove values, or use operator In")
+        elif len(self.values) != 1 or not re.fullmatch(r"[-+]?[0-9]+", self.values[0]):
+            raise ValueError(f"operator {self.operator} compares the node label with one whole number: write "
+                             "values: ['8'] (one value)")
+        return self
 
 
 class PreferredNodeSpec(NodeRequirementSpec):
@@ -186,9 +242,10 @@ class AffinitySpec(SpecModel):
 
 class SecretKeySpec(SpecModel):
     secret: str = Field(
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="Name of the Kubernetes Secret.", examples=["mlflow-credentials"]
+        max_length=253, pattern=_DNS_SUBDOMAIN, description="Name of the Kubernetes Secret.",
+        examples=["mlflow-credentials"],
     )
-    key: str = Field(description="Key inside the Secret.", examples=["token"])
+    key: str = Field(max_length=253, pattern=_SECRET_DATA_KEY, description="Key inside the Secret.", examples=["token"])
 
 
 class OnOomSpec(SpecModel):
@@ -257,10 +314,12 @@ SecretRef = Annotated[
     BeforeValidator(_secret_ref),
     WithJsonSchema({
         "anyOf": [
-            {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/.+$"},
+            {"type": "string", "pattern": rf"{_DNS_SUBDOMAIN[:-1]}/{_SECRET_DATA_KEY[1:]}"},
             {"type": "object", "properties": {
-                "secret": {"type": "string", "description": "Name of the Kubernetes Secret.", "examples": ["mlflow-credentials"]},
-                "key": {"type": "string", "description": "Key inside the Secret.", "examples": ["token"]},
+                "secret": {"type": "string", "maxLength": 253, "pattern": _DNS_SUBDOMAIN,
+                           "description": "Name of the Kubernetes Secret.", "examples": ["mlflow-credentials"]},
+                "key": {"type": "string", "maxLength": 253, "pattern": _SECRET_DATA_KEY,
+                        "description": "Key inside the Secret.", "examples": ["token"]},
             }, "required": ["secret", "key"], "additionalProperties": False},
         ],
         "description": "A key of a Kubernetes Secret: 'secret-name/key' or {secret: ..., key: ...}.",
@@ -271,7 +330,8 @@ SecretRef = Annotated[
 class KubernetesSpec(SpecModel):
     image: str = Field(description="Trainer image (see trainer_image/README.md).", examples=["ghcr.io/trainpipe/trainer:0.1.0"])
     namespace: str = Field(
-        default="default", pattern=_DNS_LABEL, description="Namespace of the training pods.", examples=["ml-training"]
+        default="default", max_length=63, pattern=_DNS_LABEL, description="Namespace of the training pods.",
+        examples=["ml-training"]
     )
     kubernetes_conn_id: str = Field(
         default="kubernetes_default",
@@ -279,14 +339,14 @@ class KubernetesSpec(SpecModel):
         examples=["kubernetes_default"],
     )
     service_account: str | None = Field(
-        default=None,
+        default=None, max_length=253, pattern=_DNS_SUBDOMAIN,
         description="Service account of the pods (e.g. one bound to a cloud role for the bucket).",
         examples=["trainer"],
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         default="IfNotPresent", description="Kubernetes imagePullPolicy.", examples=["IfNotPresent"]
     )
-    image_pull_secrets: list[str] = Field(
+    image_pull_secrets: list[Annotated[str, Field(max_length=253, pattern=_DNS_SUBDOMAIN)]] = Field(
         default_factory=list, description="Secrets (docker-registry) used to pull the image.", examples=[["ghcr-pull"]]
     )
     resources: ResourcesSpec = Field(
@@ -308,7 +368,10 @@ class KubernetesSpec(SpecModel):
         default_factory=AffinitySpec, description="Node affinity: required and preferred node labels.",
         examples=[{"preferred": [{"key": "cloud.google.com/gke-spot", "values": ["true"]}]}],
     )
-    priority_class: str | None = Field(default=None, description="PriorityClass of the pods.", examples=["training-high"])
+    priority_class: str | None = Field(
+        default=None, max_length=253, pattern=_DNS_SUBDOMAIN, description="PriorityClass of the pods.",
+        examples=["training-high"],
+    )
     queue: str | None = Field(
         default=None, max_length=63, pattern=_DNS_LABEL,
         description="Kueue LocalQueue (in the pods' namespace) the training waits in: the Job or pod is labelled "
@@ -340,7 +403,7 @@ class KubernetesSpec(SpecModel):
         description="Environment variables read from a Kubernetes Secret: NAME: 'secret-name/key'.",
         examples=[{"MLFLOW_TRACKING_TOKEN": "mlflow-credentials/token"}],
     )
-    env_from_secrets: list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]] = Field(
+    env_from_secrets: list[Annotated[str, Field(max_length=253, pattern=_DNS_SUBDOMAIN)]] = Field(
         default_factory=list,
         description="Secrets whose every key becomes an environment variable (e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).",
         examples=[["training-bucket-credentials"]],
@@ -352,7 +415,8 @@ class KubernetesSpec(SpecModel):
         examples=["16Gi"],
     )
     run_as_user: int = Field(
-        default=1000, ge=1, description="Non-root UID of the trainer (the image's `trainer` user).", examples=[1000]
+        default=1000, ge=1, le=_INT32_MAX, description="Non-root UID of the trainer (the image's `trainer` user).",
+        examples=[1000],
     )
     on_finish_action: Literal["delete_pod", "delete_succeeded_pod", "keep_pod"] = Field(
         default="delete_succeeded_pod",
@@ -375,7 +439,7 @@ class KubernetesSpec(SpecModel):
         default=timedelta(minutes=2), description="Time between SIGTERM and SIGKILL when a pod is stopped.", examples=["2m"]
     )
     max_pod_restarts: int = Field(
-        default=0, ge=0,
+        default=0, ge=0, le=_INT32_MAX,
         description="Multi-node: pod failures the Job tolerates (backoffLimit; torchrun --max_restarts). A restarted "
         "pod resumes from the latest checkpoint. 0 fails fast and leaves recovery to the Airflow retry.",
         examples=[0],

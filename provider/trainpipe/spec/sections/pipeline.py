@@ -6,7 +6,7 @@ import functools
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from trainpipe.spec.bounds import BoundKeyword, ParamBound
 from trainpipe.spec.sections.common import SpecModel
@@ -47,10 +47,26 @@ def _normalise_schedule(value: Any) -> Any:
             if value not in _SCHEDULE_PRESETS:
                 raise ValueError(f"unknown schedule preset {value!r}; use one of {', '.join(_SCHEDULE_PRESETS)}")
             return value
-        from croniter import croniter  # Airflow's own cron parser; imported here to keep model import cheap
+        # Airflow's own cron parser; imported here to keep the model's import cheap.
+        from croniter import CroniterBadDateError, croniter
 
         if not croniter.is_valid(value):
             raise ValueError(f"invalid cron expression {value!r}; expected five fields such as '0 0 * * *'")
+        try:
+            croniter(value, datetime(2025, 1, 1)).get_next(datetime)
+        except CroniterBadDateError:
+            # Airflow would register the DAG and never schedule it, with no error anywhere.
+            raise ValueError(f"cron expression {value!r} never fires: no month has that day (such as 31 April or "
+                             "30 February); fix the day of month or the month") from None
+    return value
+
+
+def _supported_start(value: datetime) -> datetime:
+    # Airflow steps back one interval from the start date to build the first data interval, and dates at
+    # either end of datetime's range overflow there (year 1 with @weekly).
+    if value.replace(tzinfo=None) < datetime(1970, 1, 1) or value.year > 2999:
+        raise ValueError(f"start_date {value.date()} is outside 1970-01-01 to 2999-12-31; write the first date the "
+                         "pipeline should run, such as 2025-01-01")
     return value
 
 
@@ -75,7 +91,7 @@ class PipelineSpec(SpecModel):
         description="Cron expression, preset (@daily), none (manual triggers only), or {assets: [...]} (data-aware).",
         examples=["0 0 * * *", "@daily", "none", {"assets": ["trainpipe://transactions_ingest/snapshot"]}],
     )
-    start_date: datetime = Field(
+    start_date: Annotated[datetime, AfterValidator(_supported_start)] = Field(
         default=datetime(2025, 1, 1, tzinfo=UTC),
         description="First logical date; runs are not back-filled (catchup off).",
         examples=["2025-01-01"],

@@ -45,7 +45,8 @@ class ModelSpec(SpecModel):
 class ElasticSpec(SpecModel):
     min_nodes: int = Field(ge=1, description="Training goes on with this many nodes when others were preempted.",
                            examples=[2])
-    max_nodes: int = Field(ge=1, description="Nodes (pods) the Job starts; a replaced pod rejoins.", examples=[4])
+    max_nodes: int = Field(ge=1, le=100_000, description="Nodes (pods) the Job starts; a replaced pod rejoins.",
+                           examples=[4])
 
     @model_validator(mode="after")
     def _ordered(self) -> ElasticSpec:
@@ -56,7 +57,10 @@ class ElasticSpec(SpecModel):
 
 class DistributedSpec(SpecModel):
     nproc_per_node: int = Field(default=1, ge=1, description="Processes per node (GPUs per node on a cluster).", examples=[2])
-    nnodes: int = Field(default=1, ge=1, description="Number of nodes (with elastic: max_nodes).", examples=[1])
+    nnodes: int = Field(
+        default=1, ge=1, le=100_000, description="Number of nodes (with elastic: max_nodes; at most an Indexed "
+        "Job's 100,000 completions).", examples=[1],
+    )
     elastic: ElasticSpec | None = Field(
         default=None,
         description="Kubernetes, ddp: keep training on between min_nodes and max_nodes nodes (torchrun "
