@@ -15,7 +15,7 @@ import pytest
 from tests.support import REPO
 from trainpipe.commands.main import main
 from trainpipe.compile.compiler import compile_file, compile_text
-from trainpipe.errors import SpecError
+from trainpipe.errors import SpecError, TrainpipeError
 from trainpipe.kubernetes.builders import TrainerLaunch, container_env
 from trainpipe.plan.launch import plan_launch
 from trainpipe.spec import environment
@@ -156,6 +156,25 @@ def test_a_plan_made_without_the_spec_stage_cannot_set_a_reserved_name():
                            airflow_run_id="r", try_number=1)
     env = {variable.name: variable.value for variable in container_env(plan, launch)}
     assert env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000" and env["NCCL_DEBUG"] == "WARN"
+
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "MLFLOW_TRACKING_URI", "PATH\u200b"])
+def test_a_plan_made_without_the_spec_stage_cannot_give_a_reserved_name_a_secret(name: str):
+    """Defence in depth for secret_env too: the pod's environment is never built with such a name."""
+    import dataclasses
+
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml")
+    assert plan.kubernetes is not None
+    forged = dataclasses.replace(plan, kubernetes=dataclasses.replace(
+        plan.kubernetes, secret_env={name: {"secret": "attacker-secret", "key": "payload"}}))
+    launch = TrainerLaunch(config_uri="s3://b/c.json", mlflow_tracking_uri="http://mlflow:5000", dag_id="d",
+                           airflow_run_id="r", try_number=1)
+    with pytest.raises(TrainpipeError, match=f"secret_env variable {re.escape(repr(name))} is refused"):
+        container_env(forged, launch)
+    # The spec's own Secret variable still reaches the pod, from its Secret.
+    honest = {v.name: v.value_from for v in container_env(plan, launch) if v.value_from is not None}
+    assert {n: (r.secret_key_ref.name, r.secret_key_ref.key) for n, r in honest.items()} == {
+        "MLFLOW_TRACKING_TOKEN": ("mlflow-credentials", "token")}
 
 
 def _payload(name: str) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import MissingExtraError, TrainpipeError
 from trainpipe.plan.launch import LaunchValues, resolve
+from trainpipe.spec.environment import env_name_problem, reserved_env_reason
 from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 if TYPE_CHECKING:
@@ -214,6 +215,12 @@ def container_env(plan: PipelinePlan, launch: TrainerLaunch) -> list[k8s.V1EnvVa
     then the spec's Secret variables."""
     models = k8s_models()
     k = _kubernetes(plan)
+    for name in k.secret_env:
+        # The spec stage refuses these at their line; checked again as the plain variables are
+        # (plan.launch), so a plan built another way cannot hand a reserved name a Secret's value.
+        problem = env_name_problem(name) or reserved_env_reason(name, from_secret=True)
+        if problem is not None:
+            raise TrainpipeError(f"{plan.dag_id}: secret_env variable {name!r} is refused: {problem}")
     env = [models.V1EnvVar(name=name, value=value) for name, value in _resolved(plan, launch).env.items()]
     env += [
         models.V1EnvVar(name=name, value_from=models.V1EnvVarSource(
