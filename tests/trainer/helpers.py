@@ -186,3 +186,11 @@ def file_digests(directory: Path) -> dict[str, str]:
         for p in sorted(directory.rglob("*"))
         if p.is_file()
     }
+
+
+def untracked_trainer(config: Any, env: Any) -> Any:
+    """A ``Trainer`` of ``config`` (a ``TrainingConfig``) on ``env`` with tracking off: the step loop alone."""
+    from trainpipe_trainer.tracking.tracker import Tracker
+    from trainpipe_trainer.trainer import Trainer
+
+    return Trainer(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))

@@ -16,7 +16,7 @@ from trainpipe_trainer.preemption import PreemptionWatcher
 from trainpipe_trainer.tracking.tracker import Tracker
 from trainpipe_trainer.trainer import Trainer
 
-from .helpers import BINARY_FEATURES, Datasets
+from .helpers import BINARY_FEATURES, Datasets, untracked_trainer
 
 
 class HostReads(TorchDispatchMode):
@@ -43,7 +43,7 @@ def _logging_every_3_steps(
         optimization={"gradient_clip_norm": 1.0, "gradient_accumulation_steps": 2},
     )
     config = TrainingConfig.from_dict(raw)
-    return Trainer(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
+    return untracked_trainer(config, env)
 
 
 def test_no_step_reads_a_tensor_value_between_log_intervals(
@@ -110,7 +110,7 @@ def test_a_zero_step_between_log_intervals_neither_reads_nor_synchronizes(
         strategy="deepspeed", deepspeed={"zero_stage": zero_stage},
     )
     config = TrainingConfig.from_dict(raw)
-    trainer = Trainer(config=config, env=deepspeed_env, tracker=Tracker(config=config.tracking, enabled=False))
+    trainer = untracked_trainer(config, deepspeed_env)
     steps = trainer.step_groups(trainer.batches.epoch(0))
     optimizer = trainer.strategy.engine.optimizer.optimizer  # torch's AdamW inside ZeRO's
     from deepspeed.accelerator import get_accelerator
@@ -150,7 +150,7 @@ def test_a_non_finite_zero_step_is_caught_at_the_next_sync_point(
                       optimization={"gradient_clip_norm": 1.0}, strategy="deepspeed", deepspeed={"zero_stage": 2},
                       fault_injection={"nan_loss_at_step": 2})
     config = TrainingConfig.from_dict(raw)
-    trainer = Trainer(config=config, env=deepspeed_env, tracker=Tracker(config=config.tracking, enabled=False))
+    trainer = untracked_trainer(config, deepspeed_env)
     steps = trainer.step_groups(trainer.batches.epoch(0))
     with PreemptionWatcher() as watcher:
         for _ in range(3):
@@ -198,7 +198,7 @@ def test_a_non_finite_step_is_caught_at_the_next_sync_point_and_named(
                       checkpoint={"every_n_steps": 1000, "keep_best": False}, tracking={"log_every_n_steps": 4},
                       fault_injection={"nan_loss_at_step": 2})
     config = TrainingConfig.from_dict(raw)
-    trainer = Trainer(config=config, env=env, tracker=Tracker(config=config.tracking, enabled=False))
+    trainer = untracked_trainer(config, env)
     steps = trainer.step_groups(trainer.batches.epoch(0))
     with PreemptionWatcher() as watcher:
         for _ in range(3):  # steps 1-3: no sync point yet, so no stop
