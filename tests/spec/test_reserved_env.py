@@ -19,9 +19,8 @@ from trainpipe.errors import SpecError, TrainpipeError
 from trainpipe.kubernetes.builders import TrainerLaunch, container_env
 from trainpipe.plan.launch import plan_launch
 from trainpipe.spec import environment
-from trainpipe.spec.environment import TORCHRUN_ENV, reserved_env_reason, trainer_environment
+from trainpipe.spec.environment import TORCHRUN_ENV, looks_like_credential, reserved_env_reason, trainer_environment
 from trainpipe.spec.loader import load_yaml_text
-from trainpipe.spec.sections.kubernetes import looks_like_credential
 from trainpipe.spec.validate import validate_loaded
 
 TEXT = """\
@@ -109,9 +108,9 @@ def test_secret_env_may_carry_credentials_but_not_what_trainpipe_sets():
                         "      MLFLOW_TRACKING_URI: mlflow/uri\n      LD_PRELOAD: x/y\n")
     assert _problems(text) == [
         f"k.yaml:{ENV_LINE + 1}:7: training.kubernetes.secret_env.MLFLOW_TRACKING_URI: 'MLFLOW_TRACKING_URI' is "
-        "reserved (trainpipe sets it for the trainer); remove it. Tuning variables such as NCCL_DEBUG are allowed",
+        "reserved (trainpipe sets it for the trainer); remove it, or name the variable the credential's program reads",
         f"k.yaml:{ENV_LINE + 2}:7: training.kubernetes.secret_env.LD_PRELOAD: 'LD_PRELOAD' is reserved (it makes the "
-        "dynamic loader run other code); remove it. Tuning variables such as NCCL_DEBUG are allowed",
+        "dynamic loader run other code); remove it, or name the variable the credential's program reads",
     ]
 
 
@@ -241,7 +240,7 @@ def test_secret_env_refuses_them_too_but_credentials_and_endpoints_stay():
     text = TEXT.replace("    env:\n      NCCL_DEBUG: WARN\n", f"    secret_env:\n{refs}")
     problems = _problems(text)
     assert [p.split(": ", 2)[1] for p in problems] == [f"training.kubernetes.secret_env.{name}" for name in refused]
-    assert all(p.endswith("; remove it. Tuning variables such as NCCL_DEBUG are allowed") for p in problems)
+    assert all(p.endswith("; remove it, or name the variable the credential's program reads") for p in problems)
 
 
 def test_tuning_reaches_the_pod_env(tmp_path: Path):
@@ -265,3 +264,55 @@ def test_the_kubernetes_guide_lists_every_reserved_name():
     missing += [f"`{prefix}*`" for prefix in environment._RESERVED_PREFIXES if f"`{prefix}*`" not in guide]
     missing += [f"`{suffix}`" for suffix in environment._RESERVED_SUFFIXES if f"`{suffix}`" not in guide]
     assert missing == []
+
+
+def _kubelet_expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' expansion of a container variable's value (third_party/forked/golang/expansion): $(NAME)
+    becomes the value of an earlier variable, $$ becomes $, anything else stays."""
+    out, i = [], 0
+    while i < len(value):
+        if value[i] == "$" and i + 1 < len(value):
+            if value[i + 1] == "$":
+                out.append("$")
+                i += 2
+                continue
+            if value[i + 1] == "(" and ")" in value[i + 2:]:
+                end = value.index(")", i + 2)
+                name = value[i + 2:end]
+                out.append(env.get(name, value[i:end + 1]))
+                i = end + 1
+                continue
+        out.append(value[i])
+        i += 1
+    return "".join(out)
+
+
+@pytest.mark.parametrize("written", ["$(MLFLOW_TRACKING_URI)", "{mlflow_tracking_uri}", "$$(MLFLOW_TRACKING_URI)",
+                                     "a$b $(MLFLOW_TRACKING_TOKEN)"])
+def test_a_spec_value_reaches_the_trainer_as_written_never_expanded_to_another_variable(written: str):
+    """A value that names another variable (the kubelet's $(NAME), trainpipe's own {placeholder}) would
+    put the tracking server's address, credentials included, into a variable the trainer prints
+    (TORCH_LOGS echoes a bad value into the pod log). Escaped, the trainer sees the text itself."""
+    server = "https://admin:S3CRET@mlflow.internal"
+    plan = compile_text(TEXT.replace("      NCCL_DEBUG: WARN\n", f"      NCCL_DEBUG: WARN\n      TORCH_LOGS: '{written}'\n"),
+                        "k.yaml", configs_root=REPO / "dag_configs")
+    launch = TrainerLaunch(config_uri="s3://b/c.json", mlflow_tracking_uri=server, dag_id="d", airflow_run_id="r",
+                           try_number=1)
+    variables = container_env(plan, launch)
+    # What the kubelet hands the process: every plain variable expanded in order, as the kubelet does.
+    seen: dict[str, str] = {}
+    for variable in variables:
+        if variable.value is not None:
+            seen[variable.name] = _kubelet_expand(variable.value, seen)
+    assert seen["TORCH_LOGS"] == written
+    assert seen["MLFLOW_TRACKING_URI"] == server  # trainpipe's own placeholder is still filled
+
+
+@pytest.mark.parametrize("name", ["TORCH_LOGS", "NCCL_DEBUG_SUBSYS", "TORCH_DISTRIBUTED_DEBUG", "RUN_NOTE"])
+def test_a_secret_goes_only_into_a_credential_variable_never_one_a_program_prints(name: str):
+    text = TEXT.replace("    env:\n      NCCL_DEBUG: WARN\n", f"    secret_env:\n      {name}: mlflow-credentials/password\n")
+    (problem,) = _problems(text)
+    assert f"training.kubernetes.secret_env.{name}: {name!r} is reserved (" in problem
+    assert "a Secret's value goes only into a credential's variable" in problem
+    # Plain, the same name is a tuning knob the spec may set.
+    assert reserved_env_reason(name) is None

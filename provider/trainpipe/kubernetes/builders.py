@@ -221,7 +221,10 @@ def container_env(plan: PipelinePlan, launch: TrainerLaunch) -> list[k8s.V1EnvVa
         problem = env_name_problem(name) or reserved_env_reason(name, from_secret=True)
         if problem is not None:
             raise TrainpipeError(f"{plan.dag_id}: secret_env variable {name!r} is refused: {problem}")
-    env = [models.V1EnvVar(name=name, value=value) for name, value in _resolved(plan, launch).env.items()]
+    # The kubelet expands $(NAME) in a value from the container's other variables, Secrets included, and
+    # reads $$ as $: a spec's value is escaped so it reaches the trainer exactly as written.
+    env = [models.V1EnvVar(name=name, value=value.replace("$", "$$") if name in k.env else value)
+           for name, value in _resolved(plan, launch).env.items()]
     env += [
         models.V1EnvVar(name=name, value_from=models.V1EnvVarSource(
             secret_key_ref=models.V1SecretKeySelector(name=ref["secret"], key=ref["key"])))

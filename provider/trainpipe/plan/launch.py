@@ -119,5 +119,8 @@ def resolve(launch: LaunchPlan, values: LaunchValues) -> ResolvedLaunch:
             text = text.replace(placeholder, value)
         return text
 
+    # Only trainpipe's own variables carry placeholders. A spec's value is passed as written, so
+    # "{mlflow_tracking_uri}" in it never becomes the server's address (and the credentials in it).
+    own = {name for name, _ in trainer_environment()}
     return ResolvedLaunch(argv=tuple(fill(arg) for arg in launch.argv),
-                          env={name: fill(value) for name, value in launch.env})
+                          env={name: fill(value) if name in own else value for name, value in launch.env})

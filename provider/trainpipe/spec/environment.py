@@ -118,6 +118,15 @@ _RESERVED_SUFFIXES = ("_PATH", "_DIR", "_DIRS", "_DIRECTORY", "_FILE", "_FILENAM
 _FROM_SECRETS_ALLOWED = ("MLFLOW_", "AWS_", "GOOGLE_", "AZURE_", "HF_", "HUGGING_FACE_")
 
 
+# Environment variable names that must come from a Secret, never from the YAML.
+_SECRET_LIKE = re.compile(r"(SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|API_KEY)", re.I)
+
+
+def looks_like_credential(name: str) -> bool:
+    """An environment variable name that must come from a Secret, never from the YAML."""
+    return bool(_SECRET_LIKE.search(name))
+
+
 # ASCII letters, digits and '_': a look-alike of a reserved name (full-width letters, a zero-width
 # space) is refused as a name rather than judged as some other variable.
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -143,4 +152,10 @@ def reserved_env_reason(name: str, *, from_secret: bool = False) -> str | None:
         return None  # e.g. AWS_SHARED_CREDENTIALS_FILE: the platform's Secret chose the path
     if upper.endswith(_RESERVED_SUFFIXES):
         return "it names a file, folder or library the process loads or writes"
+    if from_secret and not looks_like_credential(upper):
+        # The spec chooses the name, the platform the Secret: a setting such as TORCH_LOGS or
+        # NCCL_DEBUG_SUBSYS is printed by the program that reads it, so the Secret would reach the log.
+        return ("a Secret's value goes only into a credential's variable (a name with TOKEN, SECRET, PASSWORD, "
+                "CREDENTIAL, ACCESS_KEY, API_KEY or PRIVATE_KEY, or MLFLOW_, AWS_, GOOGLE_, AZURE_ or HF_): "
+                "another variable may be printed by the program that reads it")
     return None

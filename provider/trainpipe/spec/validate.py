@@ -18,14 +18,13 @@ from pydantic_core import ErrorDetails
 from trainpipe.errors import SpecError, SpecProblem
 from trainpipe.spec import expectations as expectation_table
 from trainpipe.spec import metric_names as metrics
-from trainpipe.spec.environment import env_name_problem, reserved_env_reason
+from trainpipe.spec.environment import env_name_problem, looks_like_credential, reserved_env_reason
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
 from trainpipe.spec.sections.evaluation import GateSpec, _parse_gate
 from trainpipe.spec.sections.kubernetes import (
     NAME_PATTERN_MEANINGS,
     key_syntax_problem,
     label_value_problem,
-    looks_like_credential,
     metadata_key_problem,
 )
 from trainpipe.spec.sections.params import OVERRIDABLE_PARAMS
@@ -631,12 +630,11 @@ def _environment_problems(loaded: LoadedYaml, kubernetes: dict[str, Any]) -> lis
             reason = reserved_env_reason(str(name), from_secret=from_secret)
             if reason is None or (not from_secret and looks_like_credential(str(name))):
                 continue  # a credential in plain env has its own message (spec.kubernetes)
-            fix = ("remove it" if from_secret else
+            fix = ("remove it, or name the variable the credential's program reads" if from_secret else
                    "remove it; credentials and endpoints come from a Secret the platform owns (secret_env or "
-                   "env_from_secrets)")
+                   "env_from_secrets). Tuning variables such as NCCL_DEBUG are allowed")
             problems.append(loaded.problem(("training", "kubernetes", key, name),
-                                           f"{name!r} is reserved ({reason}); {fix}. Tuning variables such as "
-                                           "NCCL_DEBUG are allowed"))
+                                           f"{name!r} is reserved ({reason}); {fix}"))
     return problems
 
 

@@ -14,11 +14,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from trainpipe.quantities import QUANTITY_PATTERN
+from trainpipe.spec.environment import looks_like_credential
 from trainpipe.spec.sections.common import SpecModel
 from trainpipe.spec.types import Duration
 
-# Environment variable names that must come from a Secret, never from the YAML.
-_SECRET_LIKE = re.compile(r"(SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|API_KEY)", re.I)
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # Names of Secrets, service accounts and priority classes (at most 253 characters).
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -89,11 +88,6 @@ def label_value_problem(value: str) -> str | None:
         return (f"{value!r} is not a Kubernetes label value: at most 63 letters, digits, '-', '_' or '.', starting and "
                 "ending with a letter or digit")
     return None
-
-
-def looks_like_credential(name: str) -> bool:
-    """An environment variable name that must come from a Secret, never from the YAML."""
-    return bool(_SECRET_LIKE.search(name))
 
 
 def _quantity(value: Any) -> Any:
