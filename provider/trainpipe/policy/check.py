@@ -10,13 +10,15 @@ defaults file it came from), else at the nearest section that is.
 from __future__ import annotations
 
 import functools
+import unicodedata
+import urllib.parse
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Any
 
 from trainpipe import uris
 from trainpipe.errors import SpecProblem
-from trainpipe.plan.model import PRIORITY_WEIGHTS, TeamPlan, priority_class_for
+from trainpipe.plan.model import PRIORITY_WEIGHTS, TeamPlan, model_asset_uri, priority_class_for, snapshot_asset_uri
 from trainpipe.policy import globs
 from trainpipe.policy.model import Policy, TeamPolicy
 from trainpipe.settings import FAULT_INJECTION_ENV
@@ -60,15 +62,17 @@ def check_spec(spec: PipelineSpec, loaded: LoadedYaml, *, policy: Policy | None,
     policy only fault injection is judged (allowed by ``fault_injection``, the platform's switch, alone)."""
     testing = spec.training.testing
     injects = testing.inject_nan_at_step is not None or testing.crash_first_try_after_step is not None
+    loops = _self_triggers(spec, loaded)
     if policy is None or team is None:
         if injects and not fault_injection:
-            return [loaded.problem(("training", "testing"), (
+            return [*loops, loaded.problem(("training", "testing"), (
                 "fault injection is for trainpipe's own tests and is off on this platform; remove training.testing "
                 f"(the platform enables it with {FAULT_INJECTION_ENV}=1, or per team with `testing: true` in its "
                 "policy)"))]
-        return []
+        return loops
     rules = policy.spec.teams[team]
     judge = _Judge(loaded, team)
+    judge.problems.extend(loops)
     if injects and not rules.testing:
         judge.refuse(("training", "testing"), "testing", "fault injection", "none (the team's `testing` is false)")
     _identity(judge, spec, rules)
@@ -77,6 +81,26 @@ def check_spec(spec: PipelineSpec, loaded: LoadedYaml, *, policy: Policy | None,
     _notify(judge, spec, rules)
     _limits(judge, spec, rules)
     return judge.problems
+
+
+def _self_triggers(spec: PipelineSpec, loaded: LoadedYaml) -> list[SpecProblem]:
+    """An asset schedule on the pipeline's own snapshot or model: each run would queue the next, training
+    without end and beyond any limits.min_schedule_interval. Compared as Airflow stores asset URIs."""
+    schedule = spec.schedule
+    if isinstance(schedule, str) or schedule is None:
+        return []
+    own = {_asset_key(snapshot_asset_uri(spec.pipeline_id)): "snapshot",
+           _asset_key(model_asset_uri(spec.pipeline_id)): "model"}
+    return [loaded.problem(("schedule", "assets", index), (
+        f"{uri!r} is this pipeline's own {own[_asset_key(uri)]} asset: each run would start the next, without end; "
+        "schedule on another pipeline's asset, or use a cron schedule"))
+        for index, uri in enumerate(schedule.assets) if _asset_key(uri) in own]
+
+
+def _asset_key(uri: str) -> tuple[str, str, str]:
+    # Airflow's normalisation of an asset URI: scheme lower-cased, trailing '/' and the fragment dropped.
+    parts = urllib.parse.urlsplit(uri)
+    return parts.scheme.lower(), parts.netloc, parts.path.rstrip("/")
 
 
 def _identity(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
@@ -88,7 +112,7 @@ def _identity(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
                      f"names starting with {rules.model_name_prefix!r}")
     for index, tag in enumerate(spec.tags):
         # Any spelling a reader or filter would take for the team tag (" Team:search").
-        if tag.strip().lower().startswith("team:"):
+        if unicodedata.normalize("NFKC", tag).strip().casefold().startswith("team:"):
             judge.refuse(("tags", index), "team tag", tag, f"none: trainpipe adds 'team:{judge.team}' itself")
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import re
+import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -70,6 +72,23 @@ def _supported_start(value: datetime) -> datetime:
     return value
 
 
+def _plain_tag(tag: str) -> str:
+    # A tag is read by people and filters in the UI: one that only looks like another (a zero-width space,
+    # a full-width colon, a Cyrillic 'е' in 'team') would pass for a tag it is not, such as another team's.
+    hidden = next((c for c in tag if unicodedata.category(c) in ("Cc", "Cf", "Co", "Cs", "Zl", "Zp")), None)
+    if hidden is not None:
+        raise ValueError(f"{tag!r} contains the invisible or control character U+{ord(hidden):04X}; remove it")
+    plain = unicodedata.normalize("NFKC", tag)
+    if plain != tag:
+        raise ValueError(f"{tag!r} uses full-width or styled characters; write it as {plain!r}")
+    for word in re.findall(r"[^\W\d_]+", tag):
+        scripts = {unicodedata.name(c, "?").split(" ")[0] for c in word}
+        if "LATIN" in scripts and len(scripts) > 1:
+            raise ValueError(f"{tag!r} mixes Latin letters with look-alike letters of another script in {word!r} "
+                             f"({', '.join(sorted(scripts))}); write each word in one script")
+    return tag
+
+
 # Airflow's own bounds, refused here with the line rather than when the DAG is built or stored: a DAG id
 # (validate_key), a tag (TAG_MAX_LEN) and the owners column (tests/spec/test_validate.py compares them).
 DAG_ID_MAX_LENGTH, TAG_MAX_LENGTH, OWNER_MAX_LENGTH = 250, 100, 2000
@@ -84,7 +103,7 @@ class PipelineSpec(SpecModel):
     description: str = Field(default="", description="Shown in the Airflow UI.", examples=["Nightly fraud model retrain"])
     owner: str = Field(default="trainpipe", max_length=OWNER_MAX_LENGTH, description="Airflow owner.",
                        examples=["risk-ml"])
-    tags: list[Annotated[str, Field(min_length=1, max_length=TAG_MAX_LENGTH)]] = Field(
+    tags: list[Annotated[str, Field(min_length=1, max_length=TAG_MAX_LENGTH), AfterValidator(_plain_tag)]] = Field(
         default_factory=list, description="Airflow DAG tags.", examples=[["fraud"]])
     schedule: Annotated[str | AssetScheduleSpec | None, BeforeValidator(_normalise_schedule)] = Field(
         default=None,
