@@ -14,7 +14,8 @@ from trainpipe.compile.compiler import compile_directory
 
 LOOKALIKES = [
     ("team\u200b:search", "contains the invisible or control character U+200B"),
-    ("t\u0435am:search", "mixes Latin letters with look-alike letters of another script"),
+    ("t\u0435am:search",
+     "mixes Latin letters with look-alike letters of another script in 't\u0435am' (U+0435 CYRILLIC SMALL LETTER IE)"),
     ("team\uff1asearch", "uses full-width or styled characters; write it as 'team:search'"),
     ("TEAM:search", "not allowed by policy"),
 ]

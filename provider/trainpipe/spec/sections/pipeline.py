@@ -84,8 +84,10 @@ def _plain_tag(tag: str) -> str:
     for word in re.findall(r"[^\W\d_]+", tag):
         scripts = {unicodedata.name(c, "?").split(" ")[0] for c in word}
         if "LATIN" in scripts and len(scripts) > 1:
+            # Named by code point: the look-alike is, by design, invisible in the quoted tag.
+            other = next(c for c in word if not unicodedata.name(c, "?").startswith("LATIN"))
             raise ValueError(f"{tag!r} mixes Latin letters with look-alike letters of another script in {word!r} "
-                             f"({', '.join(sorted(scripts))}); write each word in one script")
+                             f"(U+{ord(other):04X} {unicodedata.name(other, '?')}); write each word in one script")
     return tag
 
 
