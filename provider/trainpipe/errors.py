@@ -7,6 +7,7 @@ column, field path and, where one is known, the fix.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class TrainpipeError(Exception):
@@ -131,3 +132,11 @@ class ReproduceError(TrainpipeError):
 class PolicyViolationError(TrainpipeError):
     """At run time, something the platform policy does not allow the pipeline's team (a data path
     outside its URIs): refused before any read or write (ADR 0014)."""
+
+
+def shown_value(value: Any, limit: int = 80) -> str:
+    """A value as an error message quotes it: a long one cut, with its length (a message is one line)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(value) if isinstance(value, str) else len(text)} characters)"

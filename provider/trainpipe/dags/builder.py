@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetAll, AssetAny, BaseOperator, Param
 
-from trainpipe.errors import SpecFieldError
+from trainpipe.errors import SpecFieldError, shown_value
 from trainpipe.operators.pipeline import (
     EvaluateOperator,
     GateOperator,
@@ -132,7 +132,7 @@ def _asset(uri: str, field_path: tuple[str | int, ...]) -> Asset:
     try:
         return Asset(uri)
     except (ValueError, TypeError) as err:
-        raise SpecFieldError(f"{uri[:80]!r}{'...' if len(uri) > 80 else ''} is not an Airflow asset URI ({err}); "
+        raise SpecFieldError(f"{shown_value(uri)} is not an Airflow asset URI ({err}); "
                              "write one such as trainpipe://fraud_detector/model", field_path=field_path) from None
 
 

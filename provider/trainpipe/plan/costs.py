@@ -78,8 +78,6 @@ def selects_spot_only(node_selector: dict[str, str], required: Sequence[Mapping[
     return False
 
 
-
-
 def format_usage(gpu_hours: float, cpu_hours: float, cost: float | None) -> str:
     """One short human line: ``0.50 GPU-hours, 2.00 CPU-hours, cost 1.25``."""
     text = f"{gpu_hours:.3g} GPU-hours, {cpu_hours:.3g} CPU-hours"

@@ -10,7 +10,6 @@ defaults file it came from), else at the nearest section that is.
 from __future__ import annotations
 
 import functools
-import unicodedata
 import urllib.parse
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -111,8 +110,9 @@ def _identity(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
         judge.refuse(("registration", "model_name"), "model_name_prefix", name,
                      f"names starting with {rules.model_name_prefix!r}")
     for index, tag in enumerate(spec.tags):
-        # Any spelling a reader or filter would take for the team tag (" Team:search").
-        if unicodedata.normalize("NFKC", tag).strip().casefold().startswith("team:"):
+        # Any spelling a reader or filter would take for the team tag (" Team:search"); look-alike letters
+        # and invisible characters never get here (spec.sections.pipeline refuses them in any tag).
+        if tag.strip().lower().startswith("team:"):
             judge.refuse(("tags", index), "team tag", tag, f"none: trainpipe adds 'team:{judge.team}' itself")
 
 

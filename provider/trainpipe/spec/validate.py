@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from trainpipe.errors import SpecError, SpecProblem
+from trainpipe.errors import SpecError, SpecProblem, shown_value
 from trainpipe.spec import expectations as expectation_table
 from trainpipe.spec import metric_names as metrics
 from trainpipe.spec.environment import env_name_problem, looks_like_credential, reserved_env_reason
@@ -73,23 +73,15 @@ def _pydantic_problem(loaded: LoadedYaml, error: ErrorDetails) -> SpecProblem:
     if pattern.startswith("^[A-Za-z]"):
         return loaded.problem(path, f"must start with a letter and use only letters, digits, '_' and '-', got {error['input']!r}")
     if pattern in NAME_PATTERN_MEANINGS:
-        return loaded.problem(path, f"{_shown(error['input'])} is not {NAME_PATTERN_MEANINGS[pattern]}; rename it")
+        return loaded.problem(path, f"{shown_value(error['input'])} is not {NAME_PATTERN_MEANINGS[pattern]}; rename it")
     message = error["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
     if kind not in {"value_error", "assertion_error"} and "input" in error and not isinstance(error["input"], dict | list):
-        message += f", got {_shown(error['input'])}"
+        message += f", got {shown_value(error['input'])}"
     if kind == "string_too_long":
         message += "; shorten it"
     return loaded.problem(path, message)
-
-
-def _shown(value: Any, limit: int = 80) -> str:
-    """A value as an error message quotes it: a long one cut, with its length (a message is one line)."""
-    text = repr(value)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(value) if isinstance(value, str) else len(text)} characters)"
 
 
 def _expectation_problems(loaded: LoadedYaml, index: int, item: Any) -> list[SpecProblem]:

@@ -83,9 +83,9 @@ def metadata_key_problem(key: str, *, what: str) -> str | None:
     return None
 
 
-def label_value_problem(value: str) -> str | None:
+def label_value_problem(value: str, *, what: str = "label") -> str | None:
     if len(value) > 63 or not _LABEL_VALUE.match(value):
-        return (f"{value!r} is not a Kubernetes label value: at most 63 letters, digits, '-', '_' or '.', starting and "
+        return (f"{value!r} is not a Kubernetes {what} value: at most 63 letters, digits, '-', '_' or '.', starting and "
                 "ending with a letter or digit")
     return None
 
@@ -182,8 +182,8 @@ class TolerationSpec(SpecModel):
         if self.operator == "Equal" and self.key is None:
             raise ValueError("a toleration without a key tolerates every taint and needs operator Exists: add the "
                              "taint's key, or set operator: Exists")
-        if self.value is not None and (problem := label_value_problem(self.value)) is not None:
-            raise ValueError(problem.replace("label value", "taint value"))
+        if self.value is not None and (problem := label_value_problem(self.value, what="taint")) is not None:
+            raise ValueError(problem)
         if self.toleration_seconds is not None and self.effect != "NoExecute":
             raise ValueError("toleration_seconds applies only to effect NoExecute (how long a pod stays after the taint "
                              "appears): set effect: NoExecute, or remove toleration_seconds")
