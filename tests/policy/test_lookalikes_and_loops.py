@@ -1,6 +1,7 @@
 """Two ways a spec passed every rule and still took what the platform did not give it (red-team, twelfth
 session): a tag that only looks like another team's, and an asset schedule on the pipeline's own asset,
-which starts each run from the one before, without end and beyond limits.min_schedule_interval."""
+which starts each run from the one before, without end and beyond limits.min_schedule_interval; and the
+same loop through several specs (each on another's asset)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from tests.policy.conftest import POLICY, compliant_spec
 from trainpipe.compile.compiler import compile_directory
+from trainpipe.compile.plan_cache import PlanCache
 
 LOOKALIKES = [
     ("team\u200b:search", "contains the invisible or control character U+200B"),
@@ -70,3 +72,53 @@ def test_a_schedule_on_the_pipeline_s_own_asset_is_refused_at_the_item(
     loop["schedule"] = {"assets": ["trainpipe://risk_upstream/model"]}
     write_spec(loop, "risk/loop.yaml")
     assert {p.dag_id for p in compile_directory(configs).plans.values()} == {"risk_upstream", "risk_loop"}
+
+
+@pytest.mark.parametrize("policy", [False, True], ids=["no-policy", "policy"])
+def test_pipelines_that_start_each_other_are_all_refused_and_recover_when_the_loop_is_broken(
+        configs: Path, write_spec: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, policy: bool) -> None:
+    """A on B's model and B on A's snapshot (any mode, beside an outside asset): any one run starts the other
+    without end. Both are refused at the item that closes the loop, whichever file comes first; a pipeline
+    that only follows the loop (C) keeps its DAG; cached plans are judged the same."""
+    if policy:
+        monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
+    a = compliant_spec("risk_a")
+    a["schedule"] = {"assets": ["s3://landing/transactions", "trainpipe://risk_b/model"], "mode": "any"}
+    b = compliant_spec("risk_b")
+    b["schedule"] = {"assets": ["TRAINPIPE://risk_a/snapshot/"]}
+    c = compliant_spec("risk_c")
+    c["schedule"] = {"assets": ["trainpipe://risk_a/model"]}
+    lines = {name: _line_of(write_spec(spec, f"risk/{name}"), uri) for name, spec, uri in [
+        ("a.yaml", a, "trainpipe://risk_b/model"), ("b.yaml", b, "TRAINPIPE://risk_a/snapshot/")]}
+    write_spec(c, "risk/c.yaml")
+    for _ in range(2):  # compiled, then every plan from the cache (a later parse)
+        cache = PlanCache(configs.resolve(), "all", home=tmp_path / "home").load()
+        result = compile_directory(configs, relative_to=configs.parent, cache=cache)
+        assert set(result.plans) == {"risk_c"}
+        located = {name: [(p.field_path, p.line) for p in error.problems] for name, error in result.errors.items()}
+        assert located == {"dag_configs/risk/a.yaml": [("schedule.assets[1]", lines["a.yaml"])],
+                           "dag_configs/risk/b.yaml": [("schedule.assets[0]", lines["b.yaml"])]}, located
+        message = result.errors["dag_configs/risk/a.yaml"].problems[0].message
+        assert "start each other without end: risk_a (dag_configs/risk/a.yaml), risk_b (dag_configs/risk/b.yaml)" in message
+        cache.save()
+    assert result.cached == {"dag_configs/risk/a.yaml", "dag_configs/risk/b.yaml", "dag_configs/risk/c.yaml"}
+
+    b["schedule"] = "@daily"
+    write_spec(b, "risk/b.yaml")
+    assert set(compile_directory(configs, relative_to=configs.parent, cache=cache).plans) == {"risk_a", "risk_b", "risk_c"}
+
+
+def test_an_all_schedule_that_also_waits_for_an_outside_asset_is_no_loop(
+        configs: Path, write_spec: Callable[..., Path]) -> None:
+    a = compliant_spec("risk_a")
+    a["schedule"] = {"assets": ["s3://landing/transactions", "trainpipe://risk_b/model"], "mode": "all"}
+    b = compliant_spec("risk_b")
+    b["schedule"] = {"assets": ["trainpipe://risk_a/model"]}
+    write_spec(a, "risk/a.yaml")
+    write_spec(b, "risk/b.yaml")
+    result = compile_directory(configs)
+    assert set(result.plans) == {"risk_a", "risk_b"} and not result.errors
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(number for number, line in enumerate(path.read_text().splitlines(), 1) if text in line)

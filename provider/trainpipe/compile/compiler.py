@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from trainpipe.compile.spec_files import DEFAULTS_FILE, list_specs
 from trainpipe.errors import MissingExtraError, SpecError, SpecFieldError, SpecProblem
 from trainpipe.plan.build import build_plan
-from trainpipe.plan.model import PipelinePlan
+from trainpipe.plan.model import AssetSchedule, PipelinePlan, asset_key
 from trainpipe.settings import POLICY_ENV, Settings
 from trainpipe.spec.loader import LoadedYaml, format_path, load_yaml_text, merge_defaults, read_spec_text
 
@@ -295,7 +295,45 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
         for name, loaded, path in declaring:
             others = ", ".join(other for other, _, _ in declaring if other != name)
             result.errors[name] = _duplicate(loaded, path, name, dag_id, f"is also declared in {others}")
+    _refuse_trigger_loops(result, {dag_id: declaring[0] for dag_id, declaring in owners.items()})
     return result
+
+
+def _refuse_trigger_loops(result: CompileResult, declared: dict[str, tuple[str, LoadedYaml | None, Path]]) -> None:
+    """Refuse every pipeline of a loop of asset schedules (A on B's model, B on A's): one run would start
+    the next without end, beyond any limits.min_schedule_interval. A spec on its own assets is refused
+    by the policy check already; this finds loops through several specs of one compile.
+
+    The loop is the largest set of asset-scheduled pipelines in which each one is started by the set
+    (``any``: one of its assets comes from the set; ``all``: every one does) and starts one of the set.
+    Like duplicate ids, no file wins by its path: each spec of the loop is refused."""
+    producers: dict[tuple[str, str, str], str] = {}
+    for dag_id, plan in result.plans.items():
+        for task in plan.tasks:
+            for uri in task.outlets:
+                producers[asset_key(uri)] = dag_id
+    scheduled = {dag_id: plan.schedule for dag_id, plan in result.plans.items() if isinstance(plan.schedule, AssetSchedule)}
+    sources = {dag_id: [producers.get(asset_key(uri)) for uri in schedule.uris] for dag_id, schedule in scheduled.items()}
+    loop = set(scheduled)
+    while True:
+        starting = {source for dag_id in loop for source in sources[dag_id]}
+        kept = {dag_id for dag_id in loop if dag_id in starting
+                and (any if scheduled[dag_id].mode == "any" else all)(source in loop for source in sources[dag_id])}
+        if kept == loop:
+            break
+        loop = kept
+    if not loop:
+        return
+    members = ", ".join(f"{dag_id} ({declared[dag_id][0]})" for dag_id in sorted(loop))
+    for dag_id in sorted(loop):
+        name, loaded, path = declared[dag_id]
+        if loaded is None:  # the plan came from the cache: the YAML is read again to locate the error
+            loaded = load_yaml_text(read_spec_text(path, name), name)
+        del result.plans[dag_id]
+        result.errors[name] = SpecError([loaded.problem(("schedule", "assets", index), (
+            f"{uri!r} is updated by pipeline {producers[asset_key(uri)]!r}, and these pipelines start each other "
+            f"without end: {members}; schedule one of them by cron, or on an asset from outside the loop"))
+            for index, uri in enumerate(scheduled[dag_id].uris) if producers.get(asset_key(uri)) in loop])
 
 
 def _compile_in_folder(path: Path, name: str, defaults: _DefaultsCache, only_pipeline: str | None,

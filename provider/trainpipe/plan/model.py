@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import urllib.parse
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,12 @@ def snapshot_asset_uri(pipeline_id: str) -> str:
 
 def model_asset_uri(pipeline_id: str) -> str:
     return f"trainpipe://{pipeline_id}/model"
+
+
+def asset_key(uri: str) -> tuple[str, str, str]:
+    """An asset URI as Airflow compares it: scheme lower-cased, a trailing '/' and the fragment dropped."""
+    parts = urllib.parse.urlsplit(uri)
+    return parts.scheme.lower(), parts.netloc, parts.path.rstrip("/")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

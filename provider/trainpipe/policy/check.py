@@ -10,14 +10,20 @@ defaults file it came from), else at the nearest section that is.
 from __future__ import annotations
 
 import functools
-import urllib.parse
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Any
 
 from trainpipe import uris
 from trainpipe.errors import SpecProblem
-from trainpipe.plan.model import PRIORITY_WEIGHTS, TeamPlan, model_asset_uri, priority_class_for, snapshot_asset_uri
+from trainpipe.plan.model import (
+    PRIORITY_WEIGHTS,
+    TeamPlan,
+    asset_key,
+    model_asset_uri,
+    priority_class_for,
+    snapshot_asset_uri,
+)
 from trainpipe.policy import globs
 from trainpipe.policy.model import Policy, TeamPolicy
 from trainpipe.settings import FAULT_INJECTION_ENV
@@ -88,18 +94,12 @@ def _self_triggers(spec: PipelineSpec, loaded: LoadedYaml) -> list[SpecProblem]:
     schedule = spec.schedule
     if isinstance(schedule, str) or schedule is None:
         return []
-    own = {_asset_key(snapshot_asset_uri(spec.pipeline_id)): "snapshot",
-           _asset_key(model_asset_uri(spec.pipeline_id)): "model"}
+    own = {asset_key(snapshot_asset_uri(spec.pipeline_id)): "snapshot",
+           asset_key(model_asset_uri(spec.pipeline_id)): "model"}
     return [loaded.problem(("schedule", "assets", index), (
-        f"{uri!r} is this pipeline's own {own[_asset_key(uri)]} asset: each run would start the next, without end; "
+        f"{uri!r} is this pipeline's own {own[asset_key(uri)]} asset: each run would start the next, without end; "
         "schedule on another pipeline's asset, or use a cron schedule"))
-        for index, uri in enumerate(schedule.assets) if _asset_key(uri) in own]
-
-
-def _asset_key(uri: str) -> tuple[str, str, str]:
-    # Airflow's normalisation of an asset URI: scheme lower-cased, trailing '/' and the fragment dropped.
-    parts = urllib.parse.urlsplit(uri)
-    return parts.scheme.lower(), parts.netloc, parts.path.rstrip("/")
+        for index, uri in enumerate(schedule.assets) if asset_key(uri) in own]
 
 
 def _identity(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
