@@ -167,7 +167,7 @@ class _DefaultsCache:
         if path not in self._texts:
             name = _display(path, self.base)
             try:
-                self._texts[path] = (name, read_spec_text(path, name))
+                self._texts[path] = (name, read_spec_text(path, name, inside=self.root))
             except FileNotFoundError:
                 self._texts[path] = None
         return self._texts[path]
@@ -211,7 +211,10 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
              settings: Settings | None = None) -> tuple[LoadedYaml, PipelinePlan]:
     name = display_name or str(path)
     if text is None:
-        text = read_spec_text(path, name)
+        # A link is judged where it lies (its folder's specs root), not where it points.
+        inside = (defaults.root if defaults is not None else configs_root.resolve() if configs_root is not None
+                  else configs_root_for(path.parent.resolve() / "_"))
+        text = read_spec_text(path, name, inside=inside)
     loaded = load_yaml_text(text, name)
     where = path
     if defaults is None:
@@ -342,7 +345,7 @@ def _compile_in_folder(path: Path, name: str, defaults: _DefaultsCache, only_pip
     The ``LoadedYaml`` is None for a plan from the cache (it is only needed to locate an error)."""
     text = None
     if only_pipeline is not None or cache is not None:
-        text = read_spec_text(path, name)
+        text = read_spec_text(path, name, inside=defaults.root)
         # A cheap look at the top-level `pipeline_id:` line; a file where it finds none is compiled
         # (one that cannot be decoded is reported).
         match = _PIPELINE_ID_LINE.search(text) if only_pipeline is not None else None

@@ -285,11 +285,11 @@ def _read_airflow_fingerprint() -> str:
 
 def declared_pipeline_id(path: str) -> str | None:
     """The id a file's top-level ``pipeline_id:`` line names (the quick look of a task run), or None
-    (no such line, or unreadable: the file's own shard reports it)."""
+    (no such line, unreadable, or a link: the file's own shard reports it)."""
     from trainpipe.compile.compiler import _PIPELINE_ID_LINE
 
-    try:
-        with open(path, "rb", buffering=0) as handle:
+    try:  # never through a link: a linked spec's own shard reads it, only when it points inside the folder
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW), "rb", buffering=0) as handle:
             head = handle.read(1 << 20)
     except OSError:
         return None

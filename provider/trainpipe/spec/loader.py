@@ -6,6 +6,7 @@ kept on the side, keyed by the field path, so later stages can point at ``file:l
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass, field
@@ -325,12 +326,28 @@ def load_yaml_text(text: str, file: str) -> LoadedYaml:
     return loaded
 
 
-def read_spec_text(path: Path, display_name: str | None = None) -> str:
+def read_spec_text(path: Path, display_name: str | None = None, *, inside: Path | None = None) -> str:
     """The text of a spec or defaults file: refused by size before it is read in full, and located
-    at the first byte that is not UTF-8. ``OSError`` (missing, unreadable) is the caller's."""
+    at the first byte that is not UTF-8. ``OSError`` (missing, unreadable) is the caller's.
+
+    ``inside``: the specs folder (resolved) the file belongs to. A symbolic link is then followed only
+    to a file inside it; one to anywhere else is refused unread, the same whether its target exists or
+    not, so no error ever shows a line of a worker's file (``/etc/shadow``, a token) or says it exists."""
     file = display_name or str(path)
     # Non-blocking, so that a named pipe dropped into the folder is refused instead of hanging the parse.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    flags = os.O_RDONLY | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags if inside is None else flags | os.O_NOFOLLOW)
+    except OSError as err:
+        if inside is None or err.errno != errno.ELOOP:
+            raise
+        # A link (the common case pays nothing: a plain file opens at once): its target, if inside.
+        target = Path(os.path.realpath(path))
+        if not target.is_relative_to(inside):
+            raise SpecError([SpecProblem(file, 1, 1, "", (
+                "a symbolic link to a file outside the specs folder; trainpipe reads only the specs folder's own "
+                "files: copy the file into the folder, or link to a file inside it"))]) from None
+        fd = os.open(target, flags | os.O_NOFOLLOW)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
