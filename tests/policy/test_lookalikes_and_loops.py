@@ -122,3 +122,28 @@ def test_an_all_schedule_that_also_waits_for_an_outside_asset_is_no_loop(
 
 def _line_of(path: Path, text: str) -> int:
     return next(number for number, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_a_team_without_prefixes_cannot_write_in_another_team_s(
+        configs: Path, write_spec: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A team the policy gives no prefix (a sandbox) took risk's pipeline id, which refused both files as
+    duplicates (risk's DAG was gone), and risk's model name, which register claims and promote moves."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.read_text().replace("teams:\n", "teams:\n  sandbox:\n    folders: [\"sandbox/**\"]\n", 1))
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
+    write_spec(compliant_spec("risk_fraud"), "risk/fraud.yaml")
+    write_spec(compliant_spec("risk_fraud", model_name="sandbox_fraud"), "sandbox/same_id.yaml")
+    write_spec(compliant_spec("sandbox_fraud", model_name="risk_fraud"), "sandbox/same_model.yaml")
+    write_spec(compliant_spec("sandbox_own"), "sandbox/own.yaml")
+
+    result = compile_directory(configs, relative_to=configs.parent)
+
+    assert set(result.plans) == {"risk_fraud", "sandbox_own"}
+    assert result.plans["risk_fraud"].spec_file == "dag_configs/risk/fraud.yaml"
+    refused = {name: [(p.field_path, p.message) for p in error.problems] for name, error in result.errors.items()}
+    assert refused == {
+        "dag_configs/sandbox/same_id.yaml": [("pipeline_id", "not allowed by policy (team sandbox, rule pipeline_id_prefix): "
+                                              "'risk_fraud'; allowed: ids not starting with 'risk_' (team risk's prefix)")],
+        "dag_configs/sandbox/same_model.yaml": [("registration.model_name", "not allowed by policy (team sandbox, rule "
+                                                 "model_name_prefix): 'risk_fraud'; allowed: names not starting with "
+                                                 "'risk_' (team risk's prefix)")]}

@@ -86,6 +86,8 @@ CASES = [
     # /dev/shm is memory-backed: a huge one is a huge pod.
     ("kubernetes.max_memory_per_pod", {f"{K8S}.shm_size": "100Ti"}, f"{K8S}.shm_size", "100Ti"),
     ("limits.max_retries", {f"{K8S}.max_pod_restarts": 1000000}, f"{K8S}.max_pod_restarts", "1000000"),
+    # An elastic Job adds them to torchrun's --max_restarts, which restarts a crashing trainer that often.
+    ("limits.max_retries", {"training.preemption": {"max_restarts": 50}}, "training.preemption.max_restarts", "50"),
     ("limits.max_nproc_per_node", {"training.distributed.nproc_per_node": 8, f"{K8S}.resources.gpus": 0},
      "training.distributed.nproc_per_node", "8"),
     ("data.uris", {"data.uri": "s3://search-data/clicks/", "data.conn_id": "aws_risk"}, "data.uri", "search-data"),
@@ -208,15 +210,18 @@ def test_a_spec_in_no_teams_folder_is_refused_without_a_default_team(write_spec,
     assert compile_file(path, "elsewhere/spec.yaml").team.name == "risk"
 
 
-def test_fault_injection_needs_the_platforms_consent(write_spec, monkeypatch, tmp_path):
+@pytest.mark.parametrize(("fault", "value"), [("inject_nan_at_step", 3), ("crash_first_try_after_step", 2),
+                                              # A delay after every step holds the GPUs idle while it seems to train.
+                                              ("step_delay_seconds", 10.0)])
+def test_fault_injection_needs_the_platforms_consent(write_spec, monkeypatch, tmp_path, fault, value):
     spec = compliant_spec()
-    spec["training"]["testing"] = {"inject_nan_at_step": 3}
+    spec["training"]["testing"] = {fault: value}
     path = write_spec(spec)
     with pytest.raises(SpecError, match=r"risk/spec.yaml:\d+:\d+: training.testing: fault injection is for "
                                         r"trainpipe's own tests and is off on this platform"):
         compile_file(path, "risk/spec.yaml")
     monkeypatch.setenv("TRAINPIPE_ALLOW_FAULT_INJECTION", "1")
-    assert compile_file(path, "risk/spec.yaml").testing.inject_nan_at_step == 3
+    assert getattr(compile_file(path, "risk/spec.yaml").testing, fault) == value
     # Under a policy, only the team's `testing: true` allows it (the switch does not).
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
     with pytest.raises(SpecError, match=r"training.testing: not allowed by policy \(team risk, rule testing\)"):
@@ -225,7 +230,7 @@ def test_fault_injection_needs_the_platforms_consent(write_spec, monkeypatch, tm
     policy.write_text(POLICY.read_text().replace("    pipeline_id_prefix: risk_\n",
                                                  "    pipeline_id_prefix: risk_\n    testing: true\n", 1))
     monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
-    assert compile_file(path, "risk/spec.yaml").testing.inject_nan_at_step == 3
+    assert getattr(compile_file(path, "risk/spec.yaml").testing, fault) == value
 
 
 @pytest.mark.parametrize(("slack", "field", "rule"), [

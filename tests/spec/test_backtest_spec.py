@@ -53,6 +53,18 @@ def test_a_lifecycle_alias_is_refused_with_its_line(alias):
     assert "a backtest never takes a lifecycle alias, use a name of its own such as `backtest`" in message
 
 
+@pytest.mark.parametrize(("alias", "role"), [("Champion", "alias"), ("CHALLENGER", "challenger_alias")])
+def test_a_lifecycle_alias_in_other_case_is_refused_too(alias, role):
+    """Unity Catalog, and MLflow on a case-insensitive database collation, take 'Champion' for 'champion':
+    register would move the production alias of the team's model before any gate or approval."""
+    [message] = _messages(_with_backtest(f"  backtest: {{register: true, alias: {alias}}}\n"))
+    assert (f"registration.backtest.alias: {alias!r} is registration.{role} ({alias.lower()!r}: some registries "
+            "ignore case)") in message
+    [message] = _messages(_with_backtest("  previous_alias: Champion\n"))
+    assert ("registration.previous_alias: 'Champion' is also registration.alias ('champion': some registries "
+            "ignore case); the production, challenger and previous aliases must differ") in message
+
+
 def test_the_spec_s_own_lifecycle_alias_names_are_refused_too():
     text = _with_backtest("  challenger_alias: candidate\n  backtest: {register: true, alias: candidate}\n")
     [message] = _messages(text)

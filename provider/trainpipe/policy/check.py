@@ -66,7 +66,8 @@ def check_spec(spec: PipelineSpec, loaded: LoadedYaml, *, policy: Policy | None,
     """Every way ``spec`` (of ``team`` under ``policy``) goes beyond what the platform allows. Without a
     policy only fault injection is judged (allowed by ``fault_injection``, the platform's switch, alone)."""
     testing = spec.training.testing
-    injects = testing.inject_nan_at_step is not None or testing.crash_first_try_after_step is not None
+    injects = (testing.inject_nan_at_step is not None or testing.crash_first_try_after_step is not None
+               or testing.step_delay_seconds > 0)
     loops = _self_triggers(spec, loaded)
     if policy is None or team is None:
         if injects and not fault_injection:
@@ -80,7 +81,7 @@ def check_spec(spec: PipelineSpec, loaded: LoadedYaml, *, policy: Policy | None,
     judge.problems.extend(loops)
     if injects and not rules.testing:
         judge.refuse(("training", "testing"), "testing", "fault injection", "none (the team's `testing` is false)")
-    _identity(judge, spec, rules)
+    _identity(judge, spec, rules, policy)
     _kubernetes(judge, spec, rules)
     _data(judge, spec, rules, storage_root)
     _notify(judge, spec, rules)
@@ -102,13 +103,26 @@ def _self_triggers(spec: PipelineSpec, loaded: LoadedYaml) -> list[SpecProblem]:
         for index, uri in enumerate(schedule.assets) if asset_key(uri) in own]
 
 
-def _identity(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
+def _identity(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy, policy: Policy) -> None:
     if rules.pipeline_id_prefix and not spec.pipeline_id.startswith(rules.pipeline_id_prefix):
         judge.refuse(("pipeline_id",), "pipeline_id_prefix", spec.pipeline_id, f"ids starting with {rules.pipeline_id_prefix!r}")
     name = spec.registration.model_name
     if rules.model_name_prefix and not name.startswith(rules.model_name_prefix):
         judge.refuse(("registration", "model_name"), "model_name_prefix", name,
                      f"names starting with {rules.model_name_prefix!r}")
+    # A team with no prefix of its own may still not write in another's: its id would knock the other team's
+    # DAG out as a duplicate, and its model name would claim (register) or move (promote) the other's model.
+    # (A name in its own prefix is in no other: the policy keeps prefixes disjoint.)
+    for other, their in policy.spec.teams.items():
+        if other == judge.team:
+            continue
+        if (not rules.pipeline_id_prefix and their.pipeline_id_prefix
+                and spec.pipeline_id.startswith(their.pipeline_id_prefix)):
+            judge.refuse(("pipeline_id",), "pipeline_id_prefix", spec.pipeline_id,
+                         f"ids not starting with {their.pipeline_id_prefix!r} (team {other}'s prefix)")
+        if not rules.model_name_prefix and their.model_name_prefix and name.startswith(their.model_name_prefix):
+            judge.refuse(("registration", "model_name"), "model_name_prefix", name,
+                         f"names not starting with {their.model_name_prefix!r} (team {other}'s prefix)")
     for index, tag in enumerate(spec.tags):
         # Any spelling a reader or filter would take for the team tag (" Team:search"); look-alike letters
         # and invisible characters never get here (spec.sections.pipeline refuses them in any tag).
@@ -264,6 +278,10 @@ def _limits(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
         # A multi-node Job's pod restarts are retries of the training inside one task try.
         judge.at_most(("training", "kubernetes", "max_pod_restarts"), "limits.max_retries",
                       training.kubernetes.max_pod_restarts, limits.max_retries)
+    # Relaunches after a preemption, and for an elastic Job part of torchrun's --max_restarts, which restarts
+    # after any worker failure: a crashing trainer would loop on the GPUs that many times.
+    judge.at_most(("training", "preemption", "max_restarts"), "limits.max_retries", training.preemption.max_restarts,
+                  limits.max_retries)
     judge.at_most(("training", "epochs"), "limits.max_epochs", training.epochs, limits.max_epochs)
     judge.at_most(("training", "distributed", "nproc_per_node"), "limits.max_nproc_per_node",
                   training.distributed.nproc_per_node, limits.max_nproc_per_node)

@@ -107,8 +107,9 @@ class LimitRules(_Model):
     max_parallel_trials: int | None = Field(default=None, ge=1, description="tuning.max_parallel at most.", examples=[8])
     max_nproc_per_node: int | None = Field(default=None, ge=1, description="training.distributed.nproc_per_node.",
                                            examples=[8])
-    max_retries: int | None = Field(default=None, ge=0, description="retries (per task) at most, and "
-                                    "training.kubernetes.max_pod_restarts (a multi-node Job's pod restarts).",
+    max_retries: int | None = Field(default=None, ge=0, description="retries (per task) at most, "
+                                    "training.kubernetes.max_pod_restarts (a multi-node Job's pod restarts) and "
+                                    "training.preemption.max_restarts (relaunches after a preemption).",
                                     examples=[3])
     max_priority: Literal["low", "normal", "high"] | None = Field(
         default=None, description="A spec's `priority` at most (low < normal < high).", examples=["normal"])

@@ -29,4 +29,6 @@ class ParamBound:
 
     def describe(self) -> str:
         symbol = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[self.keyword]
-        return f"{symbol} {self.value:g}"
+        # Whole bounds in full (4194304, not 4.1943e+06): the number a user can copy into the spec.
+        shown = str(int(self.value)) if float(self.value).is_integer() else f"{self.value:g}"
+        return f"{symbol} {shown}"

@@ -29,7 +29,7 @@ from trainpipe.spec.sections.kubernetes import (
 )
 from trainpipe.spec.sections.params import OVERRIDABLE_PARAMS
 from trainpipe.spec.sections.pipeline import PipelineSpec, bounds_at, overridden_value, param_bounds
-from trainpipe.spec.sections.training import CATEGORICAL_ONLY_OPTIONS, NUMERIC_ONLY_OPTIONS
+from trainpipe.spec.sections.training import CATEGORICAL_ONLY_OPTIONS, MAX_LAYER_WIDTH, MAX_LAYERS, NUMERIC_ONLY_OPTIONS
 from trainpipe.spec.sections.tuning import PRUNER_DEFAULTS, TUNABLE_PARAMS, TuningSpec
 from trainpipe.spec.sections.validation import _normalise_expectation
 from trainpipe_trainer.config import CHECKPOINT_METRICS
@@ -373,12 +373,15 @@ def _alias_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     keys = list(values)
     for i, key in enumerate(keys):
         for other in keys[i + 1:]:
-            if isinstance(values[key], str) and values[key] == values[other]:
+            # Without case: Unity Catalog, and MLflow on a case-insensitive database collation, take 'Champion'
+            # for 'champion', so register would move the production alias before any approval.
+            if isinstance(values[key], str) and isinstance(values[other], str) and values[key].lower() == values[other].lower():
                 # Located on the key the file sets (a default has no line of its own).
                 where = other if other in registration else key
                 clash = key if where == other else other
+                case = "" if values[where] == values[clash] else f" ({values[clash]!r}: some registries ignore case)"
                 problems.append(loaded.problem(("registration", where), (
-                    f"{values[key]!r} is also registration.{clash}; the production, challenger and previous "
+                    f"{values[where]!r} is also registration.{clash}{case}; the production, challenger and previous "
                     "aliases must differ")))
     problems.extend(_backtest_alias_problems(loaded, registration, values))
     return problems
@@ -398,10 +401,13 @@ def _backtest_alias_problems(loaded: LoadedYaml, registration: dict[str, Any],
     if backtest.get("register") is not True:
         return [loaded.problem(where, "an alias applies only with register: true (an unregistered backtest has no "
                                "version to name); set register: true or remove the alias")]
-    taken = {**{value: f"registration.{key}" for key, value in lifecycle.items() if isinstance(value, str)},
-             **{value: "a lifecycle alias" for value in _ALIAS_DEFAULTS.values() if value not in lifecycle.values()}}
-    if alias in taken:
-        return [loaded.problem(where, f"{alias!r} is {taken[alias]}; a backtest never takes a lifecycle alias, use a "
+    # Compared without case, as above.
+    taken = {**{value.lower(): ("a lifecycle alias", value) for value in _ALIAS_DEFAULTS.values()},
+             **{value.lower(): (f"registration.{key}", value) for key, value in lifecycle.items() if isinstance(value, str)}}
+    if alias.lower() in taken:
+        what, value = taken[alias.lower()]
+        case = "" if alias == value else f" ({value!r}: some registries ignore case)"
+        return [loaded.problem(where, f"{alias!r} is {what}{case}; a backtest never takes a lifecycle alias, use a "
                                "name of its own such as `backtest`")]
     return []
 
@@ -446,10 +452,11 @@ def _tuning_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem
             if distribution.kind != "choice":
                 add((*here, distribution.kind), "hidden_layers is tuned with {choice: [[32], [64, 32], ...]}, "
                                                 "a list of layer-size lists")
-            elif not all(isinstance(c, list) and c and all(isinstance(n, int) and not isinstance(n, bool) and n > 0
-                                                             for n in c) for c in distribution.candidates):
-                add((*here, "choice"), "each choice of hidden_layers is a non-empty list of positive layer sizes, "
-                                       "such as [64, 32]")
+            elif not all(isinstance(c, list) and 0 < len(c) <= MAX_LAYERS
+                         and all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_LAYER_WIDTH for n in c)
+                         for c in distribution.candidates):
+                add((*here, "choice"), f"each choice of hidden_layers is a list of 1 to {MAX_LAYERS} layer sizes from "
+                                       f"1 to {MAX_LAYER_WIDTH:,}, such as [64, 32]")
             continue
         if kind == "int" and distribution.kind in ("uniform", "log_uniform"):
             add((*here, distribution.kind), f"{name} is a whole number: use {{int: [low, high]}} or {{choice: [...]}}")
@@ -462,7 +469,7 @@ def _tuning_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem
                 break
             broken = next((b for b in bounds_at(path) if not b.admits(value)), None)
             if broken is not None:
-                add((*here, distribution.kind), f"{value:g} is not a valid {'.'.join(path)}: it must be "
+                add((*here, distribution.kind), f"{value!r} is not a valid {'.'.join(path)}: it must be "
                                                 f"{broken.describe()}; narrow the range")
                 break
     problems.extend(_tuning_metric_problems(loaded, tuning, spec.training.task))

@@ -28,11 +28,17 @@ from trainpipe_trainer.config import (
     ZeroStage,
 )
 
+MAX_LAYERS = 64
+MAX_LAYER_WIDTH = 65_536
+
 
 class ModelSpec(SpecModel):
     type: ModelType = Field(default="mlp", description="Built-in model.", examples=["mlp"])
-    hidden_layers: list[Annotated[int, Field(gt=0)]] = Field(
-        default_factory=lambda: [64, 32], description="Hidden layer sizes.", examples=[[64, 32]]
+    # Bounded like every size below: the local launcher trains on a shared Airflow worker, where no pod
+    # limit applies, so a model of 10^12 weights would take the worker's memory from every other task.
+    hidden_layers: list[Annotated[int, Field(gt=0, le=MAX_LAYER_WIDTH)]] = Field(
+        default_factory=lambda: [64, 32], max_length=MAX_LAYERS, description=f"Hidden layer sizes (at most "
+        f"{MAX_LAYERS} layers of {MAX_LAYER_WIDTH:,} units).", examples=[[64, 32]]
     )
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout after each hidden layer.", examples=[0.1])
     ranking_loss: RankingLoss = Field(
@@ -88,7 +94,8 @@ class DistributedSpec(SpecModel):
 
 class PreemptionSpec(SpecModel):
     max_restarts: int = Field(
-        default=3, ge=0,
+        # Bounded: an elastic Job passes it on to torchrun's --max_restarts, which restarts after any failure.
+        default=3, ge=0, le=100,
         description="Local launcher: how often a preempted trainer (SIGTERM: it finished its step, committed a "
         "checkpoint of it and exited) is launched again within one task try, resuming at that step. A preemption "
         "beyond this fails the try (the Airflow retry resumes there too). See docs/preemption.md.",
@@ -138,7 +145,7 @@ class TestingSpec(SpecModel):
 class CheckpointSpec(SpecModel):
     every_n_steps: int | None = Field(default=None, gt=0, description="Checkpoint every N optimizer steps.", examples=[100])
     every: Duration | None = Field(default=None, description="Checkpoint at least this often (wall time).", examples=["20m"])
-    keep_last: int = Field(default=3, ge=1, description="Committed checkpoints kept per run.", examples=[3])
+    keep_last: int = Field(default=3, ge=1, le=1000, description="Committed checkpoints kept per run.", examples=[3])
     keep_best: bool = Field(
         default=True, description="Also keep the checkpoint with the lowest validation loss.", examples=[True]
     )
@@ -214,10 +221,11 @@ class TransformSpec(SpecModel):
         examples=["one_hot"],
     )
     max_categories: int | None = Field(
-        default=None, ge=1, description="Categorical, one_hot: categories kept (default 20).", examples=[20]
+        default=None, ge=1, le=100_000, description="Categorical, one_hot: categories kept (default 20).", examples=[20]
     )
     hash_buckets: int | None = Field(
-        default=None, ge=2, description="Categorical, hashing: number of buckets (default 32).", examples=[32]
+        default=None, ge=2, le=16_777_216, description="Categorical, hashing: number of buckets (default 32).",
+        examples=[32]
     )
 
     @property
@@ -283,7 +291,8 @@ class TrainingSpec(SpecModel):
     )
     epochs: int = Field(default=1, ge=1, description="Passes over the training split.", examples=[3])
     batch_size: int = Field(
-        default=256, ge=1, description="Per-process batch size (rows; queries for listwise ranking).", examples=[256]
+        default=256, ge=1, le=4_194_304, description="Per-process batch size (rows; queries for listwise ranking).",
+        examples=[256]
     )
     learning_rate: float = Field(default=1e-3, gt=0, description="Adam learning rate.", examples=[0.001])
     early_stopping: EarlyStoppingSpec | None = Field(
