@@ -6,6 +6,7 @@ column, field path and, where one is known, the fix.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,3 +141,13 @@ def shown_value(value: Any, limit: int = 80) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(value) if isinstance(value, str) else len(text)} characters)"
+
+
+# Control, format (zero-width, direction overrides), private-use, surrogate and line/paragraph separators:
+# characters a reader does not see as written, or that start a new line in a log.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Zl", "Zp"})
+
+
+def first_hidden_character(text: str) -> str | None:
+    """The first character of ``text`` a reader would not see as written (``"\\n"``, U+200B), or None."""
+    return next((c for c in text if unicodedata.category(c) in _HIDDEN_CATEGORIES), None)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.compile.spec_files import DEFAULTS_FILE, list_specs
-from trainpipe.errors import MissingExtraError, SpecError, SpecFieldError, SpecProblem
+from trainpipe.errors import MissingExtraError, SpecError, SpecFieldError, SpecProblem, first_hidden_character
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import AssetSchedule, PipelinePlan, asset_key
 from trainpipe.settings import POLICY_ENV, Settings
@@ -272,6 +272,16 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
     defaults = _DefaultsCache(directory, relative_to, PolicyInForce(settings))
     for path in spec_files(defaults.root) if files is None else files:
         name = _display(path, defaults.base)
+        hidden = first_hidden_character(name)
+        if hidden is not None:
+            # Never printed as it is: a newline in a file name wrote a forged "file:line: ..." error of
+            # another team's spec into the import errors and CI logs.
+            name = name.encode("unicode_escape").decode("ascii")
+            result.files[name] = path
+            result.errors[name] = SpecError([SpecProblem(name, 1, 1, "", (
+                f"the file name contains the invisible or control character U+{ord(hidden):04X} (shown escaped); "
+                "rename the file"))])
+            continue
         result.files[name] = path
         try:
             compiled = _compile_in_folder(path, name, defaults, only_pipeline, cache, result)

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
+from trainpipe.errors import first_hidden_character
 from trainpipe.spec.bounds import BoundKeyword, ParamBound
 from trainpipe.spec.sections.common import SpecModel
 from trainpipe.spec.sections.data import DataSpec
@@ -75,7 +76,7 @@ def _supported_start(value: datetime) -> datetime:
 def _plain_tag(tag: str) -> str:
     # A tag is read by people and filters in the UI: one that only looks like another (a zero-width space,
     # a full-width colon, a Cyrillic 'е' in 'team') would pass for a tag it is not, such as another team's.
-    hidden = next((c for c in tag if unicodedata.category(c) in ("Cc", "Cf", "Co", "Cs", "Zl", "Zp")), None)
+    hidden = first_hidden_character(tag)
     if hidden is not None:
         raise ValueError(f"{tag!r} contains the invisible or control character U+{ord(hidden):04X}; remove it")
     plain = unicodedata.normalize("NFKC", tag)
