@@ -135,6 +135,11 @@ class PolicyViolationError(TrainpipeError):
     outside its URIs): refused before any read or write (ADR 0014)."""
 
 
+class TrialParamsError(TrainpipeError, ValueError):
+    """Trial parameters the spec's search space could not have produced (a run tag edited in MLflow):
+    refused before any of them reaches the trainer config."""
+
+
 def shown_value(value: Any, limit: int = 80) -> str:
     """A value as an error message quotes it: a long one cut, with its length (a message is one line)."""
     text = repr(value)

@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import posixpath
+import typing
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from trainpipe.errors import (
     UnsupportedUriError,
 )
 from trainpipe.settings import Settings
+from trainpipe_trainer.config import DataFormat
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,8 +64,8 @@ def resolve_uri(uri: str, settings: Settings, conn_id: str | None = None) -> Obj
 def require_allowed(uri: str, path: ObjectStoragePath, patterns: tuple[str, ...], settings: Settings) -> None:
     """Refuse, before any read, a data path outside the team's allowed URIs (the policy's data.uris):
     the spec's URI as resolved against this worker's storage root and, for a local path, where its
-    symlinks really lead. A URI with userinfo is refused first: the connection it names is not the
-    one the policy judged."""
+    symlinks really lead; for a local folder, also where each file a read of it opens really leads. A
+    URI with userinfo is refused first: the connection it names is not the one the policy judged."""
     import os
 
     from trainpipe.policy import globs
@@ -73,15 +75,38 @@ def require_allowed(uri: str, path: ObjectStoragePath, patterns: tuple[str, ...]
         raise UnsupportedUriError(f"data.uri {problem}; nothing was read")
     allowed = globs.uri_allowed(uri, patterns, settings.storage_root)
     if allowed and path.protocol == "file":
-        real = os.path.realpath(path.path)
-        root = settings.storage_root
-        real_root = ("file://" + os.path.realpath(root.removeprefix("file://"))) if root.startswith("file://") else root
-        allowed = any(globs.uri_allowed(real, patterns, base) for base in {root, real_root})
+        allowed = _real_path_allowed(os.path.realpath(path.path), patterns, settings)
     if not allowed:
-        raise PolicyViolationError(
-            f"data.uri {uri!r} resolves outside the URIs the platform policy allows this pipeline's team "
-            f"({', '.join(map(repr, patterns)) or 'none'}); nothing was read. Use data the team may read, or ask "
-            "the platform team to allow it")
+        raise PolicyViolationError(f"data.uri {uri!r} resolves outside {_allowed_text(patterns)}")
+    if path.protocol == "file" and path.is_dir():
+        # read_table opens each member, following its symlinks: one linked out of the allowed area
+        # (part-0.parquet -> another team's file) is refused here. Judged for every format a read takes,
+        # so the check cannot miss what the read opens. A plain file of the folder is allowed with the
+        # folder (a pattern may name the folder itself); a linked one by where it leads. Only the member's
+        # own name is shown: its target is none of the team's business.
+        real_folder = os.path.realpath(path.path)
+        for member in _members(path, TABLE_FORMATS):
+            real = os.path.realpath(member.path)
+            if real != os.path.join(real_folder, member.name) and not _real_path_allowed(real, patterns, settings):
+                raise PolicyViolationError(f"data.uri {uri!r} holds {member.name!r}, which resolves outside "
+                                           f"{_allowed_text(patterns)}")
+
+
+def _real_path_allowed(real: str, patterns: tuple[str, ...], settings: Settings) -> bool:
+    """Whether a local real path is inside the patterns, resolved against the storage root as configured
+    and as its own real path (a root reached through a symlink)."""
+    import os
+
+    from trainpipe.policy import globs
+
+    root = settings.storage_root
+    real_root = ("file://" + os.path.realpath(root.removeprefix("file://"))) if root.startswith("file://") else root
+    return any(globs.uri_allowed(real, patterns, base) for base in {root, real_root})
+
+
+def _allowed_text(patterns: tuple[str, ...]) -> str:
+    return (f"the URIs the platform policy allows this pipeline's team ({', '.join(map(repr, patterns)) or 'none'}); "
+            "nothing was read. Use data the team may read, or ask the platform team to allow it")
 
 
 def fsspec_uri(path: ObjectStoragePath) -> str:
@@ -178,13 +203,22 @@ def _access_problem(err: Exception, settings: Settings) -> str | None:
     return None
 
 
+# The formats read_table reads (data.format).
+TABLE_FORMATS: tuple[str, ...] = typing.get_args(DataFormat)
+
+
+def _members(folder: ObjectStoragePath, formats: tuple[str, ...]) -> list[ObjectStoragePath]:
+    """The files a read of ``folder`` opens: its own entries named ``*.<format>``, in a stable order.
+    One definition for the read and for the policy check of what it will open."""
+    suffixes = tuple(f".{name}" for name in formats)
+    return sorted((p for p in folder.iterdir() if p.name.endswith(suffixes)), key=str)
+
+
 def read_table(path: ObjectStoragePath, file_format: str = "parquet") -> pd.DataFrame:
     """Read one file, or every ``*.parquet``/``*.csv`` file under a directory, as one DataFrame."""
     import pandas as pd
 
-    files = [path]
-    if path.is_dir():
-        files = sorted((p for p in path.iterdir() if p.name.endswith(f".{file_format}")), key=str)
+    files = _members(path, (file_format,)) if path.is_dir() else [path]
     frames = []
     for file in files:
         with file.open("rb") as handle:

@@ -74,10 +74,12 @@ def test_trigger_form_refuses_what_the_run_would_refuse():
 
     dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml"))
     train = dag.get_task("train")
-    for bad in ({"seed": -1}, {"learning_rate": 0.5}, {"epochs": 0}, {"epochs": 2.5}):
+    for bad in ({"seed": -1}, {"seed": 2**63}, {"learning_rate": 0.5}, {"epochs": 0}, {"epochs": 2.5},
+                {"epochs": 100_001}):
         with pytest.raises(ParamValidationError, match=next(iter(bad))):
             process_params(dag, train, bad, suppress_exception=False)
-    assert dict(dag.params.get_param("seed").schema) == {"type": "integer", "minimum": 0}
+    # The field's ceiling too (torch takes a 64-bit seed): the form refuses what the run would.
+    assert dict(dag.params.get_param("seed").schema) == {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 
 
 @pytest.mark.parametrize("spec_file", sorted((REPO / "dag_configs").glob("*.yaml")), ids=lambda p: p.stem)

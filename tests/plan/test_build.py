@@ -104,6 +104,13 @@ def test_the_kubernetes_plan_carries_every_field_of_the_spec_section():
     assert {f.name for f in dataclasses.fields(KubernetesPlan)} == set(KubernetesSpec.model_fields)
 
 
+@pytest.mark.parametrize("run_id", [".", "~.~", "_._", "..", "+"])
+def test_a_run_id_of_dots_gets_a_folder_of_its_own(run_id):
+    """Airflow's run id pattern admits "." and "~.~": as a path part, the pipeline's runs folder itself."""
+    key = run_key(run_id)
+    assert key.startswith("run-") and key == run_key(run_id) and key != run_key(run_id + run_id)
+
+
 def test_run_key_is_path_safe_and_stable():
     key = run_key("scheduled__2026-11-22T00:00:00+00:00")
     assert key == run_key("scheduled__2026-11-22T00:00:00+00:00")

@@ -85,6 +85,9 @@ CASES = [
      "32500m"),
     # /dev/shm is memory-backed: a huge one is a huge pod.
     ("kubernetes.max_memory_per_pod", {f"{K8S}.shm_size": "100Ti"}, f"{K8S}.shm_size", "100Ti"),
+    # Another accelerator than the team's (a whole 80 GB MIG slice, another vendor's cards).
+    ("kubernetes.gpu_resources", {f"{K8S}.resources.gpu_resource": "nvidia.com/mig-7g.80gb"},
+     f"{K8S}.resources.gpu_resource", "nvidia.com/mig-7g.80gb"),
     ("limits.max_retries", {f"{K8S}.max_pod_restarts": 1000000}, f"{K8S}.max_pod_restarts", "1000000"),
     # An elastic Job adds them to torchrun's --max_restarts, which restarts a crashing trainer that often.
     ("limits.max_retries", {"training.preemption": {"max_restarts": 50}}, "training.preemption.max_restarts", "50"),

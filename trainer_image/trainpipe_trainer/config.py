@@ -35,6 +35,8 @@ Precision = Literal["fp32", "bf16"]
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 # Where the training split is kept while training on CUDA (on CPU it is in host memory either way).
 DataPlacement = Literal["auto", "device", "host"]
+# data.format: the table formats a snapshot reads (the provider's storage.read_table).
+DataFormat = Literal["parquet", "csv"]
 DATA_PLACEMENTS: tuple[str, ...] = typing.get_args(DataPlacement)
 LrSchedule = Literal["constant", "linear", "cosine"]
 LR_SCHEDULES: tuple[str, ...] = typing.get_args(LrSchedule)
@@ -59,6 +61,9 @@ CATEGORICAL_ENCODINGS: tuple[str, ...] = typing.get_args(CategoricalEncoding)
 # them this many seconds later; the local launcher waits as long before it kills torchrun (a Pod uses
 # its termination grace period instead). The plan renders it into each launch.
 PREEMPTION_GRACE_SECONDS = 120
+# The largest training seed: torch.manual_seed takes 64 bits, and the trainer adds the epoch, rank and step
+# to the seed, so it keeps to the signed 64-bit range.
+MAX_SEED = 2**63 - 1
 # The variable that carries it to torchrun (and to trainpipe_trainer.elastic's one-process launch).
 SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trainpipe import storage
-from trainpipe.errors import ReproduceError, SpecError
+from trainpipe.errors import ReproduceError, SpecError, TrialParamsError
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.plan.launch import with_nproc_per_node
 from trainpipe.plan.model import FaultPlan, PipelinePlan
@@ -130,8 +130,23 @@ def read_lineage(client: Any, reference: str) -> Lineage:
         weights_sha256=tags["weights_sha256"],
         world_size_history=tuple((int(step), int(size))
                                  for step, size in json.loads(run.data.tags.get(WORLD_SIZE_HISTORY_TAG) or "[]")),
-        tuned_params=json.loads(run.data.tags[BEST_PARAMS_TAG]) if BEST_PARAMS_TAG in run.data.tags else None,
+        tuned_params=_tuned_params(run.data.tags, version.run_id),
     )
+
+
+def _tuned_params(tags: dict[str, str], run_id: str) -> dict[str, Any] | None:
+    """The best trial's parameters the run's tag records. Anyone with MLflow access can edit a tag, so
+    ``plan_for`` checks each value against the spec's search space before it is applied."""
+    if BEST_PARAMS_TAG not in tags:
+        return None
+    try:
+        params = json.loads(tags[BEST_PARAMS_TAG])
+    except ValueError:
+        params = None
+    if not isinstance(params, dict):
+        raise TrialParamsError(f"MLflow run tag {BEST_PARAMS_TAG!r} of run {run_id} is not a JSON object of the best "
+                               "trial's parameters; restore the parameters the study's best trial recorded")
+    return params
 
 
 def _logged_spec_text(client: Any, run_id: str, spec_file: str) -> str:
@@ -158,7 +173,8 @@ def plan_for(lineage: Lineage, *, configs_root: Path) -> PipelinePlan:
         plan, _ = apply_run_params(plan, lineage.param_overrides)
         if lineage.tuned_params is not None and plan.tuning is not None:
             # The search is not run again: its best trial's parameters are what the version was trained with.
-            plan = with_trial_params(plan, lineage.tuned_params)
+            plan = with_trial_params(plan, lineage.tuned_params,
+                                     source=f"MLflow run tag {BEST_PARAMS_TAG!r} of run {lineage.mlflow_run_id}")
     except SpecError as err:
         raise ReproduceError(f"the spec logged with {lineage.model_name} version {lineage.version} no longer "
                              f"compiles here:\n{err}") from err

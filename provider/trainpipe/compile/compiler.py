@@ -153,6 +153,10 @@ class _DefaultsCache:
             self._chains[folder] = chain
         return chain
 
+    def files_for(self, spec_path: Path) -> list[tuple[Path, str]]:
+        """(path, display name) of each defaults file of the chain that exists, root first."""
+        return [(f, named[0]) for f in self._files_for(spec_path) if (named := self._text(f)) is not None]
+
     def texts_for(self, spec_path: Path) -> list[tuple[str, str]]:
         """(display name, text) of each defaults file of the chain, root first: the cache key's part.
         Only read, not parsed: a cache hit never parses them."""
@@ -212,9 +216,9 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
     name = display_name or str(path)
     if text is None:
         # A link is judged where it lies (its folder's specs root), not where it points.
-        inside = (defaults.root if defaults is not None else configs_root.resolve() if configs_root is not None
+        folder = (defaults.root if defaults is not None else configs_root.resolve() if configs_root is not None
                   else configs_root_for(path.parent.resolve() / "_"))
-        text = read_spec_text(path, name, inside=inside)
+        text = read_spec_text(path, name, inside=folder)
     loaded = load_yaml_text(text, name)
     where = path
     if defaults is None:
@@ -231,15 +235,19 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
     # Relative to the configs root, so lineage reads the same on every machine that deploys the folder.
     relative = where.relative_to(defaults.root).as_posix() if inside else where.name
     in_specs_root = where.is_relative_to(defaults.team_root)
+    chain = [(file.relative_to(defaults.team_root).as_posix(), shown) for file, shown in defaults.files_for(where)
+             if file.is_relative_to(defaults.team_root)]
     team = _judge(spec, loaded, name, where.relative_to(defaults.team_root).as_posix() if in_specs_root else None,
-                  defaults.policy)
+                  defaults.policy, chain)
     return loaded, build_plan(spec, spec_file=name, spec_text=text, source_path=str(path),
                               spec_relative_path=relative, loaded=loaded, team=team)
 
 
-def _judge(spec: Any, loaded: LoadedYaml, name: str, relative: str | None, state: PolicyInForce) -> Any:
+def _judge(spec: Any, loaded: LoadedYaml, name: str, relative: str | None, state: PolicyInForce,
+           chain: list[tuple[str, str]] | None = None) -> Any:
     """The spec against the platform policy: its team's plan data, or ``SpecError`` with every
-    violation (``trainpipe.policy.check``). Without a policy: None, after the checks that hold without one."""
+    violation (``trainpipe.policy.check``). Without a policy: None, after the checks that hold without one.
+    ``chain``: (path relative to the specs root, display name) of each ``_defaults.yaml`` merged under it."""
     from trainpipe.policy.check import check_spec, team_plan
     from trainpipe.policy.model import PolicyError
 
@@ -254,6 +262,9 @@ def _judge(spec: Any, loaded: LoadedYaml, name: str, relative: str | None, state
             raise SpecError([loaded.problem((), why)])
     problems = check_spec(spec, loaded, policy=policy, team=team, storage_root=state.storage_root,
                           fault_injection=state.fault_injection)
+    if policy is not None and team is not None:
+        problems += [SpecProblem(shown, 1, 1, "", refusal) for path, shown in chain or []
+                     if (refusal := policy.defaults_problem(path, team)) is not None]
     if problems:
         problems.sort(key=lambda p: (p.file != loaded.file, p.file, p.line or 0, p.column or 0))
         raise SpecError(problems)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from trainpipe.errors import MissingExtraError, TrainpipeError
 from trainpipe.plan.launch import LaunchValues, resolve
 from trainpipe.spec.environment import env_name_problem, reserved_env_reason
+from trainpipe.spec.pod_keys import is_accelerator_resource, metadata_key_problem
 from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ def static_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
     the plan only: image, resources, scheduling, identity, volumes, security, lifecycle."""
     models = k8s_models()
     k = _kubernetes(plan)
+    _refuse_reserved_metadata(plan, k)
     return {
         "namespace": k.namespace,
         "image": k.image,
@@ -185,6 +187,20 @@ def static_operator_kwargs(plan: PipelinePlan) -> dict[str, Any]:
         # The pod is the only place the trainer runs: no sidecar, the result comes from storage.
         "do_xcom_push": False,
     }
+
+
+def _refuse_reserved_metadata(plan: PipelinePlan, k: KubernetesPlan) -> None:
+    """The spec stage refuses these keys at their line; checked again here, as the variables are, so a plan
+    built another way cannot hand the pod a Vault role, a mesh sidecar or another team's queue."""
+    for what, keys in (("label", k.labels), ("annotation", k.annotations)):
+        for key in keys:
+            problem = metadata_key_problem(key, what=what)
+            if problem is not None:
+                raise TrainpipeError(f"{plan.dag_id}: pod {what} {key!r} is refused: {problem}")
+    resource = k.resources["gpu_resource"]
+    if k.resources["gpus"] and not is_accelerator_resource(resource):
+        raise TrainpipeError(f"{plan.dag_id}: the GPU resource {resource!r} is refused: it is no accelerator "
+                             "device plugin's resource")
 
 
 def _tolerations(items: tuple[dict[str, Any], ...]) -> list[k8s.V1Toleration]:

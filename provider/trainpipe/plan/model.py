@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 import urllib.parse
 from dataclasses import asdict, dataclass
@@ -60,7 +61,12 @@ def priority_class_for(priority: str) -> str:
 
 def run_key(airflow_run_id: str) -> str:
     """A DAG run id made safe for paths; stable across task tries, distinct across runs."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", airflow_run_id).strip("_")
+    key = re.sub(r"[^A-Za-z0-9._-]+", "_", airflow_run_id).strip("_")
+    if not key.strip("."):
+        # Airflow's run id pattern admits ".", "~.~" or "_._": as a path part that is the pipeline's runs folder
+        # itself (or its parent), not a run's own folder.
+        return "run-" + hashlib.sha256(airflow_run_id.encode()).hexdigest()[:16]
+    return key
 
 
 def checkpoint_poll_seconds(stall_timeout: timedelta) -> float:

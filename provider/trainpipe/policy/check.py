@@ -157,6 +157,9 @@ def _kubernetes(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
             judge.names((*base, "image_pull_secrets", index), "kubernetes.secrets", secret, k8s.secrets)
         judge.at_most((*base, "resources", "gpus"), "kubernetes.max_gpus_per_pod", section.resources.gpus,
                       k8s.max_gpus_per_pod)
+        if section.resources.gpus:
+            judge.names((*base, "resources", "gpu_resource"), "kubernetes.gpu_resources", section.resources.gpu_resource,
+                        k8s.gpu_resources, glob=True)
         _memory(judge, section, k8s)
         _cpu(judge, section, k8s)
         _placement(judge, base, section.node_selector, section.tolerations, k8s)
@@ -293,9 +296,11 @@ def _limits(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
         judge.at_most(("tuning", "trial_epochs"), "limits.max_epochs", tuning.trial_epochs, limits.max_epochs)
     if limits.max_epochs is not None and "epochs" in spec.params:
         # A run parameter may raise epochs per run: its maximum is what a trigger can ask for.
-        highs = [b.value for b in param_bounds("epochs", spec.params["epochs"]) if b.keyword.endswith("aximum")]
-        if not highs or highs[0] > limits.max_epochs:
-            judge.refuse(("params", "epochs"), "limits.max_epochs", highs[0] if highs else "no maximum",
+        highs = [b for b in param_bounds("epochs", spec.params["epochs"]) if b.keyword.endswith("aximum")]
+        if not highs or highs[0].value > limits.max_epochs:
+            # Only the field's own bound (training.epochs) is no maximum the spec declared.
+            declared = highs and highs[0].source.startswith("params.")
+            judge.refuse(("params", "epochs"), "limits.max_epochs", highs[0].value if declared else "no maximum",
                          f"a maximum of at most {limits.max_epochs} (set params.epochs.maximum)")
     if (spec.priority is not None and limits.max_priority is not None
             and PRIORITY_WEIGHTS[spec.priority] > PRIORITY_WEIGHTS[limits.max_priority]):

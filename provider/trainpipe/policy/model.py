@@ -57,6 +57,10 @@ class KubernetesRules(_Model):
     queues: Names = Field(default=None, description="Kueue LocalQueues a spec may name in training.kubernetes.queue.",
                           examples=[["risk-gpu"]])
     max_gpus_per_pod: int | None = Field(default=None, ge=0, description="GPUs per pod at most.", examples=[8])
+    gpu_resources: Names = Field(default=None, description="Globs of the accelerator resources a pod with GPUs may "
+                                 "request (resources.gpu_resource, its default judged too); the spec stage admits only "
+                                 "accelerator device plugins' resources in any case.",
+                                 examples=[["nvidia.com/gpu", "nvidia.com/mig-1g.*"]])
     max_memory_per_pod: Quantity | None = Field(
         default=None, description="Memory per pod at most: resources.memory, resources.limits.memory, "
         "on_oom.max_memory (the most a retry after an OOM kill grows to) and shm_size (memory-backed).",
@@ -194,7 +198,19 @@ class PolicySpec(_Model):
                                      "a spec is refused.", examples=[None, "platform"])
     teams: dict[str, TeamPolicy] = Field(min_length=1, description="Teams by name (the DAG owner and its "
                                          "`team:<name>` tag).")
+    platform_defaults: list[str] = Field(
+        default_factory=list, description="Globs (relative to the specs root) of the _defaults.yaml files the platform "
+        "owns: they apply to every spec below them. Any other _defaults.yaml applies only to specs of the team whose "
+        "folders it is in (a root one to no team's).", examples=[["_defaults.yaml"]])
     costs: CostsPolicy | None = Field(default=None, description="Prices, for cost estimates.")
+
+    @field_validator("platform_defaults")
+    @classmethod
+    def _relative_defaults(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if pattern.startswith("/") or ".." in pattern.split("/"):
+                raise ValueError(f"{pattern!r}: platform_defaults are globs relative to the specs root, without '..'")
+        return patterns
 
     @field_validator("teams")
     @classmethod
@@ -278,6 +294,22 @@ class Policy:
             "the file is outside the specs root (TRAINPIPE_DAG_CONFIGS)"
         return None, (f"refused by policy: {where} and the policy {self.file} has no default_team; move the spec "
                       "into your team's folder")
+
+
+    def defaults_problem(self, relative_path: str, team: str) -> str | None:
+        """Why the ``_defaults.yaml`` at ``relative_path`` (posix, relative to the specs root) may not apply to a
+        spec of ``team`` (None when it may): a defaults file is its folder's team's, or the platform's when
+        ``platform_defaults`` names it. Otherwise a file in a shared folder would rewrite another team's specs
+        (mail their gate tables elsewhere, approve on a timeout), or refuse them all with one value."""
+        if any(globs.compiled(pattern).match(relative_path) for pattern in self.spec.platform_defaults):
+            return None
+        owner, _ = self.team_for(relative_path)
+        if owner == team:
+            return None
+        whose = f"team {owner}'s folders" if owner is not None else "no team's folders"
+        return (f"this _defaults.yaml is in {whose}, so it may not set values of team {team}'s specs; move the "
+                f"defaults into team {team}'s own folder, or the platform lists the file in `platform_defaults` of "
+                f"the policy {self.file}")
 
 
 _FOLDERS: dict[str, list[tuple[Any, str]]] = {}

@@ -30,5 +30,6 @@ class ParamBound:
     def describe(self) -> str:
         symbol = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[self.keyword]
         # Whole bounds in full (4194304, not 4.1943e+06): the number a user can copy into the spec.
-        shown = str(int(self.value)) if float(self.value).is_integer() else f"{self.value:g}"
+        exact = isinstance(self.value, int) or (float(self.value).is_integer() and abs(self.value) < 1e15)
+        shown = str(int(self.value)) if exact else f"{self.value:g}"
         return f"{symbol} {shown}"

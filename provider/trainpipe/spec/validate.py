@@ -20,13 +20,9 @@ from trainpipe.spec import expectations as expectation_table
 from trainpipe.spec import metric_names as metrics
 from trainpipe.spec.environment import env_name_problem, looks_like_credential, reserved_env_reason
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
+from trainpipe.spec.pod_keys import key_syntax_problem, label_value_problem, metadata_key_problem
 from trainpipe.spec.sections.evaluation import GateSpec, _parse_gate
-from trainpipe.spec.sections.kubernetes import (
-    NAME_PATTERN_MEANINGS,
-    key_syntax_problem,
-    label_value_problem,
-    metadata_key_problem,
-)
+from trainpipe.spec.sections.kubernetes import NAME_PATTERN_MEANINGS
 from trainpipe.spec.sections.params import OVERRIDABLE_PARAMS
 from trainpipe.spec.sections.pipeline import PipelineSpec, bounds_at, overridden_value, param_bounds
 from trainpipe.spec.sections.training import CATEGORICAL_ONLY_OPTIONS, MAX_LAYER_WIDTH, MAX_LAYERS, NUMERIC_ONLY_OPTIONS

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, field_validator
 
 from trainpipe import uris
 from trainpipe.spec.sections.common import SpecModel
 from trainpipe.spec.types import Duration
+from trainpipe_trainer.config import DataFormat
 
 
 class DataSpec(SpecModel):
@@ -17,7 +16,7 @@ class DataSpec(SpecModel):
         "URI (file://, s3://) read through Airflow's ObjectStoragePath.",
         examples=["demo/transactions/transactions.parquet", "s3://lake/fraud/transactions/"],
     )
-    format: Literal["parquet", "csv"] | None = Field(
+    format: DataFormat | None = Field(
         default=None,
         description="File format; inferred from the URI's extension when omitted.",
         examples=["parquet"],

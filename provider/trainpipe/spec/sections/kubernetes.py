@@ -15,6 +15,14 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, mo
 
 from trainpipe.quantities import QUANTITY_PATTERN
 from trainpipe.spec.environment import looks_like_credential
+from trainpipe.spec.pod_keys import (
+    ACCELERATOR_RESOURCES,
+    METADATA_KEY,
+    is_accelerator_resource,
+    key_syntax_problem,
+    label_value_problem,
+    reserved_key_domain,
+)
 from trainpipe.spec.sections.common import SpecModel
 from trainpipe.spec.types import Duration
 
@@ -31,12 +39,6 @@ NAME_PATTERN_MEANINGS = {
 }
 # Kubernetes stores these in int32 fields.
 _INT32_MAX = 2**31 - 1
-# A label or annotation key: an optional DNS-subdomain prefix and "/", then a name (Kubernetes' syntax).
-_METADATA_KEY = re.compile(
-    r"^(?:(?P<prefix>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/)?"
-    r"(?P<name>[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$"
-)
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 # A container image reference (the distribution/reference grammar): [registry[:port]/]path[:tag][@digest].
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REGISTRY = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
@@ -44,52 +46,6 @@ _IMAGE_REFERENCE = re.compile(
     rf"^(?:{_REGISTRY}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
     r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
 )
-# Key domains read by the cluster's own controllers, never a spec's to set: Kubernetes and its SIG
-# projects (Kueue's queue and priority, AppArmor, the autoscaler), trainpipe's own selectors, the
-# cloud identity webhooks that hand a pod a role, and the service meshes' sidecar switches. A spec
-# setting them could take another team's quota or priority, a cloud role, or join another run's pods.
-RESERVED_KEY_DOMAINS = ("kubernetes.io", "k8s.io", "x-k8s.io", "trainpipe.io", "amazonaws.com", "gke.io", "azure.com",
-                        "azure.workload.identity", "istio.io", "linkerd.io")
-
-
-def reserved_key_domain(key: str) -> str | None:
-    """The reserved domain a label or annotation key's prefix falls in, if any."""
-    prefix = key.partition("/")[0].lower() if "/" in key else ""
-    for domain in RESERVED_KEY_DOMAINS:
-        if prefix == domain or prefix.endswith("." + domain):
-            return domain
-    return None
-
-
-def key_syntax_problem(key: str, *, what: str) -> str | None:
-    """Why ``key`` is not a Kubernetes qualified name (label, annotation, node label or taint key)."""
-    match = _METADATA_KEY.match(key)
-    if match is None or len(key.rpartition("/")[2]) > 63 or len(match.group("prefix") or "") > 253:
-        return (f"{key!r} is not a Kubernetes {what} key: an optional lowercase DNS prefix and '/', then a name of at "
-                "most 63 letters, digits, '-', '_' or '.' (e.g. 'team' or 'example.com/cost-center')")
-    return None
-
-
-def metadata_key_problem(key: str, *, what: str) -> str | None:
-    """Why ``key`` cannot be a pod label or annotation key of a spec (None when it can)."""
-    malformed = key_syntax_problem(key, what=what)
-    if malformed is not None:
-        return malformed
-    domain = reserved_key_domain(key)
-    if domain is not None:
-        return (f"{key!r} is in the domain {domain}, which the cluster's own controllers read (queues, priorities, "
-                "identities, security profiles, trainpipe's selectors); remove it: use training.kubernetes.queue "
-                "for a Kueue queue and priority for a priority, and a key of your own for the rest")
-    return None
-
-
-def label_value_problem(value: str, *, what: str = "label") -> str | None:
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
-        return (f"{value!r} is not a Kubernetes {what} value: at most 63 letters, digits, '-', '_' or '.', starting and "
-                "ending with a letter or digit")
-    return None
-
-
 def _quantity(value: Any) -> Any:
     # YAML reads `cpu: 4` as an int and `cpu: 0.5` as a float; Kubernetes wants strings. repr keeps every
     # digit (format "g" rounded 17179869184 to 1.71799e+10) and writes inf and nan as the pattern refuses them.
@@ -133,8 +89,11 @@ class ResourcesSpec(SpecModel):
     )
     gpu_resource: str = Field(
         default="nvidia.com/gpu",
-        description="Extended resource name of a GPU on this cluster.",
-        examples=["nvidia.com/gpu", "amd.com/gpu"],
+        description="Extended resource name of the accelerator on this cluster: nvidia.com/gpu, "
+        "nvidia.com/gpu.shared, nvidia.com/mig-<profile>, amd.com/gpu, gpu.intel.com/i915 or xe, habana.ai/gaudi, "
+        "aws.amazon.com/neuron, neuroncore or neurondevice, google.com/tpu, huawei.com/Ascend<model>; other "
+        "extended resources (host devices) are refused.",
+        examples=["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu"],
     )
     cpu: Quantity = Field(default="2", description="CPU request per pod.", examples=["32"])
     memory: Quantity = Field(default="8Gi", description="Memory request per pod.", examples=["256Gi"])
@@ -147,11 +106,19 @@ class ResourcesSpec(SpecModel):
     @classmethod
     def _an_extended_resource(cls, name: str) -> str:
         # The GPU count becomes a limit named this: "cpu" or "memory" would turn it into one of those.
-        match = _METADATA_KEY.match(name)
+        match = METADATA_KEY.match(name)
         if match is None or not match.group("prefix") or "." not in match.group("prefix") or reserved_key_domain(name):
             raise ValueError(
                 f"{name!r} is not an extended resource name: a device plugin's domain and name, such as "
                 "nvidia.com/gpu or amd.com/gpu"
+            )
+        # Any other extended resource would hand the pod a host device (devices.kubevirt.io/kvm, a NIC).
+        if not is_accelerator_resource(name):
+            raise ValueError(
+                f"{name!r} is not an accelerator resource: the GPU count goes only to an accelerator device plugin's "
+                f"resource ({', '.join(ACCELERATOR_RESOURCES)}, where * is the rest of a name such as "
+                "mig-1g.10gb); another extended resource would hand the pod a host device: use one of these, "
+                "e.g. nvidia.com/gpu"
             )
         return name
 
@@ -375,9 +342,12 @@ class KubernetesSpec(SpecModel):
     )
     labels: dict[str, str] = Field(
         default_factory=dict,
-        description="Extra pod labels (cost allocation, ownership). Keys in domains the cluster's controllers read "
-        "(kubernetes.io, k8s.io incl. Kueue's, trainpipe.io, cloud identity and service-mesh domains) are refused: "
-        "the Kueue queue is `queue`, the priority `priority`. The platform policy may list the keys allowed.",
+        description="Extra pod labels (cost allocation, ownership). Keys the cluster's controllers and webhooks read "
+        "are refused: the domains of Kubernetes (kubernetes.io, k8s.io incl. Kueue's), trainpipe.io, cloud "
+        "identities, secret injectors (Vault), service meshes and instrumentation, batch schedulers (Volcano, "
+        "YuniKorn, Run:ai), Karpenter, training operators, admission policies, and the plain keys schedulers read "
+        "(queue, applicationId, project, ...); docs/kubernetes.md lists them. The Kueue queue is `queue`, the "
+        "priority `priority`. The platform policy may list the keys allowed.",
         examples=[{"cost-center": "risk-1234"}],
     )
     annotations: dict[str, str] = Field(

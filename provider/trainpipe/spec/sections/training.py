@@ -13,6 +13,7 @@ from trainpipe.spec.types import Duration, Launcher
 
 # The choice lists the trainer also reads: defined once, in the trainer contract (ADR 0002).
 from trainpipe_trainer.config import (
+    MAX_SEED,
     CategoricalEncoding,
     DataPlacement,
     EarlyStoppingMetric,
@@ -30,6 +31,8 @@ from trainpipe_trainer.config import (
 
 MAX_LAYERS = 64
 MAX_LAYER_WIDTH = 65_536
+# A run (or a run parameter: the field's bounds are the trigger form's) never asks for more: beyond, it never ends.
+MAX_EPOCHS = 100_000
 
 
 class ModelSpec(SpecModel):
@@ -289,7 +292,7 @@ class TrainingSpec(SpecModel):
     group_column: str | None = Field(
         default=None, description="Ranking only: the query id column.", examples=["query_id"]
     )
-    epochs: int = Field(default=1, ge=1, description="Passes over the training split.", examples=[3])
+    epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS, description="Passes over the training split.", examples=[3])
     batch_size: int = Field(
         default=256, ge=1, le=4_194_304, description="Per-process batch size (rows; queries for listwise ranking).",
         examples=[256]
@@ -302,7 +305,8 @@ class TrainingSpec(SpecModel):
         "so set a generous `epochs`. Needs checkpoint.keep_best (the validation split).",
         examples=[{"metric": "validation_loss", "patience": 3, "min_delta": 0}],
     )
-    seed: int = Field(default=0, ge=0, description="Seed for initialisation, shuffling and the holdout split.", examples=[42])
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="Seed for initialisation, shuffling and the holdout split.",
+                      examples=[42])
     data_placement: DataPlacement = Field(
         default="auto",
         description="On CUDA, where the training split is kept: device (GPU memory, batches taken there), host "

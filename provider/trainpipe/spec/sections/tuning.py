@@ -153,7 +153,9 @@ class TuningSpec(SpecModel):
         default="tpe", description="Optuna sampler: TPE (Bayesian) or random.", examples=["tpe"]
     )
     seed: int = Field(
-        default=0, ge=0, description="The sampler's seed (a study is reproducible when trials run one at a time).", examples=[0]
+        # Optuna's samplers seed numpy's RandomState, which takes 32 bits.
+        default=0, ge=0, le=2**32 - 1, description="The sampler's seed (a study is reproducible when trials run one at a "
+        "time).", examples=[0]
     )
     pruner: Annotated[
         PrunerSpec,
