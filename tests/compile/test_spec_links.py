@@ -79,3 +79,14 @@ def test_a_link_to_a_file_inside_the_folder_is_read(folders: tuple[Path, Path]) 
     result = compile_directory(configs, relative_to=configs.parent)
 
     assert set(result.plans) == {"fraud_detector", "risk_shared"} and not result.errors
+
+
+def test_the_import_error_of_a_link_is_filed_under_the_link_not_its_target(folders: tuple[Path, Path]) -> None:
+    from trainpipe.dags.airflow_compat import _airflow_relative_path, spec_location
+
+    configs, outside = folders
+    link = configs / "risk" / "leak.yaml"
+    link.symlink_to(outside / "shadow")
+    assert spec_location(link) == configs.resolve() / "risk" / "leak.yaml"
+    assert _airflow_relative_path(link, configs.parent) == "dag_configs/risk/leak.yaml"
+    assert "shadow" not in _airflow_relative_path(link, None)

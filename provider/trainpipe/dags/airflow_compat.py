@@ -53,14 +53,20 @@ def _import_result_in_progress():
     return result, None
 
 
+def spec_location(path: Path) -> Path:
+    """Where a spec file is, as its import error is stored: its folders resolved, the file itself not, so a
+    spec that is a link (refused when it leads out of the folder) never shows where it leads."""
+    return path.parent.resolve() / path.name
+
+
 def _airflow_relative_path(path: Path, bundle_path: Path | None) -> str:
     # The same rule as Airflow's importers: relative to the bundle when inside it, else absolute.
     if bundle_path is not None:
         try:
-            return str(path.resolve().relative_to(Path(bundle_path).resolve()))
+            return str(spec_location(path).relative_to(Path(bundle_path).resolve()))
         except ValueError:
             pass
-    return str(path.resolve())
+    return str(spec_location(path))
 
 
 def report_spec_errors(errors: dict[Path, SpecError]) -> bool:
@@ -133,7 +139,7 @@ def clear_spec_errors(paths: Iterable[Path]) -> bool:
             relative = bag._get_relative_fileloc
             bag._get_relative_fileloc = lambda filepath: names.get(filepath) or relative(filepath)
         for path in paths:
-            key = str(path.resolve())
+            key = str(spec_location(path))
             names[key] = _airflow_relative_path(path, bag.bundle_path)
             bag.file_last_changed.setdefault(key, datetime.now())
     except Exception:

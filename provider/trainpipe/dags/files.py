@@ -226,15 +226,15 @@ def _clear_stale_errors(result: CompileResult, root: Path, memory: Path) -> None
     cannot be found but in ``memory``, the spec files this DAG file reported last time."""
     import json
 
-    from trainpipe.dags.airflow_compat import clear_spec_errors
+    from trainpipe.dags.airflow_compat import clear_spec_errors, spec_location
 
-    broken = {str(result.files.get(name, Path(name)).resolve()) for name in result.errors}
+    broken = {str(spec_location(result.files.get(name, Path(name)))) for name in result.errors}
     try:
         before = json.loads(memory.read_text("utf-8"))
         before = {p for p in before if isinstance(p, str)} if isinstance(before, list) else set()
     except (OSError, ValueError):
         before = set()
-    compiled = {str(path.resolve()) for path in result.files.values()}
+    compiled = {str(spec_location(path)) for path in result.files.values()}
     # Only files of this configs folder that this parse compiled or that are gone: a stale or edited
     # memory must not clear another file's error (a DAG file's, or a spec another shard reports).
     stale = {p for p in (before | compiled) - broken
