@@ -1,4 +1,4 @@
-"""Sizes a spec can ask for are bounded: the local launcher (the default) trains on a shared Airflow worker,
+"""Sizes and waits a spec can ask for are bounded: the local launcher (the default) trains on a shared Airflow worker,
 where no pod limit applies, so a model of 10^12 weights, a batch of 2 billion rows or a million kept
 checkpoints took the worker's memory or the bucket from every other task. Tuning ranges and run parameters
 are held to the same bounds. And preemption relaunches, which an elastic Job hands to torchrun's
@@ -20,6 +20,7 @@ from trainpipe.spec.validate import validate_loaded
 
 FRAUD = yaml.safe_load((REPO / "dag_configs" / "fraud_detector.yaml").read_text())
 TUNED = yaml.safe_load((REPO / "dag_configs" / "fraud_detector_tuned.yaml").read_text())
+GPU = yaml.safe_load((REPO / "dag_configs" / "search_ranker_gpu.yaml").read_text())
 
 
 def _training(spec: dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +41,15 @@ CASES: list[tuple[str, dict[str, Any], Callable[[dict[str, Any]], None], str, st
     ("hash buckets", FRAUD, lambda s: _training(s).update(
         transforms={"merchant_category": {"type": "categorical", "encode": "hashing", "hash_buckets": 2_000_000_000}}),
      "training.transforms.merchant_category.hash_buckets", "less than or equal to 16777216"),
+    # Waits of a pod: a stopped pod keeps its GPUs through its grace period, a pending one holds the slot.
+    ("grace period", GPU, lambda s: _training(s)["kubernetes"].update(termination_grace_period="365d"),
+     "training.kubernetes.termination_grace_period", "at most 1h: longer, a stopped pod would keep its GPUs that long"),
+    ("schedule timeout", GPU, lambda s: _training(s)["kubernetes"].update(schedule_timeout="30d"),
+     "training.kubernetes.schedule_timeout", "at most 7d"),
+    ("startup timeout", GPU, lambda s: _training(s)["kubernetes"].update(startup_timeout="2d"),
+     "training.kubernetes.startup_timeout", "at most 1d"),
+    ("finished jobs kept", GPU, lambda s: _training(s)["kubernetes"].update(ttl_after_finished="3650d"),
+     "training.kubernetes.ttl_after_finished", "at most 30d"),
     ("tuned layers", TUNED, lambda s: s["tuning"]["space"].update(hidden_layers={"choice": [[64], [1_000_000, 8]]}),
      "tuning.space.hidden_layers.choice", "a list of 1 to 64 layer sizes from 1 to 65,536"),
     ("tuned batch size", TUNED, lambda s: s["tuning"]["space"].update(batch_size={"int": [64, 10_000_000_000]}),

@@ -45,7 +45,10 @@ _RESERVED_NAMES = {
     # Python's tempfile falls back to TEMP and TMP; torch.compile's and Triton's caches default to it.
     **{name: "it redirects temporary files" for name in ("TMPDIR", "TMP", "TEMP")},
     "TORCH_EXTENSIONS_DIR": "it chooses which compiled code torch loads",
-    **{name: "it redirects network traffic" for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")},
+    # curl's and gRPC's (the NCCL/gRPC clients) besides the HTTP ones.
+    **{name: "it redirects network traffic" for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+                                                         "FTP_PROXY", "WS_PROXY", "WSS_PROXY", "GRPC_PROXY",
+                                                         "NO_GRPC_PROXY")},
     **{name: "it replaces the trusted certificates" for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
                                                                  "CURL_CA_BUNDLE")},
     # The rest of glibc's list of variables it ignores in setuid programs (unsecvars.h): each loads
@@ -87,6 +90,8 @@ _RESERVED_PREFIXES = {
     "PYTHON": "it changes which code the interpreter runs",
     "KUBERNETES_": "it redirects cluster access",
     "TORCHELASTIC_": "torchrun sets it",
+    # TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD makes torch.load unpickle anything: a checkpoint could run code.
+    "TORCH_FORCE_": "it switches off torch.load's safe loading",
     # Exported functions (BASH_FUNC_name%%), BASH_ENV, BASH_LOADABLES_PATH (builtins from a .so), ...
     "BASH_": "it makes a shell run other code",
     # OPENSSL_CONF can load engines and providers; OPENSSL_ENGINES and OPENSSL_MODULES name their folders.

@@ -260,6 +260,19 @@ class CapacitySpec(SpecModel):
     )
 
 
+# The longest each wait of a pod may be, and what a longer one holds (KubernetesSpec._a_bounded_wait).
+_LONGEST_WAITS = {
+    "termination_grace_period": (timedelta(hours=1), "a stopped pod would keep its GPUs that long"),
+    "schedule_timeout": (timedelta(days=7), "an unschedulable pod would hold the train task's pool slot that long"),
+    "startup_timeout": (timedelta(days=1), "a pod that cannot start would hold its node and the task's slot that long"),
+    "ttl_after_finished": (timedelta(days=30), "finished Jobs and their pods would pile up in the namespace"),
+}
+
+
+def _duration_text(value: timedelta) -> str:
+    return f"{value.days}d" if value.days and not value.seconds else f"{int(value.total_seconds() // 3600)}h"
+
+
 def _secret_ref(value: Any) -> Any:
     # Friendly form "secret-name/key".
     if isinstance(value, str):
@@ -389,10 +402,12 @@ class KubernetesSpec(SpecModel):
         examples=["delete_succeeded_pod"],
     )
     schedule_timeout: Duration = Field(
-        default=timedelta(minutes=30), description="How long a pod may stay unscheduled (GPU node scale-up).", examples=["30m"]
+        default=timedelta(minutes=30), description="How long a pod may stay unscheduled (GPU node scale-up); at most 7d.",
+        examples=["30m"]
     )
     startup_timeout: Duration = Field(
-        default=timedelta(minutes=15), description="How long a scheduled pod may take to start (image pull).", examples=["15m"]
+        default=timedelta(minutes=15), description="How long a scheduled pod may take to start (image pull); at most 1d.",
+        examples=["15m"]
     )
     log_interval: Duration = Field(
         default=timedelta(minutes=2),
@@ -400,7 +415,8 @@ class KubernetesSpec(SpecModel):
         examples=["2m"],
     )
     termination_grace_period: Duration = Field(
-        default=timedelta(minutes=2), description="Time between SIGTERM and SIGKILL when a pod is stopped.", examples=["2m"]
+        default=timedelta(minutes=2), description="Time between SIGTERM and SIGKILL when a pod is stopped; at most 1h.",
+        examples=["2m"]
     )
     max_pod_restarts: int = Field(
         default=0, ge=0, le=_INT32_MAX,
@@ -410,7 +426,8 @@ class KubernetesSpec(SpecModel):
     )
     ttl_after_finished: Duration = Field(
         default=timedelta(hours=24),
-        description="Multi-node: Kubernetes deletes a finished Job (and its pods) this long after it ended, when it was kept.",
+        description="Multi-node: Kubernetes deletes a finished Job (and its pods) this long after it ended, when it was "
+        "kept; at most 30d.",
         examples=["24h"],
     )
     rendezvous_port: int = Field(
@@ -432,6 +449,15 @@ class KubernetesSpec(SpecModel):
                    "on_demand": {"node_selector": {"karpenter.sh/capacity-type": "on-demand"}},
                    "on_demand_after_preemptions": 2}],
     )
+
+    @field_validator(*_LONGEST_WAITS)
+    @classmethod
+    def _a_bounded_wait(cls, value: timedelta, info: Any) -> timedelta:
+        # A year-long wait is a mistake, or a way to hold what the cluster shares.
+        longest, holds = _LONGEST_WAITS[info.field_name]
+        if value > longest:
+            raise ValueError(f"at most {_duration_text(longest)}: longer, {holds}")
+        return value
 
     @field_validator("image")
     @classmethod
