@@ -16,7 +16,7 @@ from trainpipe.compile.plan_cache import PlanCache
 from trainpipe.dags.files import declared_pipeline_id
 
 SECRET = "root:$6$saltsalt$SECRETHASH:20228:0:99999:7:::\napi_token: tok-SECRET-1234\n"
-REFUSED = "a symbolic link to a file outside the specs folder"
+REFUSED = "a symbolic link (or a linked folder) to a file outside the specs folder"
 
 
 @pytest.fixture
@@ -90,3 +90,16 @@ def test_the_import_error_of_a_link_is_filed_under_the_link_not_its_target(folde
     assert spec_location(link) == configs.resolve() / "risk" / "leak.yaml"
     assert _airflow_relative_path(link, configs.parent) == "dag_configs/risk/leak.yaml"
     assert "shadow" not in _airflow_relative_path(link, None)
+
+
+def test_a_file_named_on_the_command_line_through_a_linked_folder_is_refused_unread(
+        folders: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
+    """A CI job running `trainpipe validate dag_configs/*/*.yaml` expands a linked folder's files too."""
+    configs, outside = folders
+    (outside / "p.yaml").write_text("pipeline_id: 'tok-SECRET-1234'\n")
+    (configs / "linked").symlink_to(outside)
+
+    assert main(["validate", str(configs / "linked" / "p.yaml")]) == 1
+
+    out = capsys.readouterr().out
+    assert REFUSED in out and "SECRET" not in out

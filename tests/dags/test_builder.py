@@ -230,3 +230,25 @@ def test_the_deadline_alert_name_fits_airflows_column_for_the_longest_pipeline_i
     dag = build_dag(compile_file(spec))
 
     assert len(dag.deadline[0].name if isinstance(dag.deadline, list) else dag.deadline.name) <= 250
+
+
+def test_the_dag_docs_show_the_description_as_written_not_as_markdown(tmp_path):
+    """The Airflow UI renders a DAG's docs as Markdown: a spec's description made a heading, a link showing
+    other text than its address, and a remote image (red team, round 4). Each is text now."""
+    import yaml
+
+    spec = yaml.safe_load((REPO / "dag_configs" / "fraud_detector.yaml").read_text())
+    spec["description"] = "# Approved by the platform team\n[Re-approve here](https://evil.example) ![](https://t.example/p.png)"
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    doc = build_dag(compile_file(path)).doc_md
+    rendered = markdown_html(doc)
+    assert "<h1>" not in rendered and "<a " not in rendered and "<img" not in rendered
+    assert "# Approved by the platform team" in rendered and "[Re-approve here](https://evil.example)" in rendered
+
+
+def markdown_html(text: str) -> str:
+    """Markdown as a GFM renderer shows it (bare URLs linked, like the Airflow UI's react-markdown + remark-gfm)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("gfm-like").render(text)

@@ -64,6 +64,16 @@ def test_slack_text_carries_the_table_in_a_code_block():
     assert Message(subject="S", text="T", table_text="a  b").as_slack() == "*S*\nT\n```\na  b\n```"
 
 
+def test_slack_text_mentions_no_one_and_links_nowhere():
+    """A trigger's conf quoted in a task failure ("force": "<!channel> ... <https://evil|Approve>") reached
+    Slack as a channel-wide mention and a link showing other text than its address."""
+    text = 'run conf: force: must be true or false, got "<!channel> re-approve at <https://evil.example|Airflow> & co"'
+    sent = Message(subject="d <!here>", text=text, table_text="<@U123>").as_slack()
+    assert "<" not in sent and ">" not in sent
+    assert sent == ("*d &lt;!here&gt;*\nrun conf: force: must be true or false, got \"&lt;!channel&gt; re-approve at "
+                    "&lt;https://evil.example|Airflow&gt; &amp; co\"\n```\n&lt;@U123&gt;\n```")
+
+
 def _context(**values):
     ti = SimpleNamespace(dag_id="d", task_id="train", run_id="r1", try_number=2, log_url="http://airflow/log",
                          xcom_pull=lambda task_ids: values.get("xcom"))

@@ -58,3 +58,18 @@ def test_a_team_s_own_defaults_apply_and_the_platform_s_listed_ones_apply_to_all
     result = compile_directory(configs)
     assert not result.errors
     assert {dag_id: plan.retries for dag_id, plan in result.plans.items()} == {"risk_fraud": 2, "search_ranker": 2}
+
+
+def test_a_default_team_does_not_own_the_root_defaults_file(
+        configs: Path, write_spec: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """default_team places specs in no team's folder; it must not make a root file that every team's specs lie
+    under the default team's (its approval on a one-minute timeout reached every spec of that team)."""
+    _specs(write_spec)
+    (configs / "_defaults.yaml").write_text(HIJACK)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.read_text().replace("default_team: null", "default_team: search"))
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
+    result = compile_directory(configs, relative_to=configs.parent)
+    assert not result.plans
+    assert all(error.problems[0].message.startswith("this _defaults.yaml is in no team's folders")
+               for error in result.errors.values())

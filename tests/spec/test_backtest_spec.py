@@ -65,6 +65,13 @@ def test_a_lifecycle_alias_in_other_case_is_refused_too(alias, role):
             "ignore case); the production, challenger and previous aliases must differ") in message
 
 
+@pytest.mark.parametrize("alias", ["ch\u00e1mpion", "champ\u0131on", "ch\u0430mpion"], ids=["accent", "dotless-i", "cyrillic-a"])
+def test_an_alias_is_ascii_so_no_look_alike_of_champion_passes(alias):
+    """MySQL's default collation ignores accents as well as case: 'ch\u00e1mpion' is 'champion' there."""
+    [message] = _messages(_with_backtest(f"  challenger_alias: {alias}\n"))
+    assert "registration.challenger_alias: must start with a letter and use only ASCII letters" in message
+
+
 def test_the_spec_s_own_lifecycle_alias_names_are_refused_too():
     text = _with_backtest("  challenger_alias: candidate\n  backtest: {register: true, alias: candidate}\n")
     [message] = _messages(text)
@@ -79,7 +86,7 @@ def test_an_alias_without_register_is_refused():
 def test_a_template_as_alias_is_refused_not_rendered():
     # Aliases are plain names: a Jinja expression never reaches MLflow, rendered or not.
     [message] = _messages(_with_backtest("  backtest: {register: true, alias: '{{ ds }}'}\n"))
-    assert message.endswith("registration.backtest.alias: must start with a letter and use only letters, digits, "
+    assert message.endswith("registration.backtest.alias: must start with a letter and use only ASCII letters, digits, "
                             "'_' and '-', got '{{ ds }}'")
 
 

@@ -208,3 +208,27 @@ def test_a_plan_made_without_the_spec_stage_builds_no_pod_with_them(
     plan = dataclasses.replace(plan, kubernetes=dataclasses.replace(k, **edited))
     with pytest.raises(TrainpipeError, match=f"{plan.dag_id}: {refused} .* is refused"):
         render_manifests(plan, launch=LAUNCH)
+
+
+@pytest.mark.parametrize("key", ["k8s.v1.cni.cncf.io/networks", "cni.projectcalico.org/ipAddrs", "co.elastic.logs/enabled",
+                                 "gke-gcsfuse/volumes", "hami.io/gpu-scheduler-policy", "apps.kruise.io/inplace-update"])
+def test_network_logging_and_device_webhook_keys_are_refused_too(tmp_path: Path, key: str) -> None:
+    """Red team, round 4: another network (Multus), a chosen pod IP (Calico), dropped logs (Elastic), an
+    injected storage sidecar, a GPU share (HAMi), an in-place update (OpenKruise)."""
+    path = _write(tmp_path, _spec(annotations={"cost-center": "search-ml", key: "x"}))
+    with pytest.raises(SpecError) as caught:
+        compile_file(path)
+    (problem,) = caught.value.problems
+    assert problem.field_path == f"{K8S}.annotations.{key}" and "remove it: " in problem.message
+
+
+def test_a_trailing_newline_is_no_part_of_a_valid_name() -> None:
+    """Patterns ending in `$` admit one trailing newline under re.match: such a key, value, variable or
+    address passed the spec and failed (or meant another thing) only where it was used."""
+    from trainpipe.spec.environment import env_name_problem
+    from trainpipe.spec.pod_keys import label_value_problem
+
+    assert metadata_key_problem("team\n", what="label") is not None
+    assert label_value_problem("risk\n") is not None
+    assert env_name_problem("NCCL_DEBUG\n") is not None
+    assert metadata_key_problem("team", what="label") is None and env_name_problem("NCCL_DEBUG") is None

@@ -25,7 +25,14 @@ from trainpipe.errors import MissingExtraError, SpecError, SpecFieldError, SpecP
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import AssetSchedule, PipelinePlan, asset_key
 from trainpipe.settings import POLICY_ENV, Settings
-from trainpipe.spec.loader import LoadedYaml, format_path, load_yaml_text, merge_defaults, read_spec_text
+from trainpipe.spec.loader import (
+    LINK_OUT_OF_FOLDER,
+    LoadedYaml,
+    format_path,
+    load_yaml_text,
+    merge_defaults,
+    read_spec_text,
+)
 
 if TYPE_CHECKING:
     from trainpipe.compile.plan_cache import PlanCache
@@ -197,6 +204,18 @@ def configs_root_for(spec_path: Path) -> Path:
     return next((folder for folder in spec_path.parents if folder.name == SPECS_FOLDER_NAME), spec_path.parent)
 
 
+def _specs_root_as_named(path: Path) -> Path:
+    """``configs_root_for`` of a spec by the path it was named with, not where its links lead: the specs
+    folder it lies in as the user sees it (resolved), so a file reached through a linked folder is outside."""
+    from trainpipe.compile.spec_files import SPECS_FOLDER_NAME, configured_specs_folder
+
+    named = Path(os.path.abspath(path))
+    configured = configured_specs_folder()
+    if configured is not None and named.is_relative_to(os.path.abspath(configured)):
+        return configured.resolve()
+    return next((folder for folder in named.parents if folder.name == SPECS_FOLDER_NAME), named.parent).resolve()
+
+
 def compile_file(path: Path, display_name: str | None = None, *, configs_root: Path | None = None,
                  defaults: _DefaultsCache | None = None, settings: Settings | None = None) -> PipelinePlan:
     """Load, merge defaults, validate and plan one spec; raises ``SpecError`` with every problem (an
@@ -216,8 +235,13 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
     name = display_name or str(path)
     if text is None:
         # A link is judged where it lies (its folder's specs root), not where it points.
-        folder = (defaults.root if defaults is not None else configs_root.resolve() if configs_root is not None
-                  else configs_root_for(path.parent.resolve() / "_"))
+        if defaults is not None:
+            folder = defaults.root  # a folder's specs: list_specs walks no linked folder
+        else:
+            folder = configs_root.resolve() if configs_root is not None else _specs_root_as_named(path)
+            # A file named on the command line (a CI glob: dag_configs/*/*.yaml) may lie in a linked folder.
+            if not Path(os.path.realpath(path)).is_relative_to(folder):
+                raise SpecError([SpecProblem(name, 1, 1, "", LINK_OUT_OF_FOLDER)])
         text = read_spec_text(path, name, inside=folder)
     loaded = load_yaml_text(text, name)
     where = path

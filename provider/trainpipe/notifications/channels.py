@@ -40,8 +40,14 @@ class Message:
         return paragraphs + self.table_html
 
     def as_slack(self) -> str:
-        table = f"\n```\n{self.table_text}\n```" if self.table_text else ""
-        return f"*{self.subject}*\n{self.text}{table}"
+        # Slack reads <...> as a mention (<!channel>) or a link that shows other text (<https://x|Approve>):
+        # spec text and run values (an error quoting a trigger's conf) are escaped as Slack asks, & < > alone.
+        table = f"\n```\n{_slack_escaped(self.table_text)}\n```" if self.table_text else ""
+        return f"*{_slack_escaped(self.subject)}*\n{_slack_escaped(self.text)}{table}"
+
+
+def _slack_escaped(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def notifier(channel: NotifyChannel, message: Message) -> BaseNotifier:

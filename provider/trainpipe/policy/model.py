@@ -303,10 +303,13 @@ class Policy:
         (mail their gate tables elsewhere, approve on a timeout), or refuse them all with one value."""
         if any(globs.compiled(pattern).match(relative_path) for pattern in self.spec.platform_defaults):
             return None
-        owner, _ = self.team_for(relative_path)
-        if owner == team:
+        # By the folders alone: default_team is for specs in no team's folder, and would hand it a root file
+        # that every team's specs lie under.
+        owners = list(dict.fromkeys(name for pattern, name in _folder_patterns(self) if pattern.match(relative_path)))
+        if owners == [team]:
             return None
-        whose = f"team {owner}'s folders" if owner is not None else "no team's folders"
+        whose = (f"team {owners[0]}'s folders" if len(owners) == 1 else
+                 f"the folders of teams {', '.join(owners)}" if owners else "no team's folders")
         return (f"this _defaults.yaml is in {whose}, so it may not set values of team {team}'s specs; move the "
                 f"defaults into team {team}'s own folder, or the platform lists the file in `platform_defaults` of "
                 f"the policy {self.file}")

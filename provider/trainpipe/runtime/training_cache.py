@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.errors import SpecError
+from trainpipe.errors import SpecError, shown_value
 from trainpipe.registry.model_registry import TRAINING_KEY_TAG
 
 if TYPE_CHECKING:
@@ -84,5 +84,5 @@ def forced(conf: dict[str, Any] | None) -> bool:
     value = (conf or {}).get(FORCE_CONF_KEY)
     if value is None or isinstance(value, bool):
         return bool(value)
-    raise SpecError(f"run conf: {FORCE_CONF_KEY}: must be true or false, got {value!r}; trigger the run with "
+    raise SpecError(f"run conf: {FORCE_CONF_KEY}: must be true or false, got {shown_value(value)}; trigger the run with "
                     f'{{"{FORCE_CONF_KEY}": true}} to train although the inputs are unchanged')

@@ -138,7 +138,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def env_name_problem(name: str) -> str | None:
-    if _ENV_NAME.match(name):
+    if _ENV_NAME.fullmatch(name):
         return None
     return f"{name!r} is not an environment variable name: ASCII letters, digits and '_', not starting with a digit"
 

@@ -326,6 +326,10 @@ def load_yaml_text(text: str, file: str) -> LoadedYaml:
     return loaded
 
 
+LINK_OUT_OF_FOLDER = ("a symbolic link (or a linked folder) to a file outside the specs folder; trainpipe reads only the "
+                      "specs folder's own files: copy the file into the folder, or link to a file inside it")
+
+
 def read_spec_text(path: Path, display_name: str | None = None, *, inside: Path | None = None) -> str:
     """The text of a spec or defaults file: refused by size before it is read in full, and located
     at the first byte that is not UTF-8. ``OSError`` (missing, unreadable) is the caller's.
@@ -344,9 +348,7 @@ def read_spec_text(path: Path, display_name: str | None = None, *, inside: Path 
         # A link (the common case pays nothing: a plain file opens at once): its target, if inside.
         target = Path(os.path.realpath(path))
         if not target.is_relative_to(inside):
-            raise SpecError([SpecProblem(file, 1, 1, "", (
-                "a symbolic link to a file outside the specs folder; trainpipe reads only the specs folder's own "
-                "files: copy the file into the folder, or link to a file inside it"))]) from None
+            raise SpecError([SpecProblem(file, 1, 1, "", LINK_OUT_OF_FOLDER)]) from None
         fd = os.open(target, flags | os.O_NOFOLLOW)
     try:
         info = os.fstat(fd)

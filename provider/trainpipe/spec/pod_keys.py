@@ -52,9 +52,17 @@ RESERVED_KEY_GROUPS: tuple[tuple[tuple[str, ...], str, str], ...] = (
      "an admission policy (OpenShift's security context constraints, Kyverno, Gatekeeper) or cert-manager would "
      "admit the pod under another constraint or policy exception, or issue it a certificate",
      "admission is the platform's"),
-    (("fluentbit.io",),
-     "the log pipeline would drop the pod's logs or parse them as the key says",
+    (("fluentbit.io", "co.elastic.logs", "co.elastic.metrics", "co.elastic.hints"),
+     "the log pipeline (Fluent Bit, Elastic's autodiscover) would drop the pod's logs or parse them as the key says",
      "which logs are collected is the platform's"),
+    (("cncf.io", "projectcalico.org", "cilium.io", "antrea.io"),
+     "the network plugin (Multus, Calico, Cilium, Antrea) would attach the pod to another network, give it the "
+     "IP address or pool the key names, or change its network policy",
+     "the pods' network is the platform's"),
+    (("gke-gcsfuse", "hami.io", "kruise.io"),
+     "a storage or device webhook (GKE's Cloud Storage FUSE, HAMi's GPU sharing) or OpenKruise would inject a "
+     "sidecar, a device share or an in-place update the key names",
+     "storage reaches the trainer through data.uri, GPUs through resources.gpus"),
 )
 RESERVED_KEY_DOMAINS: tuple[str, ...] = tuple(domain for domains, _, _ in RESERVED_KEY_GROUPS for domain in domains)
 # Keys without a domain that schedulers read, refused in labels and annotations alike (compared ignoring case),
@@ -121,7 +129,7 @@ def _reserved_key_reason(key: str) -> str | None:
 
 def key_syntax_problem(key: str, *, what: str) -> str | None:
     """Why ``key`` is not a Kubernetes qualified name (label, annotation, node label or taint key)."""
-    match = METADATA_KEY.match(key)
+    match = METADATA_KEY.fullmatch(key)
     if match is None or len(key.rpartition("/")[2]) > 63 or len(match.group("prefix") or "") > 253:
         return (f"{key!r} is not a Kubernetes {what} key: an optional lowercase DNS prefix and '/', then a name of at "
                 "most 63 letters, digits, '-', '_' or '.' (e.g. 'team' or 'example.com/cost-center')")
@@ -137,7 +145,7 @@ def metadata_key_problem(key: str, *, what: str) -> str | None:
 
 
 def label_value_problem(value: str, *, what: str = "label") -> str | None:
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
         return (f"{value!r} is not a Kubernetes {what} value: at most 63 letters, digits, '-', '_' or '.', starting and "
                 "ending with a letter or digit")
     return None

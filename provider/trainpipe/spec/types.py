@@ -24,7 +24,7 @@ def parse_duration(value: Any) -> Any:
         if value <= 0:
             raise ValueError(f"a duration must be positive, got {value}")
         return _bounded(value, value)
-    if isinstance(value, str) and _DURATION_FULL.match(value):
+    if isinstance(value, str) and _DURATION_FULL.fullmatch(value):
         seconds = sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(value))
         if seconds <= 0:
             raise ValueError(f"a duration must be positive, got {value!r}")

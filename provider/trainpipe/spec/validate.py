@@ -67,7 +67,8 @@ def _pydantic_problem(loaded: LoadedYaml, error: ErrorDetails) -> SpecProblem:
         return loaded.problem(path, "required field is missing; add it")
     pattern = str(error.get("ctx", {}).get("pattern", "")) if kind == "string_pattern_mismatch" else ""
     if pattern.startswith("^[A-Za-z]"):
-        return loaded.problem(path, f"must start with a letter and use only letters, digits, '_' and '-', got {error['input']!r}")
+        return loaded.problem(path, "must start with a letter and use only ASCII letters, digits, '_' and '-', "
+                                    f"got {error['input']!r}")
     if pattern in NAME_PATTERN_MEANINGS:
         return loaded.problem(path, f"{shown_value(error['input'])} is not {NAME_PATTERN_MEANINGS[pattern]}; rename it")
     message = error["msg"]

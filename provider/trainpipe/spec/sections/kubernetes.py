@@ -53,7 +53,7 @@ def _quantity(value: Any) -> Any:
         return value
     if isinstance(value, int | float):
         value = repr(value)
-    if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
+    if isinstance(value, str) and not re.fullmatch(QUANTITY_PATTERN, value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity: a non-negative number with an optional unit, such "
                          "as 500m, 4, 16Gi or 512Mi")
     return value
@@ -106,7 +106,7 @@ class ResourcesSpec(SpecModel):
     @classmethod
     def _an_extended_resource(cls, name: str) -> str:
         # The GPU count becomes a limit named this: "cpu" or "memory" would turn it into one of those.
-        match = METADATA_KEY.match(name)
+        match = METADATA_KEY.fullmatch(name)
         if match is None or not match.group("prefix") or "." not in match.group("prefix") or reserved_key_domain(name):
             raise ValueError(
                 f"{name!r} is not an extended resource name: a device plugin's domain and name, such as "
@@ -463,7 +463,7 @@ class KubernetesSpec(SpecModel):
     @classmethod
     def _an_image_reference(cls, image: str) -> str:
         # Judged by the policy's image globs as text: only a real reference means what it reads.
-        if not _IMAGE_REFERENCE.match(image):
+        if not _IMAGE_REFERENCE.fullmatch(image):
             raise ValueError(
                 f"{image!r} is not a container image reference: [registry[:port]/]name[:tag][@sha256:digest], e.g. "
                 "ghcr.io/trainpipe/trainer:0.1.0 (lower-case name, no spaces)"

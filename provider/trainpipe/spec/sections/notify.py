@@ -29,7 +29,7 @@ _PLAIN_ADDRESS = re.compile(
 
 
 def _plain_address(address: str) -> str:
-    if not _PLAIN_ADDRESS.match(address):
+    if not _PLAIN_ADDRESS.fullmatch(address):
         raise ValueError(
             f"{address!r} is not one plain e-mail address (name@example.com): no display name, '<>', ',', ';', '%', "
             "spaces or comments; list several recipients as separate items"

@@ -11,6 +11,10 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator
 from trainpipe.spec.sections.common import SpecModel
 from trainpipe.spec.types import Duration
 
+# ASCII only: \w admits any letter, and a registry on an accent- and case-insensitive collation (MySQL's
+# default) takes 'chámpion' or a Cyrillic 'а' for 'champion', so register would move the production alias.
+ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
+
 
 class ApprovalSpec(SpecModel):
     mode: Literal["none", "required"] = Field(
@@ -53,7 +57,7 @@ class BacktestSpec(SpecModel):
     )
     alias: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z][\w-]*$",
+        pattern=ALIAS_PATTERN,
         description="With register: true, the alias the registered backtest version takes (a plain name, kept "
         "literal; not the production, challenger or previous alias, nor champion, challenger or "
         "previous_champion). null: no alias.",
@@ -96,20 +100,20 @@ class RegistrationSpec(SpecModel):
 
     alias: str = Field(
         default="champion",
-        pattern=r"^[A-Za-z][\w-]*$",
+        pattern=ALIAS_PATTERN,
         description="The production alias: `promote` moves it to the new version when every gate passes "
         "(and the approval, if any, is given).",
         examples=["champion"],
     )
     challenger_alias: str = Field(
         default="challenger",
-        pattern=r"^[A-Za-z][\w-]*$",
+        pattern=ALIAS_PATTERN,
         description="Alias `register` gives each new version, before it is promoted.",
         examples=["challenger"],
     )
     previous_alias: str = Field(
         default="previous_champion",
-        pattern=r"^[A-Za-z][\w-]*$",
+        pattern=ALIAS_PATTERN,
         description="Alias the replaced production version keeps on promotion; `trainpipe rollback` moves "
         "the production alias back to it.",
         examples=["previous_champion"],

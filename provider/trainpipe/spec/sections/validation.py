@@ -113,7 +113,7 @@ class DriftSpec(SpecModel):
     @field_validator("reference")
     @classmethod
     def _known_reference(cls, value: str) -> str:
-        if not _REFERENCE.match(value):
+        if not _REFERENCE.fullmatch(value):
             raise ValueError(f"{value!r} is neither 'baseline' nor a version digest; write 'baseline', or the first 16 "
                              "(or more) lowercase hex characters of a version that `trainpipe datasets` lists")
         return value
