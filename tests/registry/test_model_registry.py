@@ -33,6 +33,8 @@ def test_register_creates_a_version_with_the_challenger_alias_only(hook, model_n
     assert version.tags["holdout_auc"] == "0.910000" and version.tags["holdout_ndcg_at_10"] == "0.500000"
     assert version.tags["airflow_run_id"] == "manual__1" and registry.STAGED_AT_TAG in version.tags
     assert "gates passed (2/2)" in version.description
+    # MLflow's UI renders it as Markdown: the spec's description is escaped to show as written.
+    assert hook.client.get_registered_model(model_name).description == "registry test model"
 
 
 def test_register_rerun_of_the_same_dag_run_reuses_its_version(hook, model_name, registration, train_and_register):
@@ -235,3 +237,14 @@ def test_the_promotion_history_is_a_short_tag_and_takes_over_the_old_json_log(ho
         (2, "airflow DAG x (run manual__2)", None), (1, "carol", None)]
     # The full reason stays on the version itself.
     assert hook.client.get_model_version(model_name, "2").tags[registry.PROMOTION_REASON_TAG] == long_reason
+
+
+def test_the_model_description_shows_the_spec_s_words_not_its_markdown(hook, model_name, registration):
+    import dataclasses
+
+    phishing = dataclasses.replace(registration, description="# Approved [re-approve](https://evil.example)")
+    run_id = hook.run_for_dag_run(pipeline_id="registry_dag", dag_id="registry_dag", airflow_run_id="manual__md", tags={})
+    hook.client.log_text(run_id, "artifact_path: model\n", "model/MLmodel")
+    hook_register(hook, phishing, mlflow_run_id=run_id, dag_id="registry_dag", run="manual__md")
+    assert hook.client.get_registered_model(model_name).description == (
+        "\\# Approved \\[re\\-approve\\]\\(https\\:\\/\\/evil\\.example\\)")

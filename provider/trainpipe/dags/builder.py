@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetAll, AssetAny, BaseOperator, Param
 
 from trainpipe.errors import SpecFieldError, shown_value
+from trainpipe.markdown import markdown_text
 from trainpipe.operators.pipeline import (
     EvaluateOperator,
     GateOperator,
@@ -117,20 +117,10 @@ def _task(plan: PipelinePlan, planned: PlannedTask):
 
 
 def _doc(plan: PipelinePlan) -> str:
-    lines = [f"**{plan.dag_id}**: {_markdown_text(plan.description)}", "",
-             f"Compiled by trainpipe from {_markdown_text(plan.spec_file)}.", ""]
+    lines = [f"**{plan.dag_id}**: {markdown_text(plan.description)}", "",
+             f"Compiled by trainpipe from {markdown_text(plan.spec_file)}.", ""]
     lines += [f"- `{t.task_id}`: {t.summary}" for t in plan.tasks]
     return "\n".join(lines)
-
-
-# Every ASCII punctuation character CommonMark lets a backslash escape.
-_MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
-
-
-def _markdown_text(text: str) -> str:
-    """Spec text shown as written in the DAG's docs, which the Airflow UI renders as Markdown: no heading,
-    link or remote image (a tracking pixel, a phishing link "approved by the platform team") of a spec's."""
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
 
 
 def _schedule(plan: PipelinePlan):

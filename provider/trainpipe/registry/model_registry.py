@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import TrainpipeError
 from trainpipe.hooks.mlflow import MlflowHook, mlflow_metric_key
+from trainpipe.markdown import markdown_text
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -226,7 +227,8 @@ def register_candidate(registration: RegistrationPlan, *, model_uri: str, mlflow
         model = client.get_registered_model(name)
     except MlflowException:
         # The owner tag is written with the model (one call): a model trainpipe creates is never unowned.
-        client.create_registered_model(name, description=registration.description or None,
+        # MLflow's UI renders the description as Markdown: the spec's words are shown as written.
+        client.create_registered_model(name, description=markdown_text(registration.description) or None,
                                        tags={OWNER_TAG: team} if team is not None else None)
     else:
         if team is not None and OWNER_TAG not in (model.tags or {}):
