@@ -1,5 +1,7 @@
 """Relative URIs stay inside the storage root: refused by their text at the spec stage, and again by
-``storage.resolve_uri`` before any storage is touched. Absolute URIs remain an explicit choice."""
+``storage.resolve_uri`` before any storage is touched. Without a platform policy a local absolute path must
+lie under the storage root too (the spec's compile and the snapshot refuse a worker's own files); s3:// URIs
+are read through their connection."""
 
 from __future__ import annotations
 
@@ -101,3 +103,36 @@ def test_resolve_uri_still_reads_an_absolute_uri_outside_the_root(settings: Sett
     elsewhere.write_text("a\n2\n")
     for uri in (elsewhere.as_uri(), str(elsewhere)):
         assert storage.read_table(storage.resolve_uri(uri, settings), "csv")["a"].tolist() == [2]
+
+
+@pytest.mark.parametrize("uri", ["file:///etc/passwd", "/proc/self/environ", "file://localhost/etc/passwd",
+                                 "FILE:///etc/passwd", "{root}/../outside.csv", "file://{root}/../outside.csv"])
+def test_without_a_policy_a_local_path_outside_the_storage_root_is_refused_at_its_line(
+        uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from trainpipe.compile.compiler import compile_file
+
+    root = tmp_path / "storage"
+    monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", root.as_uri())
+    monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
+    spec = tmp_path / "x.yaml"
+    written = uri.format(root=root)
+    spec.write_text(SPEC.format(uri=written))
+    with pytest.raises(SpecError) as caught:
+        compile_file(spec, "specs/x.yaml")
+    assert [str(p) for p in caught.value.problems] == [
+        f"specs/x.yaml:3:3: data.uri: {written!r} is a local path outside the storage root; without a platform policy "
+        "trainpipe reads local data only under it: write a path relative to the storage root (move the data there), "
+        "or the platform allows the path in its policy's data.uris"]
+
+
+@pytest.mark.parametrize("uri", ["{root}/demo/x.parquet", "file://{root}/demo/x.parquet", "s3://lake/fraud/", "demo/x.parquet"])
+def test_without_a_policy_local_paths_under_the_root_and_object_stores_compile(
+        uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from trainpipe.compile.compiler import compile_file
+
+    root = tmp_path / "storage"
+    monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", root.as_uri())
+    monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
+    spec = tmp_path / "x.yaml"
+    spec.write_text(SPEC.format(uri=uri.format(root=root)))
+    assert compile_file(spec, "specs/x.yaml").data.uri == uri.format(root=root)

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from trainpipe import storage
-from trainpipe.errors import PolicyViolationError
+from trainpipe.errors import OutsideStorageRootError, PolicyViolationError
 from trainpipe.plan.model import DataPlan
 from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
@@ -96,12 +96,18 @@ def test_a_folder_of_the_teams_own_files_still_reads(settings):
     assert sorted(_stored_rows(settings)) == ["risk"] * 4
 
 
-def test_without_a_policy_the_same_link_is_read_as_before(settings, tmp_path):
+def test_without_a_policy_a_member_linked_out_of_the_storage_root_is_refused_too(settings, tmp_path):
     daily = _root(settings) / "demo" / "transactions" / "daily"
     (daily / "part-1.parquet").symlink_to(tmp_path / "elsewhere" / "other_team" / "clicks.parquet")
-    info = take_snapshot("risk_q", dataclasses.replace(_data("demo/transactions/daily"), allowed_uris=None),
-                         settings=settings, logical_date=WHEN)
-    assert info.rows == 4
+    with pytest.raises(OutsideStorageRootError, match=r"\('part-1.parquet' of the folder leads there\)"):
+        take_snapshot("risk_q", dataclasses.replace(_data("demo/transactions/daily"), allowed_uris=None),
+                      settings=settings, logical_date=WHEN)
+    assert OTHER_TEAMS_ROW not in _stored_rows(settings)
+    # A link inside the storage root is read.
+    (daily / "part-1.parquet").unlink()
+    (daily / "part-1.parquet").symlink_to(daily / "part-0.parquet")
+    assert take_snapshot("risk_q", dataclasses.replace(_data("demo/transactions/daily"), allowed_uris=None),
+                         settings=settings, logical_date=WHEN).rows == 4
 
 
 def test_a_pattern_naming_the_folder_itself_admits_its_own_files_not_links_elsewhere(settings):

@@ -113,7 +113,8 @@ class StorageAccessError(TrainpipeError):
 
 
 class OutsideStorageRootError(TrainpipeError, ValueError):
-    """A relative URI leads outside the storage root it is relative to (``../..``)."""
+    """A relative URI leads outside the storage root it is relative to (``../..``), or, without a platform
+    policy, a local data path (links followed) lies outside it."""
 
 
 class UnsupportedUriError(TrainpipeError, ValueError):

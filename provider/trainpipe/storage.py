@@ -92,6 +92,32 @@ def require_allowed(uri: str, path: ObjectStoragePath, patterns: tuple[str, ...]
                                            f"{_allowed_text(patterns)}")
 
 
+def require_inside_root(uri: str, path: ObjectStoragePath, settings: Settings) -> None:
+    """Without a policy, refuse before any read a local data path whose real path (links followed, each
+    file of a folder too) is outside the storage root: the worker's own files (/etc/passwd,
+    /proc/self/environ, the Airflow home) would be copied into a snapshot. Object stores are read by their
+    connection; a policy's data.uris judges instead (``require_allowed``)."""
+    import os
+
+    if path.protocol != "file":
+        return
+    root = settings.storage_root
+    real_root = os.path.realpath(root.removeprefix("file://")) if root.startswith("file://") else None
+
+    def inside(real: str) -> bool:
+        return real_root is not None and (real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep))
+
+    refusal = (f"data.uri {uri!r} is a local path outside the storage root; nothing was read. Without a platform "
+               "policy trainpipe reads local data only under the storage root: move the data there, or the platform "
+               "allows the path in its policy's data.uris")
+    if not inside(os.path.realpath(path.path)):
+        raise OutsideStorageRootError(refusal)
+    if path.is_dir():
+        for member in _members(path, TABLE_FORMATS):
+            if not inside(os.path.realpath(member.path)):
+                raise OutsideStorageRootError(f"{refusal} ({member.name!r} of the folder leads there)")
+
+
 def _real_path_allowed(real: str, patterns: tuple[str, ...], settings: Settings) -> bool:
     """Whether a local real path is inside the patterns, resolved against the storage root as configured
     and as its own real path (a root reached through a symlink)."""

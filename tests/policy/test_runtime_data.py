@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from trainpipe.errors import PolicyViolationError
+from trainpipe.errors import OutsideStorageRootError, PolicyViolationError
 from trainpipe.plan.model import DataPlan
 from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
@@ -47,6 +47,12 @@ def test_a_symlink_out_of_the_allowed_folder_is_refused_before_reading(storage):
                       settings=storage, logical_date=when)
     # Nothing of the secret was stored: no new dataset version.
     assert sorted(p.name for p in (snapshots / "risk_p").iterdir()) == before
-    # Without a policy (no allowed URIs in the plan) the same link is read, as before.
-    assert take_snapshot("risk_q", dataclasses.replace(_data("demo/link.parquet"), allowed_uris=None),
+    # Without a policy (no allowed URIs in the plan) the link out of the storage root is refused too, and an
+    # absolute path to a worker's file (its first line would show as "columns present").
+    outside = Path(storage.storage_root.removeprefix("file://")).parent / "outside" / "secret.parquet"
+    for uri in ("demo/link.parquet", str(outside)):
+        with pytest.raises(OutsideStorageRootError, match="is a local path outside the storage root; nothing was read"):
+            take_snapshot("risk_q", dataclasses.replace(_data(uri), allowed_uris=None), settings=storage, logical_date=when)
+    assert not (snapshots / "risk_q").exists()
+    assert take_snapshot("risk_q", dataclasses.replace(_data("demo/ok.parquet"), allowed_uris=None),
                          settings=storage, logical_date=when).rows == 4

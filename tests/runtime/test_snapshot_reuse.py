@@ -31,7 +31,10 @@ def test_the_reuse_line_names_this_runs_window(tmp_path, monkeypatch):
     handler = logging.Handler(logging.INFO)
     handler.emit = records.append
     monkeypatch.setattr(logger, "disabled", False)
-    monkeypatch.setattr(logger, "level", logging.INFO)
+    # setLevel, not the attribute: it also clears the logger's cache of isEnabledFor answers, which an
+    # earlier test of the same worker may have filled at WARNING (then no INFO record is ever made).
+    previous = logger.level
+    logger.setLevel(logging.INFO)
     logger.addHandler(handler)
     try:
         with storage_access(settings):
@@ -41,6 +44,7 @@ def test_the_reuse_line_names_this_runs_window(tmp_path, monkeypatch):
                                    logical_date=datetime(2026, 11, 6, tzinfo=UTC))
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(previous)
 
     assert second.digest == first.digest  # the same rows in both windows
     [line] = [r.getMessage() for r in records if "holds the same rows" in r.getMessage()]

@@ -70,12 +70,13 @@ def check_spec(spec: PipelineSpec, loaded: LoadedYaml, *, policy: Policy | None,
                or testing.step_delay_seconds > 0)
     loops = _self_triggers(spec, loaded)
     if policy is None or team is None:
+        problems = [*loops, *_local_data_outside_root(spec, loaded, storage_root)]
         if injects and not fault_injection:
-            return [*loops, loaded.problem(("training", "testing"), (
+            problems.append(loaded.problem(("training", "testing"), (
                 "fault injection is for trainpipe's own tests and is off on this platform; remove training.testing "
                 f"(the platform enables it with {FAULT_INJECTION_ENV}=1, or per team with `testing: true` in its "
-                "policy)"))]
-        return loops
+                "policy)")))
+        return problems
     rules = policy.spec.teams[team]
     judge = _Judge(loaded, team)
     judge.problems.extend(loops)
@@ -101,6 +102,26 @@ def _self_triggers(spec: PipelineSpec, loaded: LoadedYaml) -> list[SpecProblem]:
         f"{uri!r} is this pipeline's own {own[asset_key(uri)]} asset: each run would start the next, without end; "
         "schedule on another pipeline's asset, or use a cron schedule"))
         for index, uri in enumerate(schedule.assets) if asset_key(uri) in own]
+
+
+def _local_data_outside_root(spec: PipelineSpec, loaded: LoadedYaml, storage_root: str) -> list[SpecProblem]:
+    """Without a policy, local data lies under the storage root: a path anywhere else on the worker
+    (/etc/passwd, /proc/self/environ, the Airflow home) would be copied into a snapshot and its first line
+    shown as "columns present". A policy's data.uris may allow other local paths (judged in _data)."""
+    uri = spec.data.uri
+    if not uris.is_absolute(uri):
+        return []  # relative: inside the root (the spec stage refuses one that climbs out)
+    canonical = globs.canonical_uri(uri, storage_root)
+    if canonical is not None and not canonical.startswith("file://"):
+        return []  # an object store, read by its connection
+    root = storage_root.removeprefix("file://").rstrip("/") if storage_root.startswith("file://") else None
+    path = canonical.removeprefix("file://") if canonical is not None else None
+    if root is not None and path is not None and (path == root or path.startswith(root + "/")):
+        return []
+    return [loaded.problem(("data", "uri"), (
+        f"{uri!r} is a local path outside the storage root; without a platform policy trainpipe reads local data "
+        "only under it: write a path relative to the storage root (move the data there), or the platform allows "
+        "the path in its policy's data.uris"))]
 
 
 def _identity(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy, policy: Policy) -> None:

@@ -150,6 +150,8 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
     source = storage.resolve_uri(data.uri, settings, data.conn_id)
     if data.allowed_uris is not None:  # under a policy: checked here again, with this worker's storage root
         storage.require_allowed(data.uri, source, data.allowed_uris, settings)
+    else:  # without one, local data only under the storage root (links followed)
+        storage.require_inside_root(data.uri, source, settings)
     frame = _read_source(data, source)
     window, window_start, window_end = _cut_window(frame, data, logical_date)
     # Stable row order, so the same rows always give the same digest and files.
