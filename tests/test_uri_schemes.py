@@ -121,6 +121,14 @@ def _snapshot_of(path: Path, *, file_format: str = "parquet"):
     return lambda: take_snapshot(plan.dag_id, plan.data, settings=Settings.from_env(), logical_date=END)
 
 
+@pytest.fixture
+def under_the_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The files below lie under the storage root: without a policy, one elsewhere is not read at all."""
+    monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", tmp_path.as_uri())
+    return tmp_path
+
+
+@pytest.mark.usefixtures("under_the_root")
 def test_a_file_that_is_not_parquet_is_named_not_quoted(tmp_path: Path):
     secret_file = tmp_path / "airflow.cfg"
     secret_file.write_text(f"[core]\n{SECRET}\n")
@@ -133,6 +141,7 @@ def test_a_file_that_is_not_parquet_is_named_not_quoted(tmp_path: Path):
     assert "6cT0p" not in message and caught.value.__cause__ is None
 
 
+@pytest.mark.usefixtures("under_the_root")
 def test_a_header_and_values_read_as_csv_are_not_echoed(tmp_path: Path):
     """The first line of a file read as CSV is its header; a bad time column quotes a value in pandas'
     own message (the control below): neither reaches trainpipe's error."""
@@ -152,6 +161,7 @@ def test_a_header_and_values_read_as_csv_are_not_echoed(tmp_path: Path):
     assert "6cT0p" not in str(caught.value)
 
 
+@pytest.mark.usefixtures("under_the_root")
 def test_validating_a_file_read_by_mistake_does_not_echo_its_header(tmp_path: Path, capfd, caplog):
     """Without a time column the snapshot of any readable file succeeds (which files a team may read
     is the platform policy's); the validate task then reports the missing columns by count only."""

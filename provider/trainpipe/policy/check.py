@@ -112,7 +112,8 @@ def _local_data_outside_root(spec: PipelineSpec, loaded: LoadedYaml, storage_roo
     if not uris.is_absolute(uri):
         return []  # relative: inside the root (the spec stage refuses one that climbs out)
     canonical = globs.canonical_uri(uri, storage_root)
-    if canonical is not None and not canonical.startswith("file://"):
+    local = canonical.startswith("file://") if canonical is not None else uri.startswith("/") or uri.lower().startswith("file:")
+    if not local:
         return []  # an object store, read by its connection
     root = storage_root.removeprefix("file://").rstrip("/") if storage_root.startswith("file://") else None
     path = canonical.removeprefix("file://") if canonical is not None else None

@@ -166,10 +166,14 @@ class TeamPolicy(_Model):
     @field_validator("folders")
     @classmethod
     def _relative_folders(cls, folders: list[str]) -> list[str]:
-        for folder in folders:
-            if folder.startswith("/") or ".." in folder.split("/"):
-                raise ValueError(f"{folder!r}: folders are globs relative to the specs root, without '..'")
-        return folders
+        return _relative_globs(folders, "folders")
+
+
+def _relative_globs(patterns: list[str], key: str) -> list[str]:
+    for pattern in patterns:
+        if pattern.startswith("/") or ".." in pattern.split("/"):
+            raise ValueError(f"{pattern!r}: {key} are globs relative to the specs root, without '..'")
+    return patterns
 
 
 class CostsPolicy(_Model):
@@ -207,10 +211,7 @@ class PolicySpec(_Model):
     @field_validator("platform_defaults")
     @classmethod
     def _relative_defaults(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            if pattern.startswith("/") or ".." in pattern.split("/"):
-                raise ValueError(f"{pattern!r}: platform_defaults are globs relative to the specs root, without '..'")
-        return patterns
+        return _relative_globs(patterns, "platform_defaults")
 
     @field_validator("teams")
     @classmethod
