@@ -105,20 +105,30 @@ def test_resolve_uri_still_reads_an_absolute_uri_outside_the_root(settings: Sett
         assert storage.read_table(storage.resolve_uri(uri, settings), "csv")["a"].tolist() == [2]
 
 
-@pytest.mark.parametrize("uri", ["file:///etc/passwd", "/proc/self/environ", "file://localhost/etc/passwd",
-                                 "FILE:///etc/passwd", "{root}/../outside.csv", "file://{root}/../outside.csv"])
-def test_without_a_policy_a_local_path_outside_the_storage_root_is_refused_at_its_line(
-        uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+@pytest.fixture
+def spec_without_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Writes a spec with ``data.uri`` (``{root}`` is the storage root) and compiles it with no policy in force."""
     from trainpipe.compile.compiler import compile_file
 
     root = tmp_path / "storage"
     monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", root.as_uri())
     monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
-    spec = tmp_path / "x.yaml"
-    written = uri.format(root=root)
-    spec.write_text(SPEC.format(uri=written))
+
+    def compile_with(uri: str) -> tuple[str, object]:
+        written = uri.format(root=root)
+        spec = tmp_path / "x.yaml"
+        spec.write_text(SPEC.format(uri=written))
+        return written, lambda: compile_file(spec, "specs/x.yaml")
+
+    return compile_with
+
+
+@pytest.mark.parametrize("uri", ["file:///etc/passwd", "/proc/self/environ", "file://localhost/etc/passwd",
+                                 "FILE:///etc/passwd", "{root}/../outside.csv", "file://{root}/../outside.csv"])
+def test_without_a_policy_a_local_path_outside_the_storage_root_is_refused_at_its_line(uri: str, spec_without_policy):
+    written, compile_it = spec_without_policy(uri)
     with pytest.raises(SpecError) as caught:
-        compile_file(spec, "specs/x.yaml")
+        compile_it()
     assert [str(p) for p in caught.value.problems] == [
         f"specs/x.yaml:3:3: data.uri: {written!r} is a local path outside the storage root; without a platform policy "
         "trainpipe reads local data only under it: write a path relative to the storage root (move the data there), "
@@ -126,13 +136,6 @@ def test_without_a_policy_a_local_path_outside_the_storage_root_is_refused_at_it
 
 
 @pytest.mark.parametrize("uri", ["{root}/demo/x.parquet", "file://{root}/demo/x.parquet", "s3://lake/fraud/", "demo/x.parquet"])
-def test_without_a_policy_local_paths_under_the_root_and_object_stores_compile(
-        uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from trainpipe.compile.compiler import compile_file
-
-    root = tmp_path / "storage"
-    monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", root.as_uri())
-    monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
-    spec = tmp_path / "x.yaml"
-    spec.write_text(SPEC.format(uri=uri.format(root=root)))
-    assert compile_file(spec, "specs/x.yaml").data.uri == uri.format(root=root)
+def test_without_a_policy_local_paths_under_the_root_and_object_stores_compile(uri: str, spec_without_policy):
+    written, compile_it = spec_without_policy(uri)
+    assert compile_it().data.uri == written

@@ -190,30 +190,22 @@ class _DefaultsCache:
         return self._loaded[path]
 
 
-def configs_root_for(spec_path: Path) -> Path:
+def configs_root_for(spec_path: Path, *, as_named: bool = False) -> Path:
     """The configs root whose ``_defaults.yaml`` files apply to a spec compiled on its own
     (``trainpipe render/train/validate FILE``), so it gets the same defaults as its DAG:
     ``TRAINPIPE_DAG_CONFIGS`` when the file is inside it, else the nearest enclosing folder named
-    ``dag_configs``, else the file's own folder."""
+    ``dag_configs``, else the file's own folder. ``as_named``: judged by the path the spec was named with,
+    not where its links lead (the folder as the user sees it, resolved), so a file reached through a
+    linked folder is outside the root."""
     from trainpipe.compile.spec_files import SPECS_FOLDER_NAME, configured_specs_folder
 
-    spec_path = spec_path.resolve()
+    spec_path = Path(os.path.abspath(spec_path)) if as_named else spec_path.resolve()
     configured = configured_specs_folder()
-    if configured is not None and spec_path.is_relative_to(configured.resolve()):
+    if configured is not None and spec_path.is_relative_to(os.path.abspath(configured) if as_named
+                                                           else configured.resolve()):
         return configured.resolve()
-    return next((folder for folder in spec_path.parents if folder.name == SPECS_FOLDER_NAME), spec_path.parent)
-
-
-def _specs_root_as_named(path: Path) -> Path:
-    """``configs_root_for`` of a spec by the path it was named with, not where its links lead: the specs
-    folder it lies in as the user sees it (resolved), so a file reached through a linked folder is outside."""
-    from trainpipe.compile.spec_files import SPECS_FOLDER_NAME, configured_specs_folder
-
-    named = Path(os.path.abspath(path))
-    configured = configured_specs_folder()
-    if configured is not None and named.is_relative_to(os.path.abspath(configured)):
-        return configured.resolve()
-    return next((folder for folder in named.parents if folder.name == SPECS_FOLDER_NAME), named.parent).resolve()
+    folder = next((folder for folder in spec_path.parents if folder.name == SPECS_FOLDER_NAME), spec_path.parent)
+    return folder.resolve() if as_named else folder
 
 
 def compile_file(path: Path, display_name: str | None = None, *, configs_root: Path | None = None,
@@ -238,7 +230,7 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
         if defaults is not None:
             folder = defaults.root  # a folder's specs: list_specs walks no linked folder
         else:
-            folder = configs_root.resolve() if configs_root is not None else _specs_root_as_named(path)
+            folder = configs_root.resolve() if configs_root is not None else configs_root_for(path, as_named=True)
             # A file named on the command line (a CI glob: dag_configs/*/*.yaml) may lie in a linked folder.
             if not Path(os.path.realpath(path)).is_relative_to(folder):
                 raise SpecError([SpecProblem(name, 1, 1, "", LINK_OUT_OF_FOLDER)])

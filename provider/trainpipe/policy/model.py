@@ -278,12 +278,14 @@ class Policy:
     file: str
     digest: str
 
+    def _teams_matching(self, relative_path: str) -> list[str]:
+        """The teams whose folders match ``relative_path``, each once, in policy order."""
+        return list(dict.fromkeys(name for pattern, name in _folder_patterns(self) if pattern.match(relative_path)))
+
     def team_for(self, relative_path: str | None) -> tuple[str | None, str]:
         """The team of a spec at ``relative_path`` (posix, relative to the specs root; None when the
         spec is outside it): (name, "") or (None, why none)."""
-        matched = []
-        if relative_path is not None:
-            matched = list(dict.fromkeys(name for pattern, name in _folder_patterns(self) if pattern.match(relative_path)))
+        matched = self._teams_matching(relative_path) if relative_path is not None else []
         if len(matched) == 1:
             return matched[0], ""
         if len(matched) > 1:
@@ -306,7 +308,7 @@ class Policy:
             return None
         # By the folders alone: default_team is for specs in no team's folder, and would hand it a root file
         # that every team's specs lie under.
-        owners = list(dict.fromkeys(name for pattern, name in _folder_patterns(self) if pattern.match(relative_path)))
+        owners = self._teams_matching(relative_path)
         if owners == [team]:
             return None
         whose = (f"team {owners[0]}'s folders" if len(owners) == 1 else
