@@ -21,8 +21,8 @@ INSIDE = ["x.parquet", "demo/transactions/transactions.parquet", "a/../x", "a/b/
           "..a/x", "a../x", "a/.../x", "a/b/"]
 ABSOLUTE = ["file:///etc/passwd", "s3://lake/../x", "/etc/passwd", "s3a://bucket/../../a", "file:///root/../../x"]
 
-FIX = ("relative URIs are relative to the storage root and must stay inside it; use an absolute file:// or s3:// URI "
-       "if you mean a location outside it")
+FIX = ("relative URIs are relative to the storage root and must stay inside it; for data outside it, use an s3:// URI, "
+       "or a local path the platform's policy allows (data.uris)")
 
 SPEC = """\
 pipeline_id: p
@@ -131,8 +131,8 @@ def test_without_a_policy_a_local_path_outside_the_storage_root_is_refused_at_it
         compile_it()
     assert [str(p) for p in caught.value.problems] == [
         f"specs/x.yaml:3:3: data.uri: {written!r} is a local path outside the storage root; without a platform policy "
-        "trainpipe reads local data only under it: write a path relative to the storage root (move the data there), "
-        "or the platform allows the path in its policy's data.uris"]
+        "trainpipe reads local data only under the storage root: move the data there and write its path relative to "
+        "the storage root, or the platform allows the path in its policy's data.uris"]
 
 
 @pytest.mark.parametrize("uri", ["{root}/demo/x.parquet", "file://{root}/demo/x.parquet", "s3://lake/fraud/", "demo/x.parquet"])

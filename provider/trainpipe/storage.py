@@ -15,7 +15,7 @@ import io
 import json
 import posixpath
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from trainpipe import uris
@@ -66,30 +66,22 @@ def require_allowed(uri: str, path: ObjectStoragePath, patterns: tuple[str, ...]
     the spec's URI as resolved against this worker's storage root and, for a local path, where its
     symlinks really lead; for a local folder, also where each file a read of it opens really leads. A
     URI with userinfo is refused first: the connection it names is not the one the policy judged."""
-    import os
-
     from trainpipe.policy import globs
 
     problem = uris.userinfo_problem(uri)
     if problem is not None:
         raise UnsupportedUriError(f"data.uri {problem}; nothing was read")
-    allowed = globs.uri_allowed(uri, patterns, settings.storage_root)
-    if allowed and path.protocol == "file":
-        allowed = _real_path_allowed(os.path.realpath(path.path), patterns, settings)
-    if not allowed:
+    if not globs.uri_allowed(uri, patterns, settings.storage_root):
         raise PolicyViolationError(f"data.uri {uri!r} resolves outside {_allowed_text(patterns)}")
-    if path.protocol == "file" and path.is_dir():
-        # read_table opens each member, following its symlinks: one linked out of the allowed area
-        # (part-0.parquet -> another team's file) is refused here. Judged for every format a read takes,
-        # so the check cannot miss what the read opens. A plain file of the folder is allowed with the
-        # folder (a pattern may name the folder itself); a linked one by where it leads. Only the member's
-        # own name is shown: its target is none of the team's business.
-        real_folder = os.path.realpath(path.path)
-        for member in _members(path, TABLE_FORMATS):
-            real = os.path.realpath(member.path)
-            if real != os.path.join(real_folder, member.name) and not _real_path_allowed(real, patterns, settings):
-                raise PolicyViolationError(f"data.uri {uri!r} holds {member.name!r}, which resolves outside "
-                                           f"{_allowed_text(patterns)}")
+    if path.protocol != "file":
+        return
+    refused = _first_real_path_refused(path, lambda real: _real_path_allowed(real, patterns, settings))
+    if refused == "":
+        raise PolicyViolationError(f"data.uri {uri!r} resolves outside {_allowed_text(patterns)}")
+    if refused is not None:
+        # Only the member's own name is shown: its target is none of the team's business.
+        raise PolicyViolationError(f"data.uri {uri!r} holds {refused!r}, which resolves outside "
+                                   f"{_allowed_text(patterns)}")
 
 
 def require_inside_root(uri: str, path: ObjectStoragePath, settings: Settings) -> None:
@@ -107,15 +99,30 @@ def require_inside_root(uri: str, path: ObjectStoragePath, settings: Settings) -
     def inside(real: str) -> bool:
         return real_root is not None and (real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep))
 
-    refusal = (f"data.uri {uri!r} is a local path outside the storage root; nothing was read. Without a platform "
-               "policy trainpipe reads local data only under the storage root: move the data there, or the platform "
-               "allows the path in its policy's data.uris")
-    if not inside(os.path.realpath(path.path)):
-        raise OutsideStorageRootError(refusal)
+    refused = _first_real_path_refused(path, inside)
+    if refused is not None:
+        refusal = (f"data.uri {uri!r} is a local path outside the storage root; nothing was read: "
+                   f"{uris.LOCAL_DATA_RULE}; {uris.LOCAL_DATA_FIX}")
+        raise OutsideStorageRootError(refusal + (f" ({refused!r} of the folder leads there)" if refused else ""))
+
+
+def _first_real_path_refused(path: ObjectStoragePath, accepts: Callable[[str], bool]) -> str | None:
+    """What a read of the local ``path`` would open that ``accepts`` refuses, judged by real path (links
+    followed): None for nothing, "" for the path itself, else the name of the folder's member. ``read_table``
+    opens each member, following its links, so each is judged for every format a read takes; a plain file
+    of the folder goes with the folder (a pattern may name the folder itself). One walk for the policy's
+    check and the no-policy one: both judge exactly what the read will open."""
+    import os
+
+    real_folder = os.path.realpath(path.path)
+    if not accepts(real_folder):
+        return ""
     if path.is_dir():
         for member in _members(path, TABLE_FORMATS):
-            if not inside(os.path.realpath(member.path)):
-                raise OutsideStorageRootError(f"{refusal} ({member.name!r} of the folder leads there)")
+            real = os.path.realpath(member.path)
+            if real != os.path.join(real_folder, member.name) and not accepts(real):
+                return member.name
+    return None
 
 
 def _real_path_allowed(real: str, patterns: tuple[str, ...], settings: Settings) -> bool:

@@ -26,9 +26,13 @@ _AT = re.compile(r"@|%40", re.IGNORECASE)
 _COLON = re.compile(r":|%3a", re.IGNORECASE)
 
 OUTSIDE_ROOT_FIX = (
-    "relative URIs are relative to the storage root and must stay inside it; use an absolute file:// or "
-    "s3:// URI if you mean a location outside it"
+    "relative URIs are relative to the storage root and must stay inside it; for data outside it, use an "
+    "s3:// URI, or a local path the platform's policy allows (data.uris)"
 )
+# Without a policy, local data lies under the storage root (the spec stage and the snapshot both say so).
+LOCAL_DATA_RULE = "without a platform policy trainpipe reads local data only under the storage root"
+LOCAL_DATA_FIX = ("move the data there and write its path relative to the storage root, or the platform allows "
+                  "the path in its policy's data.uris")
 
 
 def scheme_problem(uri: str) -> str | None:

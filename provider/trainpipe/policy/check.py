@@ -120,9 +120,7 @@ def _local_data_outside_root(spec: PipelineSpec, loaded: LoadedYaml, storage_roo
     if root is not None and path is not None and (path == root or path.startswith(root + "/")):
         return []
     return [loaded.problem(("data", "uri"), (
-        f"{uri!r} is a local path outside the storage root; without a platform policy trainpipe reads local data "
-        "only under it: write a path relative to the storage root (move the data there), or the platform allows "
-        "the path in its policy's data.uris"))]
+        f"{uri!r} is a local path outside the storage root; {uris.LOCAL_DATA_RULE}: {uris.LOCAL_DATA_FIX}"))]
 
 
 def _identity(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy, policy: Policy) -> None:
