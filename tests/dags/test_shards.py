@@ -503,3 +503,62 @@ def test_the_watcher_asks_for_a_change_that_another_shards_parse_saw_first(watch
         _replace(configs / edited, _spec("p0003").replace("  epochs: 8", "  epochs: 9"))
         _parse_shard(dags, other)
         assert _requested_within(60) == {f"dags_{shard:02d}.py"}
+
+
+def test_a_loop_of_asset_schedules_across_shards_is_refused_in_each_and_recovers_when_broken(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A on B's model and B on A's snapshot, their files in two shards: once each shard has parsed, both
+    are refused, each in its own shard with the other named, and a shard whose loop partner changed is
+    marked for an early parse. Broken (B on cron), both load again; a deleted partner's record is not
+    held against the spec left behind."""
+    from trainpipe import load_dags
+
+    configs, dags = _sharded_folder(tmp_path)
+    count = shard_count(SPEC_COUNT + 2)
+    name_a = "loop_a.yaml"
+    name_b = next(name for i in range(100) if shard_of(name := f"loop_b{i}.yaml", count) != shard_of(name_a, count))
+    shard_a, shard_b = shard_of(name_a, count), shard_of(name_b, count)
+    (configs / name_a).write_text(_spec("loop_a").replace(
+        'schedule: "@daily"', "schedule:\n  assets: [trainpipe://loop_b/model]"))
+    (configs / name_b).write_text(_spec("loop_b").replace(
+        'schedule: "@daily"', "schedule:\n  assets: [trainpipe://loop_a/snapshot]"))
+    files = {shard: dags / f"dags_{shard:02d}.py" for shard in (shard_a, shard_b)}
+    monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(configs))
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", raising=False)
+    errors: list[dict] = []
+    monkeypatch.setattr("trainpipe.dags.airflow_compat.report_spec_errors", errors.append)
+
+    def parse(shard: int) -> tuple[dict, dict[str, str]]:
+        errors.clear()
+        namespace = {"__file__": str(files[shard])}
+        load_dags(namespace, shards=SHARD_FILES, shard=shard)
+        return namespace, {path.name: str(error) for reported in errors for path, error in reported.items()}
+
+    for path in files.values():
+        path.write_text("")
+    first, _ = parse(shard_a)  # B's shard has kept nothing yet
+    assert "loop_a" in first
+    old = 1_000_000_000
+    os.utime(files[shard_a], (old, old))
+
+    namespace_b, errors_b = parse(shard_b)
+
+    assert "loop_b" not in namespace_b
+    assert errors_b[name_b].startswith(f"dag_configs/{name_b}:")
+    assert ("'trainpipe://loop_a/snapshot' is updated by pipeline 'loop_a', and these pipelines start each other "
+            f"without end: loop_a (dag_configs/{name_a}), loop_b (dag_configs/{name_b})") in errors_b[name_b]
+    assert files[shard_a].stat().st_mtime > old  # A's shard is asked to judge its spec again, first
+    namespace_a, errors_a = parse(shard_a)
+    assert "loop_a" not in namespace_a and "start each other without end" in errors_a[name_a]
+    assert parse(shard_a)[0].keys() == namespace_a.keys()  # stable: no file wins by parse order
+
+    (configs / name_b).write_text(_spec("loop_b"))  # on cron again
+    assert "loop_b" in parse(shard_b)[0]
+    assert "loop_a" in parse(shard_a)[0]
+
+    (configs / name_b).write_text(_spec("loop_b").replace(
+        'schedule: "@daily"', "schedule:\n  assets: [trainpipe://loop_a/snapshot]"))
+    assert "loop_b" not in parse(shard_b)[0] and "loop_a" not in parse(shard_a)[0]
+    (configs / name_b).unlink()  # its shard keeps B's record until it parses again
+    assert "loop_a" in parse(shard_a)[0]

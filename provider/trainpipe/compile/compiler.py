@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,28 @@ class CompileResult:
     cache_keys: dict[str, str] = field(default_factory=dict)
     # Display names whose plan came from the cache.
     cached: set[str] = field(default_factory=set)
+    # dag_id -> what its asset schedule needs, of every asset-scheduled plan this compile made, loop or not:
+    # what a DAG file keeps for the other shards' loop check (``AssetTrigger``).
+    triggers: dict[str, AssetTrigger] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AssetTrigger:
+    """An asset-scheduled pipeline as the loop check sees it: its spec (display name and file), the
+    asset keys (``asset_key``) its runs update, and those its schedule waits for, ``any`` or ``all``."""
+
+    spec_file: str
+    source_path: str
+    produces: frozenset[tuple[str, str, str]]
+    mode: str
+    waits_for: tuple[tuple[str, str, str], ...]
+
+    @classmethod
+    def of(cls, plan: PipelinePlan) -> AssetTrigger | None:
+        if not isinstance(plan.schedule, AssetSchedule):
+            return None
+        return cls(plan.spec_file, plan.source_path, frozenset(asset_key(uri) for task in plan.tasks for uri in task.outlets),
+                   plan.schedule.mode, tuple(asset_key(uri) for uri in plan.schedule.uris))
 
 
 def spec_files(directory: Path) -> list[Path]:
@@ -289,11 +312,13 @@ def _judge(spec: Any, loaded: LoadedYaml, name: str, relative: str | None, state
 
 def compile_directory(directory: Path, *, relative_to: Path | None = None, only_pipeline: str | None = None,
                       files: list[Path] | None = None, cache: PlanCache | None = None,
-                      settings: Settings | None = None) -> CompileResult:
+                      settings: Settings | None = None,
+                      other_triggers: Mapping[str, AssetTrigger] | None = None) -> CompileResult:
     """Compile every spec under ``directory``, or only ``files`` (found under it, in path order: a
     shard's). With ``only_pipeline``, compile just the file(s) whose ``pipeline_id`` line names it (a
     task run needs its own DAG only). With ``cache``, a spec whose key is there is not compiled again.
-    ``settings``: the platform's (policy, storage root, fault injection), else the environment's."""
+    ``settings``: the platform's (policy, storage root, fault injection), else the environment's.
+    ``other_triggers``: the asset-scheduled pipelines of the folder's other shards, for the loop check."""
     result = CompileResult()
     owners: dict[str, list[tuple[str, LoadedYaml | None, Path]]] = {}
     defaults = _DefaultsCache(directory, relative_to, PolicyInForce(settings))
@@ -335,45 +360,52 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
         for name, loaded, path in declaring:
             others = ", ".join(other for other, _, _ in declaring if other != name)
             result.errors[name] = _duplicate(loaded, path, name, dag_id, f"is also declared in {others}")
-    _refuse_trigger_loops(result, {dag_id: declaring[0] for dag_id, declaring in owners.items()})
+    result.triggers = {dag_id: trigger for dag_id, plan in result.plans.items()
+                       if (trigger := AssetTrigger.of(plan)) is not None}
+    _refuse_trigger_loops(result, {dag_id: declaring[0] for dag_id, declaring in owners.items()}, other_triggers or {})
     return result
 
 
-def _refuse_trigger_loops(result: CompileResult, declared: dict[str, tuple[str, LoadedYaml | None, Path]]) -> None:
-    """Refuse every pipeline of a loop of asset schedules (A on B's model, B on A's): one run would start
-    the next without end, beyond any limits.min_schedule_interval. A spec on its own assets is refused
-    by the policy check already; this finds loops through several specs of one compile.
-
-    The loop is the largest set of asset-scheduled pipelines in which each one is started by the set
-    (``any``: one of its assets comes from the set; ``all``: every one does) and starts one of the set.
-    Like duplicate ids, no file wins by its path: each spec of the loop is refused."""
-    producers: dict[tuple[str, str, str], str] = {}
-    for dag_id, plan in result.plans.items():
-        for task in plan.tasks:
-            for uri in task.outlets:
-                producers[asset_key(uri)] = dag_id
-    scheduled = {dag_id: plan.schedule for dag_id, plan in result.plans.items() if isinstance(plan.schedule, AssetSchedule)}
-    sources = {dag_id: [producers.get(asset_key(uri)) for uri in schedule.uris] for dag_id, schedule in scheduled.items()}
-    loop = set(scheduled)
+def _trigger_loop(triggers: Mapping[str, AssetTrigger]) -> set[str]:
+    """The pipelines of ``triggers`` that start each other without end: the largest set in which each one
+    is started by the set (``any``: one of its assets comes from the set; ``all``: every one does) and
+    starts one of the set."""
+    producers = {key: dag_id for dag_id, trigger in triggers.items() for key in trigger.produces}
+    sources = {dag_id: [producers.get(key) for key in trigger.waits_for] for dag_id, trigger in triggers.items()}
+    loop = set(triggers)
     while True:
         starting = {source for dag_id in loop for source in sources[dag_id]}
         kept = {dag_id for dag_id in loop if dag_id in starting
-                and (any if scheduled[dag_id].mode == "any" else all)(source in loop for source in sources[dag_id])}
+                and (any if triggers[dag_id].mode == "any" else all)(source in loop for source in sources[dag_id])}
         if kept == loop:
-            break
+            return loop
         loop = kept
-    if not loop:
+
+
+def _refuse_trigger_loops(result: CompileResult, declared: dict[str, tuple[str, LoadedYaml | None, Path]],
+                          other_triggers: Mapping[str, AssetTrigger]) -> None:
+    """Refuse every pipeline of this compile in a loop of asset schedules (A on B's model, B on A's): one
+    run would start the next without end, beyond any limits.min_schedule_interval. A spec on its own
+    assets is refused by the policy check already; this finds loops through several specs, of this
+    compile and of ``other_triggers`` (the other shards', as they last kept them: each shard refuses its
+    own). Like duplicate ids, no file wins by its path: each spec of the loop is refused."""
+    triggers = {**other_triggers, **result.triggers}  # this compile's own over another shard's older record
+    loop = _trigger_loop(triggers)
+    own = sorted(loop & result.triggers.keys())
+    if not own:
         return
-    members = ", ".join(f"{dag_id} ({declared[dag_id][0]})" for dag_id in sorted(loop))
-    for dag_id in sorted(loop):
+    producers = {key: dag_id for dag_id, trigger in triggers.items() for key in trigger.produces}
+    members = ", ".join(f"{dag_id} ({triggers[dag_id].spec_file})" for dag_id in sorted(loop))
+    for dag_id in own:
         name, loaded, path = declared[dag_id]
         if loaded is None:  # the plan came from the cache: the YAML is read again to locate the error
             loaded = load_yaml_text(read_spec_text(path, name), name)
-        del result.plans[dag_id]
+        schedule = result.plans.pop(dag_id).schedule
+        uris = schedule.uris if isinstance(schedule, AssetSchedule) else ()  # always one: a trigger's plan
         result.errors[name] = SpecError([loaded.problem(("schedule", "assets", index), (
             f"{uri!r} is updated by pipeline {producers[asset_key(uri)]!r}, and these pipelines start each other "
             f"without end: {members}; schedule one of them by cron, or on an asset from outside the loop"))
-            for index, uri in enumerate(scheduled[dag_id].uris) if producers.get(asset_key(uri)) in loop])
+            for index, uri in enumerate(uris) if producers.get(asset_key(uri)) in loop])
 
 
 def _compile_in_folder(path: Path, name: str, defaults: _DefaultsCache, only_pipeline: str | None,

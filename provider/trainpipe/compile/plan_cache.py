@@ -25,6 +25,7 @@ spec it claims to be (file name, text hash, DAG id) before use.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -266,6 +267,25 @@ class PlanCache:
         """(began, ended) of ``shard``'s last complete parse, as ``record_parse`` kept it; None if unknown."""
         entry = self._read_or_empty(self._parse_path(shard))
         return (entry["started"], entry["finished"]) if entry else None
+
+    def shard_triggers(self, shards: range) -> dict[int, dict[Any, Any]]:
+        """What each of ``shards`` kept with ``record_triggers`` (nothing kept: empty)."""
+        return {shard: self._read_or_empty(self._triggers_path(shard)) for shard in shards}
+
+    def record_triggers(self, shard: int, triggers: dict[str, Any], kept: dict[Any, Any]) -> bool:
+        """Keep ``shard``'s asset-scheduled pipelines for the other shards' loop check (``kept``: what it
+        kept before; written only on a change). Whether they changed."""
+        if triggers == kept:
+            return False
+        if triggers:
+            self._write(self._triggers_path(shard), triggers)
+        else:
+            with contextlib.suppress(OSError):
+                self._triggers_path(shard).unlink()
+        return True
+
+    def _triggers_path(self, shard: int) -> Path:
+        return self.folder / f"{self._root_id}-triggers-{shard:02d}.pickle"
 
     def _parse_path(self, shard: int) -> Path:
         return self.folder / f"{self._root_id}-parsed-{shard:02d}.pickle"

@@ -160,7 +160,14 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
     from trainpipe.dags.airflow_compat import report_spec_errors
     from trainpipe.dags.builder import build_dag
 
-    result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only, files=mine, cache=cache)
+    # The other shards' asset-scheduled pipelines, as each last kept them: a loop of asset schedules
+    # through specs of several shards is found like one within a shard (each refuses its own).
+    records: dict[int, dict[Any, Any]] = {}
+    if only is None and shard is not None:
+        records = cache.shard_triggers(range(shard_count(len(mine or []) + len(others))))
+    kept = records.pop(shard, {}) if shard is not None else {}
+    result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only, files=mine, cache=cache,
+                               other_triggers=_other_triggers(records, others) if records else None)
     if only is not None and only not in result.plans and others:
         # The spec is in another shard now (the folder crossed SINGLE_FILE_MAX since the run started):
         # the worker still finds it here.
@@ -174,7 +181,11 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
     elif only is None:
         _drop_cross_shard_duplicates(result, mine or [], others, root, cache)
         if shard is not None and namespace.get("__file__"):
-            _mark_changed_shards(cache, root, shard, len(mine or []) + len(others), str(namespace["__file__"]))
+            known = _mark_changed_shards(cache, root, shard, len(mine or []) + len(others), str(namespace["__file__"]))
+            if cache.record_triggers(shard, result.triggers, kept):
+                # A loop through this shard's specs may have formed or ended: the shards that keep
+                # asset-scheduled pipelines judge theirs again at their next parse, which comes first.
+                _mark_modified(known, {other for other, record in records.items() if record}, str(namespace["__file__"]))
     if only is not None:
         here = str(namespace.get("__file__", ""))
         for dag_id in [d for d in result.plans if _REGISTERED_FOR_CONTEXT.setdefault(d, here) != here]:
@@ -314,12 +325,24 @@ def _drop_cross_shard_duplicates(result: CompileResult, mine: list[Path], others
         if dag_id not in elsewhere:
             continue
         del result.plans[dag_id]
+        result.triggers.pop(dag_id, None)  # no DAG: it starts nothing
         names = ", ".join(_display(Path(other), root.parent) for other in elsewhere[dag_id])
         result.errors[plan.spec_file] = _duplicate(None, result.files[plan.spec_file], plan.spec_file, dag_id,
                                                    f"is also declared in {names}")
 
 
-def _mark_changed_shards(cache: PlanCache, root: Path, shard: int, spec_count: int, dag_file: str) -> None:
+def _other_triggers(records: dict[int, dict[Any, Any]], others: list[str]) -> dict[str, Any]:
+    """The other shards' asset-scheduled pipelines (``AssetTrigger`` by dag_id) whose spec files are still
+    theirs: a record outlives a spec deleted or moved since (a shard left with no spec is not parsed)."""
+    from trainpipe.compile.compiler import AssetTrigger
+
+    present = set(others)
+    return {dag_id: trigger for record in records.values() if isinstance(record, dict)
+            for dag_id, trigger in record.items()
+            if isinstance(dag_id, str) and isinstance(trigger, AssetTrigger) and trigger.source_path in present}
+
+
+def _mark_changed_shards(cache: PlanCache, root: Path, shard: int, spec_count: int, dag_file: str) -> dict[int, str]:
     """Mark modified (``os.utime``) the DAG file of each other shard whose specs were added, changed
     or removed since the last look (``cache.changed_files``), so that a dag-processor with
     ``[dag_processor] file_parsing_sort_mode = modified_time`` parses that file next, instead of when
@@ -329,6 +352,7 @@ def _mark_changed_shards(cache: PlanCache, root: Path, shard: int, spec_count: i
     known = cache.dag_files()
     cache.record_dag_file(shard, dag_file, known)
     _mark_modified(known, _shards_of(cache.changed_files, root, spec_count) - {shard}, dag_file)
+    return {**known, shard: dag_file}
 
 
 def _shards_of(paths: list[str], root: Path, spec_count: int) -> set[int]:
