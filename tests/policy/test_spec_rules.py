@@ -105,6 +105,9 @@ CASES = [
      "notify.email.to[1]", "attacker.net"),
     ("notify.email_domains", {"notify": {"email": {"to": ["ml@example.com"], "from_email": "ceo@corp.org"}}},
      "notify.email.from_email", "ceo@corp.org"),
+    # At an allowed domain, but not a sender the platform gave the team: the mail would sign as security.
+    ("notify.from_addresses", {"notify": {"email": {"to": ["ml@example.com"], "from_email": "Security@example.com"}}},
+     "notify.email.from_email", "Security@example.com"),
     ("limits.min_schedule_interval", {"schedule": "* * * * *"}, "schedule", "* * * * *"),
     ("limits.min_schedule_interval", {"schedule": "0,30 3 * * *"}, "schedule", "0,30 3"),
     ("limits.min_schedule_interval", {"schedule": "*/20 * * * 1"}, "schedule", "20m after"),
@@ -168,6 +171,16 @@ def test_the_compliant_spec_passes_and_the_dag_carries_its_team(write_spec, monk
     assert plan.team is not None and plan.team.pool == "risk_gpu"
     assert plan.registration.owner_team == "risk"
     assert plan.data.allowed_uris == ("s3://risk-data/**", "demo/**")
+
+
+def test_a_sender_the_platform_gave_the_team_is_the_mail_s_sender(write_spec, monkeypatch):
+    """notify.from_addresses: a matching from_email (any case) compiles into the notifier's sender."""
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
+    for sender in ("ml-bot@example.com", "Risk-Alerts@Example.com"):
+        spec = compliant_spec()
+        spec["notify"] = {"email": {"to": ["ml@example.com"], "from_email": sender}}
+        (email,) = compile_file(write_spec(spec), "risk/spec.yaml").notify.channels
+        assert (email.kind, email.from_email) == ("email", sender)
 
 
 def test_an_hourly_cron_and_preset_meet_a_one_hour_minimum(write_spec, monkeypatch):

@@ -287,6 +287,11 @@ def _notify(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
                 if "@" not in address or not globs.matches_any(domain, [d.lower() for d in allowed.email_domains]):
                     judge.refuse(path, "notify.email_domains", address,
                                  f"addresses at {', '.join(map(repr, allowed.email_domains)) or 'nothing'}")
+        if (email.from_email is not None and allowed.from_addresses is not None
+                and not globs.matches_any(email.from_email.lower(), [a.lower() for a in allowed.from_addresses])):
+            judge.refuse(("notify", "email", "from_email"), "notify.from_addresses", email.from_email,
+                         f"senders {', '.join(map(repr, allowed.from_addresses)) or 'none'} (or leave from_email out "
+                         "for the SMTP connection's own sender)")
     if notify.slack is not None:
         judge.names(("notify", "slack", "conn_id"), "notify.conn_ids", notify.slack.conn_id, allowed.conn_ids)
         judge.names(("notify", "slack", "channel"), "notify.slack_channels", notify.slack.channel,

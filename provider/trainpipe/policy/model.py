@@ -98,6 +98,10 @@ class NotifyRules(_Model):
                             "smtp_default, slack_api_default).", examples=[["smtp_default"]])
     email_domains: Names = Field(default=None, description="Domains (glob patterns) of notify.email.to and "
                                  "from_email addresses.", examples=[["example.com"]])
+    from_addresses: Names = Field(default=None, description="Sender addresses (glob patterns) a spec may give as "
+                                  "notify.email.from_email: the mail says it comes from there, so without this rule a "
+                                  "spec signs its approval mails as anyone at an allowed domain.",
+                                  examples=[["ml-bot@example.com", "risk-*@example.com"]])
     slack_channels: Names = Field(default=None, description="Slack channels.", examples=[["#risk-ml"]])
 
 
