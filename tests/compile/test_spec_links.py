@@ -89,6 +89,8 @@ def test_the_import_error_of_a_link_is_filed_under_the_link_not_its_target(folde
     link.symlink_to(outside / "shadow")
     assert spec_location(link) == configs.resolve() / "risk" / "leak.yaml"
     assert _airflow_relative_path(link, configs.parent) == "dag_configs/risk/leak.yaml"
+    # Outside the bundle (dag_configs/ beside dags/): named as its messages name it, no absolute path shown.
+    assert _airflow_relative_path(link, configs.parent / "dags", configs) == "dag_configs/risk/leak.yaml"
     assert "shadow" not in _airflow_relative_path(link, None)
 
 

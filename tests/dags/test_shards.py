@@ -527,7 +527,7 @@ def test_a_loop_of_asset_schedules_across_shards_is_refused_in_each_and_recovers
     monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", raising=False)
     errors: list[dict] = []
-    monkeypatch.setattr("trainpipe.dags.airflow_compat.report_spec_errors", errors.append)
+    monkeypatch.setattr("trainpipe.dags.airflow_compat.report_spec_errors", lambda reported, **_: errors.append(reported))
 
     def parse(shard: int) -> tuple[dict, dict[str, str]]:
         errors.clear()

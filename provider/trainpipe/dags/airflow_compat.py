@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -59,19 +60,24 @@ def spec_location(path: Path) -> Path:
     return path.parent.resolve() / path.name
 
 
-def _airflow_relative_path(path: Path, bundle_path: Path | None) -> str:
-    # The same rule as Airflow's importers: relative to the bundle when inside it, else absolute.
+def _airflow_relative_path(path: Path, bundle_path: Path | None, configs_root: Path | None = None) -> str:
+    """The file name a spec's import error is stored and shown under: relative to the bundle when inside
+    it, as Airflow names its own files; for a spec outside it (the usual dag_configs/ beside dags/), the
+    name its messages give it, relative to the configs folder's parent (``dag_configs/risk/fraud.yaml``),
+    so the UI shows no absolute path of the dag-processor's machine. Absolute only without a bundle (a
+    DagBag of one's own) or a configs folder to name it by."""
+    location = spec_location(path)
     if bundle_path is not None:
-        try:
-            return str(spec_location(path).relative_to(Path(bundle_path).resolve()))
-        except ValueError:
-            pass
-    return str(spec_location(path))
+        for base in (Path(bundle_path).resolve(), configs_root.resolve().parent if configs_root else None):
+            if base is not None and location.is_relative_to(base):
+                return str(location.relative_to(base))
+    return str(location)
 
 
-def report_spec_errors(errors: dict[Path, SpecError]) -> bool:
+def report_spec_errors(errors: dict[Path, SpecError], *, configs_root: Path | None = None) -> bool:
     """Attach each broken spec's problems to Airflow's import errors; True when Airflow got them all.
-    Never raises: on any failure the problems stay in the log only."""
+    ``configs_root``: the specs folder, whose parent names a spec outside the bundle. Never raises: on any
+    failure the problems stay in the log only."""
     for path, err in errors.items():
         log.error("trainpipe: %s was not compiled:\n%s", path, err)
     try:
@@ -89,7 +95,7 @@ def report_spec_errors(errors: dict[Path, SpecError]) -> bool:
             first = err.problems[0] if err.problems else None
             result.errors.append(
                 DagImportError(
-                    file_path=_airflow_relative_path(path, bundle_path),
+                    file_path=_airflow_relative_path(path, bundle_path, configs_root),
                     message=str(err),
                     error_type="trainpipe spec",
                     line_number=first.line if first else None,
@@ -120,9 +126,10 @@ def _dag_bag_in_progress():
     return None
 
 
-def clear_spec_errors(paths: Iterable[Path]) -> bool:
+def clear_spec_errors(paths: Iterable[Path], *, configs_root: Path | None = None) -> bool:
     """Have Airflow delete the import errors of ``paths`` (spec files deleted, or parsed without a
-    problem) when it stores this parse; True when the DagBag was found. Never raises."""
+    problem) when it stores this parse, under the names ``report_spec_errors`` gave them (``configs_root``:
+    the same); True when the DagBag was found. Never raises."""
     paths = list(paths)
     if not paths:
         return True
@@ -140,7 +147,7 @@ def clear_spec_errors(paths: Iterable[Path]) -> bool:
             bag._get_relative_fileloc = lambda filepath: names.get(filepath) or relative(filepath)
         for path in paths:
             key = str(spec_location(path))
-            names[key] = _airflow_relative_path(path, bag.bundle_path)
+            names[key] = _airflow_relative_path(path, bag.bundle_path, configs_root)
             bag.file_last_changed.setdefault(key, datetime.now())
     except Exception:
         log.warning("trainpipe: the import errors of %d fixed or deleted spec(s) could not be cleared (have the "

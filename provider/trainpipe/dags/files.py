@@ -209,7 +209,8 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
         log.info("trainpipe: %d DAGs (%d plans from the cache), %d broken specs", len(result.plans),
                  len(result.cached & {p.spec_file for p in result.plans.values()}), len(result.errors))
     if result.errors:
-        report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()})
+        report_spec_errors({result.files.get(name, Path(name)): err for name, err in result.errors.items()},
+                           configs_root=root)
     if only is None:
         try:
             _clear_stale_errors(result, root, errors_record(root, shard))
@@ -250,7 +251,7 @@ def _clear_stale_errors(result: CompileResult, root: Path, memory: Path) -> None
     # memory must not clear another file's error (a DAG file's, or a spec another shard reports).
     stale = {p for p in (before | compiled) - broken
              if Path(p).is_relative_to(root) and (p in compiled or not os.path.lexists(p))}
-    clear_spec_errors(Path(p) for p in sorted(stale))
+    clear_spec_errors((Path(p) for p in sorted(stale)), configs_root=root)
     if broken != before:
         try:
             if not broken:  # no file: a shard with no spec left returns early again (load_dags)
