@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
