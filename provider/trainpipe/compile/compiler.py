@@ -63,20 +63,21 @@ class CompileResult:
 @dataclass(frozen=True, slots=True)
 class AssetTrigger:
     """An asset-scheduled pipeline as the loop check sees it: its spec (display name and file), the
-    asset keys (``asset_key``) its runs update, and those its schedule waits for, ``any`` or ``all``."""
+    asset keys (``asset_key``) its runs update, and the asset URIs its schedule waits for as written,
+    ``any`` or ``all``."""
 
     spec_file: str
     source_path: str
     produces: frozenset[tuple[str, str, str]]
     mode: str
-    waits_for: tuple[tuple[str, str, str], ...]
+    waits_for: tuple[str, ...]
 
     @classmethod
     def of(cls, plan: PipelinePlan) -> AssetTrigger | None:
         if not isinstance(plan.schedule, AssetSchedule):
             return None
         return cls(plan.spec_file, plan.source_path, frozenset(asset_key(uri) for task in plan.tasks for uri in task.outlets),
-                   plan.schedule.mode, tuple(asset_key(uri) for uri in plan.schedule.uris))
+                   plan.schedule.mode, plan.schedule.uris)
 
 
 def spec_files(directory: Path) -> list[Path]:
@@ -366,12 +367,11 @@ def compile_directory(directory: Path, *, relative_to: Path | None = None, only_
     return result
 
 
-def _trigger_loop(triggers: Mapping[str, AssetTrigger]) -> set[str]:
+def _trigger_loop(triggers: Mapping[str, AssetTrigger], producers: Mapping[tuple[str, str, str], str]) -> set[str]:
     """The pipelines of ``triggers`` that start each other without end: the largest set in which each one
     is started by the set (``any``: one of its assets comes from the set; ``all``: every one does) and
-    starts one of the set."""
-    producers = {key: dag_id for dag_id, trigger in triggers.items() for key in trigger.produces}
-    sources = {dag_id: [producers.get(key) for key in trigger.waits_for] for dag_id, trigger in triggers.items()}
+    starts one of the set. ``producers``: the pipeline that updates each asset key."""
+    sources = {dag_id: [producers.get(asset_key(uri)) for uri in trigger.waits_for] for dag_id, trigger in triggers.items()}
     loop = set(triggers)
     while True:
         starting = {source for dag_id in loop for source in sources[dag_id]}
@@ -390,22 +390,21 @@ def _refuse_trigger_loops(result: CompileResult, declared: dict[str, tuple[str, 
     compile and of ``other_triggers`` (the other shards', as they last kept them: each shard refuses its
     own). Like duplicate ids, no file wins by its path: each spec of the loop is refused."""
     triggers = {**other_triggers, **result.triggers}  # this compile's own over another shard's older record
-    loop = _trigger_loop(triggers)
+    producers = {key: dag_id for dag_id, trigger in triggers.items() for key in trigger.produces}
+    loop = _trigger_loop(triggers, producers)
     own = sorted(loop & result.triggers.keys())
     if not own:
         return
-    producers = {key: dag_id for dag_id, trigger in triggers.items() for key in trigger.produces}
     members = ", ".join(f"{dag_id} ({triggers[dag_id].spec_file})" for dag_id in sorted(loop))
     for dag_id in own:
         name, loaded, path = declared[dag_id]
         if loaded is None:  # the plan came from the cache: the YAML is read again to locate the error
             loaded = load_yaml_text(read_spec_text(path, name), name)
-        schedule = result.plans.pop(dag_id).schedule
-        uris = schedule.uris if isinstance(schedule, AssetSchedule) else ()  # always one: a trigger's plan
+        del result.plans[dag_id]
         result.errors[name] = SpecError([loaded.problem(("schedule", "assets", index), (
             f"{uri!r} is updated by pipeline {producers[asset_key(uri)]!r}, and these pipelines start each other "
             f"without end: {members}; schedule one of them by cron, or on an asset from outside the loop"))
-            for index, uri in enumerate(uris) if producers.get(asset_key(uri)) in loop])
+            for index, uri in enumerate(triggers[dag_id].waits_for) if producers.get(asset_key(uri)) in loop])
 
 
 def _compile_in_folder(path: Path, name: str, defaults: _DefaultsCache, only_pipeline: str | None,
