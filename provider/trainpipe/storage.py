@@ -11,6 +11,7 @@ Layout under the storage root::
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import posixpath
@@ -308,9 +309,23 @@ def write_parquet_once(path: ObjectStoragePath, frame: pd.DataFrame) -> None:
         handle.write(sink.getvalue().to_pybytes())
 
 
+def read_current_text(path: ObjectStoragePath, *, attempts: int = 5) -> str:
+    """The text of an object that other processes rewrite (a status marker, a ledger).
+
+    An object store's reader pins the version it opened (s3fs: the ETag) and fails with EBUSY
+    (``FileExpired``) when a writer replaces the object before the read ends, as a task callback does
+    while a retry reads the status: open it again, which reads the newer version."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return path.read_text()
+        except OSError as err:
+            if err.errno != errno.EBUSY or attempt == attempts:
+                raise
+    raise ValueError(f"attempts must be at least 1, not {attempts}")
+
+
 def read_json(path: ObjectStoragePath) -> Any:
-    with path.open("r") as handle:
-        return json.load(handle)
+    return json.loads(read_current_text(path))
 
 
 def write_json(path: ObjectStoragePath, payload: Any, *, overwrite: bool = True) -> None:

@@ -159,8 +159,22 @@ class AirflowClient:
     def task_log_tail(self, dag_id: str, run_id: str, task_id: str, try_number: int, lines: int = 25) -> str:
         log = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
                            params={"full_content": "true"}, headers={"Accept": "application/json"})
-        events = [str(item.get("event", "")) if isinstance(item, dict) else str(item) for item in log.get("content", [])]
+        events = [self._log_line(item) for item in log.get("content", [])]
         return "\n".join(f"    | {event}" for event in events[-lines:])
+
+    @staticmethod
+    def _log_line(item: Any) -> str:
+        """A structured log line as text; a failure's line carries its exception (``error_detail``)."""
+        if not isinstance(item, dict):
+            return str(item)
+        text = str(item.get("event", ""))
+        for error in item.get("error_detail") or ():
+            if isinstance(error, dict):
+                text += f"\n      {error.get('exc_type')}: {error.get('exc_value')}"
+                for frame in (error.get("frames") or ())[-4:]:
+                    if isinstance(frame, dict):
+                        text += f"\n        at {frame.get('filename')}:{frame.get('lineno')} in {frame.get('name')}"
+        return text
 
     def awaiting_input(self, dag_id: str, run_id: str, *, timeout: float, task_id: str = "approve",
                        settle_seconds: float = 10) -> dict[str, Any]:

@@ -243,3 +243,31 @@ def test_a_failed_try_waiting_for_its_retry_is_not_a_stall(run_dir):
     _status(path, "failed", try_number=2, final=True)
     final = assess(read_checkpoint_state(path), now=_now(), stall_timeout=timedelta(minutes=30))
     assert (final.kind, final.succeeded) == ("finished", False)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("run_dir", ["s3"], indirect=True)
+def test_a_status_rewritten_while_it_is_read_is_read_again(run_dir, monkeypatch):
+    """A retry's resume check read status.json on S3 while the killed try's retry callback rewrote it: the
+    reader had pinned the old ETag and s3fs raised FileExpired, failing the retry (seen in CI). The test
+    lands the other writer's rewrite between the reader's open and its read; the server's answer is real."""
+    path, _, _ = run_dir
+    _commit(path, 40, _now())
+    _status(path, "failed", try_number=1)
+    filesystem = type(path.fs)
+    opened = filesystem._open
+    rewritten: list[str] = []
+
+    def open_then_let_the_other_writer_in(self, name, mode="rb", **kwargs):
+        handle = opened(self, name, mode, **kwargs)
+        if mode == "rb" and name.endswith("status.json") and not rewritten:
+            rewritten.append(name)
+            _status(path, "running", try_number=2)
+        return handle
+
+    monkeypatch.setattr(filesystem, "_open", open_then_let_the_other_writer_in)
+    state = read_checkpoint_state(path)
+
+    assert rewritten, "the rewrite did not land between open and read"
+    assert state.latest is not None and state.latest.step == 40
+    assert state.status is not None and (state.status.state, state.status.try_number) == ("running", 2)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from trainpipe import storage
 from trainpipe.errors import TrainpipeError
 from trainpipe_trainer.run_layout import (
     CHECKPOINT_MANIFEST,
@@ -128,8 +129,7 @@ def _invalidate(path: ObjectStoragePath) -> None:
 
 def _read_json(path: ObjectStoragePath) -> Any | None:
     try:
-        with path.open("r") as handle:
-            return json.load(handle)
+        return json.loads(storage.read_current_text(path))
     except FileNotFoundError:
         return None
     except json.JSONDecodeError:

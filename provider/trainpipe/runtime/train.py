@@ -360,6 +360,12 @@ def record_training_status(pipeline_id: str, *, settings: Settings, airflow_run_
     run_dir = run_dir_for(pipeline_id, settings, airflow_run_id)
     now = datetime.now(UTC)
     previous = read_training_status(run_dir)
+    if previous is not None and previous.try_number > try_number:
+        # A late callback: the scheduler hands a try that lost its heartbeat to the dag-processor, which may
+        # run its retry callback after the next try started. The newer try's status stands.
+        log.info("try %d's status is %s; try %d's late '%s' is not recorded over it",
+                 previous.try_number, previous.state, try_number, state)
+        return
     same_try = previous is not None and previous.try_number == try_number
     # A try keeps its start time (a deferred task runs its execute callback again on each resume); a try
     # that waited for quota starts when it is admitted (from then on its devices are held and a stall counts).

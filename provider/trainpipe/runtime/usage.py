@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from trainpipe import storage
 from trainpipe.plan.costs import (
     COST,
     CPU_HOURS,
@@ -105,7 +106,7 @@ def read_tries(run_dir: Any) -> list[TryUsage]:
     path = usage_path(run_dir)
     if not path.exists():
         return []
-    raw = json.loads(path.read_text())
+    raw = storage.read_json(path)
     return [TryUsage(**entry) for entry in raw.get("tries", [])]
 
 
