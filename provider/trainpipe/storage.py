@@ -309,19 +309,23 @@ def write_parquet_once(path: ObjectStoragePath, frame: pd.DataFrame) -> None:
         handle.write(sink.getvalue().to_pybytes())
 
 
-def read_current_text(path: ObjectStoragePath, *, attempts: int = 5) -> str:
+# How often a read starts again on an object replaced under it before the last try's error stands.
+_REREADS_ON_REPLACED = 4
+
+
+def read_current_text(path: ObjectStoragePath) -> str:
     """The text of an object that other processes rewrite (a status marker, a ledger).
 
     An object store's reader pins the version it opened (s3fs: the ETag) and fails with EBUSY
     (``FileExpired``) when a writer replaces the object before the read ends, as a task callback does
     while a retry reads the status: open it again, which reads the newer version."""
-    for attempt in range(1, attempts + 1):
+    for _ in range(_REREADS_ON_REPLACED):
         try:
             return path.read_text()
         except OSError as err:
-            if err.errno != errno.EBUSY or attempt == attempts:
+            if err.errno != errno.EBUSY:
                 raise
-    raise ValueError(f"attempts must be at least 1, not {attempts}")
+    return path.read_text()
 
 
 def read_json(path: ObjectStoragePath) -> Any:

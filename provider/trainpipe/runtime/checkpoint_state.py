@@ -129,7 +129,7 @@ def _invalidate(path: ObjectStoragePath) -> None:
 
 def _read_json(path: ObjectStoragePath) -> Any | None:
     try:
-        return json.loads(storage.read_current_text(path))
+        return storage.read_json(path)
     except FileNotFoundError:
         return None
     except json.JSONDecodeError:
