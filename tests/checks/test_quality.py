@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
+from tests.probes import probe
 from trainpipe.checks.quality import (
     ExpectationOutcome,
     ValidationReport,
@@ -43,7 +42,7 @@ def test_module_import_does_not_load_great_expectations() -> None:
         "heavy = [m for m in ('great_expectations', 'sklearn', 'airflow', 'torch') if m in sys.modules]; "
         "print(heavy)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = probe(code, check=True).stdout
     assert out.strip() == "[]"
 
 

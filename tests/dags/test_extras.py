@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from tests.probes import probe
 from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory
 from trainpipe.errors import TrainpipeError
@@ -59,7 +59,7 @@ def test_without_the_openlineage_provider_the_dag_builds_and_its_steps_emit_noth
             f"plan = compile_directory(Path({str(REPO / 'dag_configs')!r})).plans['fraud_detector']; "
             "dag = build_dag(plan); "
             "print(openlineage.available(), dag.get_task('snapshot').get_openlineage_facets_on_complete(None))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = probe(code, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False None"
 
@@ -70,7 +70,7 @@ def test_a_tuned_spec_parses_into_its_dag_without_optuna():
             "from trainpipe.compile.compiler import compile_directory; from trainpipe.dags.builder import build_dag; "
             f"plan = compile_directory(Path({str(REPO / 'dag_configs')!r})).plans['fraud_detector_tuned']; "
             "import json; print(json.dumps(sorted(build_dag(plan).task_ids)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = probe(code, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert {"create_study", "trials", "pick_best"} <= set(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -105,9 +105,9 @@ def test_a_kubernetes_spec_without_the_extra_is_a_located_error_naming_it_and_th
             "from airflow.dag_processing.dagbag import DagBag\n"
             f"bag = DagBag(dag_folder={str(home / 'dags')!r})\n"
             "print(json.dumps({'dags': sorted(bag.dag_ids), 'errors': bag.import_errors}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         env={**__import__("os").environ, "TRAINPIPE_DAG_CONFIGS": str(configs),
-                              "TRAINPIPE_HOME": str(tmp_path / "state")})
+    out = probe(code, timeout=300, cwd=tmp_path,
+                env={**__import__("os").environ, "TRAINPIPE_DAG_CONFIGS": str(configs),
+                     "TRAINPIPE_HOME": str(tmp_path / "state")})
     assert out.returncode == 0, out.stderr[-3000:]
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert loaded["dags"] == ["fraud_detector"], loaded

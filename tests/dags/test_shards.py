@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.probes import probe
 from tests.support import REPO, dag_bag
 from trainpipe.compile.spec_files import list_specs
 from trainpipe.dags.files import SHARD_FILES, SINGLE_FILE_MAX, shard_count, shard_of
@@ -207,7 +206,7 @@ def test_a_shard_with_nothing_to_compile_does_not_import_the_compiler(tmp_path: 
     env = {**os.environ, "TRAINPIPE_DAG_CONFIGS": str(configs), "TRAINPIPE_HOME": str(tmp_path / "home")}
     env.pop("_AIRFLOW_PARSING_CONTEXT_DAG_ID", None)
 
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
+    out = probe(code, env=env, check=True)
 
     assert out.stdout.strip() == "[] False"
 
@@ -252,7 +251,7 @@ def test_importing_trainpipe_for_load_dags_imports_neither_the_compiler_nor_airf
     code = ("import sys; from trainpipe import load_dags; "
             "print(sorted(m for m in ('trainpipe.compile.compiler', 'trainpipe.dags.files', 'airflow', 'pydantic', 'yaml') "
             "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    out = probe(code, check=True)
     assert out.stdout.strip() == "[]"
 
 

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from tests.probes import probe
 from trainpipe.errors import SpecError
 from trainpipe.evaluation.metrics import (
     MetricInputError,
@@ -203,12 +204,10 @@ def test_ranking_input_errors() -> None:
 
 
 def test_module_import_does_not_load_sklearn() -> None:
-    import subprocess
-    import sys
 
     code = (
         "import sys, trainpipe.evaluation.metrics, trainpipe.demo, trainpipe.demo.synthetic; "
         "print([m for m in ('sklearn', 'numpy', 'pandas', 'airflow', 'torch') if m in sys.modules])"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = probe(code, check=True).stdout
     assert out.strip() == "[]"

@@ -6,13 +6,12 @@ at the end import GE to prove the table is GE's (regenerated, equal) and that it
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 from datetime import date, datetime
 
 import pytest
 
+from tests.probes import probe
 from tests.support import REPO
 from trainpipe.errors import SpecError
 from trainpipe.spec import expectations
@@ -149,7 +148,7 @@ def test_checking_arguments_does_not_import_great_expectations():
         f"spec = load_spec(Path({str(REPO / 'dag_configs' / 'fraud_detector.yaml')!r})); "
         "assert spec.validation.expectations; print('great_expectations' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = probe(code, check=True).stdout
     assert out.strip() == "False"
 
 
@@ -209,12 +208,12 @@ def test_argument_verdicts_agree_with_great_expectations():
                 continue
             checked.add((argument, type_name, validators))
             exact = not validators and "model:" not in type_name
-            for probe in PROBES:
-                problems, _ = expectations.argument_problems(name, {**base, argument: probe})
+            for value in PROBES:
+                problems, _ = expectations.argument_problems(name, {**base, argument: value})
                 ours = any(path == (argument,) for path, _ in problems)
-                theirs = _ge_refuses(name, {**base, argument: probe}, argument)
+                theirs = _ge_refuses(name, {**base, argument: value}, argument)
                 if ours != theirs and (exact or ours):
-                    disagreements.append(f"{name}.{argument}={probe!r}: table refuses {ours}, GE refuses {theirs}")
+                    disagreements.append(f"{name}.{argument}={value!r}: table refuses {ours}, GE refuses {theirs}")
     assert len(checked) > 60
     assert disagreements == []
 

@@ -4,14 +4,13 @@ time and memory and ends in a located error (ADR 0004). The limits are the loade
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from tests.probes import probe
 from tests.support import REPO, spec_with
 from trainpipe.commands.main import main
 from trainpipe.compile import compiler as factory
@@ -69,11 +68,11 @@ def test_alias_bomb_is_refused_fast_with_little_memory(capsys, monkeypatch):
 @pytest.mark.integration
 def test_validate_process_on_an_alias_bomb_needs_no_more_memory_than_on_a_good_spec():
     """Peak RSS of a whole `trainpipe validate` process (imports included), bomb against the example."""
-    probe = ("import resource, sys; from trainpipe.commands.main import main; code = main(['validate', sys.argv[1]]); "
+    peak_probe = ("import resource, sys; from trainpipe.commands.main import main; code = main(['validate', sys.argv[1]]); "
              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
 
     def peak_kib(spec: Path) -> int:
-        run = subprocess.run([sys.executable, "-c", probe, str(spec)], capture_output=True, text=True, timeout=120)
+        run = probe(peak_probe, str(spec))
         return int(run.stdout.splitlines()[-1])
 
     good, bomb = peak_kib(EXAMPLE), peak_kib(FIXTURES / "alias_bomb.yaml")
@@ -118,7 +117,7 @@ def test_deep_nesting_is_refused_and_located_without_crashing(text, where):
     """Run in a child process: if the guard regressed, the crash must not take pytest down with it."""
     code = ("import sys; from trainpipe.spec.loader import load_yaml_text; from trainpipe.errors import SpecError\n"
             "try:\n    load_yaml_text(sys.stdin.read(), 'x.yaml')\nexcept SpecError as err:\n    print(err)")
-    run = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True, timeout=60)
+    run = probe(code, input=text, timeout=60)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.startswith(f"x.yaml:{where}"), run.stdout[:300]
     assert run.stdout.rstrip().endswith("nested more than 32 levels deep, the limit for a spec; flatten this part of the file")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from tests.probes import probe
 from trainpipe_trainer.config import FeatureTransform, ModelConfig
 from trainpipe_trainer.errors import TrainerDataError
 from trainpipe_trainer.model import build_mlp
@@ -82,4 +81,4 @@ def test_import_boundaries() -> None:
         "import trainpipe_trainer.trainer\n"
         "assert 'mlflow' not in sys.modules and 'airflow' not in sys.modules, 'heavy import'\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    probe(code, check=True)
