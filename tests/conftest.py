@@ -52,10 +52,10 @@ def airflow_db() -> Path:
 # a package whose fixture starts a server once (tests/fleet), or the Airflow servers below. The longest groups go
 # first, so that no long one is left to run alone at the end.
 _PACKAGE_GROUPS = ("tests/fleet/",)
-# What starts Airflow servers of its own (the whole stack; airflow standalone) is one group, so one worker runs
-# them one after the other: two Airflows with their running tasks on two cores starved each other's api-servers
-# past a 60 s read (seen in CI).
-_AIRFLOW_SERVERS = ("tests/stack/", "tests/e2e/test_approval.py", "tests/e2e/test_deadline_alert.py")
+# The one Airflow server boot of the session: the stack (tests/stack), which also runs the approval and deadline
+# scenarios. Two Airflows with their running tasks on two cores starved each other's api-servers past a 60 s read
+# (seen in CI), so no other test module starts a server of its own.
+_AIRFLOW_SERVERS = ("tests/stack/",)
 _AIRFLOW_SERVERS_GROUP = "airflow servers"
 _LONGEST_FIRST = (_AIRFLOW_SERVERS_GROUP, "tests/launchers/test_preemption_relaunch.py",
                   "tests/e2e/test_tuned_pipeline.py", "tests/e2e/test_model_lifecycle.py", "tests/fleet/",

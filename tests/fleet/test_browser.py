@@ -168,7 +168,7 @@ def test_pipeline_page_history_and_drift(browser, api_server: str) -> None:
 
 def test_approve_from_the_pipeline_page_answers_airflow(browser, api_server: str, fleet) -> None:
     """The buttons call Airflow's HITL endpoint with the browser's Airflow session: Airflow records the answer
-    and who gave it (the promotion that follows is Airflow's and trainpipe's, tests/e2e/test_approval.py)."""
+    and who gave it (the promotion that follows is Airflow's and trainpipe's, tests/stack/test_stack_approval.py)."""
     from selenium.webdriver.common.by import By
 
     browser.get(f"{api_server}/trainpipe/pipelines/fraud_approval")

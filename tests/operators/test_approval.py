@@ -1,5 +1,5 @@
 """The approve task as compiled from a spec, and the body a person reads before answering
-(answering it for real: tests/e2e/test_approval.py)."""
+(answering it for real: tests/stack/test_stack_approval.py)."""
 
 from __future__ import annotations
 

@@ -62,8 +62,10 @@ def running_stack(request: pytest.FixtureRequest) -> Iterator[RunningStack]:
     policy["teams"]["stack"] = {"folders": ["stack_*.yaml"], "pipeline_id_prefix": "stack_",
                                 "model_name_prefix": "stack_"}
     (root / "policy.yaml").write_text(yaml.safe_dump(policy))
+    # The scheduler sweeps awaiting-input timeouts every 2 s (default 15 s): the approval timeout test waits less.
+    (root / "stack.env").write_text("AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL=2\n")
     env = {"TRAINPIPE_STACK_HOME": str(root / "state"), "TRAINPIPE_DAG_CONFIGS": str(configs),
-           "TRAINPIPE_STACK_POLICY": str(root / "policy.yaml")}
+           "TRAINPIPE_STACK_POLICY": str(root / "policy.yaml"), "TRAINPIPE_STACK_ENV_FILE": str(root / "stack.env")}
     env.update({variable: str(port) for variable, port in zip(Ports.ENV.values(), _free_ports(len(Ports.ENV)), strict=True)})
     stack = Stack(StackConfig.from_env(env))
     started = time.monotonic()

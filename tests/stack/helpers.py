@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import email
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,10 +75,40 @@ APPROVAL_SPEC = spec_yaml("stack_approval", epochs=1).replace(
     "  alias: champion\n  approval: {mode: required, timeout: 1h, on_timeout: reject}\n"
     "notify:\n  email:\n    to: [ml-oncall@example.com]\n    conn_id: smtp_default\n    events: [approval]\n")
 
+
+def approval_spec(pipeline_id: str, approval: str, notify: str = "") -> str:
+    """A one-epoch pipeline whose ``approve`` task waits for a person (``registration.approval``)."""
+    return spec_yaml(pipeline_id, epochs=1).replace(
+        "  alias: champion\n", f"  alias: champion\n  approval: {approval}\n{notify}")
+
+
+# Approved twice, then rolled back. Its mail names a connection nobody defined (as in a fresh install): the
+# message is logged as not sent, and the approval and the promotion go on.
+APPROVAL_FLOW_SPEC = approval_spec(
+    "stack_approval_flow", "required",
+    "notify: {email: {to: [oncall@example.com], conn_id: smtp_undefined, events: [approval, promotion]}}\n")
+# Nobody answers: the scheduler applies the default (Reject) 5 s after the task began to wait.
+APPROVAL_TIMEOUT_SPEC = approval_spec("stack_approval_timeout", "{mode: required, timeout: 5s, on_timeout: reject}")
+# The approval waits an hour, so the run is still going when its 20 s are up. The mail channel subscribes to no
+# event of its own: a late run is every channel's concern.
+DEADLINE_SPEC = approval_spec(
+    "stack_deadline", "{mode: required, timeout: 1h}",
+    "notify:\n  email: {to: [oncall@example.com], conn_id: smtp_default, events: [promotion]}\n"
+    "  deadline: {within: 20s}\n")
+
+# Started together as soon as the stack serves them (tests/stack/test_stack_approval.py): they wait for people,
+# so they overlap every other run's work.
+APPROVAL_SPECS = {
+    "stack_approval": APPROVAL_SPEC,
+    "stack_approval_flow": APPROVAL_FLOW_SPEC,
+    "stack_approval_timeout": APPROVAL_TIMEOUT_SPEC,
+    "stack_deadline": DEADLINE_SPEC,
+}
+
 # The specs in the watched folder when the stack starts (the tests drop more).
 SPECS = {
     "stack_drift": DRIFT_SPEC,
-    "stack_approval": APPROVAL_SPEC,
+    **APPROVAL_SPECS,
     "stack_manual": spec_yaml("stack_manual", epochs=2),
     # Long enough to kill the worker after a committed checkpoint and well before the end.
     "stack_retry": spec_yaml("stack_retry", epochs=30, every_n_steps=50),
@@ -249,3 +283,16 @@ class RunningStack:
 
     def worker_log(self) -> str:
         return (self.config.logs / "airflow-worker.log").read_text(errors="replace")
+
+    def mails(self, subject_prefix: str) -> list[email.message.Message]:
+        """The messages in the stack's mail sink whose subject starts with ``subject_prefix``, oldest first."""
+        found = [email.message_from_bytes(path.read_bytes()) for path in sorted(self.config.mail.glob("*.eml"))]
+        return [message for message in found if (message["Subject"] or "").startswith(subject_prefix)]
+
+
+def trainpipe_cli(running_stack: RunningStack, *args: str) -> subprocess.CompletedProcess[str]:
+    """`source cli.env && trainpipe ARGS`, in a shell with nothing else of the stack's settings."""
+    command = f"source {running_stack.config.cli_env_file} && {sys.executable} -m trainpipe.commands.main " + " ".join(args)
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(running_stack.config.home),
+                               "PYTHONPATH": os.environ.get("PYTHONPATH", "")})

@@ -1,29 +1,17 @@
 """The stack as a user's shell meets it: `source .trainpipe/stack/cli.env`, the `trainpipe` CLI on the stack's
-bucket, a REST trigger, the run's note, and the approval mail in the stack's mail sink."""
+bucket, a REST trigger and the run's note."""
 
 from __future__ import annotations
 
-import email
-import os
-import subprocess
-import sys
 from datetime import UTC, datetime
 
 import pytest
 
-from .helpers import AirflowClient, RunningStack, wait_for
+from .helpers import AirflowClient, RunningStack, trainpipe_cli, wait_for
 
 pytestmark = pytest.mark.stack
 
 RUN_BOUND_SECONDS = 600  # "cannot hang" bound for one pipeline run on a loaded 2-core machine
-
-
-def _cli(running_stack: RunningStack, *args: str) -> subprocess.CompletedProcess[str]:
-    """`source cli.env && trainpipe ARGS`, in a shell with nothing else of the stack's settings."""
-    command = f"source {running_stack.config.cli_env_file} && {sys.executable} -m trainpipe.commands.main " + " ".join(args)
-    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(running_stack.config.home),
-                               "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
 
 
 def _ended(airflow: AirflowClient, dag_id: str, run_id: str) -> dict:
@@ -35,7 +23,7 @@ def _ended(airflow: AirflowClient, dag_id: str, run_id: str) -> dict:
 def test_cli_drift_on_the_stack_stops_the_next_run_at_validate_and_its_note_names_the_feature(
         airflow: AirflowClient, running_stack: RunningStack):
     today = datetime.now(UTC).strftime("%Y-%m-%d")
-    normal = _cli(running_stack, "demo-data", "--force", "--end", today)
+    normal = trainpipe_cli(running_stack, "demo-data", "--force", "--end", today)
     assert normal.returncode == 0, normal.stderr
     assert normal.stdout.startswith("transactions: s3://trainpipe/storage/demo/transactions/transactions.parquet "
                                     "(connection trainpipe_s3)")
@@ -43,7 +31,7 @@ def test_cli_drift_on_the_stack_stops_the_next_run_at_validate_and_its_note_name
     first = _ended(airflow, "stack_drift", airflow.trigger("stack_drift"))
     assert first["state"] == "success"
 
-    drifted = _cli(running_stack, "demo-data", "--drift", "amount", "--force", "--end", today)
+    drifted = trainpipe_cli(running_stack, "demo-data", "--drift", "amount", "--force", "--end", today)
     assert drifted.returncode == 0, drifted.stderr
     run_id = airflow.trigger("stack_drift")
     run = _ended(airflow, "stack_drift", run_id)
@@ -53,30 +41,9 @@ def test_cli_drift_on_the_stack_stops_the_next_run_at_validate_and_its_note_name
     assert run["note"].startswith("validation failed: drift in amount (PSI "), run["note"]
 
     # Both versions are in the stack's bucket, and the CLI lists them.
-    listed = _cli(running_stack, "datasets", "stack_drift")
+    listed = trainpipe_cli(running_stack, "datasets", "stack_drift")
     assert listed.returncode == 0, listed.stderr
     stored = {key.split("/")[3] for key in running_stack.keys_under("storage/snapshots/stack_drift/")
               if key.endswith("/manifest.json")}
     shown = {line.split()[2] for line in listed.stdout.splitlines() if line.startswith("stack_drift version ")}
     assert len(stored) == 2 and shown == stored
-
-
-def test_the_approval_request_lands_in_the_mail_sink(airflow: AirflowClient, running_stack: RunningStack):
-    airflow.unpause("stack_approval")
-    run_id = airflow.trigger("stack_approval")
-    mail = running_stack.config.mail
-
-    def delivered():
-        for path in sorted(mail.glob("*.eml")):
-            message = email.message_from_bytes(path.read_bytes())
-            if message["Subject"].startswith("[trainpipe] Promote stack_approval version "):
-                return message
-        return None
-
-    message = wait_for("the approval mail in the sink", delivered, timeout=RUN_BOUND_SECONDS, interval=2)
-    assert message["To"] == "ml-oncall@example.com"
-    # Answer it as its reader would, once the task waits, so that the run ends: a rejection is noted with who and when.
-    airflow.awaiting_input("stack_approval", run_id, timeout=RUN_BOUND_SECONDS)
-    airflow.answer("stack_approval", run_id, "Reject")
-    run = _ended(airflow, "stack_approval", run_id)
-    assert run["note"].startswith("approval rejected: stack_approval version 1 by admin at "), run["note"]
