@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, copy_airflow_db
 
 _STATE = Path(tempfile.mkdtemp(prefix="trainpipe-tests-"))
 
@@ -41,11 +41,30 @@ def state_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def airflow_db() -> Path:
-    """A migrated Airflow metadata DB (SQLite) for DagBag and dag.test()."""
-    airflow = Path(sys.executable).with_name("airflow")
-    subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=os.environ.copy())
-    return _STATE / "airflow" / "airflow.db"
+def airflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated Airflow metadata DB (SQLite, one file) for the whole test session, every pytest-xdist worker
+    included: `airflow db migrate` runs once, and each consumer copies the file (``copy_airflow_db``)."""
+    from filelock import FileLock
+
+    # The workers' temporary folders share this parent (pytest-xdist's recipe for session-wide data).
+    shared = tmp_path_factory.getbasetemp().parent
+    template = shared / "airflow-template.db"
+    with FileLock(str(shared / "airflow-template.lock")):
+        if not template.exists():
+            building = shared / "airflow-template.building.db"
+            home = shared / "airflow-template-home"
+            env = {**os.environ, "AIRFLOW_HOME": str(home),
+                   "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{building}"}
+            airflow = Path(sys.executable).with_name("airflow")
+            subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=env)
+            building.rename(template)  # whole or absent: a worker never copies a half-migrated file
+    return template
+
+
+@pytest.fixture(scope="session")
+def airflow_db(airflow_db_template: Path) -> Path:
+    """The session's migrated Airflow metadata DB (SQLite) for DagBag and dag.test()."""
+    return copy_airflow_db(airflow_db_template, _STATE / "airflow" / "airflow.db")
 
 
 # `make test` runs two pytest-xdist workers (-n 2 --no-loadscope-reorder). One worker runs each group: a module,

@@ -48,3 +48,12 @@ def spec_with(tmp_path: Path, old: str, new: str, *, example: str = "fraud_detec
     path = tmp_path / name
     path.write_text(text.replace(old, new))
     return path
+
+
+def copy_airflow_db(template: Path, target: Path) -> Path:
+    """A consumer's own migrated Airflow database: a copy of the session's template (``airflow_db_template``)."""
+    import shutil
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, target)
+    return target

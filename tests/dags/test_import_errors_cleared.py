@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, copy_airflow_db
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 BROKEN = "pipeline_id: {id}\nunknown_key: 1\n"
@@ -32,7 +32,7 @@ def _errors(env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+def home(tmp_path: Path, airflow_db_template: Path) -> tuple[Path, dict[str, str]]:
     (tmp_path / "dags").mkdir()
     (tmp_path / "dag_configs").mkdir()
     (tmp_path / "dags" / "trainpipe_dags.py").write_text((REPO / "dags" / "trainpipe_dags.py").read_text())
@@ -41,7 +41,7 @@ def home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path / 'airflow.db'}",
                 "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
                 "TRAINPIPE_HOME": str(tmp_path / "home")})
-    _airflow(env, "db", "migrate")
+    copy_airflow_db(airflow_db_template, tmp_path / "airflow.db")
     return tmp_path / "dag_configs", env
 
 

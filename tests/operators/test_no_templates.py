@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import REPO
+from tests.support import REPO, copy_airflow_db
 from trainpipe.compile.compiler import compile_directory
 
 PASSWORD = "pw-3f9c1e-never-shown"
@@ -60,7 +60,7 @@ def _approval_spec() -> dict:
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+def folder(tmp_path_factory: pytest.TempPathFactory, airflow_db_template: Path) -> tuple[Path, dict[str, str]]:
     root = tmp_path_factory.mktemp("literal")
     (root / "specs").mkdir()
     (root / "dags").mkdir()
@@ -76,8 +76,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
            "TRAINPIPE_HOME": str(root / "home"),
            "AIRFLOW_CONN_LEAK": f'{{"conn_type": "generic", "login": "u", "password": "{PASSWORD}"}}'}
     airflow = str(Path(sys.executable).with_name("airflow"))
-    for command in (["db", "migrate"], ["dags", "reserialize"]):
-        subprocess.run([airflow, *command], check=True, capture_output=True, env=env, timeout=600)
+    copy_airflow_db(airflow_db_template, root / "airflow.db")
+    subprocess.run([airflow, "dags", "reserialize"], check=True, capture_output=True, env=env, timeout=600)
     return root, env
 
 
