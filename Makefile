@@ -31,19 +31,27 @@ AIRFLOW_QUIET := graphviz httpx2
 
 # requirements.lock pins every transitive version that is known to install together here, so the
 # resolver does no backtracking; torch==2.13.0 is the CPU build (any other torch pulls CUDA wheels).
-$(STAMP): pyproject.toml trainer_image/pyproject.toml requirements.lock
+# uv installs the same pins in about a minute (pip took five); tools/uv_index_args.py hands it the indexes,
+# find-links and constraints of pip's configuration, which uv does not read.
+UV = $(BIN)/uv pip install --python $(BIN)/python -c requirements.lock $(shell $(PYTHON) tools/uv_index_args.py)
+
+$(BIN)/uv:
 	@mkdir -p $(TRAINPIPE_HOME)
-	@echo "installing into $(VENV) (a few minutes on a fresh machine; log: $(TRAINPIPE_HOME)/install.log)"
 	$(PYTHON) -m venv $(VENV)
-	@$(BIN)/pip install --progress-bar off -c requirements.lock "torch==2.13.0" $(AIRFLOW_QUIET) \
-		-e "./trainer_image[deepspeed,tracking,tuning]" -e ".[kubernetes,amazon,tuning]" > $(TRAINPIPE_HOME)/install.log 2>&1 \
+	@$(BIN)/pip install --progress-bar off -c requirements.lock uv > $(TRAINPIPE_HOME)/install.log 2>&1 \
+		|| { tail -40 $(TRAINPIPE_HOME)/install.log; exit 1; }
+
+$(STAMP): pyproject.toml trainer_image/pyproject.toml requirements.lock | $(BIN)/uv
+	@echo "installing into $(VENV) (a minute or two on a fresh machine; log: $(TRAINPIPE_HOME)/install.log)"
+	@$(UV) "torch==2.13.0" $(AIRFLOW_QUIET) -e "./trainer_image[deepspeed,tracking,tuning]" \
+		-e ".[kubernetes,amazon,tuning]" >> $(TRAINPIPE_HOME)/install.log 2>&1 \
 		|| { tail -40 $(TRAINPIPE_HOME)/install.log; exit 1; }
 	touch $(STAMP)
 
 # What only `make test` and `make stack` need: test tools and the stack's Celery/Postgres clients. The
 # benchmark extra (dag-factory) is installed by hand (benchmarks/parse_specs.py), never by make.
 $(DEV_STAMP): $(STAMP)
-	@$(BIN)/pip install --progress-bar off -c requirements.lock -e ".[kubernetes,amazon,tuning,dev,stack]" \
+	@$(UV) "torch==2.13.0" -e "./trainer_image[deepspeed,tracking,tuning]" -e ".[kubernetes,amazon,tuning,dev,stack]" \
 		>> $(TRAINPIPE_HOME)/install.log 2>&1 || { tail -40 $(TRAINPIPE_HOME)/install.log; exit 1; }
 	touch $(DEV_STAMP)
 
