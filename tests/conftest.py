@@ -94,7 +94,9 @@ def _rank(group: str) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: _rank(_group(item.nodeid)))  # stable: each module keeps its order
+    # Stable: each module keeps its order. Within a group, a test that kills stack services goes first, before the
+    # stack tier starts its overlapping runs (tests/stack/conftest.py), which a killed worker would take down too.
+    items.sort(key=lambda item: (_rank(_group(item.nodeid)), item.get_closest_marker("stack_exclusive") is None))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):

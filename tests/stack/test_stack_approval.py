@@ -3,7 +3,7 @@ slot held); the tests answer through the public REST API as a person's client wo
 server, and read mail in the stack's sink. A run past its `notify.deadline` is told by the triggerer.
 
 `dag.test()` cannot stand in: nothing there answers a parked task, sweeps its timeout or checks deadlines. The
-four pipelines start together when this module begins (they mostly wait for people, so their work overlaps).
+four pipelines start with the stack tier's other overlapping runs (tests/stack/conftest.py: InFlight).
 """
 
 from __future__ import annotations
@@ -24,20 +24,16 @@ USER = "admin"  # the stack's Airflow user (tools/stack/trainpipe_stack.py)
 TASKS = ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate", "register", "approve", "promote")
 
 
+@pytest.fixture(scope="module")
+def approval_runs(in_flight) -> ApprovalRuns:
+    in_flight.start()
+    return ApprovalRuns(airflow=in_flight.airflow, runs={dag_id: in_flight.runs[dag_id] for dag_id in APPROVAL_SPECS})
+
+
 @dataclass(frozen=True)
 class ApprovalRuns:
     airflow: AirflowClient
-    runs: dict[str, str]  # dag_id -> the run this module started
-
-
-@pytest.fixture(scope="module")
-def approval_runs(airflow: AirflowClient) -> ApprovalRuns:
-    wait_for("the approval DAGs", lambda: airflow.dag_ids() >= set(APPROVAL_SPECS), timeout=120, interval=2)
-    runs = {}
-    for dag_id in APPROVAL_SPECS:
-        airflow.unpause(dag_id)
-        runs[dag_id] = airflow.trigger(dag_id)
-    return ApprovalRuns(airflow=airflow, runs=runs)
+    runs: dict[str, str]  # dag_id -> the run the stack tier started (tests/stack/conftest.py: InFlight)
 
 
 def _states(airflow: AirflowClient, dag_id: str, run_id: str) -> dict[str, str]:

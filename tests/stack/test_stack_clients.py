@@ -21,14 +21,15 @@ def _ended(airflow: AirflowClient, dag_id: str, run_id: str) -> dict:
 
 
 def test_cli_drift_on_the_stack_stops_the_next_run_at_validate_and_its_note_names_the_feature(
-        airflow: AirflowClient, running_stack: RunningStack):
+        airflow: AirflowClient, running_stack: RunningStack, in_flight):
+    # The first data and run are started with the tier's overlapping runs (tests/stack/conftest.py: InFlight).
+    in_flight.start()
     today = datetime.now(UTC).strftime("%Y-%m-%d")
-    normal = trainpipe_cli(running_stack, "demo-data", "--force", "--end", today)
+    normal = in_flight.demo_data
     assert normal.returncode == 0, normal.stderr
     assert normal.stdout.startswith("transactions: s3://trainpipe/storage/demo/transactions/transactions.parquet "
                                     "(connection trainpipe_s3)")
-    airflow.unpause("stack_drift")
-    first = _ended(airflow, "stack_drift", airflow.trigger("stack_drift"))
+    first = _ended(airflow, "stack_drift", in_flight.runs["stack_drift"])
     assert first["state"] == "success"
 
     drifted = trainpipe_cli(running_stack, "demo-data", "--drift", "amount", "--force", "--end", today)

@@ -1,8 +1,8 @@
 """Pipelines run by the stack: a manual trigger with conf, a worker killed during train, a scheduled run.
 
 Every run goes through the scheduler and the Celery worker; snapshots and checkpoints land in the S3
-bucket, metrics and models on the MLflow server. The scheduled test runs last: its DAG keeps firing
-every minute until the stack stops.
+bucket, metrics and models on the MLflow server. The worker-killing test runs first in the tier
+(``stack_exclusive``); the others were started together with the tier's overlapping runs (InFlight).
 """
 
 from __future__ import annotations
@@ -40,19 +40,17 @@ def mlflow_run_of(mlflow_client, pipeline_id: str, run_id: str):
 
 
 def test_manual_trigger_with_conf_runs_through_celery_with_s3_and_the_mlflow_server(
-        airflow: AirflowClient, running_stack: RunningStack, mlflow_client, mlflow_server_uri: str):
+        airflow: AirflowClient, running_stack: RunningStack, in_flight, mlflow_client, mlflow_server_uri: str):
     import mlflow
 
     from trainpipe.demo.synthetic import generate_transactions
 
-    airflow.unpause("stack_manual")  # schedule none: unpausing starts nothing by itself
-    run_id = airflow.trigger("stack_manual", conf={"epochs": 3})
-
-    # Poll the task states while it runs: the checkpoint sensor must be seen deferred (on the
-    # triggerer, no worker slot) while train runs.
-    seen: set[tuple[str | None, str | None]] = set()
-    run = airflow.wait_for_run("stack_manual", run_id, timeout=RUN_BOUND_SECONDS,
-                               on_poll=lambda tis: seen.add((tis["train"]["state"], tis["watch_checkpoints"]["state"])))
+    # Triggered with conf {"epochs": 3} among the tier's overlapping runs; the watcher polled the task states while
+    # it ran: the checkpoint sensor must be seen deferred (on the triggerer, no worker slot) while train runs.
+    in_flight.start()
+    run_id = in_flight.runs["stack_manual"]
+    run = airflow.wait_for_run("stack_manual", run_id, timeout=RUN_BOUND_SECONDS)
+    seen = in_flight.manual_states_seen
     tis = airflow.task_instances("stack_manual", run_id)
     assert run["run_type"] == "manual" and run["conf"] == {"epochs": 3}
     assert {task: tis[task]["state"] for task in TASKS} == dict.fromkeys(TASKS, "success")
@@ -85,8 +83,9 @@ def test_manual_trigger_with_conf_runs_through_celery_with_s3_and_the_mlflow_ser
     assert ((predictions >= 0) & (predictions <= 1)).all()
 
 
+@pytest.mark.stack_exclusive  # it kills the worker: it runs before the overlapping runs start, then starts them
 def test_killing_the_worker_during_train_retries_and_resumes_from_the_last_checkpoint(
-        airflow: AirflowClient, running_stack: RunningStack, mlflow_client):
+        airflow: AirflowClient, running_stack: RunningStack, in_flight, mlflow_client):
     stack = running_stack.stack
     airflow.unpause("stack_retry")
     run_id = airflow.trigger("stack_retry")
@@ -111,6 +110,8 @@ def test_killing_the_worker_during_train_retries_and_resumes_from_the_last_check
     worker = stack.service("airflow-worker")
     stack.start(worker)
     stack.wait_healthy(worker)
+    # No kill follows: the tier's other runs start now and overlap this retry's wait for the lost heartbeat.
+    in_flight.start()
 
     # The scheduler finds train's heartbeat gone (60 s in the stack), fails the try, and retries it.
     airflow.wait_for_run("stack_retry", run_id, timeout=RUN_BOUND_SECONDS)
@@ -130,25 +131,18 @@ def test_killing_the_worker_during_train_retries_and_resumes_from_the_last_check
     assert [(v.version, v.run_id) for v in versions] == [("1", tracked.info.run_id)]
 
 
-def test_a_scheduled_run_fires_on_its_own(airflow: AirflowClient):
+def test_a_scheduled_run_fires_on_its_own(airflow: AirflowClient, in_flight):
     """``* * * * *`` with catchup off: unpausing starts the latest due run at once, then one comes due
-    during the test and the scheduler starts it without any trigger."""
-    assert airflow.dag_runs("stack_scheduled") == []
-    unpaused_at = datetime.now(UTC)
-    airflow.unpause("stack_scheduled")
+    and the scheduler starts it without any trigger (the watcher pauses the DAG again once it has)."""
+    in_flight.start()
+    assert in_flight.scheduled_before == []
+    unpaused_at = in_flight.scheduled_unpaused_at
 
-    first = wait_for("the first scheduled run", lambda: airflow.dag_runs("stack_scheduled"), timeout=120)[0]
+    first, later = in_flight.scheduled(timeout=RUN_BOUND_SECONDS + 180)
+
     assert (first["run_type"], first["triggered_by"]) == ("scheduled", "timetable")
     assert datetime.fromisoformat(first["logical_date"]) <= unpaused_at
     airflow.wait_for_run("stack_scheduled", first["dag_run_id"], timeout=RUN_BOUND_SECONDS)
-
-    def came_due_later() -> dict | None:
-        later = [run for run in airflow.dag_runs("stack_scheduled")
-                 if datetime.fromisoformat(run["logical_date"]) > unpaused_at]
-        return later[0] if later else None
-
-    later = wait_for("a scheduled run that came due after unpausing", came_due_later, timeout=180)
-    airflow.unpause("stack_scheduled", paused=True)  # no more runs for the rest of the session
     assert (later["run_type"], later["triggered_by"]) == ("scheduled", "timetable")
     due = datetime.fromisoformat(later["logical_date"])
     assert due.second == 0 and due - unpaused_at < timedelta(minutes=5)
