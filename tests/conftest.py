@@ -74,7 +74,7 @@ _PACKAGE_GROUPS = ("tests/fleet/",)
 # The one Airflow server boot of the session: the stack (tests/stack), which also runs the approval and deadline
 # scenarios. Two Airflows with their running tasks on two cores starved each other's api-servers past a 60 s read
 # (seen in CI), so no other test module starts a server of its own.
-_AIRFLOW_SERVERS = ("tests/stack/",)
+_AIRFLOW_SERVERS = ("tests/stack/test_stack_",)
 _AIRFLOW_SERVERS_GROUP = "airflow servers"
 _LONGEST_FIRST = (_AIRFLOW_SERVERS_GROUP, "tests/launchers/test_preemption_relaunch.py",
                   "tests/e2e/test_tuned_pipeline.py", "tests/e2e/test_model_lifecycle.py", "tests/fleet/",

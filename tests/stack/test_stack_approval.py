@@ -112,7 +112,8 @@ def test_approved_versions_become_champion_in_turn_and_rollback_restores_the_fir
     assert "version 1 becomes `previous_champion`" in request["body"]
     assert _aliases(mlflow_client, dag_id) == {"champion": 2, "previous_champion": 1, "challenger": 2}
 
-    rollback = trainpipe_cli(running_stack, "rollback", dag_id)
+    # The stack has a platform policy: who moves a model's aliases says which team acts.
+    rollback = trainpipe_cli(running_stack, "rollback", dag_id, "--team", "stack")
 
     assert rollback.returncode == 0, rollback.stdout + rollback.stderr
     assert _aliases(mlflow_client, dag_id) == {"champion": 1, "previous_champion": 2, "challenger": 2}
