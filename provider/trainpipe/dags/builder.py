@@ -7,8 +7,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetAll, AssetAny, BaseOperator, Param
 
-from trainpipe.errors import SpecFieldError, shown_value
-from trainpipe.markdown import markdown_text
+from trainpipe.errors import SpecFieldError, markdown_text, shown_value
 from trainpipe.operators.pipeline import (
     EvaluateOperator,
     GateOperator,

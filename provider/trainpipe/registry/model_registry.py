@@ -19,9 +19,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.errors import TrainpipeError
+from trainpipe.errors import TrainpipeError, markdown_text
 from trainpipe.hooks.mlflow import MlflowHook, mlflow_metric_key
-from trainpipe.markdown import markdown_text
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
