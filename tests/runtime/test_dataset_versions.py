@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe.checks import drift
 from trainpipe.commands.main import main
 from trainpipe.demo.synthetic import drift_feature, generate_transactions
 from trainpipe.errors import ValidationFailedError
@@ -21,6 +20,7 @@ from trainpipe.runtime.snapshot import baseline_version, list_versions, take_sna
 from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe.steps.validate import drift
 
 END = datetime(2026, 6, 30, tzinfo=UTC)
 FEATURES = ["amount", "merchant_risk", "is_foreign"]

@@ -22,8 +22,8 @@ from trainpipe.settings import Settings
 if TYPE_CHECKING:
     import pandas as pd
 
-    from trainpipe.checks.drift import DriftReport
     from trainpipe.hooks.mlflow import MlflowHook
+    from trainpipe.steps.validate.drift import DriftReport
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
                   dag_id: str | None = None, run_id: str | None = None) -> SnapshotInfo:
     """Snapshot the window as a dataset version; identical content is stored once (its first
     manifest, with the run that created it, is kept and returned)."""
-    from trainpipe.checks import drift
+    from trainpipe.steps.validate import drift
 
     source = storage.resolve_uri(data.uri, settings, data.conn_id)
     if data.allowed_uris is not None:  # under a policy: checked here again, with this worker's storage root
@@ -264,7 +264,7 @@ def validate_snapshot(pipeline_id: str, validation: ValidationPlan, snapshot: Sn
     With ``hook`` and ``run_id``, drift results go to the DAG run's MLflow run (the one training
     then uses): metrics ``drift_psi.<feature>``, ``drift_ks.<feature>`` and ``drift/drift_report.html``.
     """
-    from trainpipe.checks import drift, quality
+    from trainpipe.steps.validate import drift, quality
 
     frame = _read_version_frame(settings, snapshot.uri)
     report = quality.validate_dataframe(
@@ -333,7 +333,7 @@ def validate_snapshot(pipeline_id: str, validation: ValidationPlan, snapshot: Sn
 def _check_drift(pipeline_id: str, validation: ValidationPlan, snapshot: SnapshotInfo, frame: pd.DataFrame,
                  baseline: dict[str, Any] | None, *, settings: Settings) -> tuple[DriftReport | None, str | None]:
     """The drift report against the plan's reference, and the failure line when a feature fails."""
-    from trainpipe.checks import drift
+    from trainpipe.steps.validate import drift
 
     plan = validation.drift
     if plan.reference == "baseline":
@@ -392,7 +392,7 @@ def _accept(settings: Settings, pipeline_id: str, snapshot: SnapshotInfo, schema
     """Record the version as accepted, and make it the baseline of the next validation (a backtest's,
     ``move_baseline`` False, is recorded as accepted only: older data must not become what tomorrow is
     compared with)."""
-    from trainpipe.checks import drift
+    from trainpipe.steps.validate import drift
 
     accepted = {"digest": snapshot.digest, "accepted_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "dag_id": dag_id, "run_id": run_id}

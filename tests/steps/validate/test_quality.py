@@ -1,4 +1,4 @@
-"""trainpipe.checks.quality with real Great Expectations 1.x (ephemeral context, pandas)."""
+"""trainpipe.steps.validate.quality with real Great Expectations 1.x (ephemeral context, pandas)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
-from trainpipe.checks.quality import (
+from trainpipe.errors import SpecError
+from trainpipe.steps.validate.quality import (
     ExpectationOutcome,
     ValidationReport,
     build_expectation,
@@ -18,7 +19,6 @@ from trainpipe.checks.quality import (
     validate_dataframe,
     volume_change,
 )
-from trainpipe.errors import SpecError
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +39,7 @@ def frame() -> pd.DataFrame:
 
 def test_module_import_does_not_load_great_expectations() -> None:
     code = (
-        "import sys, trainpipe.checks.quality; "
+        "import sys, trainpipe.steps.validate.quality; "
         "heavy = [m for m in ('great_expectations', 'sklearn', 'airflow', 'torch') if m in sys.modules]; "
         "print(heavy)"
     )

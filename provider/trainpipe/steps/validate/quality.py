@@ -7,7 +7,7 @@ runs them, after an ``expect_column_to_exist`` for each required column, in a th
 
 Importing great_expectations costs about 4 s of CPU (pandas, pydantic, sqlalchemy, altair ...), so
 this module imports it only inside the functions that use it: DAG files may import
-``trainpipe.checks.quality`` freely. Once imported, a validation of 20,000 rows against a dozen
+``trainpipe.steps.validate.quality`` freely. Once imported, a validation of 20,000 rows against a dozen
 expectations takes 0.15-0.3 s, of which building the context, datasource and suite is ~0.05 s.
 """
 

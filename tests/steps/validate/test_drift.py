@@ -1,4 +1,4 @@
-"""trainpipe.checks.drift: schema hashes and diffs, PSI and KS against values computed independently."""
+"""trainpipe.steps.validate.drift: schema hashes and diffs, PSI and KS against values computed independently."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from scipy.stats import ks_2samp
 
-from trainpipe.checks import drift
 from trainpipe.plan.model import DriftLevels, DriftPlan, FeatureDriftLevels, SchemaPolicy
+from trainpipe.steps.validate import drift
 
 SCHEMA = [("id", "int64"), ("amount", "float64"), ("country", "str"), ("is_fraud", "int64")]
 LEVELS = DriftLevels(warn=0.1, fail=0.25)
