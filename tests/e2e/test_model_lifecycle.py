@@ -69,8 +69,8 @@ def test_two_runs_promote_rerun_changes_nothing_rollback_restores(configs, monke
     import mlflow
 
     from trainpipe.plan.model import run_key
-    from trainpipe.registry import model_registry as registry
     from trainpipe.settings import Settings
+    from trainpipe.steps.register import model_registry as registry
 
     client = mlflow.MlflowClient()
 

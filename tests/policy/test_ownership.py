@@ -10,7 +10,7 @@ import pytest
 
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.plan.model import RegistrationPlan
-from trainpipe.registry.model_registry import (
+from trainpipe.steps.register.model_registry import (
     OWNER_TAG,
     OwnershipError,
     promote,

@@ -81,12 +81,12 @@ def test_init_names_a_missing_label_and_table(tmp_path, monkeypatch, capsys):
 def test_a_starter_spec_passes_its_own_gates_on_the_first_run(task, label, make, tmp_path, monkeypatch):
     from trainpipe.commands.train import with_nproc_per_node
     from trainpipe.compile.compiler import compile_file
-    from trainpipe.evaluation.evaluate import evaluate
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.registry.lineage import git_commit
     from trainpipe.runtime.snapshot import take_snapshot
     from trainpipe.runtime.train import RunContext, run_training
     from trainpipe.settings import Settings
+    from trainpipe.steps.evaluate.evaluate import evaluate
+    from trainpipe.steps.register.lineage import git_commit
     from trainpipe.storage import storage_access
 
     monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", (tmp_path / "storage").as_uri())

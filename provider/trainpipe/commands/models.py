@@ -78,7 +78,7 @@ def _team(args: argparse.Namespace) -> str | None:
 def _cmd_promote(args: argparse.Namespace) -> int:
     from trainpipe.errors import SpecError
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.registry.model_registry import RegistryError, promote
+    from trainpipe.steps.register.model_registry import RegistryError, promote
 
     try:
         promotion = promote(MlflowHook().client, args.model, args.version, actor=_actor(args), reason=args.reason,
@@ -94,7 +94,7 @@ def _cmd_promote(args: argparse.Namespace) -> int:
 def _cmd_rollback(args: argparse.Namespace) -> int:
     from trainpipe.errors import SpecError
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.registry.model_registry import RegistryError, rollback
+    from trainpipe.steps.register.model_registry import RegistryError, rollback
 
     try:
         promotion = rollback(MlflowHook().client, args.model, actor=_actor(args), reason=args.reason,
@@ -129,7 +129,7 @@ def _cmd_model(args: argparse.Namespace) -> int:
 
 def _model_summary(args: argparse.Namespace) -> int:
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.registry.model_registry import RegistryError, describe
+    from trainpipe.steps.register.model_registry import RegistryError, describe
 
     hook = MlflowHook()
     try:

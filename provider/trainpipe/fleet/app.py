@@ -34,8 +34,8 @@ from trainpipe.fleet.collect import (
     version_metrics,
 )
 from trainpipe.fleet.outcome import NEEDS_ATTENTION
-from trainpipe.registry.model_registry import BACKTEST_TAG
 from trainpipe.settings import Settings
+from trainpipe.steps.register.model_registry import BACKTEST_TAG
 
 log = logging.getLogger(__name__)
 

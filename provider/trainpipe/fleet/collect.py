@@ -92,7 +92,7 @@ class MlflowFacts:
 
 
 def quoted(value: str) -> str:
-    """A filter-string literal; MLflow's filter parser takes either quote (as ``trainpipe.registry.model_registry`` does)."""
+    """A filter-string literal; MLflow's filter parser takes either quote (as ``steps.register.model_registry`` does)."""
     return f'"{value}"' if "'" in value else f"'{value}'"
 
 
@@ -518,6 +518,6 @@ def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def promotion_log(model: Any) -> list[dict[str, Any]]:
     """The registered model's promotions and rollbacks, newest first (the registry's own reader)."""
-    from trainpipe.registry.model_registry import read_promotion_history
+    from trainpipe.steps.register.model_registry import read_promotion_history
 
     return list(reversed(read_promotion_history(dict(model.tags or {}))))

@@ -109,8 +109,8 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
         return self._record(context, event, approved=answer["chosen_options"] == [self.APPROVE])
 
     def _record(self, context: Context, event: dict[str, Any], *, approved: bool) -> dict[str, Any]:
-        from trainpipe.registry.model_registry import reject
         from trainpipe.runtime.run_notes import approval_note, leave_note
+        from trainpipe.steps.register.model_registry import reject
 
         timed_out = bool(event.get("timedout"))
         user = event.get("responded_by_user") or {}
@@ -143,8 +143,8 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
 def approval_body(plan: PipelinePlan, registered: dict[str, Any], evaluation: dict[str, Any], *,
                   mlflow_run_page: str | None = None) -> str:
     """The Markdown the person reads before answering: what is asked, the gate table, the report."""
-    from trainpipe.evaluation.gate_table import as_markdown, gate_table
-    from trainpipe.registry.model_registry import report_uri
+    from trainpipe.steps.evaluate.gate_table import as_markdown, gate_table
+    from trainpipe.steps.register.model_registry import report_uri
 
     registration = plan.registration
     approval = registration.approval

@@ -49,8 +49,8 @@ class TrainInputs:
 
 def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
     """Everything the train step needs from Airflow, whatever the launcher."""
-    from trainpipe.registry.lineage import git_commit
     from trainpipe.runtime.train import RunContext
+    from trainpipe.steps.register.lineage import git_commit
 
     plan, overrides = run_plan(plan, context)
     ti = context["ti"]

@@ -31,8 +31,8 @@ from trainpipe.operators.links import (
 )
 from trainpipe.operators.openlineage import LineageFacets
 from trainpipe.plan.steps import EVALUATE, REGISTER, TRAIN
-from trainpipe.registry.lineage import git_commit
 from trainpipe.settings import Settings
+from trainpipe.steps.register.lineage import git_commit
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -80,11 +80,11 @@ class _PipelineStepOperator(BaseOperator):
             "weights_sha256": trained["weights_sha256"],
         }
         if trained.get("training_key"):  # what a later run with the same inputs finds (training.cache)
-            from trainpipe.registry.model_registry import TRAINING_KEY_TAG
+            from trainpipe.steps.register.model_registry import TRAINING_KEY_TAG
 
             tags[TRAINING_KEY_TAG] = trained["training_key"]
         if snapshot.window_end is not None:  # what tells a later run for an older window that it is a backtest
-            from trainpipe.registry.model_registry import WINDOW_END_TAG
+            from trainpipe.steps.register.model_registry import WINDOW_END_TAG
 
             tags[WINDOW_END_TAG] = snapshot.window_end
         commit = git_commit(self.plan.source_path)
@@ -197,7 +197,7 @@ class EvaluateOperator(_PipelineStepOperator):
     operator_extra_links = (MlflowRunLink(), EvaluationReportLink())
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trainpipe.evaluation.evaluate import evaluate
+        from trainpipe.steps.evaluate.evaluate import evaluate
 
         trained = context["ti"].xcom_pull(task_ids=TRAIN.task_id)
         plan = self.run_plan(context)
@@ -221,7 +221,7 @@ class GateOperator(ShortCircuitOperator):
         self.plan = plan
 
     def _all_gates_pass(self, **context: Any) -> bool:
-        from trainpipe.evaluation.evaluate import log_gate
+        from trainpipe.steps.evaluate.evaluate import log_gate
 
         evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         for outcome in evaluation["gates"]:
@@ -249,10 +249,10 @@ def on_failure_of_gates(plan: PipelinePlan, evaluation: dict[str, Any], context:
     from airflow.sdk.exceptions import AirflowFailException
 
     from trainpipe.errors import GatesFailedError
-    from trainpipe.evaluation.gate_table import as_html, as_text, gate_table, summary
     from trainpipe.notifications.channels import Message, send
     from trainpipe.plan.model import GATE_FAILURE
     from trainpipe.runtime.run_notes import leave_note
+    from trainpipe.steps.evaluate.gate_table import as_html, as_text, gate_table, summary
 
     fail = plan.evaluation.on_gate_failure == "fail"
     table = gate_table(evaluation)
@@ -288,8 +288,8 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
     operator_extra_links = (ModelVersionLink(), EvaluationReportLink())
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trainpipe.registry.model_registry import register_candidate
         from trainpipe.runtime.run_notes import backtest_note, leave_note
+        from trainpipe.steps.register.model_registry import register_candidate
 
         backtest = backtest_of(context)
         if backtest is not None and not self.plan.registration.backtest.register:
@@ -319,8 +319,8 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
         """A candidate whose weights are the production version's is no new version (whatever the cache)."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from trainpipe.registry.model_registry import same_weights_as_production
         from trainpipe.runtime.run_notes import leave_note, weights_unchanged_note
+        from trainpipe.steps.register.model_registry import same_weights_as_production
 
         registration = self.plan.registration
         same = same_weights_as_production(self.hook.client, registration, trained["weights_sha256"],
@@ -344,7 +344,7 @@ class PromoteOperator(LineageFacets, _PipelineStepOperator):
 
     def promotion_reason(self, context: Context) -> tuple[str, str, dict[str, Any]]:
         """Who promotes, a one-line why, and the details (JSON on the version)."""
-        from trainpipe.registry.model_registry import dag_actor, gate_summary
+        from trainpipe.steps.register.model_registry import dag_actor, gate_summary
 
         evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         details = {"dag_id": self.dag_id, "airflow_run_id": context["run_id"], "gates": evaluation["gates"],
@@ -377,7 +377,7 @@ class PromoteOperator(LineageFacets, _PipelineStepOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from trainpipe.registry.model_registry import promote_once
+        from trainpipe.steps.register.model_registry import promote_once
 
         registered = context["ti"].xcom_pull(task_ids=REGISTER.task_id)
         self.keep_lineage(registered=registered)

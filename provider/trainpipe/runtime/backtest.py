@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from trainpipe.settings import Settings
 
-from trainpipe.registry.model_registry import BACKTEST_TAG, WINDOW_END_TAG
+from trainpipe.steps.register.model_registry import BACKTEST_TAG, WINDOW_END_TAG
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.launchers.local import LauncherStoppedError, local_python, run_local
 from trainpipe.plan.launch import LaunchValues, resolve
 from trainpipe.plan.model import FaultPlan, PipelinePlan, run_key
-from trainpipe.registry.lineage import log_spec_text
 from trainpipe.runtime.run_notes import preempted_leaving
 from trainpipe.runtime.snapshot import SnapshotInfo
 from trainpipe.runtime.usage import account_try
 from trainpipe.settings import Settings
+from trainpipe.steps.register.lineage import log_spec_text
 from trainpipe_trainer.config import (
     FaultInjection,
     TrainingConfig,

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import SpecError, shown_value
-from trainpipe.registry.model_registry import TRAINING_KEY_TAG
+from trainpipe.steps.register.model_registry import TRAINING_KEY_TAG
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe.registry import model_registry as registry
+from trainpipe.steps.register import model_registry as registry
 
 pytestmark = pytest.mark.integration  # each command is a process of its own
 

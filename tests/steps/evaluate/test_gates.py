@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainpipe.evaluation.evaluate import check_gate
 from trainpipe.spec.sections.evaluation import EvaluationSpec
+from trainpipe.steps.evaluate.evaluate import check_gate
 
 
 def _gate(text: str):

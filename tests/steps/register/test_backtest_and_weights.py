@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from trainpipe.plan.model import BacktestPlan
-from trainpipe.registry import model_registry as registry
+from trainpipe.steps.register import model_registry as registry
 
 from .helpers import evaluation
 

@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trainpipe.evaluation import metrics
-from trainpipe.evaluation.baseline import baseline_scores
-from trainpipe.evaluation.evaluate import below_baseline, check_gate
-from trainpipe.evaluation.gate_table import as_text, gate_table
 from trainpipe.runtime.run_notes import below_baseline_note, is_outcome_line
 from trainpipe.spec.sections.evaluation import EvaluationSpec
+from trainpipe.steps.evaluate import metrics
+from trainpipe.steps.evaluate.baseline import baseline_scores
+from trainpipe.steps.evaluate.evaluate import below_baseline, check_gate
+from trainpipe.steps.evaluate.gate_table import as_text, gate_table
 
 
 def _gate(text: str):

@@ -1,4 +1,4 @@
-"""trainpipe.registry.model_registry against a real MLflow store (SQLite): register gives `challenger` once per DAG
+"""trainpipe.steps.register.model_registry against a real MLflow store (SQLite): register gives `challenger` once per DAG
 run, promote moves `champion` and keeps the old one as `previous_champion` with who/when/why tags,
 re-runs move nothing, reject tags without moving, rollback restores in one call, describe reads it back."""
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from trainpipe.registry import model_registry as registry
-from trainpipe.registry.model_registry import RegistryError
+from trainpipe.steps.register import model_registry as registry
+from trainpipe.steps.register.model_registry import RegistryError
 
 from .helpers import GATES, hook_register
 

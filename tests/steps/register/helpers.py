@@ -22,7 +22,7 @@ def evaluation(auc: float = 0.91, **extra: Any) -> dict[str, Any]:
 
 def hook_register(hook: MlflowHook, registration: RegistrationPlan, *, mlflow_run_id: str, dag_id: str, run: str,
                   evaluation_extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    from trainpipe.registry.model_registry import register_candidate
+    from trainpipe.steps.register.model_registry import register_candidate
 
     tags = {"dag_id": dag_id, "airflow_run_id": run, "spec_file": "team/x.yaml", "spec_file_sha256": "0" * 64}
     return register_candidate(registration, model_uri=f"runs:/{mlflow_run_id}/model", mlflow_run_id=mlflow_run_id,

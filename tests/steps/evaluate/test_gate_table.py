@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainpipe.evaluation.gate_table import as_html, as_markdown, as_text, gate_table, summary
+from trainpipe.steps.evaluate.gate_table import as_html, as_markdown, as_text, gate_table, summary
 
 EVALUATION = {
     "candidate": {"auc": 0.91234567, "f1": 0.4},

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory, compile_file
-from trainpipe.registry.lineage import git_commit, log_spec_text
+from trainpipe.steps.register.lineage import git_commit, log_spec_text
 
 EXAMPLE = REPO / "dag_configs" / "fraud_detector.yaml"
 

@@ -1,4 +1,4 @@
-"""trainpipe.evaluation.metrics against small hand-computed cases (real sklearn)."""
+"""trainpipe.steps.evaluate.metrics against small hand-computed cases (real sklearn)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from trainpipe.errors import SpecError
-from trainpipe.evaluation.metrics import (
+from trainpipe.steps.evaluate.metrics import (
     MetricInputError,
     check_metric,
     compute_metrics,
@@ -207,7 +207,7 @@ def test_module_import_does_not_load_sklearn() -> None:
     import sys
 
     code = (
-        "import sys, trainpipe.evaluation.metrics, trainpipe.demo, trainpipe.demo.synthetic; "
+        "import sys, trainpipe.steps.evaluate.metrics, trainpipe.demo, trainpipe.demo.synthetic; "
         "print([m for m in ('sklearn', 'numpy', 'pandas', 'airflow', 'torch') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

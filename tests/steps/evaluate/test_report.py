@@ -1,5 +1,5 @@
-"""The evaluation report (trainpipe.evaluation.report) and the slices behind it (trainpipe.evaluation.metrics,
-trainpipe.evaluation.evaluate): sections and plots per task type, slice metrics against sklearn on the
+"""The evaluation report (trainpipe.steps.evaluate.report) and the slices behind it (trainpipe.steps.evaluate.metrics,
+trainpipe.steps.evaluate.evaluate): sections and plots per task type, slice metrics against sklearn on the
 filtered rows, and worst_slice gates."""
 
 from __future__ import annotations
@@ -13,11 +13,17 @@ import pandas as pd
 import pytest
 from sklearn import metrics as skm
 
-from trainpipe.evaluation import metrics
-from trainpipe.evaluation.evaluate import MAX_SLICE_VALUES, SliceColumnError, check_gate, check_gates, holdout_slices
-from trainpipe.evaluation.report import ModelScores, ReportInputs, ndcg_ks, write_report
 from trainpipe.plan.model import EvaluationPlan
 from trainpipe.spec.sections.evaluation import EvaluationSpec
+from trainpipe.steps.evaluate import metrics
+from trainpipe.steps.evaluate.evaluate import (
+    MAX_SLICE_VALUES,
+    SliceColumnError,
+    check_gate,
+    check_gates,
+    holdout_slices,
+)
+from trainpipe.steps.evaluate.report import ModelScores, ReportInputs, ndcg_ks, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,4 +1,4 @@
-"""The ``evaluate`` and ``gate`` steps (``register`` and ``promote``: ``trainpipe.registry.model_registry``).
+"""The ``evaluate`` and ``gate`` steps (``register`` and ``promote``: ``trainpipe.steps.register.model_registry``).
 
 The new model and the current champion are scored on the same holdout of this run's snapshot, so
 relative gates compare like with like.
@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe import storage
 from trainpipe.errors import TrainpipeError
-from trainpipe.evaluation import metrics
 from trainpipe.hooks.mlflow import MlflowHook, mlflow_metric_key
 from trainpipe.plan.model import EvaluationPlan, Gate, RegistrationPlan
 from trainpipe.settings import Settings
+from trainpipe.steps.evaluate import metrics
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from trainpipe.evaluation.report import ReportInputs
     from trainpipe.runtime.snapshot import SnapshotInfo
+    from trainpipe.steps.evaluate.report import ReportInputs
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     check the gates, and record it all on the MLflow run: metrics, the verdict tag, the evaluation
     report and, given the ``snapshot``, its splits as dataset inputs.
 
-    The baseline (``trainpipe.evaluation.baseline``) is fitted on the train split: ``train_uri``, else the
+    The baseline (``trainpipe.steps.evaluate.baseline``) is fitted on the train split: ``train_uri``, else the
     snapshot's; without either there is none, and a gate on it fails saying so."""
     # The snapshot's splits live under the storage root: read them with its connection, as every read of it is.
     conn_id = settings.storage_conn_id if settings is not None else None
@@ -113,8 +113,8 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     baseline_scores = baseline = None
     train_uri = train_uri or (snapshot.train_uri if snapshot is not None else None)
     if train_uri:
-        from trainpipe.evaluation.baseline import BASELINE_MODELS
-        from trainpipe.evaluation.baseline import baseline_scores as fit_baseline
+        from trainpipe.steps.evaluate.baseline import BASELINE_MODELS
+        from trainpipe.steps.evaluate.baseline import baseline_scores as fit_baseline
 
         baseline_scores = fit_baseline(evaluation.task, evaluation.features, evaluation.label,
                                        storage.read_parquet_uri(train_uri, conn_id=conn_id), holdout)
@@ -177,7 +177,7 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
 
 
 def _baseline_model(evaluation: EvaluationPlan) -> str:
-    from trainpipe.evaluation.baseline import BASELINE_MODELS
+    from trainpipe.steps.evaluate.baseline import BASELINE_MODELS
 
     return BASELINE_MODELS[evaluation.task]
 
@@ -208,7 +208,7 @@ def _report_inputs(evaluation: EvaluationPlan, registration: RegistrationPlan, h
                    result: dict[str, Any], candidate_scores: np.ndarray, champion_scores: np.ndarray | None, *,
                    mlflow_run_id: str, snapshot: SnapshotInfo | None, pipeline_id: str | None,
                    baseline_scores: np.ndarray | None = None) -> ReportInputs:
-    from trainpipe.evaluation.report import ModelScores, ReportInputs
+    from trainpipe.steps.evaluate.report import ModelScores, ReportInputs
 
     version = result["champion_version"]
     champion_label = f"{registration.alias} (version {version})"
@@ -253,7 +253,7 @@ def log_report(hook: MlflowHook, mlflow_run_id: str, inputs: ReportInputs) -> di
     import time
     from pathlib import Path
 
-    from trainpipe.evaluation.report import REPORT_FILE, write_report
+    from trainpipe.steps.evaluate.report import REPORT_FILE, write_report
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="trainpipe-report-") as folder:

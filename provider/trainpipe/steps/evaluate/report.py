@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.evaluation import metrics
+from trainpipe.steps.evaluate import metrics
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,10 +67,10 @@ class ReportInputs:
     candidate: ModelScores
     champion: ModelScores | None
     decision_threshold: float
-    # The evaluation's baseline model (trainpipe.evaluation.baseline), shown beside the two in the metrics table.
+    # The evaluation's baseline model (trainpipe.steps.evaluate.baseline), shown beside the two in the metrics table.
     baseline: ModelScores | None = None
     groups: np.ndarray | None = None
-    # Column -> per value, as trainpipe.evaluation.evaluate builds them (value, rows, candidate, champion, undefined).
+    # Column -> per value, as trainpipe.steps.evaluate.evaluate builds them (value, rows, candidate, champion, undefined).
     slices: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # GateOutcome dicts.
     gates: tuple[dict[str, Any], ...] = ()
