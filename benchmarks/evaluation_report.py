@@ -69,10 +69,10 @@ def main() -> int:
     from trainpipe.compile.compiler import compile_file
     from trainpipe.demo.synthetic import TRANSACTION_FEATURES, generate_transactions
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.runtime import datasets
-    from trainpipe.runtime.snapshot import take_snapshot
     from trainpipe.settings import Settings
+    from trainpipe.state import datasets
     from trainpipe.steps.evaluate import evaluate as evaluate_module
+    from trainpipe.steps.snapshot import take_snapshot
 
     class Logistic(mlflow.pyfunc.PythonModel):
         def __init__(self, weights: list[float]) -> None:

@@ -97,7 +97,7 @@ class ValidationFailedError(TrainpipeError):
 
     def __init__(self, message: str, *, note_parts: tuple[str, ...] = (), drift_mlflow_run_id: str | None = None) -> None:
         super().__init__(message)
-        # Each failed check in a few words, for the run's note (``trainpipe.runtime.run_notes.validation_note``).
+        # Each failed check in a few words, for the run's note (``trainpipe.state.run_notes.validation_note``).
         self.note_parts = note_parts
         # The MLflow run holding the drift report, for the task's "Drift report" button.
         self.drift_mlflow_run_id = drift_mlflow_run_id

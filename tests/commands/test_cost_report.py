@@ -14,7 +14,7 @@ from trainpipe.commands.main import main
 from trainpipe.plan.costs import PriceTable, selects_spot_only
 from trainpipe.plan.model import ResourcePlan
 from trainpipe.policy.model import PolicyError, load_price_table
-from trainpipe.runtime.usage import RunUsage, account_try, log_usage, read_tries, run_usage, version_usage_tags
+from trainpipe.state.usage import RunUsage, account_try, log_usage, read_tries, run_usage, version_usage_tags
 
 GPU_JOB = ResourcePlan(gpus=16, cpus=64.0, gpu_resource="nvidia.com/gpu", spot=False, team="risk-ml")
 

@@ -12,7 +12,7 @@ from tests.support import REPO
 from trainpipe.commands.reproduce import Lineage, _tuned_params, plan_for
 from trainpipe.errors import TrainpipeError, TrialParamsError
 from trainpipe.plan.params import with_trial_params
-from trainpipe.runtime.tuning import BEST_PARAMS_TAG
+from trainpipe.steps.tuning import BEST_PARAMS_TAG
 
 SPEC = "fraud_detector_tuned.yaml"
 # As the final training's run records them (json.dumps of Optuna's params): a layer list as its JSON text.

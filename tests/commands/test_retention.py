@@ -13,8 +13,8 @@ import yaml
 from tests.moto_s3 import moto_s3_server
 from tests.support import REPO
 from trainpipe.commands.retention import DriftPins, collect, delete, format_plan
-from trainpipe.runtime.checkpoint_state import TrainingStatus, write_training_status
 from trainpipe.settings import Settings
+from trainpipe.state.checkpoint_state import TrainingStatus, write_training_status
 
 CONN_ID = "trainpipe_gc_s3"
 BUCKET = "trainpipe-gc-tests"

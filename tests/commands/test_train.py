@@ -24,7 +24,7 @@ import yaml
 
 from tests.support import REPO
 from trainpipe.commands.train import default_logical_date
-from trainpipe.runtime.train import TrainerReasons
+from trainpipe.steps.train.train import TrainerReasons
 
 LOGICAL_DATE = "2026-11-22"
 

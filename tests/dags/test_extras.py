@@ -76,7 +76,7 @@ def test_a_tuned_spec_parses_into_its_dag_without_optuna():
 
 
 def test_a_tuning_task_without_optuna_names_the_extra(monkeypatch: pytest.MonkeyPatch):
-    from trainpipe.runtime.tuning import make_sampler
+    from trainpipe.steps.tuning import make_sampler
 
     plan = compile_directory(REPO / "dag_configs").plans["fraud_detector_tuned"]
     monkeypatch.setitem(sys.modules, "optuna", None)  # what an environment without the extra imports

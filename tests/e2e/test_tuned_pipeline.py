@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.runtime.test_tuning import END, tiny_tuned_spec, write_data
+from tests.steps.test_tuning import END, tiny_tuned_spec, write_data
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,9 +37,9 @@ def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, dag_from):
 
     from trainpipe.compile.compiler import compile_directory
     from trainpipe.plan.params import with_trial_params
-    from trainpipe.runtime.tuning import load_study
-    from trainpipe.runtime.tuning import study_name as study_name_of
     from trainpipe.settings import Settings
+    from trainpipe.steps.tuning import load_study
+    from trainpipe.steps.tuning import study_name as study_name_of
 
     dag = dag_from(tuned_configs, "fraud_tuned_e2e")
     assert dag.get_task("trials").max_active_tis_per_dagrun == WORKERS

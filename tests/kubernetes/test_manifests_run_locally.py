@@ -26,11 +26,12 @@ from trainpipe.demo.synthetic import generate_clicks, generate_transactions
 from trainpipe.kubernetes.builders import TrainerLaunch
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import PipelinePlan
-from trainpipe.runtime.snapshot import take_snapshot
-from trainpipe.runtime.train import RunContext, prepare_training_run, read_training_result
 from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe.state.run_folder import read_training_result
+from trainpipe.steps.snapshot import take_snapshot
+from trainpipe.steps.train.train import RunContext, prepare_training_run
 
 pytestmark = pytest.mark.integration
 
@@ -132,6 +133,6 @@ def test_multi_node_job_rank_0_and_rank_1_train_locally_through_the_rendezvous(s
 
 
 def _run_dir(plan: PipelinePlan, settings: Settings, run_id: str):
-    from trainpipe.runtime.train import run_dir_for
+    from trainpipe.state.run_folder import run_dir_for
 
     return run_dir_for(plan.dag_id, settings, run_id)

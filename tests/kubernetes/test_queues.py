@@ -18,9 +18,9 @@ from trainpipe.kubernetes.admission import wait_for_admission
 from trainpipe.kubernetes.builders import TrainerLaunch
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import PRIORITY_WEIGHTS, TeamPlan
-from trainpipe.runtime.checkpoint_state import CheckpointState, TrainingStatus, assess
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe.state.checkpoint_state import CheckpointState, TrainingStatus, assess
 
 MULTINODE = (REPO / "dag_configs" / "fraud_detector_multinode.yaml").read_text()
 LAUNCH = TrainerLaunch(config_uri="s3://bucket/trainpipe/runs/p/r/trainer_config.json",

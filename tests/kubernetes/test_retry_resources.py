@@ -22,10 +22,10 @@ from trainpipe.errors import SpecError
 from trainpipe.kubernetes.builders import TrainerLaunch
 from trainpipe.kubernetes.tries import CUDA_OOM, OOM_KILLED, PREEMPTED, failed_try_end, try_resources
 from trainpipe.operators.kubernetes import KubernetesTrainJobOperator
-from trainpipe.runtime.run_notes import retry_note
-from trainpipe.runtime.train import run_dir_for
-from trainpipe.runtime.usage import record_try
 from trainpipe.settings import Settings
+from trainpipe.state.run_folder import run_dir_for
+from trainpipe.state.run_notes import retry_note
+from trainpipe.state.usage import record_try
 from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 from trainpipe_trainer.resume import resume_identity
 
@@ -142,7 +142,7 @@ def test_what_changed_is_worded_for_the_run_note(storage):
     assert first.changes == () and first.capacity == "spot"
     _ended(plan, 1, PREEMPTED, capacity="spot")
     _ended(plan, 2, "failed", OOM_KILLED, capacity="spot")
-    from trainpipe.runtime.usage import read_tries
+    from trainpipe.state.usage import read_tries
 
     third = try_resources(plan.kubernetes, try_number=3,
                           earlier=read_tries(run_dir_for(plan.dag_id, Settings.from_env(), RUN_ID)))
@@ -193,7 +193,7 @@ def test_how_a_failed_try_ended_is_read_from_its_pods():
 
 
 def _earlier(plan) -> list:
-    from trainpipe.runtime.usage import tries_before
+    from trainpipe.state.usage import tries_before
 
     return tries_before(run_dir_for(plan.dag_id, Settings.from_env(), RUN_ID), 99)
 

@@ -17,8 +17,8 @@ from trainpipe import storage
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError, UnsupportedUriError
 from trainpipe.policy import globs
-from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
+from trainpipe.steps.snapshot import take_snapshot
 
 from .conftest import POLICY, compliant_spec
 

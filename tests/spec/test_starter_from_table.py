@@ -82,11 +82,11 @@ def test_a_starter_spec_passes_its_own_gates_on_the_first_run(task, label, make,
     from trainpipe.commands.train import with_nproc_per_node
     from trainpipe.compile.compiler import compile_file
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.runtime.snapshot import take_snapshot
-    from trainpipe.runtime.train import RunContext, run_training
     from trainpipe.settings import Settings
     from trainpipe.steps.evaluate.evaluate import evaluate
     from trainpipe.steps.register.lineage import git_commit
+    from trainpipe.steps.snapshot import take_snapshot
+    from trainpipe.steps.train.train import RunContext, run_training
     from trainpipe.storage import storage_access
 
     monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", (tmp_path / "storage").as_uri())

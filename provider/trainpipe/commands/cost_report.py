@@ -1,10 +1,10 @@
 """``trainpipe cost``: the GPU-hours, CPU-hours and money of the trainings in MLflow, summed per pipeline or team.
 
-It reads what each training logged (``trainpipe.runtime.usage``): the metrics ``gpu_hours``,
+It reads what each training logged (``trainpipe.state.usage``): the metrics ``gpu_hours``,
 ``cpu_hours`` and ``cost`` of every run of trainpipe's experiments (``trainpipe/<pipeline>``) that has
 them, trials and ``trainpipe reproduce`` runs included (they used devices too); the GPU-hours on spot and on
 on-demand capacity apart (``spot_gpu_hours``, ``on_demand_gpu_hours``: each run's cost already prices them
-apart, ``trainpipe.runtime.usage.totals``). Searches go in
+apart, ``trainpipe.state.usage.totals``). Searches go in
 batches: a page of up to 1,000 runs over up to 100 experiments per request, never one request per run.
 """
 
@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from trainpipe.plan.costs import COST, CPU_HOURS, GPU_HOURS, ON_DEMAND_GPU_HOURS, SPOT_GPU_HOURS
-from trainpipe.runtime.usage import PIPELINE_TAG, TEAM_TAG
+from trainpipe.state.usage import PIPELINE_TAG, TEAM_TAG
 
 EXPERIMENT_PREFIX = "trainpipe/"
 PAGE_SIZE = 1000

@@ -24,8 +24,8 @@ RENDER_RUN_ID = "render"
 def render_launch(plan: PipelinePlan, *, airflow_run_id: str = RENDER_RUN_ID, try_number: int = 1) -> TrainerLaunch:
     """The launch a run with this id would get, from this process's settings (storage root, MLflow)."""
     from trainpipe import storage
-    from trainpipe.runtime.train import run_dir_for
     from trainpipe.settings import Settings
+    from trainpipe.state.run_folder import run_dir_for
 
     settings = Settings.from_env()
     config = run_dir_for(plan.dag_id, settings, airflow_run_id) / TRAINER_CONFIG_FILE

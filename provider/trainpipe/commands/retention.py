@@ -111,8 +111,8 @@ class _Run:
 
 
 def _runs(root: Any) -> list[_Run]:
-    from trainpipe.runtime.checkpoint_state import read_training_status
-    from trainpipe.runtime.train import result_path_in
+    from trainpipe.state.checkpoint_state import read_training_status
+    from trainpipe.state.run_folder import result_path_in
 
     runs_root = root / "runs"
     if not runs_root.exists():
@@ -189,7 +189,7 @@ def _checkpoint_items(runs: list[_Run], root: Any, *, cutoff: datetime, keep_run
 
 def _snapshot_items(runs: list[_Run], root: Any, client: Any, *, cutoff: datetime,
                     pins: DriftPins) -> tuple[list, list]:
-    from trainpipe.runtime.snapshot import BASELINE_FILE
+    from trainpipe.state.datasets import BASELINE_FILE
 
     snapshots_root = root / "snapshots"
     if not snapshots_root.exists():
@@ -281,7 +281,7 @@ def collect(settings: Settings, *, older_than: timedelta, keep_runs: int, pins: 
 
 def delete(plan: GarbagePlan) -> list[GarbageItem]:
     """Delete the plan's items (a run that started again since ``collect`` keeps its checkpoints)."""
-    from trainpipe.runtime.checkpoint_state import read_training_status
+    from trainpipe.state.checkpoint_state import read_training_status
 
     deleted = []
     for item in plan.items:

@@ -18,10 +18,10 @@ from trainpipe import storage
 from trainpipe.errors import SpecError
 from trainpipe.plan import launch
 from trainpipe.plan.model import PipelinePlan
-from trainpipe.runtime.snapshot import take_snapshot
-from trainpipe.runtime.train import RunContext, run_training
 from trainpipe.settings import Settings
 from trainpipe.steps.register.lineage import git_commit
+from trainpipe.steps.snapshot import take_snapshot
+from trainpipe.steps.train.train import RunContext, run_training
 from trainpipe_trainer.outcomes import TrainingResult
 
 # The trainer's last line and the command's: "weights sha256: <hex>".

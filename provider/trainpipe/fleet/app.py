@@ -62,7 +62,7 @@ Outcome = Annotated[str | None, Query(description="an outcome, or needs_attentio
 def reader() -> FleetReader:
     """One reader (and cache) per api-server process."""
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.runtime.snapshot import baseline_version
+    from trainpipe.state.datasets import baseline_version
 
     settings = Settings.from_env()
     return FleetReader(MlflowHook(settings).client, baseline=lambda pipeline_id: baseline_version(settings,
@@ -160,7 +160,7 @@ def detail_for(pipeline: PipelineFacts, session: Any, request: Request) -> dict[
 
 
 def _dataset_versions(pipeline_id: str) -> list[dict[str, Any]]:
-    from trainpipe.runtime.snapshot import list_versions
+    from trainpipe.state.datasets import list_versions
 
     try:
         versions = list_versions(Settings.from_env(), pipeline_id)

@@ -30,7 +30,7 @@ EXPERIMENT_PREFIX = "trainpipe/"
 # Tags that tie an MLflow run to its DAG run (trainpipe.hooks.mlflow.MlflowHook.run_for_dag_run).
 RUN_ID_TAG = "trainpipe.airflow_run_id"
 VERSION_DAG_ID_TAG = "dag_id"
-# Cost of a training run (MLflow metrics, logged by trainpipe.runtime.usage): GPU-hours in all and on spot
+# Cost of a training run (MLflow metrics, logged by trainpipe.state.usage): GPU-hours in all and on spot
 # and on-demand capacity apart (a run falls back to on-demand after preemptions: training.kubernetes.capacity).
 COST_METRICS = ("gpu_hours", "cpu_hours", "cost", "spot_gpu_hours", "on_demand_gpu_hours")
 # Metrics a pipeline is usually judged by, in order; otherwise the first holdout metric by name.
@@ -192,7 +192,7 @@ class FleetReader:
     def __init__(self, client: MlflowClient, *, ttl_seconds: float = 600.0, clock=time.monotonic,
                  baseline: Callable[[str], dict[str, Any] | None] | None = None, sync_limit: int = 100) -> None:
         self.client = client
-        # pipeline_id -> its last accepted dataset version (trainpipe.runtime.snapshot.baseline_version)
+        # pipeline_id -> its last accepted dataset version (trainpipe.state.datasets.baseline_version)
         self.baseline = baseline
         self.ttl_seconds = ttl_seconds
         self.sync_limit = sync_limit

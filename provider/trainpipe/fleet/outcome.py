@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from trainpipe.plan.steps import APPROVE, PROMOTE, TRAIN, VALIDATE
-from trainpipe.runtime.run_notes import FAILED_AT
+from trainpipe.state.run_notes import FAILED_AT
 
 # Outcomes, in the order "needs attention" sorts them (most urgent first).
 FAILED = "failed"

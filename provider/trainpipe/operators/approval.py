@@ -109,7 +109,7 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
         return self._record(context, event, approved=answer["chosen_options"] == [self.APPROVE])
 
     def _record(self, context: Context, event: dict[str, Any], *, approved: bool) -> dict[str, Any]:
-        from trainpipe.runtime.run_notes import approval_note, leave_note
+        from trainpipe.state.run_notes import approval_note, leave_note
         from trainpipe.steps.register.model_registry import reject
 
         timed_out = bool(event.get("timedout"))

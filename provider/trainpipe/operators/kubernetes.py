@@ -67,9 +67,9 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
 
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.operators.context import failed_for_good_on_refused_resume, train_inputs, training_key_unless_cached
-    from trainpipe.runtime.run_notes import leave_note, retry_note
-    from trainpipe.runtime.train import prepare_training_run
     from trainpipe.settings import Settings
+    from trainpipe.state.run_notes import leave_note, retry_note
+    from trainpipe.steps.train.train import prepare_training_run
 
     plan: PipelinePlan = operator.plan
     settings = Settings.from_env()
@@ -101,7 +101,7 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
 def _training_key(plan: PipelinePlan, context: Context) -> str:
     """The run's training key again (``finish`` may run in another process than ``prepare_launch``)."""
     from trainpipe.operators.context import train_inputs
-    from trainpipe.runtime.training_cache import training_key
+    from trainpipe.state.training_cache import training_key
 
     inputs = train_inputs(plan, context)
     return training_key(inputs.plan, inputs.snapshot, param_overrides=inputs.param_overrides)
@@ -111,9 +111,9 @@ def resources_for_try(plan: PipelinePlan, *, airflow_run_id: str, try_number: in
     """What a try of the run asks of the cluster, from the ledger of the run's earlier tries (the run
     folder's usage.json): the same for a real try and for ``trainpipe render --k8s``."""
     from trainpipe.kubernetes.tries import try_resources
-    from trainpipe.runtime.train import run_dir_for
-    from trainpipe.runtime.usage import tries_before
     from trainpipe.settings import Settings
+    from trainpipe.state.run_folder import run_dir_for
+    from trainpipe.state.usage import tries_before
 
     earlier = tries_before(run_dir_for(plan.dag_id, Settings.from_env(), airflow_run_id), try_number)
     batch = (plan.trainer.batch_size, plan.trainer.optimization.gradient_accumulation_steps)
@@ -123,8 +123,8 @@ def resources_for_try(plan: PipelinePlan, *, airflow_run_id: str, try_number: in
 def finish(operator: Any, context: Context) -> dict[str, Any]:
     """The trainer's result (written to storage by rank 0) becomes the task's return value."""
     from trainpipe.operators.context import leave_usage_note, log_trained
-    from trainpipe.runtime.train import read_training_result, run_dir_for
     from trainpipe.settings import Settings
+    from trainpipe.state.run_folder import read_training_result, run_dir_for
 
     settings = Settings.from_env()
     run_dir = run_dir_for(operator.plan.dag_id, settings, context["run_id"])
@@ -155,10 +155,10 @@ def _account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: st
                             resources: TryResources | None, reason: str | None) -> None:
 
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.runtime.checkpoint_state import read_training_status
-    from trainpipe.runtime.train import run_dir_for
-    from trainpipe.runtime.usage import account_try
     from trainpipe.settings import Settings
+    from trainpipe.state.checkpoint_state import read_training_status
+    from trainpipe.state.run_folder import run_dir_for
+    from trainpipe.state.usage import account_try
 
     settings = Settings.from_env()
     run_dir = run_dir_for(plan.dag_id, settings, context["run_id"])
@@ -372,7 +372,7 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
         """A queued Job has no pods until Kueue admits it: say so (task log, status.json) instead of
         timing out on pods; the try's clock (stall watch, cost) starts at admission."""
         from trainpipe.kubernetes.admission import wait_for_admission
-        from trainpipe.runtime.checkpoint_state import queue_wait_text
+        from trainpipe.state.checkpoint_state import queue_wait_text
 
         queue = self.plan.kubernetes.queue
         name, namespace = job.metadata.name, job.metadata.namespace
@@ -390,8 +390,8 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
             self._record_status("running")
 
     def _record_status(self, state: str, *, queue: str | None = None) -> None:
-        from trainpipe.runtime.train import dag_run_clear_number, record_training_status
         from trainpipe.settings import Settings
+        from trainpipe.state.checkpoint_state import dag_run_clear_number, record_training_status
 
         context = self._launch_context
         try:

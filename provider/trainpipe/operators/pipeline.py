@@ -1,5 +1,5 @@
 """The operators of a trainpipe DAG. Each is thin: it reads its inputs from XCom and calls the
-Airflow-free step in ``trainpipe.runtime``. Heavy libraries are imported in ``execute`` only, so
+Airflow-free step in ``trainpipe.steps``. Heavy libraries are imported in ``execute`` only, so
 DAG parsing stays fast.
 """
 
@@ -80,7 +80,7 @@ class _PipelineStepOperator(BaseOperator):
             "weights_sha256": trained["weights_sha256"],
         }
         if trained.get("training_key"):  # what a later run with the same inputs finds (training.cache)
-            from trainpipe.steps.register.model_registry import TRAINING_KEY_TAG
+            from trainpipe.plan.tracking import TRAINING_KEY_TAG
 
             tags[TRAINING_KEY_TAG] = trained["training_key"]
         if snapshot.window_end is not None:  # what tells a later run for an older window that it is a backtest
@@ -99,7 +99,7 @@ class SnapshotOperator(LineageFacets, _PipelineStepOperator):
     lineage_step = "snapshot"
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trainpipe.runtime.snapshot import take_snapshot
+        from trainpipe.steps.snapshot import take_snapshot
 
         logical_date = context.get("logical_date") or context["dag_run"].run_after
         info = take_snapshot(self.plan.dag_id, self.plan.data, settings=self.settings, logical_date=logical_date,
@@ -111,7 +111,7 @@ class SnapshotOperator(LineageFacets, _PipelineStepOperator):
     def decide_backtest(self, context: Context, info: Any, logical_date: Any) -> None:
         """Once per run, before anything is accepted or trained: is this a run for a past window? The verdict
         goes under ``BACKTEST_XCOM`` for validate, train, register, approve and promote."""
-        from trainpipe.runtime.backtest import BACKTEST_XCOM, champion_window_end, classify
+        from trainpipe.steps.backtest import BACKTEST_XCOM, champion_window_end, classify
 
         registration = self.plan.registration
         champion = champion_window_end(self.hook.client, registration.model_name, registration.alias,
@@ -141,7 +141,7 @@ class ValidateDataOperator(LineageFacets, _PipelineStepOperator):
         from airflow.sdk.exceptions import AirflowFailException
 
         from trainpipe.errors import ValidationFailedError
-        from trainpipe.runtime.snapshot import validate_snapshot
+        from trainpipe.steps.validate.validate import validate_snapshot
 
         snapshot = self.snapshot_info(context)
         self.keep_lineage(snapshot=snapshot.to_dict())
@@ -150,7 +150,7 @@ class ValidateDataOperator(LineageFacets, _PipelineStepOperator):
                                        settings=self.settings, dag_id=self.dag_id, run_id=context["run_id"],
                                        hook=self.hook, move_baseline=backtest_of(context) is None)
         except ValidationFailedError as err:
-            from trainpipe.runtime.run_notes import leave_note, validation_note
+            from trainpipe.state.run_notes import leave_note, validation_note
 
             if err.drift_mlflow_run_id:
                 context["ti"].xcom_push(key=DRIFT_RUN_XCOM, value=err.drift_mlflow_run_id)
@@ -176,7 +176,7 @@ class TrainOperator(LineageFacets, _PipelineStepOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from dataclasses import asdict
 
-        from trainpipe.runtime.train import run_training
+        from trainpipe.steps.train.train import run_training
 
         inputs = train_inputs(self.plan, context)
         self.keep_lineage(snapshot=inputs.snapshot.to_dict())
@@ -235,7 +235,7 @@ class GateOperator(ShortCircuitOperator):
 
 def note_below_baseline(evaluation: dict[str, Any], context: Any) -> None:
     """The run's note says when the candidate does worse than the baseline model, gated or not."""
-    from trainpipe.runtime.run_notes import below_baseline_note, leave_note
+    from trainpipe.state.run_notes import below_baseline_note, leave_note
 
     below = evaluation.get("below_baseline") or []
     if below:
@@ -251,7 +251,7 @@ def on_failure_of_gates(plan: PipelinePlan, evaluation: dict[str, Any], context:
     from trainpipe.errors import GatesFailedError
     from trainpipe.notifications.channels import Message, send
     from trainpipe.plan.model import GATE_FAILURE
-    from trainpipe.runtime.run_notes import leave_note
+    from trainpipe.state.run_notes import leave_note
     from trainpipe.steps.evaluate.gate_table import as_html, as_text, gate_table, summary
 
     fail = plan.evaluation.on_gate_failure == "fail"
@@ -288,7 +288,7 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
     operator_extra_links = (ModelVersionLink(), EvaluationReportLink())
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trainpipe.runtime.run_notes import backtest_note, leave_note
+        from trainpipe.state.run_notes import backtest_note, leave_note
         from trainpipe.steps.register.model_registry import register_candidate
 
         backtest = backtest_of(context)
@@ -301,7 +301,7 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
         trained = context["ti"].xcom_pull(task_ids=TRAIN.task_id)
         evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         self.skip_identical_weights(context, trained)
-        from trainpipe.runtime.usage import version_usage_tags
+        from trainpipe.state.usage import version_usage_tags
 
         # What the training cost (gpu_hours, cpu_hours, cost) goes on the version with its lineage.
         tags = {**self.lineage_tags(context, trained), **version_usage_tags(self.hook.client, trained["mlflow_run_id"])}
@@ -319,7 +319,7 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
         """A candidate whose weights are the production version's is no new version (whatever the cache)."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from trainpipe.runtime.run_notes import leave_note, weights_unchanged_note
+        from trainpipe.state.run_notes import leave_note, weights_unchanged_note
         from trainpipe.steps.register.model_registry import same_weights_as_production
 
         registration = self.plan.registration
@@ -362,7 +362,7 @@ class PromoteOperator(LineageFacets, _PipelineStepOperator):
 
     def leave_promotion_note(self, context: Context, version: Any, approval: dict[str, Any] | None) -> None:
         """The run's note: the version and the main metric (the spec's first) against the replaced champion's."""
-        from trainpipe.runtime.run_notes import leave_note, promotion_note
+        from trainpipe.state.run_notes import leave_note, promotion_note
 
         evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         metric = self.plan.evaluation.metrics[0] if self.plan.evaluation.metrics else None

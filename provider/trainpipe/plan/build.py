@@ -424,7 +424,7 @@ def _resources(spec: PipelineSpec, kubernetes: KubernetesPlan | None, priority: 
         return ResourcePlan(gpus=gpus, cpus=nodes * float(quantity_value(kubernetes.resources["cpu"])),
                             gpu_resource=kubernetes.resources["gpu_resource"] if gpus else None,
                             # With a capacity section the first tries run on its spot placement (each try's
-                            # own placement is in its usage entry: runtime.usage prices them apart).
+                            # own placement is in its usage entry: state.usage prices them apart).
                             spot=kubernetes.capacity is not None
                             or selects_spot_only(kubernetes.node_selector, kubernetes.affinity["required"]),
                             priority=priority, priority_class=priority_class, team=team)

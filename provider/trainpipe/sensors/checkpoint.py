@@ -26,7 +26,7 @@ class CheckpointSensor(BaseSensorOperator):
     - training ended (succeeded, or failed for good): succeed. The train task reports its own failure.
 
     It reads ``<run_dir>/output/status.json``, written by the train task's callbacks, and the
-    committed checkpoints, through ``trainpipe.runtime.checkpoint_state`` like its trigger.
+    committed checkpoints, through ``trainpipe.state.checkpoint_state`` like its trigger.
     """
 
     ui_color = "#efe6fb"
@@ -44,8 +44,8 @@ class CheckpointSensor(BaseSensorOperator):
         return self.plan.sensor.stall_timeout
 
     def _run_dir(self, context: Context):
-        from trainpipe.runtime.train import run_dir_for
         from trainpipe.settings import Settings
+        from trainpipe.state.run_folder import run_dir_for
 
         return run_dir_for(self.plan.dag_id, Settings.from_env(), context["run_id"])
 
@@ -75,14 +75,14 @@ class CheckpointSensor(BaseSensorOperator):
     def poke(self, context: Context) -> bool:
         from airflow.sdk.exceptions import AirflowRescheduleException
 
-        from trainpipe.runtime.checkpoint_state import (
+        from trainpipe.settings import Settings
+        from trainpipe.state.checkpoint_state import (
             TrainingStalledError,
             assess,
+            dag_run_clear_number,
             read_checkpoint_state,
             wait_for_training_status,
         )
-        from trainpipe.runtime.train import dag_run_clear_number
-        from trainpipe.settings import Settings
         from trainpipe.storage import fsspec_uri
         from trainpipe.triggers.checkpoint import CheckpointTrigger
 
@@ -123,14 +123,14 @@ class CheckpointSensor(BaseSensorOperator):
 
     @staticmethod
     def _leave_stall_note(context: Context, message: str) -> None:
-        from trainpipe.runtime.run_notes import leave_note, stall_note
+        from trainpipe.state.run_notes import leave_note, stall_note
 
         if context.get("ti") is not None:  # absent only when the sensor is called outside a task
             leave_note(context["ti"], stall_note(message))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
         from trainpipe.errors import TrainpipeError
-        from trainpipe.runtime.checkpoint_state import TrainingStalledError
+        from trainpipe.state.checkpoint_state import TrainingStalledError
 
         if event["status"] == "success":
             self.log.info("%s", event["message"])

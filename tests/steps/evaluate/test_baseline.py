@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trainpipe.runtime.run_notes import below_baseline_note, is_outcome_line
 from trainpipe.spec.sections.evaluation import EvaluationSpec
+from trainpipe.state.run_notes import below_baseline_note, is_outcome_line
 from trainpipe.steps.evaluate import metrics
 from trainpipe.steps.evaluate.baseline import baseline_scores
 from trainpipe.steps.evaluate.evaluate import below_baseline, check_gate

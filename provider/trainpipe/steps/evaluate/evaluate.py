@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from trainpipe.runtime.snapshot import SnapshotInfo
+    from trainpipe.state.datasets import SnapshotInfo
     from trainpipe.steps.evaluate.report import ReportInputs
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
                                    baseline_scores=baseline_scores)
     result["report"] = log_report(hook, mlflow_run_id, report_inputs)
     if snapshot is not None and pipeline_id is not None:
-        from trainpipe.runtime.datasets import log_snapshot_inputs
+        from trainpipe.state.datasets import log_snapshot_inputs
 
         log_snapshot_inputs(hook, mlflow_run_id, pipeline_id, snapshot, holdout, settings=settings or Settings.from_env())
     return result

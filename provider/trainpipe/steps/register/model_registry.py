@@ -40,9 +40,6 @@ EVALUATION_REPORT_TAG = "trainpipe.evaluation_report"
 BACKTEST_TAG = "trainpipe.backtest"
 # On every version: the end of the data window it was trained on; a run whose window ends earlier is a backtest.
 WINDOW_END_TAG = "trainpipe.window_end"
-# On every version: the sha256 of its training's inputs (trainpipe.runtime.training_cache); a run with the same
-# key trains nothing.
-TRAINING_KEY_TAG = "trainpipe.training_key"
 # A lineage tag of every version: the sha256 of its weights.
 WEIGHTS_SHA256_TAG = "weights_sha256"
 PROMOTED_BY_TAG = "trainpipe.promoted_by"

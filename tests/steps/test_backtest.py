@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from trainpipe.runtime.backtest import Backtest, classify
+from trainpipe.steps.backtest import Backtest, classify
 
 CHAMPION = (3, "2026-11-27T00:00:00+00:00")
 

@@ -14,6 +14,7 @@ run folders behave the same. Airflow-free apart from that path type.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from trainpipe import storage
 from trainpipe.errors import TrainpipeError
+from trainpipe.settings import Settings
+from trainpipe.state.run_folder import run_dir_for
 from trainpipe_trainer.run_layout import (
     CHECKPOINT_MANIFEST,
     CHECKPOINTS_DIR,
@@ -33,8 +36,12 @@ from trainpipe_trainer.run_layout import (
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
+log = logging.getLogger(__name__)
+
 # queued: the train Job waits for quota in a Kueue queue (created suspended): not a stall.
 TrainingState = Literal["queued", "running", "succeeded", "failed", "skipped"]
+# The status of a train task that skipped itself (its inputs unchanged): read as finished, nothing to watch.
+SKIPPED = "skipped"
 
 
 class TrainingStalledError(TrainpipeError):
@@ -197,6 +204,40 @@ def write_training_status(run_dir: ObjectStoragePath, status: TrainingStatus) ->
         handle.write(status.to_json())
 
 
+# The status marker (<run_dir>/output/status.json) the checkpoint sensor reads. Written from the train task's
+# callbacks (trainpipe.operators.callbacks), whatever its launcher: only Airflow knows whether a failure is retried.
+
+
+def record_training_status(pipeline_id: str, *, settings: Settings, airflow_run_id: str, state: str,
+                           try_number: int, final: bool = False, clear_number: int = 0,
+                           queue: str | None = None) -> None:
+    run_dir = run_dir_for(pipeline_id, settings, airflow_run_id)
+    now = datetime.now(UTC)
+    previous = read_training_status(run_dir)
+    if previous is not None and previous.try_number > try_number:
+        # A late callback: the scheduler hands a try that lost its heartbeat to the dag-processor, which may
+        # run its retry callback after the next try started. The newer try's status stands.
+        log.info("try %d's status is %s; try %d's late '%s' is not recorded over it",
+                 previous.try_number, previous.state, try_number, state)
+        return
+    same_try = previous is not None and previous.try_number == try_number
+    # A try keeps its start time (a deferred task runs its execute callback again on each resume); a try
+    # that waited for quota starts when it is admitted (from then on its devices are held and a stall counts).
+    started_at = previous.started_at if same_try and previous.state != "queued" else now
+    queued_since = None
+    if state == "queued":
+        queued_since = previous.queued_since if same_try and previous.state == "queued" else now
+    write_training_status(run_dir, TrainingStatus(state=state, try_number=try_number, final=final,
+                                                  started_at=started_at, updated_at=now, clear_number=clear_number,
+                                                  queue=queue if state == "queued" else None,
+                                                  queued_since=queued_since))
+
+
+def dag_run_clear_number(context: Any) -> int:
+    """How many times the DAG run (or some of its tasks) was cleared: 0 for a run never cleared."""
+    return int(getattr(context.get("dag_run"), "clear_number", 0) or 0)
+
+
 def _duration_text(seconds: float) -> str:
     seconds = max(0, int(seconds))
     hours, rest = divmod(seconds, 3600)
@@ -236,7 +277,7 @@ def assess(state: CheckpointState, *, now: datetime, stall_timeout: timedelta) -
     if status.state == "queued":
         return Progress(kind="waiting", message=f"{queue_wait_text(status.queue, status.queued_since)} (try "
                         f"{status.try_number}; not a stall); {checkpoint_text}", **common)
-    if status.state == "skipped":  # trainpipe.runtime.train.SKIPPED: nothing was launched, nothing to watch
+    if status.state == SKIPPED:  # nothing was launched, nothing to watch
         return Progress(kind="finished", succeeded=False, skipped=True,
                         message=f"training skipped (try {status.try_number}): nothing launched", **common)
     if status.state == "succeeded":

@@ -34,9 +34,10 @@ from trainpipe.launchers.local import local_python, run_local
 from trainpipe.plan.launch import LaunchValues, resolve
 from trainpipe.plan.model import FaultPlan, PipelinePlan, TuningPlan, run_key
 from trainpipe.plan.params import with_trial_params
-from trainpipe.runtime.train import RunContext, TrainerReasons, TrialLaunch, prepare_training_run, run_dir_for
-from trainpipe.runtime.usage import account_try
 from trainpipe.settings import Settings
+from trainpipe.state.run_folder import run_dir_for
+from trainpipe.state.usage import account_try
+from trainpipe.steps.train.train import RunContext, TrainerReasons, TrialLaunch, prepare_training_run
 from trainpipe_trainer.config import TrialWorker, TuningTrial
 from trainpipe_trainer.tuning import (
     STARTED_ATTR,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     import optuna
 
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.runtime.snapshot import SnapshotInfo
+    from trainpipe.state.datasets import SnapshotInfo
 
 log = logging.getLogger(__name__)
 

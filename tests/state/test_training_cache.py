@@ -13,10 +13,10 @@ from trainpipe.errors import SpecError
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import PipelinePlan
 from trainpipe.plan.params import apply_run_params
-from trainpipe.runtime.snapshot import SnapshotInfo
-from trainpipe.runtime.training_cache import cached_version, forced, training_key
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe.state.datasets import SnapshotInfo
+from trainpipe.state.training_cache import cached_version, forced, training_key
 
 
 def _plan(training: str = "", seed: int = 1) -> PipelinePlan:

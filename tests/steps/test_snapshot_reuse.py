@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from trainpipe.plan.model import DataPlan
-from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
+from trainpipe.steps.snapshot import take_snapshot
 from trainpipe.storage import storage_access
 
 
@@ -26,7 +26,7 @@ def test_the_reuse_line_names_this_runs_window(tmp_path, monkeypatch):
     settings = Settings.from_env()
 
     # A handler on the module's own logger: what reaches the console depends on the logging set up before.
-    logger = logging.getLogger("trainpipe.runtime.snapshot")
+    logger = logging.getLogger("trainpipe.steps.snapshot")
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.INFO)
     handler.emit = records.append

@@ -1,11 +1,11 @@
-"""The wording of run notes (trainpipe.runtime.run_notes): the trainer's and the sensor's own messages in a few words."""
+"""The wording of run notes (trainpipe.state.run_notes): the trainer's and the sensor's own messages in a few words."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from trainpipe.runtime.checkpoint_state import CheckpointState, TrainingStatus, assess
-from trainpipe.runtime.run_notes import OUTCOMES, merged_note, promotion_note, stall_note, training_note
+from trainpipe.state.checkpoint_state import CheckpointState, TrainingStatus, assess
+from trainpipe.state.run_notes import OUTCOMES, merged_note, promotion_note, stall_note, training_note
 
 # As trainpipe_trainer prints them (trainer.py: _diverged, _stop_for_preemption).
 NAN = ("non-finite loss (nan) at step 12: training stopped; the last checkpoint (step-10) is kept unchanged; "
@@ -58,7 +58,7 @@ def test_every_note_starts_with_an_outcome():
 def test_the_issue_33_outcomes_lead_the_note():
     """Backtests, unchanged inputs and unchanged weights are reasons, worded as the docs give them (before the
     cost line in the note)."""
-    from trainpipe.runtime.run_notes import backtest_note, inputs_unchanged_note, weights_unchanged_note
+    from trainpipe.state.run_notes import backtest_note, inputs_unchanged_note, weights_unchanged_note
 
     lines = [backtest_note("2026-10-07..2026-11-06"),
              inputs_unchanged_note(version=3, trained_at="2026-11-26T04:00:00+00:00"),

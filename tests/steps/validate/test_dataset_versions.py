@@ -16,11 +16,13 @@ from trainpipe.errors import ValidationFailedError
 from trainpipe.hooks.mlflow import RUN_ID_TAG, MlflowHook
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import PipelinePlan
-from trainpipe.runtime.snapshot import baseline_version, list_versions, take_snapshot, validate_snapshot
 from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe.state.datasets import baseline_version, list_versions
+from trainpipe.steps.snapshot import take_snapshot
 from trainpipe.steps.validate import drift
+from trainpipe.steps.validate.validate import validate_snapshot
 
 END = datetime(2026, 6, 30, tzinfo=UTC)
 FEATURES = ["amount", "merchant_risk", "is_foreign"]

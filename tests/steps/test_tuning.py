@@ -29,12 +29,12 @@ from trainpipe.fleet.render import fleet_page
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.params import with_trial_params
-from trainpipe.runtime.snapshot import take_snapshot
-from trainpipe.runtime.train import RunContext, run_training
-from trainpipe.runtime.tuning import create_study, load_study, pick_best, run_worker
 from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe.steps.snapshot import take_snapshot
+from trainpipe.steps.train.train import RunContext, run_training
+from trainpipe.steps.tuning import create_study, load_study, pick_best, run_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -283,7 +283,7 @@ def test_study_plots_rank_parameters_only_with_enough_trials_and_warn_about_noth
     import mlflow
     import optuna
 
-    from trainpipe.runtime.tuning import _log_plots
+    from trainpipe.steps.tuning import _log_plots
 
     def objective(trial: optuna.Trial) -> float:
         rate, width = trial.suggest_float("lr", 1e-4, 1e-1, log=True), trial.suggest_int("width", 4, 64)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from trainpipe.runtime.checkpoint_state import read_training_status
-from trainpipe.runtime.train import record_training_status, run_dir_for
 from trainpipe.settings import Settings
+from trainpipe.state.checkpoint_state import read_training_status, record_training_status
+from trainpipe.state.run_folder import run_dir_for
 
 RUN_ID = "manual__2026-11-28T21:01:48+00:00"
 

@@ -61,7 +61,7 @@ def champion_window_end(client: MlflowClient, model_name: str, alias: str, *, se
     version or its window is unknown (then only a backfill run is a backtest)."""
     from mlflow.exceptions import MlflowException
 
-    from trainpipe.runtime.snapshot import find_version
+    from trainpipe.state.datasets import find_version
 
     try:
         aliases = client.get_registered_model(model_name).aliases or {}

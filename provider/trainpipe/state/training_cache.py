@@ -17,17 +17,17 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import SpecError, shown_value
-from trainpipe.steps.register.model_registry import TRAINING_KEY_TAG
+from trainpipe.plan.tracking import TRAINING_KEY_TAG
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
     from trainpipe.plan.model import PipelinePlan
-    from trainpipe.runtime.snapshot import SnapshotInfo
+    from trainpipe.state.datasets import SnapshotInfo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TRAINING_KEY_TAG", "CachedVersion", "cached_version", "forced", "training_key"]
+__all__ = ["CachedVersion", "cached_version", "forced", "training_key"]
 
 # The key a manual trigger's conf sets to train whatever the cache holds.
 FORCE_CONF_KEY = "force"

@@ -9,7 +9,6 @@ launched, written or tagged (``check_resumable``, the trainer's own guard run ea
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import re
@@ -23,11 +22,12 @@ from trainpipe.errors import ResumeRefusedError, TrainingFailedError
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.launchers.local import LauncherStoppedError, local_python, run_local
 from trainpipe.plan.launch import LaunchValues, resolve
-from trainpipe.plan.model import FaultPlan, PipelinePlan, run_key
-from trainpipe.runtime.run_notes import preempted_leaving
-from trainpipe.runtime.snapshot import SnapshotInfo
-from trainpipe.runtime.usage import account_try
+from trainpipe.plan.model import FaultPlan, PipelinePlan
 from trainpipe.settings import Settings
+from trainpipe.state.datasets import SnapshotInfo
+from trainpipe.state.run_folder import read_training_result, result_path_in, run_dir_for
+from trainpipe.state.run_notes import preempted_leaving
+from trainpipe.state.usage import account_try
 from trainpipe.steps.register.lineage import log_spec_text
 from trainpipe_trainer.config import (
     FaultInjection,
@@ -48,7 +48,6 @@ from trainpipe_trainer.run_layout import (
     CHECKPOINT_MANIFEST,
     CHECKPOINTS_DIR,
     OUTPUT_DIR,
-    RESULT_FILE,
     TRAINER_CONFIG_FILE,
     checkpoint_dir_name,
 )
@@ -74,11 +73,6 @@ def _fault_injection(testing: FaultPlan, run: RunContext) -> FaultInjection | No
         return None
     return FaultInjection(nan_loss_at_step=testing.inject_nan_at_step, crash_after_step=crash,
                           step_delay_seconds=testing.step_delay_seconds)
-
-
-def run_dir_for(pipeline_id: str, settings: Settings, airflow_run_id: str):
-    """Per DAG run, identical for every try: retries find the previous try's checkpoints here."""
-    return storage.storage_root(settings) / "runs" / pipeline_id / run_key(airflow_run_id)
 
 
 def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
@@ -216,7 +210,7 @@ def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None
     launching so that nothing is changed. A checkpoint without a record (written before checkpoints
     had one) passes here; the trainer resumes it with a warning.
     """
-    from trainpipe.runtime.checkpoint_state import read_checkpoint_state
+    from trainpipe.state.checkpoint_state import read_checkpoint_state
 
     latest = read_checkpoint_state(run_dir).latest
     if latest is None:
@@ -233,18 +227,6 @@ def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None
     if changes:
         where = f"{config.checkpoint.root_uri}/{checkpoint_dir_name(latest.step)}"
         raise ResumeRefusedError(resume_refusal(where, changes))
-
-
-def result_path_in(run_dir):
-    """Where the trainer's rank 0 writes its ``TrainingResult``."""
-    return run_dir / OUTPUT_DIR / RESULT_FILE
-
-
-def read_training_result(run_dir) -> TrainingResult:
-    result_path = result_path_in(run_dir)
-    if not result_path.exists():
-        raise TrainingFailedError(f"the trainer exited 0 but wrote no {result_path}; see the trainer output above")
-    return TrainingResult.from_json(result_path.read_text())
 
 
 def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings, run: RunContext,
@@ -345,67 +327,3 @@ class TrainerReasons:
     def preempted_step(self) -> int | None:
         """The step a preempted trainer committed before it stopped; None when it was not preempted."""
         return next((step for step in map(preempted_step, self.messages) if step is not None), None)
-
-
-# ---------------------------------------------------------------------------------------------
-# The status marker (<run_dir>/output/status.json) the checkpoint sensor reads. Written from the
-# train task's callbacks, whatever its launcher: only Airflow knows whether a failure is retried.
-
-
-def record_training_status(pipeline_id: str, *, settings: Settings, airflow_run_id: str, state: str,
-                           try_number: int, final: bool = False, clear_number: int = 0,
-                           queue: str | None = None) -> None:
-    from trainpipe.runtime.checkpoint_state import TrainingStatus, read_training_status, write_training_status
-
-    run_dir = run_dir_for(pipeline_id, settings, airflow_run_id)
-    now = datetime.now(UTC)
-    previous = read_training_status(run_dir)
-    if previous is not None and previous.try_number > try_number:
-        # A late callback: the scheduler hands a try that lost its heartbeat to the dag-processor, which may
-        # run its retry callback after the next try started. The newer try's status stands.
-        log.info("try %d's status is %s; try %d's late '%s' is not recorded over it",
-                 previous.try_number, previous.state, try_number, state)
-        return
-    same_try = previous is not None and previous.try_number == try_number
-    # A try keeps its start time (a deferred task runs its execute callback again on each resume); a try
-    # that waited for quota starts when it is admitted (from then on its devices are held and a stall counts).
-    started_at = previous.started_at if same_try and previous.state != "queued" else now
-    queued_since = None
-    if state == "queued":
-        queued_since = previous.queued_since if same_try and previous.state == "queued" else now
-    write_training_status(run_dir, TrainingStatus(state=state, try_number=try_number, final=final,
-                                                  started_at=started_at, updated_at=now, clear_number=clear_number,
-                                                  queue=queue if state == "queued" else None,
-                                                  queued_since=queued_since))
-
-
-def _status_callback(context: Any, *, pipeline_id: str, state: str, final: bool = False) -> None:
-    try:
-        record_training_status(pipeline_id, settings=Settings.from_env(), airflow_run_id=context["run_id"], state=state,
-                               try_number=context["ti"].try_number, final=final,
-                               clear_number=dag_run_clear_number(context))
-    except Exception:
-        log.exception("could not record the training status for the checkpoint sensor")
-
-
-def dag_run_clear_number(context: Any) -> int:
-    """How many times the DAG run (or some of its tasks) was cleared: 0 for a run never cleared."""
-    return int(getattr(context.get("dag_run"), "clear_number", 0) or 0)
-
-
-# The status of a train task that skipped itself (trainpipe.runtime.checkpoint_state reads it as finished).
-SKIPPED = "skipped"
-
-
-def training_status_callbacks(pipeline_id: str) -> dict[str, Callable[[Any], None]]:
-    """Task callbacks that keep ``status.json`` current: start, success, retry, final failure."""
-    return {
-        "on_execute_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state="running"),
-        "on_success_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state="succeeded"),
-        "on_retry_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state="failed"),
-        "on_failure_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state="failed",
-                                                 final=True),
-        # Skipped before anything launched (its inputs unchanged, training.cache): the sensor has nothing to watch.
-        "on_skipped_callback": functools.partial(_status_callback, pipeline_id=pipeline_id, state=SKIPPED,
-                                                 final=True),
-    }

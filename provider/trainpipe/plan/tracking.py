@@ -1,0 +1,8 @@
+"""The names trainpipe gives things in MLflow, each written once: the steps and the hook write them, the fleet view,
+``trainpipe cost`` and ``reproduce`` read them. (The trainer's own tags are its package's: ``trainpipe_trainer``.)"""
+
+from __future__ import annotations
+
+# On every registered version: the sha256 of its training's inputs (trainpipe.state.training_cache); a run with
+# the same key trains nothing.
+TRAINING_KEY_TAG = "trainpipe.training_key"
