@@ -8,7 +8,8 @@ from datetime import timedelta
 from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe.dags.builder import build_dag
-from trainpipe.operators.approval import ApproveOperator, approval_body
+from trainpipe.operators.approval import ApproveOperator
+from trainpipe.steps.approval import approval_body
 
 PLAN = compile_file(REPO / "dag_configs" / "fraud_detector_approval.yaml", "dag_configs/fraud_detector_approval.yaml")
 EVALUATION = {
