@@ -96,7 +96,7 @@ def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, dag_from):
     assert client.get_run(parent_id).data.metrics["trials_pruned"] == len(pruned)
 
     # `trainpipe reproduce` of the tuned model trains it again with the best trial's parameters: same weights.
-    from trainpipe.commands.reproduce import reproduce
+    from trainpipe.steps.train.reproduce import reproduce
 
     again = reproduce("fraud_tuned_e2e@champion", configs_root=tuned_configs)
     assert again.matches, (again.weights_sha256, again.lineage.weights_sha256)

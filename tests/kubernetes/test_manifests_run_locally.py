@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.compile.compiler import compile_file
 from trainpipe.demo.synthetic import generate_clicks, generate_transactions
 from trainpipe.kubernetes.builders import TrainerLaunch
+from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import PipelinePlan
 from trainpipe.settings import Settings

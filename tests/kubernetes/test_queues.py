@@ -11,11 +11,11 @@ import pytest
 
 from tests.kubernetes.fake_apiserver import FakeApiServer, job_status
 from tests.support import REPO
-from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.compile.compiler import compile_text
 from trainpipe.errors import SpecError
 from trainpipe.kubernetes.admission import wait_for_admission
 from trainpipe.kubernetes.builders import TrainerLaunch
+from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import PRIORITY_WEIGHTS, TeamPlan
 from trainpipe.spec.loader import load_yaml_text

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from tests.support import REPO
-from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.commands.main import main
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
 from trainpipe.kubernetes.builders import TrainerLaunch
+from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.plan.launch import LaunchValues, resolve
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded

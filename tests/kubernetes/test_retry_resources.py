@@ -16,12 +16,12 @@ from kubernetes.client import models as k8s
 
 from tests.kubernetes.fake_apiserver import FakeApiServer
 from tests.support import REPO
-from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
 from trainpipe.kubernetes.builders import TrainerLaunch
 from trainpipe.kubernetes.tries import CUDA_OOM, OOM_KILLED, PREEMPTED, failed_try_end, try_resources
 from trainpipe.operators.kubernetes import KubernetesTrainJobOperator
+from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.settings import Settings
 from trainpipe.state.run_folder import run_dir_for
 from trainpipe.state.run_notes import retry_note

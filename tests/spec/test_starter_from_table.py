@@ -79,13 +79,13 @@ def test_init_names_a_missing_label_and_table(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize(("task", "label", "make"), [("regression", "progression", regression_table),
                                                      ("binary_classification", "outcome", classification_table)])
 def test_a_starter_spec_passes_its_own_gates_on_the_first_run(task, label, make, tmp_path, monkeypatch):
-    from trainpipe.commands.train import with_nproc_per_node
     from trainpipe.compile.compiler import compile_file
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.settings import Settings
     from trainpipe.steps.evaluate.evaluate import evaluate
     from trainpipe.steps.register.lineage import git_commit
     from trainpipe.steps.snapshot import take_snapshot
+    from trainpipe.steps.train.standalone import with_nproc_per_node
     from trainpipe.steps.train.train import RunContext, run_training
     from trainpipe.storage import storage_access
 

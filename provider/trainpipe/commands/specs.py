@@ -6,8 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainpipe.commands.options import specs_folder
+
+if TYPE_CHECKING:
+    from trainpipe.plan.model import PipelinePlan
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -66,7 +70,6 @@ def _cmd_render(args: argparse.Namespace) -> int:
         print(err)
         return 1
     if args.k8s:
-        from trainpipe.commands.kubernetes_render import render_manifests_yaml
         from trainpipe.errors import TrainpipeError
 
         try:
@@ -77,3 +80,25 @@ def _cmd_render(args: argparse.Namespace) -> int:
         return 0
     print(json.dumps(plan.to_dict(), indent=2, default=str))
     return 0
+
+
+def render_manifests_yaml(plan: PipelinePlan) -> str:
+    """The train task's manifests (``operators.kubernetes_render``) as YAML that ``kubectl apply -f -``
+    accepts, under a header naming the run they were rendered for."""
+    import contextlib
+
+    import yaml
+
+    from trainpipe.operators.kubernetes_render import render_launch, render_manifests
+
+    launch = render_launch(plan)
+    # The operators log as they build ("Building pod ..."): diagnostics go to stderr, stdout stays YAML
+    # that `kubectl apply -f -` accepts.
+    with contextlib.redirect_stdout(sys.stderr):
+        manifests = render_manifests(plan, launch=launch)
+    header = (
+        f"# Kubernetes manifests of the train task of {plan.dag_id} ({plan.spec_file}).\n"
+        f"# Run-specific values (config URI, names) are those of run id {launch.airflow_run_id!r}, try "
+        f"{launch.try_number};\n# a real run also labels the pods with its dag_id, run_id and try_number.\n"
+    )
+    return header + yaml.safe_dump_all(manifests, sort_keys=False, default_flow_style=False)

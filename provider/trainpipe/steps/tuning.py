@@ -34,6 +34,7 @@ from trainpipe.launchers.local import local_python, run_local
 from trainpipe.plan.launch import LaunchValues, resolve
 from trainpipe.plan.model import FaultPlan, PipelinePlan, TuningPlan, run_key
 from trainpipe.plan.params import with_trial_params
+from trainpipe.plan.tracking import BEST_PARAMS_TAG
 from trainpipe.settings import Settings
 from trainpipe.state.run_folder import run_dir_for
 from trainpipe.state.usage import account_try
@@ -450,8 +451,6 @@ def _tuning(plan: PipelinePlan) -> TuningPlan:
     return plan.tuning
 
 
-# The final training's run tag with the best trial's parameters (JSON, as Optuna stores them): reproduce applies them.
-BEST_PARAMS_TAG = "trainpipe.tuning.best_params"
 
 
 def best_trial_tags(best: dict[str, Any]) -> dict[str, str]:

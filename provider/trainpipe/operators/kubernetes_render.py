@@ -1,4 +1,5 @@
-"""``trainpipe render FILE --k8s``: the manifests the train task would submit, without a cluster.
+"""``trainpipe render FILE --k8s``: the manifests the train task would submit, without a cluster (the command
+prints them as YAML).
 
 It builds the train operator exactly as the DAG does (``kubernetes_train_operator``), binds it to a
 run the way ``execute`` does, and asks the operator for its request objects in dry-run mode: the
@@ -51,22 +52,3 @@ def render_manifests(plan: PipelinePlan, *, launch: TrainerLaunch | None = None)
         job = operator.build_job_request_obj(dry_run=True)
         return [to_manifest(operator.build_service(job)), to_manifest(job)]
     return [to_manifest(operator.build_pod_request_obj(dry_run=True))]
-
-
-def render_manifests_yaml(plan: PipelinePlan) -> str:
-    import contextlib
-    import sys
-
-    import yaml
-
-    launch = render_launch(plan)
-    # The operators log as they build ("Building pod ..."): diagnostics go to stderr, stdout stays YAML
-    # that `kubectl apply -f -` accepts.
-    with contextlib.redirect_stdout(sys.stderr):
-        manifests = render_manifests(plan, launch=launch)
-    header = (
-        f"# Kubernetes manifests of the train task of {plan.dag_id} ({plan.spec_file}).\n"
-        f"# Run-specific values (config URI, names) are those of run id {launch.airflow_run_id!r}, try "
-        f"{launch.try_number};\n# a real run also labels the pods with its dag_id, run_id and try_number.\n"
-    )
-    return header + yaml.safe_dump_all(manifests, sort_keys=False, default_flow_style=False)

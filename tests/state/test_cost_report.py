@@ -135,7 +135,7 @@ def test_cost_sums_by_team(logged_costs, capsys) -> None:
 
 
 def test_cost_since_leaves_older_runs_out(logged_costs, capsys) -> None:
-    from trainpipe.commands.cost_report import summarize_costs
+    from trainpipe.state.cost_report import summarize_costs
 
     future = datetime.now(UTC) + timedelta(hours=1)
     assert summarize_costs(mlflow.MlflowClient(), by="pipeline", since=future).groups == []

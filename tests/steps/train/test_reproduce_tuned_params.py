@@ -9,10 +9,10 @@ import json
 import pytest
 
 from tests.support import REPO
-from trainpipe.commands.reproduce import Lineage, _tuned_params, plan_for
 from trainpipe.errors import TrainpipeError, TrialParamsError
 from trainpipe.plan.params import with_trial_params
-from trainpipe.steps.tuning import BEST_PARAMS_TAG
+from trainpipe.plan.tracking import BEST_PARAMS_TAG
+from trainpipe.steps.train.reproduce import Lineage, _tuned_params, plan_for
 
 SPEC = "fraud_detector_tuned.yaml"
 # As the final training's run records them (json.dumps of Optuna's params): a layer list as its JSON text.

@@ -30,12 +30,12 @@ from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.plan.launch import with_nproc_per_node
 from trainpipe.plan.model import FaultPlan, PipelinePlan
 from trainpipe.plan.params import apply_run_params, with_trial_params
+from trainpipe.plan.tracking import BEST_PARAMS_TAG
 from trainpipe.settings import Settings
 from trainpipe.state.datasets import SnapshotInfo
 from trainpipe.steps.register.lineage import spec_artifact_path
 from trainpipe.steps.snapshot import content_digest
 from trainpipe.steps.train.train import RunContext, run_training
-from trainpipe.steps.tuning import BEST_PARAMS_TAG
 from trainpipe_trainer.outcomes import WORLD_SIZE_HISTORY_TAG
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ import yaml
 
 from tests.moto_s3 import moto_s3_server
 from tests.support import REPO
-from trainpipe.commands.retention import DriftPins, collect, delete, format_plan
 from trainpipe.settings import Settings
 from trainpipe.state.checkpoint_state import TrainingStatus, write_training_status
+from trainpipe.state.retention import DriftPins, collect, delete, format_plan
 
 CONN_ID = "trainpipe_gc_s3"
 BUCKET = "trainpipe-gc-tests"
@@ -147,7 +147,7 @@ def _pinning_spec(folder: Path, reference: str) -> None:
 
 def test_gc_keeps_the_snapshot_a_spec_pins_as_drift_reference(settings: Settings, tmp_path: Path) -> None:
     from trainpipe import storage
-    from trainpipe.commands.cost_and_retention import _drift_pins
+    from trainpipe.state.retention import drift_pins
 
     root = storage.storage_root(settings)
     pinned, orphan = "ab" * 32, "f" * 64
@@ -157,7 +157,7 @@ def test_gc_keeps_the_snapshot_a_spec_pins_as_drift_reference(settings: Settings
     _pinning_spec(configs, pinned[:16])
 
     plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=_registry("9" * 64, tmp_path),
-                   now=LATER, pins=_drift_pins(configs))
+                   now=LATER, pins=drift_pins(configs))
     assert {item.label for item in plan.items} == {f"snapshots/p/{orphan[:16]}"}
     assert (f"snapshots/p/{pinned[:16]}: p.yaml pins it as drift reference (validation.drift.reference)"
             in format_plan(plan, applying=False))
@@ -168,7 +168,7 @@ def test_gc_keeps_the_snapshot_a_spec_pins_as_drift_reference(settings: Settings
 
 def test_gc_deletes_no_snapshot_while_a_spec_cannot_be_read(settings: Settings, tmp_path: Path) -> None:
     from trainpipe import storage
-    from trainpipe.commands.cost_and_retention import _drift_pins
+    from trainpipe.state.retention import drift_pins
 
     root = storage.storage_root(settings)
     orphan = "f" * 64
@@ -182,14 +182,14 @@ def test_gc_deletes_no_snapshot_while_a_spec_cannot_be_read(settings: Settings, 
     (configs / "broken.yaml").write_text("pipeline_id: q\nvalidation: {drift: {reference: [\n")
 
     plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=client,
-                   now=LATER, pins=_drift_pins(configs))
+                   now=LATER, pins=drift_pins(configs))
     # Checkpoints are still collected; the snapshot is kept, and the listing says why.
     assert {item.label for item in plan.items} == {"runs/p/r1/checkpoints"}
     text = format_plan(plan, applying=False)
     assert "p.yaml pins it as drift reference" in text
     (configs / "p.yaml").unlink()
     plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=client,
-                   now=LATER, pins=_drift_pins(configs))
+                   now=LATER, pins=drift_pins(configs))
     assert {item.label for item in plan.items} == {"runs/p/r1/checkpoints"}
     text = format_plan(plan, applying=False)
     assert (f"snapshots/p/{orphan[:16]}: no other reference, but the specs' pinned drift references are unknown: "
@@ -197,5 +197,5 @@ def test_gc_deletes_no_snapshot_while_a_spec_cannot_be_read(settings: Settings, 
     delete(plan)
     assert (root / "snapshots" / "p" / orphan[:16] / "train.parquet").exists()
     plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=client,
-                   now=LATER, pins=_drift_pins(tmp_path / "absent"))
+                   now=LATER, pins=drift_pins(tmp_path / "absent"))
     assert "the specs' pinned drift references are unknown: there is no spec folder" in format_plan(plan, applying=False)

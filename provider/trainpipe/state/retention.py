@@ -50,6 +50,25 @@ class DriftPins:
     unknown_because: str = ""
 
 
+def drift_pins(configs: Path) -> DriftPins:
+    """The drift references the specs under ``configs`` pin, for ``gc`` to keep."""
+    from trainpipe.compile.compiler import compile_directory
+
+    if not configs.is_dir():
+        return DriftPins(by_pipeline={}, unknown_because=f"there is no spec folder {configs} (pass --configs)")
+    result = compile_directory(configs, relative_to=configs.resolve().parent)
+    pins: dict[str, dict[str, str]] = {}
+    for plan in result.plans.values():
+        drift = plan.validation.drift
+        if drift is not None and drift.reference != "baseline":
+            pins.setdefault(plan.dag_id, {})[drift.reference] = plan.spec_relative_path
+    unknown = ""
+    if result.errors:
+        unknown = (f"{len(result.errors)} spec(s) do not compile ({', '.join(sorted(result.errors))}; "
+                   "`trainpipe validate` says why)")
+    return DriftPins(by_pipeline=pins, unknown_because=unknown)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GarbageItem:
     kind: str

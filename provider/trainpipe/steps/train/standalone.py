@@ -1,4 +1,4 @@
-"""``trainpipe train SPEC [--run-dir DIR]``: the training step alone, outside Airflow.
+"""The training step alone, outside Airflow (``trainpipe train SPEC [--run-dir DIR]``).
 
 Same snapshot code, same trainer config, same launcher and command as the DAG's ``train`` task.
 Without ``--logical-date`` the data window ends at the start of the current UTC day, the logical
@@ -10,7 +10,7 @@ with the same snapshot and result-changing settings (else the run stops, see ``c
 from __future__ import annotations
 
 import dataclasses
-import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,9 +23,6 @@ from trainpipe.steps.register.lineage import git_commit
 from trainpipe.steps.snapshot import take_snapshot
 from trainpipe.steps.train.train import RunContext, run_training
 from trainpipe_trainer.outcomes import TrainingResult
-
-# The trainer's last line and the command's: "weights sha256: <hex>".
-WEIGHTS_LINE = "weights sha256: "
 
 
 def _run_dir(value: str, settings: Settings):
@@ -46,8 +43,10 @@ def with_nproc_per_node(plan: PipelinePlan, nproc_per_node: int) -> PipelinePlan
     return dataclasses.replace(plan, launch=launch.with_nproc_per_node(plan.launch, nproc_per_node))
 
 
-def train_spec(plan: PipelinePlan, *, run_dir: str | None, logical_date: str | None) -> TrainingResult:
-    settings = Settings.from_env()
+def train_spec(plan: PipelinePlan, *, settings: Settings, run_dir: str | None, logical_date: str | None,
+               on_line: Callable[[str], None]) -> TrainingResult | None:
+    """Snapshot the window ending at ``logical_date`` and train on it in ``run_dir`` (a fresh one without it), with
+    the launch the DAG's train task uses; ``on_line`` gets each line of the launch's output."""
     try:
         when = datetime.fromisoformat(logical_date) if logical_date else default_logical_date()
     except ValueError as err:
@@ -62,19 +61,4 @@ def train_spec(plan: PipelinePlan, *, run_dir: str | None, logical_date: str | N
     snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=when)
     run = RunContext(dag_id=plan.dag_id, airflow_run_id=run_name, try_number=1, spec_sha256=plan.spec_sha256,
                      git_commit=git_commit(plan.source_path))
-    relay = _Relay()
-    result = run_training(plan, snapshot, settings=settings, run=run, run_dir=folder, on_line=relay)
-    if result is not None and relay.last != f"{WEIGHTS_LINE}{result.weights_sha256}":
-        # Something came after the trainer's hash line (or it never came): the hash is the last line anyway.
-        print(f"{WEIGHTS_LINE}{result.weights_sha256}", flush=True)
-    return result
-
-
-class _Relay:
-    """Prints the launch's lines as they come, and remembers the last one."""
-
-    last: str | None = None
-
-    def __call__(self, line: str) -> None:
-        self.last = line
-        print(line, flush=True, file=sys.stdout)
+    return run_training(plan, snapshot, settings=settings, run=run, run_dir=folder, on_line=on_line)
