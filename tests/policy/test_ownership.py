@@ -10,8 +10,8 @@ import pytest
 
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.plan.model import RegistrationPlan
+from trainpipe.plan.tracking import OWNER_TAG
 from trainpipe.steps.register.model_registry import (
-    OWNER_TAG,
     OwnershipError,
     promote,
     promote_once,

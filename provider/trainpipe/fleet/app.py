@@ -23,7 +23,6 @@ from trainpipe.fleet import airflow_state, render
 from trainpipe.fleet.collect import (
     DRIFT_REPORT,
     EVALUATION_REPORT,
-    RUN_ID_TAG,
     FleetReader,
     PipelineFacts,
     drift_facts,
@@ -34,15 +33,21 @@ from trainpipe.fleet.collect import (
     version_metrics,
 )
 from trainpipe.fleet.outcome import NEEDS_ATTENTION
+from trainpipe.plan.tracking import (
+    BACKTEST_TAG,
+    DAG_ID_TAG,
+    DATASET_DIGEST_TAG,
+    DRIFT_VERDICT_TAG,
+    RUN_ID_TAG,
+    experiment_name,
+)
 from trainpipe.settings import Settings
-from trainpipe.steps.register.model_registry import BACKTEST_TAG
 
 log = logging.getLogger(__name__)
 
 URL_PREFIX = "/trainpipe"
 # Artifacts the report route serves: the two reports and the evaluation report's plots, nothing else.
 _SERVED_ARTIFACT = re.compile(r"^(evaluation/report\.html|drift/drift_report\.html|evaluation/[\w.-]+\.png)$")
-DAG_ID_TAG = "trainpipe.dag_id"
 
 
 def readable_dag_ids(user: GetUserDep) -> set[str]:
@@ -143,14 +148,14 @@ def detail_for(pipeline: PipelineFacts, session: Any, request: Request) -> dict[
     except MlflowException:
         pass  # no model registered yet
     drift_rows = []
-    experiment = client.get_experiment_by_name(f"trainpipe/{pipeline.pipeline_id}")
+    experiment = client.get_experiment_by_name(experiment_name(pipeline.pipeline_id))
     if experiment is not None:
-        runs = client.search_runs([experiment.experiment_id], filter_string="tags.`trainpipe.drift_verdict` != ''",
+        runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{DRIFT_VERDICT_TAG}` != ''",
                                   order_by=["attributes.start_time DESC"], max_results=30)
         for run in runs:
             drift = drift_facts(run)
             if drift is not None:
-                drift_rows.append({"digest": run.data.tags.get("trainpipe.dataset_digest"), "verdict": drift.verdict,
+                drift_rows.append({"digest": run.data.tags.get(DATASET_DIGEST_TAG), "verdict": drift.verdict,
                                    "airflow_run_id": run.data.tags.get(RUN_ID_TAG), "psi": drift.psi, "ks": drift.ks,
                                    "when": datetime.fromtimestamp(run.info.start_time / 1000, UTC)
                                    .isoformat(timespec="minutes")})

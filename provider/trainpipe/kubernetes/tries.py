@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.quantities import format_memory, quantity_bytes
-
 # The ledger's words, defined with its entries (one reader of usage.json: trainpipe.state.usage).
-from trainpipe.state.usage import CUDA_OOM, ON_DEMAND, OOM_KILLED, PREEMPTED, RESOURCE_TAG_PREFIX, SPOT, TryUsage
+from trainpipe.plan.tracking import RESOURCE_TAG_PREFIX
+from trainpipe.quantities import format_memory, quantity_bytes
+from trainpipe.state.usage import CUDA_OOM, ON_DEMAND, OOM_KILLED, PREEMPTED, SPOT, TryUsage
 
 if TYPE_CHECKING:
     from trainpipe.plan.model import KubernetesPlan

@@ -81,7 +81,7 @@ def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
         best = ti.xcom_pull(task_ids=PICK_BEST.task_id)
         plan, run_tags = with_trial_params(plan, best["params"]), best_trial_tags(best)
     if backtest_of(context) is not None:
-        from trainpipe.steps.backtest import BACKTEST_TAG
+        from trainpipe.plan.tracking import BACKTEST_TAG
 
         # The MLflow run says so from its start: the fleet view and the run list tell backtests apart.
         run_tags = {**(run_tags or {}), BACKTEST_TAG: "true"}

@@ -31,6 +31,18 @@ from trainpipe.operators.links import (
 )
 from trainpipe.operators.openlineage import LineageFacets
 from trainpipe.plan.steps import EVALUATE, REGISTER, TRAIN
+from trainpipe.plan.tracking import (
+    SEED_TAG,
+    SPEC_FILE_SHA256_TAG,
+    SPEC_FILE_TAG,
+    TRAINING_KEY_TAG,
+    VERSION_DAG_ID_TAG,
+    VERSION_DATASET_DIGEST_TAG,
+    VERSION_GIT_COMMIT_TAG,
+    VERSION_RUN_ID_TAG,
+    WEIGHTS_SHA256_TAG,
+    WINDOW_END_TAG,
+)
 from trainpipe.settings import Settings
 from trainpipe.steps.register.lineage import git_commit
 
@@ -70,26 +82,22 @@ class _PipelineStepOperator(BaseOperator):
     def lineage_tags(self, context: Context, trained: dict[str, Any]) -> dict[str, str]:
         snapshot = self.snapshot_info(context)
         tags = {
-            "dag_id": self.dag_id,
-            "airflow_run_id": context["run_id"],
-            "dataset_digest": snapshot.digest,
-            "spec_file_sha256": self.plan.spec_sha256,
+            VERSION_DAG_ID_TAG: self.dag_id,
+            VERSION_RUN_ID_TAG: context["run_id"],
+            VERSION_DATASET_DIGEST_TAG: snapshot.digest,
+            SPEC_FILE_SHA256_TAG: self.plan.spec_sha256,
             # Relative to the configs root: the same wherever the folder is deployed.
-            "spec_file": self.plan.spec_relative_path,
-            "seed": str(self.run_plan(context).trainer.seed),  # the run's, with a trigger's override
-            "weights_sha256": trained["weights_sha256"],
+            SPEC_FILE_TAG: self.plan.spec_relative_path,
+            SEED_TAG: str(self.run_plan(context).trainer.seed),  # the run's, with a trigger's override
+            WEIGHTS_SHA256_TAG: trained["weights_sha256"],
         }
         if trained.get("training_key"):  # what a later run with the same inputs finds (training.cache)
-            from trainpipe.plan.tracking import TRAINING_KEY_TAG
-
             tags[TRAINING_KEY_TAG] = trained["training_key"]
         if snapshot.window_end is not None:  # what tells a later run for an older window that it is a backtest
-            from trainpipe.steps.register.model_registry import WINDOW_END_TAG
-
             tags[WINDOW_END_TAG] = snapshot.window_end
         commit = git_commit(self.plan.source_path)
         if commit is not None:  # left out, never made up, when the specs are not a git checkout
-            tags["git_commit"] = commit
+            tags[VERSION_GIT_COMMIT_TAG] = commit
         return tags
 
 

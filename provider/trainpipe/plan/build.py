@@ -65,6 +65,7 @@ from trainpipe.plan.steps import (
     TRIALS_TASK,
     TUNING_TASKS,
 )
+from trainpipe.plan.tracking import experiment_name
 from trainpipe_trainer.config import (
     CHECKPOINT_METRICS,
     PREEMPTION_GRACE_SECONDS,
@@ -357,7 +358,7 @@ def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
             keep_best=checkpoint.keep_best,
             validation_fraction=checkpoint.validation_fraction,
         ),
-        tracking=TrackingConfig(tracking_uri=TRACKING_URI, experiment_name=f"trainpipe/{spec.pipeline_id}"),
+        tracking=TrackingConfig(tracking_uri=TRACKING_URI, experiment_name=experiment_name(spec.pipeline_id)),
         output_uri=RUN_OUTPUT_URI,
     )
 

@@ -15,9 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from trainpipe.plan.costs import COST, CPU_HOURS, GPU_HOURS, ON_DEMAND_GPU_HOURS, SPOT_GPU_HOURS
-from trainpipe.state.usage import PIPELINE_TAG, TEAM_TAG
+from trainpipe.plan.tracking import EXPERIMENT_PREFIX, PIPELINE_TAG, TEAM_TAG
 
-EXPERIMENT_PREFIX = "trainpipe/"
 PAGE_SIZE = 1000
 EXPERIMENTS_PER_SEARCH = 100
 GROUPINGS = ("pipeline", "team")

@@ -29,6 +29,7 @@ from trainpipe.plan.costs import (
     PriceTable,
     format_usage,
 )
+from trainpipe.plan.tracking import PIPELINE_TAG, RESOURCE_TAG_PREFIX, TEAM_TAG
 from trainpipe.policy.model import load_price_table
 
 if TYPE_CHECKING:
@@ -46,11 +47,6 @@ PREEMPTED = "preempted"
 # A try's ``capacity`` with a training.kubernetes.capacity section (trainpipe.kubernetes.tries picks it).
 SPOT = "spot"
 ON_DEMAND = "on_demand"
-# Tags of the training's MLflow run, copied onto the registered version: the resources it trained with.
-RESOURCE_TAG_PREFIX = "trainpipe.resources."
-# Tags on the MLflow run that `trainpipe cost --by` groups by.
-PIPELINE_TAG = "trainpipe.pipeline"
-TEAM_TAG = "trainpipe.team"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,16 +12,14 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from trainpipe.plan.tracking import VERSION_DATASET_DIGEST_TAG, WINDOW_END_TAG
+
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
     from trainpipe.settings import Settings
 
-from trainpipe.steps.register.model_registry import BACKTEST_TAG, WINDOW_END_TAG
-
 log = logging.getLogger(__name__)
-
-__all__ = ["BACKTEST_TAG", "BACKTEST_XCOM", "Backtest", "WINDOW_END_TAG", "champion_window_end", "classify"]
 
 # The snapshot task's verdict (a Backtest as a dict, or None).
 BACKTEST_XCOM = "trainpipe_backtest"
@@ -73,7 +71,7 @@ def champion_window_end(client: MlflowClient, model_name: str, alias: str, *, se
     tags = client.get_model_version(model_name, str(number)).tags or {}
     if tags.get(WINDOW_END_TAG):
         return number, tags[WINDOW_END_TAG]
-    digest = tags.get("dataset_digest")
+    digest = tags.get(VERSION_DATASET_DIGEST_TAG)
     info = find_version(settings, pipeline_id, digest) if digest else None
     if info is None or info.window_end is None:
         return None

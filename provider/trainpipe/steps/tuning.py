@@ -34,7 +34,17 @@ from trainpipe.launchers.local import local_python, run_local
 from trainpipe.plan.launch import LaunchValues, resolve
 from trainpipe.plan.model import FaultPlan, PipelinePlan, TuningPlan, run_key
 from trainpipe.plan.params import with_trial_params
-from trainpipe.plan.tracking import BEST_PARAMS_TAG
+from trainpipe.plan.tracking import (
+    BEST_PARAMS_TAG,
+    BEST_TRIAL_TAG,
+    DAG_ID_TAG,
+    SPEC_SHA256_TAG,
+    STUDY_RUN_ID_TAG,
+    TUNING_BEST_TRIAL_TAG,
+    TUNING_BEST_VALUE_TAG,
+    TUNING_PARENT_RUN_TAG,
+    TUNING_STUDY_TAG,
+)
 from trainpipe.settings import Settings
 from trainpipe.state.run_folder import run_dir_for
 from trainpipe.state.usage import account_try
@@ -42,7 +52,6 @@ from trainpipe.steps.train.train import RunContext, TrainerReasons, TrialLaunch,
 from trainpipe_trainer.config import TrialWorker, TuningTrial
 from trainpipe_trainer.tuning import (
     STARTED_ATTR,
-    STATE_TAG,  # noqa: F401 - the tag names, re-exported for the provider's readers
     STUDY_TAG,
     TRIAL_TAG,
     WARM_START_ATTR,
@@ -201,8 +210,8 @@ def _parent_run(hook: MlflowHook, plan: PipelinePlan, run: RunContext, name: str
         return found[0].info.run_id
     tuning = _tuning(plan)
     parent = hook.client.create_run(experiment_id, run_name=f"study {run.airflow_run_id}", tags={
-        STUDY_TAG: name, TRIAL_TAG: "study", "trainpipe.dag_id": run.dag_id,
-        "trainpipe.study_airflow_run_id": run.airflow_run_id, "trainpipe.spec_sha256": run.spec_sha256,
+        STUDY_TAG: name, TRIAL_TAG: "study", DAG_ID_TAG: run.dag_id,
+        STUDY_RUN_ID_TAG: run.airflow_run_id, SPEC_SHA256_TAG: run.spec_sha256,
     }).info.run_id
     from mlflow.entities import Param
 
@@ -250,7 +259,7 @@ def worker_config(plan: PipelinePlan, worker: int, *, settings: Settings, run: R
     tuning = _tuning(plan)
     name = study["study_name"]
     trials_root = run_dir_for(plan.dag_id, settings, run.airflow_run_id) / "trials"
-    child_tags = {STUDY_TAG: name, "trainpipe.dag_id": run.dag_id, "trainpipe.study_airflow_run_id": run.airflow_run_id}
+    child_tags = {STUDY_TAG: name, DAG_ID_TAG: run.dag_id, STUDY_RUN_ID_TAG: run.airflow_run_id}
     launch = TrialLaunch(mlflow_run_id=study["parent_run_id"], tuning=TuningTrial(
         storage=storage_for_config(settings.optuna_storage), study_name=name, trial_number=-1, metric=tuning.metric,
         direction=tuning.direction, pruner=tuning.pruner, pruner_options=dict(tuning.pruner_options),
@@ -383,7 +392,7 @@ def pick_best(plan: PipelinePlan, *, settings: Settings, study: dict[str, str], 
     now = int(time.time() * 1000)
     hook.client.log_batch(parent, metrics=[Metric("best_value", best.value, now, 0)],
                           params=[Param(f"best.{k}", str(v)) for k, v in best.params.items()],
-                          tags=[RunTag("trainpipe.best_trial", str(best.number))])
+                          tags=[RunTag(BEST_TRIAL_TAG, str(best.number))])
     _log_plots(hook, parent, live, emit)
     hook.client.set_terminated(parent, status="FINISHED")
     return {"study_name": study["study_name"], "parent_run_id": parent, "number": best.number, "value": best.value,
@@ -455,7 +464,7 @@ def _tuning(plan: PipelinePlan) -> TuningPlan:
 
 def best_trial_tags(best: dict[str, Any]) -> dict[str, str]:
     """What the final training's MLflow run records about the trial it came from."""
-    return {"trainpipe.tuning.study": best["study_name"], "trainpipe.tuning.best_trial": str(best["number"]),
-            "trainpipe.tuning.best_value": repr(best["value"]),
+    return {TUNING_STUDY_TAG: best["study_name"], TUNING_BEST_TRIAL_TAG: str(best["number"]),
+            TUNING_BEST_VALUE_TAG: repr(best["value"]),
             BEST_PARAMS_TAG: json.dumps(best["params"], sort_keys=True),
-            "trainpipe.tuning.parent_run_id": best["parent_run_id"]}
+            TUNING_PARENT_RUN_TAG: best["parent_run_id"]}

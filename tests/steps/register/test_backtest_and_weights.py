@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainpipe.plan import tracking
 from trainpipe.plan.model import BacktestPlan
 from trainpipe.steps.register import model_registry as registry
 
@@ -35,8 +36,8 @@ def test_a_backtest_version_is_tagged_and_takes_its_own_alias_not_challenger(hoo
 
     assert (registered["version"], registered["alias"]) == (2, "backtest")
     assert _aliases(hook, model_name) == {"challenger": 1, "backtest": 2}
-    assert hook.client.get_model_version(model_name, "2").tags[registry.BACKTEST_TAG] == "true"
-    assert registry.BACKTEST_TAG not in hook.client.get_model_version(model_name, "1").tags
+    assert hook.client.get_model_version(model_name, "2").tags[tracking.BACKTEST_TAG] == "true"
+    assert tracking.BACKTEST_TAG not in hook.client.get_model_version(model_name, "1").tags
 
 
 def test_a_backtest_without_an_alias_moves_none(hook, model_name, registration):

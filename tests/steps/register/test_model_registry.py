@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from trainpipe.plan import tracking
 from trainpipe.steps.register import model_registry as registry
 from trainpipe.steps.register.model_registry import RegistryError
 
@@ -31,7 +32,7 @@ def test_register_creates_a_version_with_the_challenger_alias_only(hook, model_n
     assert _aliases(hook, model_name) == {"challenger": 1}  # registering promotes nothing
     version = hook.client.get_model_version(model_name, "1")
     assert version.tags["holdout_auc"] == "0.910000" and version.tags["holdout_ndcg_at_10"] == "0.500000"
-    assert version.tags["airflow_run_id"] == "manual__1" and registry.STAGED_AT_TAG in version.tags
+    assert version.tags["airflow_run_id"] == "manual__1" and tracking.STAGED_AT_TAG in version.tags
     assert "gates passed (2/2)" in version.description
     # MLflow's UI renders it as Markdown: the spec's description is escaped to show as written.
     assert hook.client.get_registered_model(model_name).description == "registry test model"
@@ -45,7 +46,7 @@ def test_register_rerun_of_the_same_dag_run_reuses_its_version(hook, model_name,
 
     assert again == {**first, "created": False}
     assert _versions(hook, model_name) == [1]
-    assert hook.client.get_model_version(model_name, "1").tags[registry.STAGED_AT_TAG] == version.tags[registry.STAGED_AT_TAG]
+    assert hook.client.get_model_version(model_name, "1").tags[tracking.STAGED_AT_TAG] == version.tags[tracking.STAGED_AT_TAG]
 
 
 def test_register_rerun_after_a_newer_version_does_not_take_the_challenger_back(hook, model_name, registration,
@@ -70,7 +71,7 @@ def test_register_links_the_evaluation_report(hook, model_name, train_and_regist
 
     version = hook.client.get_model_version(model_name, "1")
     # runs:/ names the report the same way on every machine (no path of the one that ran it).
-    assert version.tags[registry.EVALUATION_REPORT_TAG] == "runs:/abc123/evaluation/report.html"
+    assert version.tags[tracking.EVALUATION_REPORT_TAG] == "runs:/abc123/evaluation/report.html"
     assert "Evaluation report: runs:/abc123/evaluation/report.html" in version.description
 
 
@@ -86,10 +87,10 @@ def test_promote_moves_champion_and_keeps_the_old_one_as_previous(hook, model_na
     assert second.moved and second.replaced_version == 1 and second.actor == "bob"
     assert _aliases(hook, model_name) == {"champion": 2, "previous_champion": 1, "challenger": 2}
     tags = hook.client.get_model_version(model_name, "2").tags
-    assert tags[registry.PROMOTED_BY_TAG] == "bob" and tags[registry.PROMOTION_REASON_TAG] == "better auc"
-    assert tags[registry.PROMOTED_AT_TAG] == second.at and second.at.endswith("+00:00")
-    assert tags[registry.REPLACED_VERSION_TAG] == "1"
-    assert json.loads(tags[registry.PROMOTION_DETAILS_TAG]) == {"gates": [{"gate": "auc >= 0.8", "passed": True}]}
+    assert tags[tracking.PROMOTED_BY_TAG] == "bob" and tags[tracking.PROMOTION_REASON_TAG] == "better auc"
+    assert tags[tracking.PROMOTED_AT_TAG] == second.at and second.at.endswith("+00:00")
+    assert tags[tracking.REPLACED_VERSION_TAG] == "1"
+    assert json.loads(tags[tracking.PROMOTION_DETAILS_TAG]) == {"gates": [{"gate": "auc >= 0.8", "passed": True}]}
     assert _versions(hook, model_name) == [1, 2]  # nothing deleted
 
 
@@ -103,7 +104,7 @@ def test_promoting_the_champion_again_moves_nothing(hook, model_name, train_and_
 
     assert not again.moved and again.actor == "bob" and again.at == first.at
     assert _aliases(hook, model_name) == {"champion": 2, "previous_champion": 1, "challenger": 2}
-    assert hook.client.get_model_version(model_name, "2").tags[registry.PROMOTED_BY_TAG] == "bob"
+    assert hook.client.get_model_version(model_name, "2").tags[tracking.PROMOTED_BY_TAG] == "bob"
 
 
 def test_promote_completes_the_tags_of_an_interrupted_promotion(hook, model_name, train_and_register):
@@ -114,7 +115,7 @@ def test_promote_completes_the_tags_of_an_interrupted_promotion(hook, model_name
     promotion = registry.promote(hook.client, model_name, 1, actor="airflow", reason="gates passed")
 
     assert not promotion.moved
-    assert hook.client.get_model_version(model_name, "1").tags[registry.PROMOTED_BY_TAG] == "airflow"
+    assert hook.client.get_model_version(model_name, "1").tags[tracking.PROMOTED_BY_TAG] == "airflow"
 
 
 def test_promote_once_never_moves_an_alias_twice_for_a_version(hook, model_name, train_and_register):
@@ -141,8 +142,8 @@ def test_reject_tags_the_version_and_moves_no_alias(hook, model_name, train_and_
     promotion = registry.promote_once(hook.client, model_name, 2, actor="dag", reason="gates passed")
 
     tags = hook.client.get_model_version(model_name, "2").tags
-    assert tags[registry.REJECTED_TAG] == "true" and tags[registry.REJECTED_BY_TAG] == "alice"
-    assert tags[registry.REJECTION_REASON_TAG] == "drift in region EU" and registry.REJECTED_AT_TAG in tags
+    assert tags[tracking.REJECTED_TAG] == "true" and tags[tracking.REJECTED_BY_TAG] == "alice"
+    assert tags[tracking.REJECTION_REASON_TAG] == "drift in region EU" and tracking.REJECTED_AT_TAG in tags
     assert not promotion.moved  # the DAG never promotes a rejected version
     assert _aliases(hook, model_name) == {"champion": 1, "challenger": 2}
 
@@ -158,12 +159,12 @@ def test_rollback_restores_the_previous_champion_in_one_call(hook, model_name, t
     assert rolled.moved and rolled.version == 1 and rolled.replaced_version == 2
     assert _aliases(hook, model_name) == {"champion": 1, "previous_champion": 2, "challenger": 2}
     restored = hook.client.get_model_version(model_name, "1").tags
-    assert restored[registry.PROMOTED_BY_TAG] == "alice"
-    assert restored[registry.PROMOTION_REASON_TAG] == "rollback: v2 misbehaves"
+    assert restored[tracking.PROMOTED_BY_TAG] == "alice"
+    assert restored[tracking.PROMOTION_REASON_TAG] == "rollback: v2 misbehaves"
     # The first promotion's details are not left beside the rollback's reason.
-    assert json.loads(restored[registry.PROMOTION_DETAILS_TAG]) == {"rollback_of": 2}
+    assert json.loads(restored[tracking.PROMOTION_DETAILS_TAG]) == {"rollback_of": 2}
     demoted = hook.client.get_model_version(model_name, "2").tags
-    assert demoted[registry.ROLLED_BACK_BY_TAG] == "alice" and demoted[registry.ROLLBACK_REASON_TAG] == "v2 misbehaves"
+    assert demoted[tracking.ROLLED_BACK_BY_TAG] == "alice" and demoted[tracking.ROLLBACK_REASON_TAG] == "v2 misbehaves"
     assert _versions(hook, model_name) == [1, 2]
     # The model's log keeps every move, the first promotion of version 1 included.
     assert [(p.version, p.by, p.reason) for p in registry.describe(hook.client, model_name).promotions] == [
@@ -223,20 +224,20 @@ def test_the_promotion_history_is_a_short_tag_and_takes_over_the_old_json_log(ho
     # A model promoted before the compact history: its JSON log is carried over, then removed.
     old = [{"version": 1, "replaced_version": None, "alias": "champion", "at": "2026-01-01T00:00:00+00:00",
             "by": "carol", "reason": "first, by hand"}]
-    hook.client.set_registered_model_tag(model_name, registry.PROMOTION_LOG_TAG, json.dumps(old))
+    hook.client.set_registered_model_tag(model_name, tracking.PROMOTION_LOG_TAG, json.dumps(old))
     long_reason = "gates passed (4/4): " + "; ".join(f"gate {i} >= 0.5: 0.9" for i in range(40))
 
     registry.promote(hook.client, model_name, 2, actor="airflow DAG x (run manual__2)", reason=long_reason)
 
     tags = hook.client.get_registered_model(model_name).tags
-    assert registry.PROMOTION_LOG_TAG not in tags
-    lines = tags[registry.PROMOTION_HISTORY_TAG].splitlines()
+    assert tracking.PROMOTION_LOG_TAG not in tags
+    lines = tags[tracking.PROMOTION_HISTORY_TAG].splitlines()
     assert len(lines) == 2 and all(len(line) < 250 for line in lines)
     assert lines[0] == "2026-01-01T00:00:00+00:00\t1\t-\tcarol\tfirst, by hand"
     assert [(p.version, p.by, p.replaced_version) for p in registry.describe(hook.client, model_name).promotions] == [
         (2, "airflow DAG x (run manual__2)", None), (1, "carol", None)]
     # The full reason stays on the version itself.
-    assert hook.client.get_model_version(model_name, "2").tags[registry.PROMOTION_REASON_TAG] == long_reason
+    assert hook.client.get_model_version(model_name, "2").tags[tracking.PROMOTION_REASON_TAG] == long_reason
 
 
 def test_the_model_description_shows_the_spec_s_words_not_its_markdown(hook, model_name, registration):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from trainpipe.plan import tracking
 from trainpipe.steps.register import model_registry as registry
 
 pytestmark = pytest.mark.integration  # each command is a process of its own
@@ -39,18 +40,18 @@ def test_promote_rollback_and_model_from_the_command_line(hook, model_name, trai
     assert second.stdout.splitlines()[0] == f"{model_name} version 2 is now champion (previous_champion: version 1)"
     assert _aliases(hook, model_name) == {"champion": 2, "previous_champion": 1, "challenger": 2}
     tags = hook.client.get_model_version(model_name, "1").tags
-    assert tags[registry.PROMOTED_BY_TAG] == getpass.getuser()  # without --actor: the OS user
-    assert tags[registry.PROMOTION_REASON_TAG] == "baseline"
+    assert tags[tracking.PROMOTED_BY_TAG] == getpass.getuser()  # without --actor: the OS user
+    assert tags[tracking.PROMOTION_REASON_TAG] == "baseline"
     tags = hook.client.get_model_version(model_name, "2").tags
-    assert tags[registry.PROMOTED_BY_TAG] == "alice" and tags[registry.REPLACED_VERSION_TAG] == "1"
-    assert json.loads(tags[registry.PROMOTION_DETAILS_TAG]) == {"command": "trainpipe promote"}
+    assert tags[tracking.PROMOTED_BY_TAG] == "alice" and tags[tracking.REPLACED_VERSION_TAG] == "1"
+    assert json.loads(tags[tracking.PROMOTION_DETAILS_TAG]) == {"command": "trainpipe promote"}
 
     rolled = _trainpipe("rollback", model_name, "--actor", "bob", "--reason", "latency regression")
 
     assert rolled.returncode == 0, rolled.stderr
     assert rolled.stdout.splitlines() == [
         f"{model_name} version 1 is now champion (previous_champion: version 2)",
-        f"  rolled back by bob at {hook.client.get_model_version(model_name, '1').tags[registry.PROMOTED_AT_TAG]}: "
+        f"  rolled back by bob at {hook.client.get_model_version(model_name, '1').tags[tracking.PROMOTED_AT_TAG]}: "
         "rollback: latency regression",
     ]
     assert _aliases(hook, model_name) == {"champion": 1, "previous_champion": 2, "challenger": 2}
@@ -79,7 +80,7 @@ def test_promoting_the_champion_again_says_nothing_moved(hook, model_name, train
 
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[0] == f"{model_name} version 1 already is champion: nothing moved"
-    assert hook.client.get_model_version(model_name, "1").tags[registry.PROMOTED_BY_TAG] == "alice"
+    assert hook.client.get_model_version(model_name, "1").tags[tracking.PROMOTED_BY_TAG] == "alice"
 
 
 def test_model_with_alias_shows_that_version_in_full(hook, model_name, train_and_register):

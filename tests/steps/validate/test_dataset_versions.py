@@ -13,9 +13,10 @@ import pytest
 from trainpipe.commands.main import main
 from trainpipe.demo.synthetic import drift_feature, generate_transactions
 from trainpipe.errors import ValidationFailedError
-from trainpipe.hooks.mlflow import RUN_ID_TAG, MlflowHook
+from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import PipelinePlan
+from trainpipe.plan.tracking import RUN_ID_TAG
 from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded

@@ -14,6 +14,7 @@ from trainpipe import storage
 from trainpipe.errors import TrainpipeError
 from trainpipe.hooks.mlflow import MlflowHook, mlflow_metric_key
 from trainpipe.plan.model import EvaluationPlan, Gate, RegistrationPlan
+from trainpipe.plan.tracking import GATES_PASSED_TAG
 from trainpipe.settings import Settings
 from trainpipe.steps.evaluate import metrics
 
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Tag of the MLflow run: "true" when every gate passed (the gate task then lets register run).
-GATES_PASSED_TAG = "trainpipe.gates_passed"
 
 
 # The evaluation report and its plots sit under this folder of the MLflow run's artifacts.

@@ -21,6 +21,29 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import TrainpipeError, markdown_text
 from trainpipe.hooks.mlflow import MlflowHook, mlflow_metric_key
+from trainpipe.plan.tracking import (
+    BACKTEST_TAG,
+    EVALUATION_REPORT_TAG,
+    OWNER_TAG,
+    PROMOTED_AT_TAG,
+    PROMOTED_BY_TAG,
+    PROMOTION_DETAILS_TAG,
+    PROMOTION_HISTORY_TAG,
+    PROMOTION_LOG_TAG,
+    PROMOTION_REASON_TAG,
+    REJECTED_AT_TAG,
+    REJECTED_BY_TAG,
+    REJECTED_TAG,
+    REJECTION_REASON_TAG,
+    REPLACED_VERSION_TAG,
+    ROLLBACK_REASON_TAG,
+    ROLLED_BACK_AT_TAG,
+    ROLLED_BACK_BY_TAG,
+    STAGED_AT_TAG,
+    VERSION_DAG_ID_TAG,
+    VERSION_RUN_ID_TAG,
+    WEIGHTS_SHA256_TAG,
+)
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -30,42 +53,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Lineage tags that make a version's identity: one version per (dag_id, airflow_run_id).
-DAG_ID_TAG = "dag_id"
-AIRFLOW_RUN_ID_TAG = "airflow_run_id"
-# Written when `register` gave the version the challenger alias: a re-run does not move it again.
-STAGED_AT_TAG = "trainpipe.staged_at"
-EVALUATION_REPORT_TAG = "trainpipe.evaluation_report"
-# On a version a backtest registered (registration.backtest.register), and on its MLflow run: never promoted.
-BACKTEST_TAG = "trainpipe.backtest"
-# On every version: the end of the data window it was trained on; a run whose window ends earlier is a backtest.
-WINDOW_END_TAG = "trainpipe.window_end"
-# A lineage tag of every version: the sha256 of its weights.
-WEIGHTS_SHA256_TAG = "weights_sha256"
-PROMOTED_BY_TAG = "trainpipe.promoted_by"
-PROMOTED_AT_TAG = "trainpipe.promoted_at"
-PROMOTION_REASON_TAG = "trainpipe.promotion_reason"
-PROMOTION_DETAILS_TAG = "trainpipe.promotion_details"
-# The version the production alias left when this one got it ("none" for the first champion).
-REPLACED_VERSION_TAG = "trainpipe.replaced_version"
-REJECTED_TAG = "trainpipe.rejected"
-REJECTED_BY_TAG = "trainpipe.rejected_by"
-REJECTED_AT_TAG = "trainpipe.rejected_at"
-REJECTION_REASON_TAG = "trainpipe.rejection_reason"
-ROLLED_BACK_BY_TAG = "trainpipe.rolled_back_by"
-ROLLED_BACK_AT_TAG = "trainpipe.rolled_back_at"
-ROLLBACK_REASON_TAG = "trainpipe.rollback_reason"
-# On the registered model: the last promotions and rollbacks, one short line each, newest last (a version's
-# own tags keep its latest promotion in full). Compact, because MLflow shows a model's tags at the top of its
-# page: ``<at>\t<version>\t<replaced or ->\t<by>\t<reason, cut>``.
-PROMOTION_HISTORY_TAG = "trainpipe.promotions"
+# The promotion history on the registered model (PROMOTION_HISTORY_TAG): its last entries, reasons cut.
 PROMOTION_HISTORY_LENGTH = 20
 PROMOTION_HISTORY_REASON_CHARS = 120
-# Before: a JSON list of up to 50 entries with reasons of up to 500 characters (read, never written).
-PROMOTION_LOG_TAG = "trainpipe.promotion_log"
-# On the registered model, under a platform policy: the team that owns it (written when trainpipe
-# creates the model). Register, promote and rollback refuse a model another team owns (ADR 0014).
-OWNER_TAG = "trainpipe.owner"
 
 DEFAULT_CHAMPION_ALIAS = "champion"
 DEFAULT_PREVIOUS_ALIAS = "previous_champion"
@@ -182,8 +172,8 @@ def version_of_run(client: MlflowClient, model_name: str, *, mlflow_run_id: str,
     """The version an earlier try of this DAG run registered, if any (the idempotency key is
     (dag_id, airflow_run_id), the lineage tags every version carries)."""
     found = client.search_model_versions(f"run_id = {_quoted(mlflow_run_id)}")
-    mine = [v for v in found if v.name == model_name and v.tags.get(DAG_ID_TAG) == dag_id
-            and v.tags.get(AIRFLOW_RUN_ID_TAG) == airflow_run_id]
+    mine = [v for v in found if v.name == model_name and v.tags.get(VERSION_DAG_ID_TAG) == dag_id
+            and v.tags.get(VERSION_RUN_ID_TAG) == airflow_run_id]
     return min(mine, key=lambda v: int(v.version)) if mine else None
 
 
@@ -198,7 +188,7 @@ def report_uri(evaluation: dict[str, Any]) -> str | None:
 
 def _version_description(tags: dict[str, str], evaluation: dict[str, Any], report: str | None) -> str:
     gates = evaluation.get("gates") or []
-    lines = [f"Trained by DAG {tags.get(DAG_ID_TAG, '?')}, run {tags.get(AIRFLOW_RUN_ID_TAG, '?')}.",
+    lines = [f"Trained by DAG {tags.get(VERSION_DAG_ID_TAG, '?')}, run {tags.get(VERSION_RUN_ID_TAG, '?')}.",
              gate_summary(gates) if gates else "No gates."]
     if report:
         lines.append(f"Evaluation report: {report}")
@@ -234,8 +224,8 @@ def register_candidate(registration: RegistrationPlan, *, model_uri: str, mlflow
             model = client.get_registered_model(name)
         check_owner(model, team, action="register")
     report = report_uri(evaluation)
-    existing = version_of_run(client, name, mlflow_run_id=mlflow_run_id, dag_id=tags[DAG_ID_TAG],
-                              airflow_run_id=tags[AIRFLOW_RUN_ID_TAG])
+    existing = version_of_run(client, name, mlflow_run_id=mlflow_run_id, dag_id=tags[VERSION_DAG_ID_TAG],
+                              airflow_run_id=tags[VERSION_RUN_ID_TAG])
     if existing is None:
         # The lineage tags are written with the version (one call): a version never lacks its key.
         version = client.create_model_version(name, model_uri, run_id=mlflow_run_id, tags=tags,
@@ -274,7 +264,7 @@ def same_weights_as_production(client: MlflowClient, registration: RegistrationP
     except MlflowException:
         return None
     tags = production.tags or {}
-    if (tags.get(DAG_ID_TAG), tags.get(AIRFLOW_RUN_ID_TAG)) == (dag_id, airflow_run_id):
+    if (tags.get(VERSION_DAG_ID_TAG), tags.get(VERSION_RUN_ID_TAG)) == (dag_id, airflow_run_id):
         return None
     return int(production.version) if tags.get(WEIGHTS_SHA256_TAG) == weights_sha256 else None
 
@@ -496,7 +486,7 @@ def describe(client: MlflowClient, model_name: str, *, last_promotions: int = 5)
                 version=number, aliases=tuple(by_version[number]), run_id=v.run_id,
                 created_at=datetime.fromtimestamp(v.creation_timestamp / 1000, UTC).isoformat(
                     timespec="seconds"),
-                dag_id=v.tags.get(DAG_ID_TAG), airflow_run_id=v.tags.get(AIRFLOW_RUN_ID_TAG),
+                dag_id=v.tags.get(VERSION_DAG_ID_TAG), airflow_run_id=v.tags.get(VERSION_RUN_ID_TAG),
                 metrics={k: val for k, val in sorted(v.tags.items()) if k.startswith("holdout_")},
                 rejected=v.tags.get(REJECTED_TAG) == "true"))
     entries = read_promotion_history(dict(model.tags or {}))

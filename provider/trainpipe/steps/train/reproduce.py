@@ -30,7 +30,18 @@ from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.plan.launch import with_nproc_per_node
 from trainpipe.plan.model import FaultPlan, PipelinePlan
 from trainpipe.plan.params import apply_run_params, with_trial_params
-from trainpipe.plan.tracking import BEST_PARAMS_TAG
+from trainpipe.plan.tracking import (
+    BEST_PARAMS_TAG,
+    PARAM_OVERRIDES_TAG,
+    REPRODUCED_MATCH_TAG,
+    REPRODUCES_TAG,
+    SEED_TAG,
+    SPEC_FILE_SHA256_TAG,
+    SPEC_FILE_TAG,
+    VERSION_DAG_ID_TAG,
+    VERSION_DATASET_DIGEST_TAG,
+    WEIGHTS_SHA256_TAG,
+)
 from trainpipe.settings import Settings
 from trainpipe.state.datasets import SnapshotInfo
 from trainpipe.steps.register.lineage import spec_artifact_path
@@ -40,12 +51,8 @@ from trainpipe_trainer.outcomes import WORLD_SIZE_HISTORY_TAG
 
 log = logging.getLogger(__name__)
 
-PARAM_OVERRIDES_TAG = "trainpipe.param_overrides"
-# On the reproducing MLflow run: which version it reproduces, and whether the weights matched.
-REPRODUCES_TAG = "trainpipe.reproduces"
-REPRODUCED_MATCH_TAG = "trainpipe.reproduced_weights_match"
 _REFERENCE = re.compile(r"^(?P<name>[^@/]+)(?:@(?P<alias>[A-Za-z][\w-]*)|/(?P<version>\d+))$")
-_REQUIRED_TAGS = ("dag_id", "dataset_digest", "spec_file", "spec_file_sha256", "weights_sha256")
+_REQUIRED_TAGS = (VERSION_DAG_ID_TAG, VERSION_DATASET_DIGEST_TAG, SPEC_FILE_TAG, SPEC_FILE_SHA256_TAG, WEIGHTS_SHA256_TAG)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,16 +126,17 @@ def read_lineage(client: Any, reference: str) -> Lineage:
             f"{name} version {version.version} has no {', '.join(missing)} tag(s): it was registered before trainpipe "
             "recorded the lineage reproduce needs, so it cannot be trained again from it")
     run = client.get_run(version.run_id)
-    spec_text = _logged_spec_text(client, version.run_id, tags["spec_file"])
-    if hashlib.sha256(spec_text.encode()).hexdigest() != tags["spec_file_sha256"]:
+    spec_text = _logged_spec_text(client, version.run_id, tags[SPEC_FILE_TAG])
+    if hashlib.sha256(spec_text.encode()).hexdigest() != tags[SPEC_FILE_SHA256_TAG]:
         raise ReproduceError(f"the spec text logged on run {version.run_id} does not match the version's "
-                             f"spec_file_sha256 {tags['spec_file_sha256'][:12]}: it was changed after registration")
+                             f"{SPEC_FILE_SHA256_TAG} {tags[SPEC_FILE_SHA256_TAG][:12]}: it was changed after registration")
     return Lineage(
-        model_name=name, version=int(version.version), alias=alias, mlflow_run_id=version.run_id, dag_id=tags["dag_id"],
-        dataset_digest=tags["dataset_digest"], spec_file=tags["spec_file"], spec_sha256=tags["spec_file_sha256"],
-        spec_text=spec_text, seed=tags.get("seed"), world_size=run.data.params.get("world_size"),
+        model_name=name, version=int(version.version), alias=alias, mlflow_run_id=version.run_id, dag_id=tags[VERSION_DAG_ID_TAG],
+        dataset_digest=tags[VERSION_DATASET_DIGEST_TAG], spec_file=tags[SPEC_FILE_TAG],
+        spec_sha256=tags[SPEC_FILE_SHA256_TAG], spec_text=spec_text, seed=tags.get(SEED_TAG),
+        world_size=run.data.params.get("world_size"),
         param_overrides=json.loads(run.data.tags.get(PARAM_OVERRIDES_TAG) or "{}"),
-        weights_sha256=tags["weights_sha256"],
+        weights_sha256=tags[WEIGHTS_SHA256_TAG],
         world_size_history=tuple((int(step), int(size))
                                  for step, size in json.loads(run.data.tags.get(WORLD_SIZE_HISTORY_TAG) or "[]")),
         tuned_params=_tuned_params(run.data.tags, version.run_id),

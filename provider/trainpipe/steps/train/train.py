@@ -23,6 +23,16 @@ from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.launchers.local import LauncherStoppedError, local_python, run_local
 from trainpipe.plan.launch import LaunchValues, resolve
 from trainpipe.plan.model import FaultPlan, PipelinePlan
+from trainpipe.plan.tracking import (
+    DAG_ID_TAG,
+    DATASET_DIGEST_TAG,
+    GIT_COMMIT_TAG,
+    PARAM_OVERRIDES_TAG,
+    RUN_ID_TAG,
+    SPEC_SHA256_TAG,
+    STUDY_RUN_ID_TAG,
+    TRY_NUMBER_TAG,
+)
 from trainpipe.settings import Settings
 from trainpipe.state.datasets import SnapshotInfo
 from trainpipe.state.run_folder import read_training_result, result_path_in, run_dir_for
@@ -90,12 +100,12 @@ def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settin
         output_uri=storage.fsspec_uri(run_dir / OUTPUT_DIR),
         fault_injection=_fault_injection(plan.testing, run),
         tags={
-            "trainpipe.dag_id": run.dag_id,
-            "trainpipe.airflow_run_id": run.airflow_run_id,
-            "trainpipe.try_number": str(run.try_number),
-            "trainpipe.dataset_digest": snapshot.digest,
-            "trainpipe.spec_sha256": run.spec_sha256,
-            **({"trainpipe.git_commit": run.git_commit} if run.git_commit else {}),
+            DAG_ID_TAG: run.dag_id,
+            RUN_ID_TAG: run.airflow_run_id,
+            TRY_NUMBER_TAG: str(run.try_number),
+            DATASET_DIGEST_TAG: snapshot.digest,
+            SPEC_SHA256_TAG: run.spec_sha256,
+            **({GIT_COMMIT_TAG: run.git_commit} if run.git_commit else {}),
         },
     )
 
@@ -135,7 +145,7 @@ def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings
     if trial is not None:
         tags = dict(config.tags)
         # Only the DAG run's own training carries this tag: MlflowHook.run_for_dag_run finds its run by it.
-        tags["trainpipe.study_airflow_run_id"] = tags.pop("trainpipe.airflow_run_id")
+        tags[STUDY_RUN_ID_TAG] = tags.pop(RUN_ID_TAG)
         config = dataclasses.replace(config, tuning=trial.tuning, tags=tags)
     # First: a refused run must not retag the MLflow run nor overwrite the config that wrote the checkpoints.
     check_resumable(run_dir, config, world_size=plan.launch.world_size)
@@ -146,8 +156,8 @@ def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings
     else:
         mlflow_run_id = hook.run_for_dag_run(
             pipeline_id=plan.dag_id, dag_id=run.dag_id, airflow_run_id=run.airflow_run_id,
-            tags={"trainpipe.dataset_digest": snapshot.digest,
-                  "trainpipe.param_overrides": json.dumps(param_overrides or {}, sort_keys=True), **(run_tags or {})},
+            tags={DATASET_DIGEST_TAG: snapshot.digest,
+                  PARAM_OVERRIDES_TAG: json.dumps(param_overrides or {}, sort_keys=True), **(run_tags or {})},
         )
         if plan.spec_text:
             log_spec_text(hook.client, mlflow_run_id, spec_relative_path=plan.spec_relative_path, spec_text=plan.spec_text)

@@ -12,6 +12,12 @@ from typing import TYPE_CHECKING, Any
 from trainpipe import storage
 from trainpipe.errors import ValidationFailedError
 from trainpipe.plan.model import ValidationPlan
+from trainpipe.plan.tracking import (
+    DATASET_DIGEST_TAG,
+    DRIFT_FAILED_FEATURES_TAG,
+    DRIFT_REFERENCE_TAG,
+    DRIFT_VERDICT_TAG,
+)
 from trainpipe.settings import Settings
 from trainpipe.state.datasets import (
     ACCEPTED_FILE,
@@ -155,14 +161,14 @@ def _log_drift(hook: MlflowHook, report: DriftReport, *, pipeline_id: str, dag_i
     from mlflow.entities import Metric, RunTag
 
     mlflow_run_id = hook.run_for_dag_run(pipeline_id=pipeline_id, dag_id=dag_id, airflow_run_id=run_id,
-                                         tags={"trainpipe.dataset_digest": report.current_digest})
+                                         tags={DATASET_DIGEST_TAG: report.current_digest})
     now = int(datetime.now(UTC).timestamp() * 1000)
     hook.client.log_batch(
         mlflow_run_id,
         metrics=[Metric(key, value, now, 0) for key, value in report.metrics().items()],
-        tags=[RunTag("trainpipe.drift_reference", report.reference_digest),
-              RunTag("trainpipe.drift_verdict", report.verdict),
-              RunTag("trainpipe.drift_failed_features", ",".join(f.feature for f in report.failed()))],
+        tags=[RunTag(DRIFT_REFERENCE_TAG, report.reference_digest),
+              RunTag(DRIFT_VERDICT_TAG, report.verdict),
+              RunTag(DRIFT_FAILED_FEATURES_TAG, ",".join(f.feature for f in report.failed()))],
     )
     with tempfile.TemporaryDirectory(prefix="trainpipe-drift-") as folder:
         page = Path(folder) / "drift_report.html"
