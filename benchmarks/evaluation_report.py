@@ -87,7 +87,8 @@ def main() -> int:
     demo = home / "storage" / "demo" / "transactions"
     demo.mkdir(parents=True)
     generate_transactions(rows=args.rows, end=end).to_parquet(demo / "transactions.parquet", index=False)
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml",
+                        settings=settings)
     snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=end)
     hook = MlflowHook(settings)
     experiment = hook.experiment_id(plan.dag_id)

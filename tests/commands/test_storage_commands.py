@@ -102,7 +102,7 @@ def test_datasets_lists_the_versions_stored_under_the_s3_root(endpoint, tmp_path
     # Two versions, written by the snapshot task's own code on the same root.
     for name in ("TRAINPIPE_STORAGE_ROOT", "TRAINPIPE_STORAGE_CONN_ID", "AIRFLOW_CONN_TRAINPIPE_S3"):
         monkeypatch.setenv(name, env[name])
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", settings=Settings.from_env())
     digests = {take_snapshot("fraud_detector", plan.data, settings=Settings.from_env(),
                              logical_date=datetime(2026, 6, day, tzinfo=UTC)).digest for day in (20, 30)}
 

@@ -55,7 +55,7 @@ def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, dag_from):
     assert all(ti.state == "success" for ti in workers)
 
     settings = Settings.from_env()
-    (plan,) = compile_directory(tuned_configs).plans.values()
+    (plan,) = compile_directory(tuned_configs, settings=Settings.from_env()).plans.values()
     study_name = study_name_of("fraud_tuned_e2e", dag_run.run_id)
     study = load_study(plan.tuning, settings, study_name)
     # n_trials finished trials; at least one pruned; a worker ran several of them in one trainer process.
@@ -98,7 +98,7 @@ def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, dag_from):
     # `trainpipe reproduce` of the tuned model trains it again with the best trial's parameters: same weights.
     from trainpipe.steps.train.reproduce import reproduce
 
-    again = reproduce("fraud_tuned_e2e@champion", configs_root=tuned_configs)
+    again = reproduce("fraud_tuned_e2e@champion", configs_root=tuned_configs, settings=Settings.from_env())
     assert again.matches, (again.weights_sha256, again.lineage.weights_sha256)
 
     # Re-running a worker task (worker 1) through Airflow: the study has its trials, nothing is launched.

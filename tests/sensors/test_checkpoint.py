@@ -29,7 +29,7 @@ from trainpipe.triggers.checkpoint import CheckpointTrigger
 
 @pytest.fixture
 def sensor_and_run(request):
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml", settings=Settings.from_env())
     run_id = f"sensor__{request.node.name}"
     return CheckpointSensor(task_id="watch_checkpoints", plan=plan), {"run_id": run_id}, \
         run_dir_for(plan.dag_id, Settings.from_env(), run_id)

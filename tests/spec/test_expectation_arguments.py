@@ -15,6 +15,7 @@ import pytest
 
 from tests.support import REPO
 from trainpipe.errors import SpecError
+from trainpipe.settings import Settings
 from trainpipe.spec import expectations
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
@@ -138,7 +139,7 @@ def test_values_great_expectations_coerces_are_accepted():
 def test_every_example_spec_still_validates():
     from trainpipe.compile.compiler import compile_directory
 
-    result = compile_directory(REPO / "dag_configs")
+    result = compile_directory(REPO / "dag_configs", settings=Settings.from_env())
     assert result.errors == {} or not result.errors, result.errors
     assert len(result.plans) == len(list((REPO / "dag_configs").glob("[!_]*.yaml")))
 

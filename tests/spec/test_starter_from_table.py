@@ -97,7 +97,7 @@ def test_a_starter_spec_passes_its_own_gates_on_the_first_run(task, label, make,
                  "--data", f"tables/{task}.parquet", "--label", label]) == 0
 
     # One process instead of the starter's two: the same training rule, lighter on a test machine.
-    plan = with_nproc_per_node(compile_file(tmp_path / "configs" / f"{name}.yaml"), 1)
+    plan = with_nproc_per_node(compile_file(tmp_path / "configs" / f"{name}.yaml", settings=Settings.from_env()), 1)
     settings = Settings.from_env()
     with storage_access(settings):
         snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings,

@@ -14,6 +14,7 @@ from trainpipe.commands.main import main
 from trainpipe.plan.costs import PriceTable, selects_spot_only
 from trainpipe.plan.model import ResourcePlan
 from trainpipe.policy.model import PolicyError, load_price_table
+from trainpipe.settings import Settings
 from trainpipe.state.usage import RunUsage, account_try, log_usage, read_tries, run_usage, version_usage_tags
 
 GPU_JOB = ResourcePlan(gpus=16, cpus=64.0, gpu_resource="nvidia.com/gpu", spot=False, team="risk-ml")
@@ -29,14 +30,14 @@ def test_price_table_is_read_from_the_policy_file(tmp_path: Path, monkeypatch: p
     path = _policy(tmp_path, "teams: {risk: {folders: ['risk/**']}}\ncosts:\n  gpu_hour: {default: 2.0, nvidia.com/gpu: 3.0}\n"
                              "  cpu_hour: 0.05\n  spot_discount: 0.7\n")
     monkeypatch.setenv("TRAINPIPE_POLICY", str(path))
-    prices = load_price_table()
+    prices = load_price_table(Settings.from_env().policy_path)
     assert prices == PriceTable(gpu_hour={"default": 2.0, "nvidia.com/gpu": 3.0}, cpu_hour=0.05, spot_discount=0.7)
     # 2 GPU-hours of A100s at 3.0 + 10 CPU-hours at 0.05; on spot 30% of that.
     assert prices.cost(gpu_hours=2, cpu_hours=10, gpu_resource="nvidia.com/gpu", spot=False) == pytest.approx(6.5)
     assert prices.cost(gpu_hours=2, cpu_hours=10, gpu_resource="nvidia.com/gpu", spot=True) == pytest.approx(1.95)
     assert prices.cost(gpu_hours=1, cpu_hours=0, gpu_resource="amd.com/gpu", spot=False) == pytest.approx(2.0)
     monkeypatch.delenv("TRAINPIPE_POLICY")
-    assert load_price_table() is None
+    assert load_price_table(Settings.from_env().policy_path) is None
 
 
 def test_a_malformed_price_table_names_the_field(tmp_path: Path) -> None:
@@ -72,9 +73,10 @@ def test_every_try_counts_and_the_run_gets_the_totals(tmp_path: Path, monkeypatc
     now = datetime.now(UTC)
     # A preempted first try of 30 min, then a second of 15 min: 16 GPUs x 0.75 h = 12 GPU-hours.
     account_try(run_dir, resources=GPU_JOB, pipeline_id="p", try_number=1, started_at=now - timedelta(minutes=30),
-                outcome="preempted", client=client, mlflow_run_id=run_id)
+                outcome="preempted", client=client, mlflow_run_id=run_id, settings=Settings.from_env())
     usage = account_try(run_dir, resources=GPU_JOB, pipeline_id="p", try_number=2,
-                        started_at=now - timedelta(minutes=15), outcome="succeeded", client=client, mlflow_run_id=run_id)
+                        started_at=now - timedelta(minutes=15), outcome="succeeded", client=client, mlflow_run_id=run_id,
+                        settings=Settings.from_env())
     assert [t.outcome for t in read_tries(run_dir)] == ["preempted", "succeeded"]
     assert usage.gpu_hours == pytest.approx(12, rel=1e-3) and usage.cpu_hours == pytest.approx(48, rel=1e-3)
     assert usage.cost == pytest.approx(12 * 2.0 + 48 * 0.5, rel=1e-3)
@@ -84,8 +86,8 @@ def test_every_try_counts_and_the_run_gets_the_totals(tmp_path: Path, monkeypatc
     assert version_usage_tags(client, run_id)["gpu_hours"] == f"{usage.gpu_hours:.6g}"
     # A try is recorded once: its callback after the operator's own record changes nothing.
     account_try(run_dir, resources=GPU_JOB, pipeline_id="p", try_number=2, started_at=now - timedelta(hours=5),
-                outcome="succeeded", client=client, mlflow_run_id=run_id)
-    assert run_usage(run_dir, GPU_JOB).gpu_hours == pytest.approx(usage.gpu_hours)
+                outcome="succeeded", client=client, mlflow_run_id=run_id, settings=Settings.from_env())
+    assert run_usage(run_dir, GPU_JOB, settings=Settings.from_env()).gpu_hours == pytest.approx(usage.gpu_hours)
 
 
 def _logged_run(client: mlflow.MlflowClient, pipeline: str, team: str, usage: RunUsage) -> None:
@@ -162,7 +164,7 @@ def test_spot_and_on_demand_tries_are_priced_apart(tmp_path: Path, monkeypatch: 
             [(3, "preempted", "spot"), (2, "preempted", "spot"), (1, "succeeded", "on_demand")], start=1):
         usage = account_try(run_dir, resources=spot_job, pipeline_id="spot_fallback", try_number=number,
                             started_at=now - timedelta(hours=hours), outcome=outcome, client=client,
-                            mlflow_run_id=run_id, capacity=capacity)
+                            mlflow_run_id=run_id, capacity=capacity, settings=Settings.from_env())
     entries = read_tries(run_dir)
     assert [t.capacity for t in entries] == ["spot", "spot", "on_demand"]
     assert usage.spot_gpu_hours == pytest.approx(40, rel=1e-3)

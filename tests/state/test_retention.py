@@ -157,7 +157,7 @@ def test_gc_keeps_the_snapshot_a_spec_pins_as_drift_reference(settings: Settings
     _pinning_spec(configs, pinned[:16])
 
     plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=_registry("9" * 64, tmp_path),
-                   now=LATER, pins=drift_pins(configs))
+                   now=LATER, pins=drift_pins(configs, settings=Settings.from_env()))
     assert {item.label for item in plan.items} == {f"snapshots/p/{orphan[:16]}"}
     assert (f"snapshots/p/{pinned[:16]}: p.yaml pins it as drift reference (validation.drift.reference)"
             in format_plan(plan, applying=False))
@@ -182,14 +182,14 @@ def test_gc_deletes_no_snapshot_while_a_spec_cannot_be_read(settings: Settings, 
     (configs / "broken.yaml").write_text("pipeline_id: q\nvalidation: {drift: {reference: [\n")
 
     plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=client,
-                   now=LATER, pins=drift_pins(configs))
+                   now=LATER, pins=drift_pins(configs, settings=Settings.from_env()))
     # Checkpoints are still collected; the snapshot is kept, and the listing says why.
     assert {item.label for item in plan.items} == {"runs/p/r1/checkpoints"}
     text = format_plan(plan, applying=False)
     assert "p.yaml pins it as drift reference" in text
     (configs / "p.yaml").unlink()
     plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=client,
-                   now=LATER, pins=drift_pins(configs))
+                   now=LATER, pins=drift_pins(configs, settings=Settings.from_env()))
     assert {item.label for item in plan.items} == {"runs/p/r1/checkpoints"}
     text = format_plan(plan, applying=False)
     assert (f"snapshots/p/{orphan[:16]}: no other reference, but the specs' pinned drift references are unknown: "
@@ -197,5 +197,5 @@ def test_gc_deletes_no_snapshot_while_a_spec_cannot_be_read(settings: Settings, 
     delete(plan)
     assert (root / "snapshots" / "p" / orphan[:16] / "train.parquet").exists()
     plan = collect(settings, older_than=timedelta(days=1), keep_runs=1, client=client,
-                   now=LATER, pins=drift_pins(tmp_path / "absent"))
+                   now=LATER, pins=drift_pins(tmp_path / "absent", settings=Settings.from_env()))
     assert "the specs' pinned drift references are unknown: there is no spec folder" in format_plan(plan, applying=False)

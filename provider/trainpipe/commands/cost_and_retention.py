@@ -43,10 +43,11 @@ def _duration(text: str):
 
 def _cmd_cost(args: argparse.Namespace) -> int:
     from trainpipe.hooks.mlflow import MlflowHook
+    from trainpipe.settings import Settings
     from trainpipe.state.cost_report import summarize_costs
 
     since = datetime.now(UTC) - args.since if args.since else None
-    summary = summarize_costs(MlflowHook().client, by=args.by, since=since)
+    summary = summarize_costs(MlflowHook(Settings.from_env()).client, by=args.by, since=since)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
         return 0
@@ -62,11 +63,12 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     from trainpipe.state.retention import collect, delete, drift_pins, format_plan
 
     settings = Settings.from_env()
-    configs = configs_root(args)
+    configs = configs_root(args, settings)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # provider deprecation notices from reading storage
-            plan = collect(settings, older_than=args.older_than, keep_runs=args.keep_runs, pins=drift_pins(configs))
+            plan = collect(settings, older_than=args.older_than, keep_runs=args.keep_runs,
+                           pins=drift_pins(configs, settings=settings))
             print(format_plan(plan, applying=args.apply))
             if args.apply and plan.items:
                 deleted = delete(plan)

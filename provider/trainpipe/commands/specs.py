@@ -12,6 +12,7 @@ from trainpipe.commands.options import specs_folder
 
 if TYPE_CHECKING:
     from trainpipe.plan.model import PipelinePlan
+    from trainpipe.settings import Settings
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -31,10 +32,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from trainpipe.errors import SpecError
     from trainpipe.settings import POLICY_ENV, Settings
 
-    paths = [Path(p) for p in args.paths] or [specs_folder(None, option="a PATH argument")]
+    settings = Settings.from_env()
+    paths = [Path(p) for p in args.paths] or [specs_folder(None, option="a PATH argument", settings=settings)]
     errors = 0
     valid = 0
-    settings = Settings.from_env()
     if settings.policy_path is None:
         # On stderr: stdout stays one located problem per line, then the summary, for scripts.
         print(f"note: no platform policy in force ({POLICY_ENV} is unset): specs are checked without team rules",
@@ -63,9 +64,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_render(args: argparse.Namespace) -> int:
     from trainpipe.compile.compiler import compile_file
     from trainpipe.errors import SpecError
+    from trainpipe.settings import Settings
 
+    settings = Settings.from_env()
     try:
-        plan = compile_file(Path(args.file))
+        plan = compile_file(Path(args.file), settings=settings)
     except SpecError as err:
         print(err)
         return 1
@@ -73,7 +76,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
         from trainpipe.errors import TrainpipeError
 
         try:
-            print(render_manifests_yaml(plan), end="")
+            print(render_manifests_yaml(plan, settings), end="")
         except TrainpipeError as err:
             print(err, file=sys.stderr)
             return 1
@@ -82,7 +85,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_manifests_yaml(plan: PipelinePlan) -> str:
+def render_manifests_yaml(plan: PipelinePlan, settings: Settings) -> str:
     """The train task's manifests (``operators.kubernetes_render``) as YAML that ``kubectl apply -f -``
     accepts, under a header naming the run they were rendered for."""
     import contextlib
@@ -91,11 +94,11 @@ def render_manifests_yaml(plan: PipelinePlan) -> str:
 
     from trainpipe.operators.kubernetes_render import render_launch, render_manifests
 
-    launch = render_launch(plan)
+    launch = render_launch(plan, settings=settings)
     # The operators log as they build ("Building pod ..."): diagnostics go to stderr, stdout stays YAML
     # that `kubectl apply -f -` accepts.
     with contextlib.redirect_stdout(sys.stderr):
-        manifests = render_manifests(plan, launch=launch)
+        manifests = render_manifests(plan, settings=settings, launch=launch)
     header = (
         f"# Kubernetes manifests of the train task of {plan.dag_id} ({plan.spec_file}).\n"
         f"# Run-specific values (config URI, names) are those of run id {launch.airflow_run_id!r}, try "

@@ -44,11 +44,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from trainpipe.steps.train.standalone import train_spec, with_nproc_per_node
     from trainpipe.storage import storage_access
 
+    settings = Settings.from_env()
     try:
-        plan = compile_file(Path(args.spec))
+        plan = compile_file(Path(args.spec), settings=settings)
         if args.nproc_per_node is not None:
             plan = with_nproc_per_node(plan, args.nproc_per_node)
-        settings = Settings.from_env()
         with storage_access(settings):
             relay = _Relay()
             result = train_spec(plan, settings=settings, run_dir=args.run_dir, logical_date=args.logical_date,
@@ -78,15 +78,15 @@ class _Relay:
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from trainpipe.errors import TrainpipeError
-    from trainpipe.steps.train.reproduce import reproduce
-
-    configs = configs_root(args)
     from trainpipe.settings import Settings
+    from trainpipe.steps.train.reproduce import reproduce
     from trainpipe.storage import storage_access
 
+    settings = Settings.from_env()
+    configs = configs_root(args, settings)
     try:
-        with storage_access(Settings.from_env()):
-            outcome = reproduce(args.model, configs_root=configs.resolve(),
+        with storage_access(settings):
+            outcome = reproduce(args.model, configs_root=configs.resolve(), settings=settings,
                                 on_line=lambda line: print(line, flush=True))
     except TrainpipeError as err:
         print(f"trainpipe reproduce: {err}", file=sys.stderr)

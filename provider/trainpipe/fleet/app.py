@@ -64,19 +64,24 @@ Outcome = Annotated[str | None, Query(description="an outcome, or needs_attentio
 
 
 @functools.cache
+def settings() -> Settings:
+    """The platform's settings, read once per api-server process: the app is where the fleet view enters trainpipe."""
+    return Settings.from_env()
+
+
+@functools.cache
 def reader() -> FleetReader:
     """One reader (and cache) per api-server process."""
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.state.datasets import baseline_version
 
-    settings = Settings.from_env()
-    return FleetReader(MlflowHook(settings).client, baseline=lambda pipeline_id: baseline_version(settings,
-                                                                                                     pipeline_id))
+    return FleetReader(MlflowHook(settings()).client, baseline=lambda pipeline_id: baseline_version(settings(),
+                                                                                                       pipeline_id))
 
 
 def _mlflow_ui() -> str | None:
     """The MLflow UI, when the tracking store is a server (a database file has no UI to link to)."""
-    uri = Settings.from_env().mlflow_tracking_uri
+    uri = settings().mlflow_tracking_uri
     return uri.rstrip("/") if uri.startswith(("http://", "https://")) else None
 
 
@@ -168,7 +173,7 @@ def _dataset_versions(pipeline_id: str) -> list[dict[str, Any]]:
     from trainpipe.state.datasets import list_versions
 
     try:
-        versions = list_versions(Settings.from_env(), pipeline_id)
+        versions = list_versions(settings(), pipeline_id)
     except Exception:  # storage unreachable: the page still shows the rest
         log.warning("could not list the dataset versions of %s", pipeline_id, exc_info=True)
         return []

@@ -1,6 +1,6 @@
 """MLflow access for trainpipe's tasks: one client, experiments with a known artifact location.
 
-The tracking URI comes from ``MLFLOW_TRACKING_URI`` (see ``trainpipe.settings``), so the trainer
+The tracking URI is the settings' (``MLFLOW_TRACKING_URI``, see ``trainpipe.settings``), so the trainer
 process, the Airflow tasks and the MLflow UI all look at the same store.
 """
 
@@ -44,8 +44,8 @@ def mlflow_metric_key(name: str) -> str:
 class MlflowHook:
     """Owns the MLflow client; operators call ``self.hook`` instead of building clients themselves."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or Settings.from_env()
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
 
     @cached_property
     def client(self) -> MlflowClient:

@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
-from trainpipe.operators.context import backtest_of
+from trainpipe.operators.context import TaskSettings, backtest_of
 from trainpipe.operators.literal import LiteralFields
 from trainpipe.plan.steps import EVALUATE, REGISTER
-from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
     from trainpipe.plan.model import PipelinePlan
 
 
-class ApproveOperator(LiteralFields, ApprovalOperator):
+class ApproveOperator(TaskSettings, LiteralFields, ApprovalOperator):
     ui_color = "#fff3c4"
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
@@ -45,7 +44,7 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
     def hook(self):
         from trainpipe.hooks.mlflow import MlflowHook
 
-        return MlflowHook(Settings.from_env())
+        return MlflowHook(self.settings)
 
     def execute(self, context: Context) -> Any:
         from trainpipe.notifications.channels import Message, send

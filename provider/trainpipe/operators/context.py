@@ -130,14 +130,14 @@ def log_trained(log: Any, result: TrainingResult) -> None:
              f", {result.samples_per_second:,.0f} samples/s" if result.samples_per_second else "")
 
 
-def leave_usage_note(context: Any, plan: PipelinePlan, settings: Any, result: TrainingResult) -> None:
+def leave_usage_note(context: Any, plan: PipelinePlan, settings: Settings, result: TrainingResult) -> None:
     """The run's note says what its training cost (every try's GPU and CPU hours, and the money) and
     the training throughput of the try that finished."""
     from trainpipe.state.run_folder import run_dir_for
     from trainpipe.state.run_notes import leave_note
     from trainpipe.state.usage import run_usage, usage_note
 
-    usage = run_usage(run_dir_for(plan.dag_id, settings, context["run_id"]), plan.resources)
+    usage = run_usage(run_dir_for(plan.dag_id, settings, context["run_id"]), plan.resources, settings=settings)
     if usage is not None and usage.tries:
         leave_note(context["ti"], usage_note(usage, samples_per_second=result.samples_per_second))
 

@@ -12,6 +12,7 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator
 
 from trainpipe.operators.context import (
+    TaskSettings,
     backtest_of,
     failed_for_good_on_refused_resume,
     leave_usage_note,
@@ -43,7 +44,6 @@ from trainpipe.plan.tracking import (
     WEIGHTS_SHA256_TAG,
     WINDOW_END_TAG,
 )
-from trainpipe.settings import Settings
 from trainpipe.steps.register.lineage import git_commit
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from trainpipe.plan.model import PipelinePlan
 
 
-class _PipelineStepOperator(BaseOperator):
+class _PipelineStepOperator(TaskSettings, BaseOperator):
     ui_color = "#e8f1fb"
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
@@ -65,10 +65,6 @@ class _PipelineStepOperator(BaseOperator):
         if overrides:
             self.log.info("this run overrides %s", overrides)
         return plan
-
-    @functools.cached_property
-    def settings(self) -> Settings:
-        return Settings.from_env()
 
     @functools.cached_property
     def hook(self):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from trainpipe.plan.model import PipelinePlan
+    from trainpipe.settings import Settings
 
 class CheckpointSensor(BaseSensorOperator):
     """Logs training progress and fails when no checkpoint is committed for ``stall_timeout``.
@@ -43,11 +45,18 @@ class CheckpointSensor(BaseSensorOperator):
     def stall_timeout(self) -> timedelta:
         return self.plan.sensor.stall_timeout
 
-    def _run_dir(self, context: Context):
+    @functools.cached_property
+    def settings(self) -> Settings:
+        """The platform's settings, read where the task enters trainpipe, once (the operators' ``TaskSettings``;
+        a sensor does not import the operators, an earlier stage)."""
         from trainpipe.settings import Settings
+
+        return Settings.from_env()
+
+    def _run_dir(self, context: Context):
         from trainpipe.state.run_folder import run_dir_for
 
-        return run_dir_for(self.plan.dag_id, Settings.from_env(), context["run_id"])
+        return run_dir_for(self.plan.dag_id, self.settings, context["run_id"])
 
     def _train_is_starting(self, context: Context) -> bool:
         """Whether Airflow has queued or started this run's train task. Under ``dag.test()`` it is
@@ -75,7 +84,6 @@ class CheckpointSensor(BaseSensorOperator):
     def poke(self, context: Context) -> bool:
         from airflow.sdk.exceptions import AirflowRescheduleException
 
-        from trainpipe.settings import Settings
         from trainpipe.state.checkpoint_state import (
             TrainingStalledError,
             assess,
@@ -111,7 +119,7 @@ class CheckpointSensor(BaseSensorOperator):
             self.defer(
                 trigger=CheckpointTrigger(
                     run_dir_uri=fsspec_uri(run_dir),
-                    conn_id=Settings.from_env().storage_conn_id,
+                    conn_id=self.settings.storage_conn_id,
                     stall_timeout_seconds=self.stall_timeout.total_seconds(),
                     poll_interval=self.plan.sensor.checkpoint_poll_seconds,
                     status_poll_interval=self.plan.sensor.status_poll_seconds,

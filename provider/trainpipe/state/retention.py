@@ -50,13 +50,13 @@ class DriftPins:
     unknown_because: str = ""
 
 
-def drift_pins(configs: Path) -> DriftPins:
+def drift_pins(configs: Path, *, settings: Settings) -> DriftPins:
     """The drift references the specs under ``configs`` pin, for ``gc`` to keep."""
     from trainpipe.compile.compiler import compile_directory
 
     if not configs.is_dir():
         return DriftPins(by_pipeline={}, unknown_because=f"there is no spec folder {configs} (pass --configs)")
-    result = compile_directory(configs, relative_to=configs.resolve().parent)
+    result = compile_directory(configs, relative_to=configs.resolve().parent, settings=settings)
     pins: dict[str, dict[str, str]] = {}
     for plan in result.plans.values():
         drift = plan.validation.drift

@@ -34,6 +34,7 @@ from trainpipe.policy.model import load_price_table
 
 if TYPE_CHECKING:
     from trainpipe.plan.model import ResourcePlan
+    from trainpipe.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -155,14 +156,15 @@ def log_usage(client: Any, mlflow_run_id: str, usage: RunUsage, *, pipeline_id: 
     client.log_batch(mlflow_run_id, metrics=metrics, tags=tags)
 
 
-def account_try(run_dir: Any, *, resources: ResourcePlan, pipeline_id: str, try_number: int, started_at: datetime,
-                outcome: str, client: Any, mlflow_run_id: str | None, reason: str | None = None,
+def account_try(run_dir: Any, *, settings: Settings, resources: ResourcePlan, pipeline_id: str, try_number: int,
+                started_at: datetime, outcome: str, client: Any, mlflow_run_id: str | None, reason: str | None = None,
                 memory: str | None = None, capacity: str | None = None) -> RunUsage | None:
-    """Record one ended try and log the run's totals; None (and a warning) when that failed."""
+    """Record one ended try and log the run's totals, priced by the settings' policy; None (and a warning) when
+    that failed."""
     try:
         tries = record_try(run_dir, try_number=try_number, started_at=started_at, ended_at=datetime.now(UTC),
                            resources=resources, outcome=outcome, reason=reason, memory=memory, capacity=capacity)
-        usage = totals(tries, resources, load_price_table())
+        usage = totals(tries, resources, load_price_table(settings.policy_path))
         if mlflow_run_id is not None:
             log_usage(client, mlflow_run_id, usage, pipeline_id=pipeline_id, team=resources.team)
         log.info("this training used %s", usage.describe())
@@ -181,10 +183,10 @@ def version_usage_tags(client: Any, mlflow_run_id: str) -> dict[str, str]:
     return tags
 
 
-def run_usage(run_dir: Any, resources: ResourcePlan) -> RunUsage | None:
+def run_usage(run_dir: Any, resources: ResourcePlan, *, settings: Settings) -> RunUsage | None:
     """The totals of every try recorded so far; None when the ledger or the price table cannot be read."""
     try:
-        return totals(read_tries(run_dir), resources, load_price_table())
+        return totals(read_tries(run_dir), resources, load_price_table(settings.policy_path))
     except Exception as err:
         log.warning("could not read the GPU/CPU hours of %s: %s: %s", run_dir, type(err).__name__, err)
         return None

@@ -337,8 +337,9 @@ def launch_worker(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Setti
                                       reasons=tuple(reasons.messages), exit_code=err.exit_code) from err
         raise
     finally:
-        account_try(prepared.run_dir, resources=plan.resources, pipeline_id=plan.dag_id, try_number=run.try_number,
-                    started_at=started_at, outcome=outcome, client=hook.client, mlflow_run_id=prepared.mlflow_run_id)
+        account_try(prepared.run_dir, settings=settings, resources=plan.resources, pipeline_id=plan.dag_id,
+                    try_number=run.try_number, started_at=started_at, outcome=outcome, client=hook.client,
+                    mlflow_run_id=prepared.mlflow_run_id)
 
 
 def suggest(trial: optuna.Trial, tuning: TuningPlan) -> dict[str, Any]:

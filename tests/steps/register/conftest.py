@@ -11,6 +11,7 @@ import pytest
 
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.plan.model import RegistrationPlan
+from trainpipe.settings import Settings
 
 from .helpers import hook_register
 
@@ -21,7 +22,7 @@ _names = itertools.count(1)
 def hook() -> MlflowHook:
     # The session's store (tests/conftest.py): MlflowHook points MLflow's process-wide tracking URI at
     # its store, so a store of its own would move every later test's. Each test has its own model name.
-    return MlflowHook()
+    return MlflowHook(Settings.from_env())
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory, compile_file
+from trainpipe.settings import Settings
 from trainpipe.steps.register.lineage import git_commit, log_spec_text
 
 EXAMPLE = REPO / "dag_configs" / "fraud_detector.yaml"
@@ -49,15 +50,16 @@ def test_spec_path_is_relative_to_the_configs_root(tmp_path, monkeypatch):
     (configs / "risk" / "fraud_detector.yaml").write_text(text)
     monkeypatch.delenv("TRAINPIPE_DAG_CONFIGS", raising=False)
 
-    in_folder = compile_directory(configs, relative_to=configs.parent).plans["fraud_detector"]
-    alone = compile_file(configs / "risk" / "fraud_detector.yaml")
+    in_folder = compile_directory(configs, relative_to=configs.parent, settings=Settings.from_env()).plans["fraud_detector"]
+    alone = compile_file(configs / "risk" / "fraud_detector.yaml", settings=Settings.from_env())
 
     assert in_folder.spec_file == "dag_configs/risk/fraud_detector.yaml"  # as users name it
     assert in_folder.spec_relative_path == alone.spec_relative_path == "risk/fraud_detector.yaml"
     assert in_folder.spec_text == text
     loose = tmp_path / "loose.yaml"
     loose.write_text(text)
-    assert compile_file(loose).spec_relative_path == "loose.yaml"  # no configs folder: its own folder is the root
+    # no configs folder: its own folder is the root
+    assert compile_file(loose, settings=Settings.from_env()).spec_relative_path == "loose.yaml"
 
 
 def test_spec_text_is_logged_on_the_run():
@@ -65,7 +67,7 @@ def test_spec_text_is_logged_on_the_run():
 
     from trainpipe.hooks.mlflow import MlflowHook
 
-    hook = MlflowHook()
+    hook = MlflowHook(Settings.from_env())
     run_id = hook.run_for_dag_run(pipeline_id="lineage_test", dag_id="lineage_test", airflow_run_id="manual__1", tags={})
     text = EXAMPLE.read_text()
 

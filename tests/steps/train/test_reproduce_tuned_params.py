@@ -12,6 +12,7 @@ from tests.support import REPO
 from trainpipe.errors import TrainpipeError, TrialParamsError
 from trainpipe.plan.params import with_trial_params
 from trainpipe.plan.tracking import BEST_PARAMS_TAG
+from trainpipe.settings import Settings
 from trainpipe.steps.train.reproduce import Lineage, _tuned_params, plan_for
 
 SPEC = "fraud_detector_tuned.yaml"
@@ -28,7 +29,8 @@ def _lineage(tuned_params: dict) -> Lineage:
 
 
 def test_the_recorded_best_parameters_are_applied():
-    trainer = plan_for(_lineage(json.loads(json.dumps(BEST))), configs_root=REPO / "dag_configs").trainer
+    trainer = plan_for(_lineage(json.loads(json.dumps(BEST))), configs_root=REPO / "dag_configs",
+                       settings=Settings.from_env()).trainer
     assert (trainer.learning_rate, trainer.batch_size, trainer.optimization.warmup_steps) == (0.01, 128, 7)
     assert trainer.model.dropout == 0.2 and trainer.model.hidden_layers == (64, 32)
 
@@ -50,7 +52,7 @@ def test_the_recorded_best_parameters_are_applied():
 ])
 def test_an_edited_tag_is_refused_naming_the_tag_and_the_parameter(name, value, problem):
     with pytest.raises(TrialParamsError) as refused:
-        plan_for(_lineage({**BEST, name: value}), configs_root=REPO / "dag_configs")
+        plan_for(_lineage({**BEST, name: value}), configs_root=REPO / "dag_configs", settings=Settings.from_env())
     assert isinstance(refused.value, TrainpipeError) and isinstance(refused.value, ValueError)
     assert str(refused.value) == (
         f"{TAG}: {name}: {problem} (tuning.space.{name}); the search could not have chosen it, so nothing was "
@@ -69,6 +71,6 @@ def test_the_train_task_checks_the_trial_it_takes_as_well():
     # The same check for every caller: pick_best's XCom goes through it too.
     from trainpipe.compile.compiler import compile_directory
 
-    plan = compile_directory(REPO / "dag_configs").plans["fraud_detector_tuned"]
+    plan = compile_directory(REPO / "dag_configs", settings=Settings.from_env()).plans["fraud_detector_tuned"]
     with pytest.raises(TrialParamsError, match=r"^the best trial's parameters: dropout: 2.0 is not within"):
         with_trial_params(plan, {**BEST, "dropout": 2.0})

@@ -94,9 +94,8 @@ def holdout_slices(evaluation: EvaluationPlan, holdout: pd.DataFrame, candidate:
 
 
 def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, holdout_uri: str, model_uri: str,
-             mlflow_run_id: str, hook: MlflowHook, snapshot: SnapshotInfo | None = None,
-             pipeline_id: str | None = None, settings: Settings | None = None,
-             train_uri: str | None = None) -> dict[str, Any]:
+             mlflow_run_id: str, hook: MlflowHook, settings: Settings, snapshot: SnapshotInfo | None = None,
+             pipeline_id: str | None = None, train_uri: str | None = None) -> dict[str, Any]:
     """Score the candidate, the champion and the baseline model on the holdout (whole and per slice),
     check the gates, and record it all on the MLflow run: metrics, the verdict tag, the evaluation
     report and, given the ``snapshot``, its splits as dataset inputs.
@@ -104,7 +103,7 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     The baseline (``trainpipe.steps.evaluate.baseline``) is fitted on the train split: ``train_uri``, else the
     snapshot's; without either there is none, and a gate on it fails saying so."""
     # The snapshot's splits live under the storage root: read them with its connection, as every read of it is.
-    conn_id = settings.storage_conn_id if settings is not None else None
+    conn_id = settings.storage_conn_id
     holdout = storage.read_parquet_uri(holdout_uri, conn_id=conn_id)
     candidate_scores = predict(hook, model_uri, holdout, evaluation)
     candidate = holdout_metrics(evaluation, holdout, candidate_scores)
@@ -171,7 +170,7 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     if snapshot is not None and pipeline_id is not None:
         from trainpipe.state.datasets import log_snapshot_inputs
 
-        log_snapshot_inputs(hook, mlflow_run_id, pipeline_id, snapshot, holdout, settings=settings or Settings.from_env())
+        log_snapshot_inputs(hook, mlflow_run_id, pipeline_id, snapshot, holdout, settings=settings)
     return result
 
 

@@ -43,7 +43,7 @@ from trainpipe.plan.tracking import (
     WEIGHTS_SHA256_TAG,
 )
 from trainpipe.settings import Settings
-from trainpipe.state.datasets import SnapshotInfo
+from trainpipe.state.datasets import SnapshotInfo, version_folder
 from trainpipe.steps.register.lineage import spec_artifact_path
 from trainpipe.steps.snapshot import content_digest
 from trainpipe.steps.train.train import RunContext, run_training
@@ -173,12 +173,12 @@ def _logged_spec_text(client: Any, run_id: str, spec_file: str) -> str:
         return Path(local).read_text(encoding="utf-8")
 
 
-def plan_for(lineage: Lineage, *, configs_root: Path) -> PipelinePlan:
+def plan_for(lineage: Lineage, *, configs_root: Path, settings: Settings) -> PipelinePlan:
     """The logged spec compiled where it lived (its folder's defaults apply), with the run's parameters."""
     from trainpipe.compile.compiler import compile_text
 
     try:
-        plan = compile_text(lineage.spec_text, lineage.spec_file, configs_root=configs_root)
+        plan = compile_text(lineage.spec_text, lineage.spec_file, configs_root=configs_root, settings=settings)
         plan, _ = apply_run_params(plan, lineage.param_overrides)
         if lineage.tuned_params is not None and plan.tuning is not None:
             # The search is not run again: its best trial's parameters are what the version was trained with.
@@ -211,7 +211,7 @@ def snapshot_by_digest(pipeline_id: str, digest: str, *, settings: Settings) -> 
     """The stored snapshot with this content digest, its content checked against the digest."""
     import pandas as pd
 
-    folder = storage.storage_root(settings) / "snapshots" / pipeline_id / digest[:16]
+    folder = version_folder(settings, pipeline_id, digest)
     manifest_path = folder / "manifest.json"
     if not manifest_path.exists():
         raise ReproduceError(f"snapshot {digest[:16]} of {pipeline_id} is not in storage any more "
@@ -232,14 +232,13 @@ def snapshot_by_digest(pipeline_id: str, digest: str, *, settings: Settings) -> 
     return SnapshotInfo(**fields)
 
 
-def reproduce(reference: str, *, configs_root: Path, settings: Settings | None = None, hook: MlflowHook | None = None,
+def reproduce(reference: str, *, configs_root: Path, settings: Settings, hook: MlflowHook | None = None,
               on_line: Callable[[str], None] | None = None) -> ReproduceResult:
-    settings = settings or Settings.from_env()
     hook = hook or MlflowHook(settings)
     lineage = read_lineage(hook.client, reference)
     say = on_line or log.info
     say(f"reproducing {lineage.describe()}")
-    plan = plan_for(lineage, configs_root=configs_root)
+    plan = plan_for(lineage, configs_root=configs_root, settings=settings)
     snapshot = snapshot_by_digest(plan.dag_id, lineage.dataset_digest, settings=settings)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     run = RunContext(dag_id=plan.dag_id, airflow_run_id=f"reproduce__{lineage.model_name}_v{lineage.version}__{stamp}",

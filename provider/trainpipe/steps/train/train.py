@@ -305,8 +305,8 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
     finally:
         # Every try counts, whatever its outcome, relaunches after a preemption included: devices x wall
         # time (docs/cost-and-retention.md).
-        account_try(prepared.run_dir, resources=plan.resources, pipeline_id=plan.dag_id, try_number=run.try_number,
-                    started_at=started_at, outcome=outcome, client=hook.client,
+        account_try(prepared.run_dir, settings=settings, resources=plan.resources, pipeline_id=plan.dag_id,
+                    try_number=run.try_number, started_at=started_at, outcome=outcome, client=hook.client,
                     mlflow_run_id=prepared.mlflow_run_id)
     if stop_after_step is not None and not prepared.result_path.exists():
         return None
