@@ -1,1 +1,2 @@
-"""The MLflow model registry: versions, aliases, promotion history, lineage tags. Airflow-free."""
+"""The register and promote steps: the MLflow model registry (versions, aliases, promotion history, reject and
+rollback: ``model_registry``) and lineage (``lineage``). Airflow-free."""

@@ -1,1 +1,2 @@
-"""Data checks of the validate step: Great Expectations quality and drift."""
+"""The validate step: a snapshot's checks and its acceptance (``validate``), Great Expectations quality (``quality``)
+and drift (``drift``)."""
