@@ -2,7 +2,7 @@
 
     python benchmarks/evaluation_report.py [--rows 20000] [--repeats 3]
 
-Runs the real ``trainpipe.evaluation.evaluate.evaluate`` in this process against a temporary MLflow
+Runs the real ``trainpipe.steps.evaluate.evaluate.evaluate`` in this process against a temporary MLflow
 store (sqlite) on the demo's transactions (``--rows`` over 60 days, the fraud example's 30-day
 window and 20% holdout, sliced by region), with a candidate and a registered champion that are
 MLflow pyfunc models (a fixed logistic formula over the features: loading and predicting stand in
@@ -68,11 +68,11 @@ def main() -> int:
 
     from trainpipe.compile.compiler import compile_file
     from trainpipe.demo.synthetic import TRANSACTION_FEATURES, generate_transactions
-    from trainpipe.evaluation import evaluate as evaluate_module
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.runtime import datasets
-    from trainpipe.runtime.snapshot import take_snapshot
     from trainpipe.settings import Settings
+    from trainpipe.state import datasets
+    from trainpipe.steps.evaluate import evaluate as evaluate_module
+    from trainpipe.steps.snapshot import take_snapshot
 
     class Logistic(mlflow.pyfunc.PythonModel):
         def __init__(self, weights: list[float]) -> None:
@@ -87,7 +87,8 @@ def main() -> int:
     demo = home / "storage" / "demo" / "transactions"
     demo.mkdir(parents=True)
     generate_transactions(rows=args.rows, end=end).to_parquet(demo / "transactions.parquet", index=False)
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml",
+                        settings=settings)
     snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=end)
     hook = MlflowHook(settings)
     experiment = hook.experiment_id(plan.dag_id)

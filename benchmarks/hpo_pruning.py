@@ -6,7 +6,7 @@
 
 For each sampler seed, runs the study of the tuned fraud demo (dag_configs/fraud_detector_tuned.yaml:
 TPE, the same space, one trial worker unless --parallel) through the trial workers the ``trials``
-tasks run (``trainpipe.runtime.tuning.run_worker``: one real torchrun trainer launch per worker running
+tasks run (``trainpipe.steps.tuning.run_worker``: one real torchrun trainer launch per worker running
 trials back to back, a journal-file study, MLflow on SQLite) twice in a temporary TRAINPIPE_HOME: with
 ``pruner: none`` (the baseline) and with ``--pruner`` (default: what a spec that names no pruner gets).
 It prints, per seed: the trainers' compute (CPU seconds the trainers counted themselves, the
@@ -139,11 +139,11 @@ def run_study(args: argparse.Namespace, settings: Any, seed: int, pruner: dict[s
 
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.plan.build import build_plan
-    from trainpipe.runtime.snapshot import take_snapshot
-    from trainpipe.runtime.train import RunContext
-    from trainpipe.runtime.tuning import create_study, load_study, pick_best, run_worker
     from trainpipe.spec.loader import load_yaml_text
     from trainpipe.spec.validate import validate_loaded
+    from trainpipe.steps.snapshot import take_snapshot
+    from trainpipe.steps.train.train import RunContext
+    from trainpipe.steps.tuning import create_study, load_study, pick_best, run_worker
 
     label = "default" if pruner is None else pruner_label(pruner)
     spec = yaml.safe_load((REPO / "dag_configs" / "fraud_detector_tuned.yaml").read_text())
@@ -226,7 +226,7 @@ def run_id(seed: int) -> str:
 def bench_study_name(seed: int, *, pruned: bool) -> str:
     """A study's name. Hyperband puts each trial in a bracket by a hash of the study's name and the
     trial's number, so a replay that stands for the pruned study must carry that study's name."""
-    from trainpipe.runtime.tuning import study_name
+    from trainpipe.steps.tuning import study_name
 
     return study_name(pipeline_id(seed, pruned=pruned), run_id(seed))
 

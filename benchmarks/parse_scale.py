@@ -96,8 +96,10 @@ def _one_file_baseline(folder: Path):
         start = time.perf_counter()
         from trainpipe.compile.compiler import compile_directory
         from trainpipe.dags.builder import build_dag
+        from trainpipe.settings import Settings
 
-        namespace = {dag_id: build_dag(plan) for dag_id, plan in compile_directory(folder).plans.items()}
+        plans = compile_directory(folder, settings=Settings.from_env()).plans
+        namespace = {dag_id: build_dag(plan) for dag_id, plan in plans.items()}
         return {"seconds": time.perf_counter() - start, "dags": len(namespace)}
     return work
 
@@ -111,8 +113,9 @@ def _listing(folder: Path):
         listed = time.perf_counter() - start
         from trainpipe.compile.plan_cache import PlanCache
         from trainpipe.dags.files import declared_pipeline_id
+        from trainpipe.settings import Settings
 
-        cache = PlanCache(folder, "benchmark")
+        cache = PlanCache(folder, "benchmark", home=Settings.from_env().home)
         paths = [path for _, path in specs]  # strings, as the shards pass them
         cache.declared_ids(paths, declared_pipeline_id)  # what the parses left: this one only stats
         start = time.perf_counter()

@@ -81,6 +81,7 @@ def in_process(n: int, repeats: int) -> None:
 
     from trainpipe.compile.compiler import compile_directory
     from trainpipe.dags.builder import build_dag
+    from trainpipe.settings import Settings
 
     template = EXAMPLE.read_text()
     work = Path(tempfile.mkdtemp(prefix="trainpipe-bench-"))
@@ -92,12 +93,12 @@ def in_process(n: int, repeats: int) -> None:
             (folder / f"p{i:05d}.yaml").write_text(template.replace("pipeline_id: fraud_detector", f"pipeline_id: p{i:05d}"))
         trainpipe_dirs[count] = folder
 
-    probe = compile_directory(trainpipe_dirs[small]).plans["p00000"]
+    probe = compile_directory(trainpipe_dirs[small], settings=Settings.from_env()).plans["p00000"]
     task_ids = [t.task_id for t in build_dag(probe).topological_sort()]
     n_tasks = len(task_ids)
 
     def trainpipe(count: int) -> None:
-        result = compile_directory(trainpipe_dirs[count])
+        result = compile_directory(trainpipe_dirs[count], settings=Settings.from_env())
         namespace = {dag_id: build_dag(plan) for dag_id, plan in result.plans.items()}
         assert len(namespace) == count, result.errors
 
@@ -166,7 +167,7 @@ def in_process(n: int, repeats: int) -> None:
         assert sum(1 for v in namespace.values() if isinstance(v, DAG)) == count
 
     def trainpipe_compile_only(count: int) -> None:
-        assert len(compile_directory(trainpipe_dirs[count]).plans) == count
+        assert len(compile_directory(trainpipe_dirs[count], settings=Settings.from_env()).plans) == count
 
     from airflow.serialization.serialized_objects import DagSerialization
 
@@ -175,7 +176,8 @@ def in_process(n: int, repeats: int) -> None:
         for dag in serializable[count]:
             DagSerialization.to_dict(dag)
 
-    serializable = {count: [build_dag(p) for p in compile_directory(trainpipe_dirs[count]).plans.values()]
+    serializable = {count: [build_dag(p) for p in compile_directory(trainpipe_dirs[count],
+                                                                    settings=Settings.from_env()).plans.values()]
                     for count in (small, n)}
 
     contenders = {"hand-written": hand_written, "trainpipe": trainpipe, "compile": trainpipe_compile_only,
@@ -214,8 +216,9 @@ def _hand_written_file(count: int, *, params_after_tasks: bool = False) -> str:
     ``params_after_tasks``: the Params attached to the DAG after its tasks, as trainpipe does (ADR
     0006), so Airflow neither validates their schemas again nor copies them into every task."""
     from trainpipe.compile.compiler import compile_file
+    from trainpipe.settings import Settings
 
-    probe = compile_file(EXAMPLE)
+    probe = compile_file(EXAMPLE, settings=Settings.from_env())
     params = {p.name: (p.default, p.type, p.description, {b.keyword: b.value for b in p.bounds}) for p in probe.params}
     tasks = [(t.task_id, list(t.outlets), list(t.upstream)) for t in probe.tasks]
     return f"""\
@@ -258,8 +261,9 @@ for i in range({count}):
 def _dag_factory_folder(folder: Path, count: int) -> None:
     """One DAG file calling dag-factory on ``count`` YAML files of the same pipeline beside it."""
     from trainpipe.compile.compiler import compile_file
+    from trainpipe.settings import Settings
 
-    probe = compile_file(EXAMPLE)
+    probe = compile_file(EXAMPLE, settings=Settings.from_env())
     configs = folder / "configs"
     configs.mkdir(parents=True)
     for i in range(count):

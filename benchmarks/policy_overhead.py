@@ -80,13 +80,14 @@ def main() -> int:
     os.environ["TRAINPIPE_STORAGE_ROOT"] = f"file://{work / 'storage'}"
 
     from trainpipe.compile.compiler import compile_directory
+    from trainpipe.settings import Settings
 
     def compile_all(with_policy: bool) -> None:
         if with_policy:
             os.environ["TRAINPIPE_POLICY"] = str(policy)
         else:
             os.environ.pop("TRAINPIPE_POLICY", None)
-        result = compile_directory(configs, relative_to=work)
+        result = compile_directory(configs, relative_to=work, settings=Settings.from_env())
         if result.errors or len(result.plans) != args.specs:
             raise SystemExit(f"the benchmark's specs must compile: {next(iter(result.errors.values()), '')}")
 
@@ -115,6 +116,7 @@ def main() -> int:
 
 def _policy_work_ms(configs: Path, repeats: int) -> float:
     from trainpipe.compile.compiler import PolicyInForce, _judge
+    from trainpipe.settings import Settings
     from trainpipe.spec.loader import load_yaml_file
     from trainpipe.spec.validate import validate_loaded
 
@@ -122,7 +124,7 @@ def _policy_work_ms(configs: Path, repeats: int) -> float:
     for path in sorted(configs.rglob("*.yaml")):
         loaded = load_yaml_file(path, path.name)
         specs.append((validate_loaded(loaded), loaded, path.relative_to(configs).as_posix()))
-    state = PolicyInForce()
+    state = PolicyInForce(Settings.from_env())
     best = min(_timed(lambda: [_judge(spec, loaded, relative, relative, state) for spec, loaded, relative in specs])
                for _ in range(repeats))
     return best / len(specs) * 1000

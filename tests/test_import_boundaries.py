@@ -29,7 +29,7 @@ def _import_with(blocked: str, statement: str) -> subprocess.CompletedProcess:
 def test_provider_and_dag_factory_import_without_torch():
     result = _import_with(
         "torch",
-        "import trainpipe.compile.compiler, trainpipe.dags.builder, trainpipe.operators.pipeline, trainpipe.runtime.train, "
+        "import trainpipe.compile.compiler, trainpipe.dags.builder, trainpipe.operators.pipeline, trainpipe.steps.train.train, "
         "trainpipe.commands.main\nprint('ok')",
     )
     assert result.returncode == 0, result.stderr

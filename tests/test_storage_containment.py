@@ -118,7 +118,7 @@ def spec_without_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         written = uri.format(root=root)
         spec = tmp_path / "x.yaml"
         spec.write_text(SPEC.format(uri=written))
-        return written, lambda: compile_file(spec, "specs/x.yaml")
+        return written, lambda: compile_file(spec, "specs/x.yaml", settings=Settings.from_env())
 
     return compile_with
 

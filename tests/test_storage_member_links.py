@@ -14,8 +14,8 @@ import pytest
 from trainpipe import storage
 from trainpipe.errors import OutsideStorageRootError, PolicyViolationError
 from trainpipe.plan.model import DataPlan
-from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
+from trainpipe.steps.snapshot import take_snapshot
 
 WHEN = datetime(2025, 1, 2, tzinfo=UTC)
 OTHER_TEAMS_ROW = "other-team-secret"

@@ -18,10 +18,10 @@ import pytest
 from trainpipe.commands.main import main
 from trainpipe.errors import SpecError, UnsupportedUriError
 from trainpipe.plan.build import build_plan
-from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe.steps.snapshot import take_snapshot
 from trainpipe.storage import resolve_uri
 
 SECRET = "fernet_key = 6cT0pSecretValue"
@@ -166,7 +166,7 @@ def test_validating_a_file_read_by_mistake_does_not_echo_its_header(tmp_path: Pa
     """Without a time column the snapshot of any readable file succeeds (which files a team may read
     is the platform policy's); the validate task then reports the missing columns by count only."""
     from trainpipe.errors import ValidationFailedError
-    from trainpipe.runtime.snapshot import validate_snapshot
+    from trainpipe.steps.validate.validate import validate_snapshot
 
     secret_file = tmp_path / "c.csv"
     secret_file.write_text(f"{SECRET}\nx\n")

@@ -28,6 +28,7 @@ import pytest
 
 from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory
+from trainpipe.settings import Settings
 
 # Names in site-packages that belong to trainpipe's own (editable) installs.
 _OWN = ("trainpipe", "airflow_provider_trainpipe", "_editable_impl_airflow_provider_trainpipe",
@@ -112,7 +113,8 @@ def test_a_pip_user_loads_the_example_specs_from_outside_the_repository(wheels: 
     loaded = json.loads(_run(python, "-c", probe, cwd=tmp_path, env=env).splitlines()[-1])
 
     assert loaded["errors"] == {}
-    assert loaded["dags"] == sorted(compile_directory(REPO / "dag_configs").plans) and len(loaded["dags"]) >= 4
+    assert loaded["dags"] == sorted(compile_directory(REPO / "dag_configs",
+                                                      settings=Settings.from_env()).plans) and len(loaded["dags"]) >= 4
     site = str(tmp_path / "venv")
     assert loaded["trainpipe"].startswith(site) and loaded["trainer"].startswith(site)
     assert not [entry for entry in loaded["path"] if entry.startswith(str(REPO))]

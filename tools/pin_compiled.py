@@ -17,8 +17,9 @@ PINS = ROOT / "tests" / "fixtures" / "compiled"
 def compiled(spec: Path) -> dict[str, str]:
     """{file name: text} of one example spec's plan and trainer config."""
     from trainpipe.compile.compiler import compile_file
+    from trainpipe.settings import Settings
 
-    plan = compile_file(spec, f"dag_configs/{spec.name}", configs_root=spec.parent)
+    plan = compile_file(spec, f"dag_configs/{spec.name}", configs_root=spec.parent, settings=Settings.from_env())
     plan_json = json.dumps(plan.to_dict(), indent=1, sort_keys=True, default=str) + "\n"
     # Where the checkout is differs per machine; the rest must not.
     plan_json = plan_json.replace(str(ROOT), "<repo>")

@@ -1,11 +1,14 @@
-"""One error family for trainpipe.
+"""One error family for trainpipe, and how spec text is shown where people read it.
 
 ``SpecError`` is bad user input: it is also a ``ValueError`` and its message names the file, line,
-column, field path and, where one is known, the fix.
+column, field path and, where one is known, the fix. The escapes at the end (``shown_value``,
+``first_hidden_character``, ``markdown_text``) keep a spec's words from reading as something else:
+in a message, in a log, in a UI that renders Markdown.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +97,7 @@ class ValidationFailedError(TrainpipeError):
 
     def __init__(self, message: str, *, note_parts: tuple[str, ...] = (), drift_mlflow_run_id: str | None = None) -> None:
         super().__init__(message)
-        # Each failed check in a few words, for the run's note (``trainpipe.runtime.run_notes.validation_note``).
+        # Each failed check in a few words, for the run's note (``trainpipe.state.run_notes.validation_note``).
         self.note_parts = note_parts
         # The MLflow run holding the drift report, for the task's "Drift report" button.
         self.drift_mlflow_run_id = drift_mlflow_run_id
@@ -157,3 +160,14 @@ _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Zl", "Zp"})
 def first_hidden_character(text: str) -> str | None:
     """The first character of ``text`` a reader would not see as written (``"\\n"``, U+200B), or None."""
     return next((c for c in text if unicodedata.category(c) in _HIDDEN_CATEGORIES), None)
+
+
+# Every ASCII punctuation character CommonMark lets a backslash escape.
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def markdown_text(text: str) -> str:
+    """``text`` escaped so that a Markdown renderer (the Airflow UI's DAG docs, MLflow's model descriptions) shows
+    it as written: no heading, link or remote image (a tracking pixel, a phishing link "approved by the platform
+    team") made of a spec's words."""
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)

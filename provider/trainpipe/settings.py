@@ -37,7 +37,7 @@ class Settings:
     storage_conn_id: str | None
     mlflow_tracking_uri: str
     mlflow_artifact_root: str
-    # Where hyperparameter-search studies live (trainpipe.runtime.tuning): one storage for every pipeline.
+    # Where hyperparameter-search studies live (trainpipe.steps.tuning): one storage for every pipeline.
     optuna_storage: str = ""
     # The specs folder the platform configured; None: a command's argument, else dag_configs/.
     specs_folder: Path | None = None

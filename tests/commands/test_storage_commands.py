@@ -92,8 +92,8 @@ def test_demo_data_writes_to_the_s3_root_and_no_local_folder(endpoint, tmp_path)
 
 def test_datasets_lists_the_versions_stored_under_the_s3_root(endpoint, tmp_path, monkeypatch):
     from trainpipe.compile.compiler import compile_file
-    from trainpipe.runtime.snapshot import take_snapshot
     from trainpipe.settings import Settings
+    from trainpipe.steps.snapshot import take_snapshot
 
     env = _env(tmp_path, TRAINPIPE_STORAGE_CONN_ID=CONN_ID, AIRFLOW_CONN_TRAINPIPE_S3=_connection(endpoint))
     work = tmp_path / "work"
@@ -102,7 +102,7 @@ def test_datasets_lists_the_versions_stored_under_the_s3_root(endpoint, tmp_path
     # Two versions, written by the snapshot task's own code on the same root.
     for name in ("TRAINPIPE_STORAGE_ROOT", "TRAINPIPE_STORAGE_CONN_ID", "AIRFLOW_CONN_TRAINPIPE_S3"):
         monkeypatch.setenv(name, env[name])
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", settings=Settings.from_env())
     digests = {take_snapshot("fraud_detector", plan.data, settings=Settings.from_env(),
                              logical_date=datetime(2026, 6, day, tzinfo=UTC)).digest for day in (20, 30)}
 

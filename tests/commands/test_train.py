@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from tests.support import REPO
-from trainpipe.commands.train import default_logical_date
-from trainpipe.runtime.train import TrainerReasons
+from trainpipe.steps.train.standalone import default_logical_date
+from trainpipe.steps.train.train import TrainerReasons
 
 LOGICAL_DATE = "2026-11-22"
 

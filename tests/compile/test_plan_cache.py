@@ -18,6 +18,7 @@ from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory
 from trainpipe.compile.plan_cache import PlanCache, _package_sources, code_fingerprint
 from trainpipe.dags.files import register_dags
+from trainpipe.settings import Settings
 
 
 @pytest.fixture
@@ -42,9 +43,9 @@ def _serialized(dags: dict) -> dict:
 
 def test_a_warm_parse_compiles_nothing_and_builds_the_same_dags(configs: Path, tmp_path: Path):
     cold: dict = {}
-    first = register_dags(cold, configs)
+    first = register_dags(cold, configs, settings=Settings.from_env())
     warm: dict = {}
-    second = register_dags(warm, configs)
+    second = register_dags(warm, configs, settings=Settings.from_env())
 
     assert first.cached == set() and len(first.plans) >= 4
     assert second.cached == set(first.files)
@@ -56,18 +57,18 @@ def test_a_warm_parse_compiles_nothing_and_builds_the_same_dags(configs: Path, t
 
 
 def test_a_changed_spec_or_defaults_file_is_compiled_again(configs: Path):
-    register_dags({}, configs)
+    register_dags({}, configs, settings=Settings.from_env())
     spec = configs / "fraud_detector.yaml"
     spec.write_text(spec.read_text().replace("  epochs: 8", "  epochs: 9").replace("owner: risk-ml\n", ""))
 
-    result = register_dags({}, configs)
+    result = register_dags({}, configs, settings=Settings.from_env())
 
     assert "dag_configs/fraud_detector.yaml" not in result.cached
     assert result.plans["fraud_detector"].trainer.epochs == 9
     assert len(result.cached) == len(result.files) - 1
 
     (configs / "_defaults.yaml").write_text("owner: platform-team\n")
-    result = register_dags({}, configs)
+    result = register_dags({}, configs, settings=Settings.from_env())
     assert result.cached == set()
     assert result.plans["fraud_detector"].owner == "platform-team"
 
@@ -75,15 +76,16 @@ def test_a_changed_spec_or_defaults_file_is_compiled_again(configs: Path):
 def test_a_warm_parse_neither_validates_nor_imports_the_spec_models(configs: Path, tmp_path: Path):
     # What makes a warm parse cheap: plans and DAGs come out of the cache without the validator and its
     # pydantic models (most of a small shard's import time), in a fresh process as Airflow parses.
-    code = ("import sys; from pathlib import Path; from trainpipe.dags.files import register_dags; dags = {}; "
-            f"result = register_dags(dags, Path({str(configs)!r})); "
+    code = ("import sys; from pathlib import Path; from trainpipe.dags.files import register_dags; "
+            "from trainpipe.settings import Settings; dags = {}; "
+            f"result = register_dags(dags, Path({str(configs)!r}), settings=Settings.from_env()); "
             "print(len(dags), len(result.cached), len(result.errors), "
             "sorted(m for m in ('trainpipe.spec.sections.pipeline', 'trainpipe.spec.validate') if m in sys.modules))")
     env = {**os.environ, "TRAINPIPE_HOME": str(tmp_path / "home")}
     cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=180)
     warm = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=180)
 
-    count = len(compile_directory(configs, relative_to=configs.parent).plans)
+    count = len(compile_directory(configs, relative_to=configs.parent, settings=Settings.from_env()).plans)
     # The last line is the print (Airflow's log may write to stdout before it).
     assert cold.stdout.splitlines()[-1].split() == [
         str(count), "0", "0", "['trainpipe.spec.sections.pipeline',", "'trainpipe.spec.validate']"]
@@ -137,13 +139,13 @@ def _corrupt_writable_by_others(bundle: Path) -> None:
 @pytest.mark.parametrize("corrupt", [_corrupt_garbage, _corrupt_truncated, _corrupt_other_code,
                                      _corrupt_swapped_entries, _corrupt_entry_bytes, _corrupt_writable_by_others])
 def test_a_corrupted_cache_still_compiles_the_folder_correctly(configs: Path, tmp_path: Path, corrupt):
-    fresh = compile_directory(configs, relative_to=configs.parent)
+    fresh = compile_directory(configs, relative_to=configs.parent, settings=Settings.from_env())
     cold: dict = {}
-    register_dags(cold, configs)
+    register_dags(cold, configs, settings=Settings.from_env())
     corrupt(_bundle(tmp_path))
 
     dags: dict = {}
-    result = register_dags(dags, configs)
+    result = register_dags(dags, configs, settings=Settings.from_env())
 
     assert result.errors == {}
     assert result.plans == fresh.plans
@@ -151,7 +153,7 @@ def test_a_corrupted_cache_still_compiles_the_folder_correctly(configs: Path, tm
         dag_id: plan.spec_file for dag_id, plan in fresh.plans.items()}
     assert _serialized(dags) == _serialized(cold)
     # The bad bundle was replaced by a good one: the next parse hits again.
-    assert register_dags({}, configs).cached == set(result.files)
+    assert register_dags({}, configs, settings=Settings.from_env()).cached == set(result.files)
 
 
 def test_a_cache_that_cannot_be_written_is_not_fatal(configs: Path, tmp_path: Path):
@@ -159,7 +161,7 @@ def test_a_cache_that_cannot_be_written_is_not_fatal(configs: Path, tmp_path: Pa
     (tmp_path / "home" / "cache").write_text("a file where the cache folder would be")
 
     dags: dict = {}
-    result = register_dags(dags, configs)
+    result = register_dags(dags, configs, settings=Settings.from_env())
 
     assert result.errors == {} and set(dags) == set(result.plans) and len(dags) >= 4
 

@@ -10,6 +10,7 @@ import pytest
 from tests.support import REPO
 from trainpipe.commands.main import main
 from trainpipe.compile.spec_files import resolve_specs_folder
+from trainpipe.settings import Settings
 
 
 @pytest.fixture
@@ -24,10 +25,10 @@ def specs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_order_is_argument_then_variable_then_default(specs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert resolve_specs_folder("mine", option="--configs") == (Path("mine"), "from --configs")
-    assert resolve_specs_folder(None, option="--configs") == (specs, "from TRAINPIPE_DAG_CONFIGS")
+    assert resolve_specs_folder("mine", option="--configs", settings=Settings.from_env()) == (Path("mine"), "from --configs")
+    assert resolve_specs_folder(None, option="--configs", settings=Settings.from_env()) == (specs, "from TRAINPIPE_DAG_CONFIGS")
     monkeypatch.delenv("TRAINPIPE_DAG_CONFIGS")
-    assert resolve_specs_folder(None, option="--configs") == (
+    assert resolve_specs_folder(None, option="--configs", settings=Settings.from_env()) == (
         Path("dag_configs"), "the default; neither --configs nor TRAINPIPE_DAG_CONFIGS is set")
 
 

@@ -14,6 +14,7 @@ from trainpipe.commands.main import main
 from trainpipe.compile.compiler import compile_directory
 from trainpipe.compile.plan_cache import PlanCache
 from trainpipe.dags.files import declared_pipeline_id
+from trainpipe.settings import Settings
 
 SECRET = "root:$6$saltsalt$SECRETHASH:20228:0:99999:7:::\napi_token: tok-SECRET-1234\n"
 REFUSED = "a symbolic link (or a linked folder) to a file outside the specs folder"
@@ -41,7 +42,7 @@ def test_a_link_out_of_the_folder_is_refused_unread_and_the_rest_compiles(
     (configs / "risk" / "probe.yaml").symlink_to(outside / "no-such-file")
     cache = PlanCache(configs.resolve(), "all", home=tmp_path / "home").load() if cached else None
 
-    result = compile_directory(configs, relative_to=configs.parent, cache=cache)
+    result = compile_directory(configs, relative_to=configs.parent, cache=cache, settings=Settings.from_env())
 
     assert set(result.plans) == {"fraud_detector"}
     shown = {name: str(error) for name, error in result.errors.items()}
@@ -76,7 +77,7 @@ def test_a_link_to_a_file_inside_the_folder_is_read(folders: tuple[Path, Path]) 
     (shared / "_template.yaml").write_text(text)  # "_": not a spec of its own
     (configs / "risk" / "shared.yaml").symlink_to(os.path.relpath(shared / "_template.yaml", configs / "risk"))
 
-    result = compile_directory(configs, relative_to=configs.parent)
+    result = compile_directory(configs, relative_to=configs.parent, settings=Settings.from_env())
 
     assert set(result.plans) == {"fraud_detector", "risk_shared"} and not result.errors
 

@@ -9,13 +9,14 @@ from trainpipe.compile.compiler import compile_file
 from trainpipe.dags.builder import build_dag
 from trainpipe.plan.model import model_asset_uri, snapshot_asset_uri
 from trainpipe.plan.params import apply_run_params
+from trainpipe.settings import Settings
 
 
 def test_asset_scheduled_spec_runs_on_that_asset(tmp_path):
     from airflow.sdk import Asset
 
     spec = spec_with(tmp_path, 'schedule: "@daily"', "schedule:\n  assets: [trainpipe://transactions_ingest/snapshot]")
-    dag = build_dag(compile_file(spec))
+    dag = build_dag(compile_file(spec, settings=Settings.from_env()))
 
     assert list(dag.timetable.asset_condition.objects) == [Asset("trainpipe://transactions_ingest/snapshot")]
 
@@ -23,7 +24,7 @@ def test_asset_scheduled_spec_runs_on_that_asset(tmp_path):
 def test_pipeline_emits_snapshot_and_model_assets():
     from airflow.sdk import Asset
 
-    dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml"))
+    dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml", settings=Settings.from_env()))
 
     assert dag.get_task("snapshot").outlets == [Asset(snapshot_asset_uri("fraud_detector"))]
     # The model asset follows the champion: it is updated where the production alias moves.
@@ -32,7 +33,7 @@ def test_pipeline_emits_snapshot_and_model_assets():
 
 
 def test_spec_params_become_airflow_params_with_spec_defaults():
-    dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml"))
+    dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml", settings=Settings.from_env()))
 
     params = dag.params
     assert set(params.keys()) == {"learning_rate", "epochs", "seed"}
@@ -42,7 +43,7 @@ def test_spec_params_become_airflow_params_with_spec_defaults():
 
 
 def test_param_override_changes_only_that_run():
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", settings=Settings.from_env())
     run, changed = apply_run_params(plan, {"learning_rate": 0.01, "epochs": 8})
     assert changed == {"learning_rate": 0.01}
     assert run.trainer.learning_rate == 0.01
@@ -55,7 +56,7 @@ def test_params_survive_serialization_and_reach_every_task_at_run_time():
     from airflow.sdk.definitions.param import ParamValidationError, process_params
     from airflow.serialization.serialized_objects import DagSerialization
 
-    dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml"))
+    dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml", settings=Settings.from_env()))
 
     stored = DagSerialization.from_dict(DagSerialization.to_dict(dag))
     assert stored.params["learning_rate"] == 0.003
@@ -72,7 +73,7 @@ def test_trigger_form_refuses_what_the_run_would_refuse():
     declared minimum but training.seed must be >= 0; learning_rate must stay > 0 and <= its maximum."""
     from airflow.sdk.definitions.param import ParamValidationError, process_params
 
-    dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml"))
+    dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml", settings=Settings.from_env()))
     train = dag.get_task("train")
     for bad in ({"seed": -1}, {"seed": 2**63}, {"learning_rate": 0.5}, {"epochs": 0}, {"epochs": 2.5},
                 {"epochs": 100_001}):
@@ -84,7 +85,7 @@ def test_trigger_form_refuses_what_the_run_would_refuse():
 
 @pytest.mark.parametrize("spec_file", sorted((REPO / "dag_configs").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_example_dag_passes_airflows_own_param_check(spec_file):
-    dag = build_dag(compile_file(spec_file))
+    dag = build_dag(compile_file(spec_file, settings=Settings.from_env()))
     dag.params.validate()  # what DAG() would run if the params were passed to it
 
 
@@ -180,7 +181,7 @@ def test_airflow_config_defaults_still_apply(monkeypatch):
     monkeypatch.setenv("AIRFLOW__SENSORS__DEFAULT_TIMEOUT", "1234")
     dag_builder._airflow_config_defaults.cache_clear()
     try:
-        dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml"))
+        dag = build_dag(compile_file(REPO / "dag_configs" / "fraud_detector.yaml", settings=Settings.from_env()))
     finally:
         dag_builder._airflow_config_defaults.cache_clear()
     assert dag.max_active_tasks == 3
@@ -208,7 +209,7 @@ def test_an_asset_uri_airflow_refuses_is_an_import_error_of_its_spec_at_its_item
     (configs / "waits_on_asset.yaml").write_text(
         (configs / "waits_on_asset.yaml").read_text().replace("pipeline_id: fraud_detector", "pipeline_id: waits"))
     namespace: dict = {}
-    result = register_dags(namespace, configs)
+    result = register_dags(namespace, configs, settings=Settings.from_env())
 
     assert set(namespace) == {"fraud_detector"}
     (error,) = result.errors.values()
@@ -227,7 +228,7 @@ def test_the_deadline_alert_name_fits_airflows_column_for_the_longest_pipeline_i
     spec = spec_with(tmp_path, "pipeline_id: fraud_detector_approval",
                      f"pipeline_id: {long_id}\n", example="fraud_detector_approval.yaml")
     spec.write_text(spec.read_text().replace("  email:", "  deadline: {within: 6h}\n  email:", 1))
-    dag = build_dag(compile_file(spec))
+    dag = build_dag(compile_file(spec, settings=Settings.from_env()))
 
     assert len(dag.deadline[0].name if isinstance(dag.deadline, list) else dag.deadline.name) <= 250
 
@@ -241,7 +242,7 @@ def test_the_dag_docs_show_the_description_as_written_not_as_markdown(tmp_path):
     spec["description"] = "# Approved by the platform team\n[Re-approve here](https://evil.example) ![](https://t.example/p.png)"
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
-    doc = build_dag(compile_file(path)).doc_md
+    doc = build_dag(compile_file(path, settings=Settings.from_env())).doc_md
     rendered = markdown_html(doc)
     assert "<h1>" not in rendered and "<a " not in rendered and "<img" not in rendered
     assert "# Approved by the platform team" in rendered and "[Re-approve here](https://evil.example)" in rendered

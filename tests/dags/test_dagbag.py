@@ -10,6 +10,7 @@ from tests.support import REPO, dag_bag
 from trainpipe.compile.compiler import compile_directory, spec_files
 from trainpipe.plan.build import task_order
 from trainpipe.plan.steps import APPROVE_TASK, CHECKPOINT_SENSOR, TUNING_TASKS
+from trainpipe.settings import Settings
 
 
 @pytest.mark.integration
@@ -17,7 +18,7 @@ def test_dags_folder_loads_one_dag_per_spec_in_task_order(airflow_db):
     bag = dag_bag()
 
     assert bag.import_errors == {}
-    plans = {plan.dag_id: plan for plan in compile_directory(REPO / "dag_configs").plans.values()}
+    plans = {plan.dag_id: plan for plan in compile_directory(REPO / "dag_configs", settings=Settings.from_env()).plans.values()}
     expected = set(plans)
     assert len(expected) == len(spec_files(REPO / "dag_configs")) >= 2
     assert set(bag.dag_ids) == expected
@@ -39,6 +40,6 @@ def test_dags_folder_loads_one_dag_per_spec_in_task_order(airflow_db):
 
 
 def test_ranker_runs_nightly_at_midnight():
-    plans = compile_directory(REPO / "dag_configs").plans
+    plans = compile_directory(REPO / "dag_configs", settings=Settings.from_env()).plans
     assert plans["search_ranker_nightly"].schedule == "0 0 * * *"
     assert plans["fraud_detector"].schedule == "@daily"

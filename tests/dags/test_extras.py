@@ -15,6 +15,7 @@ from tests.probes import probe
 from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory
 from trainpipe.errors import TrainpipeError
+from trainpipe.settings import Settings
 
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
@@ -76,9 +77,9 @@ def test_a_tuned_spec_parses_into_its_dag_without_optuna():
 
 
 def test_a_tuning_task_without_optuna_names_the_extra(monkeypatch: pytest.MonkeyPatch):
-    from trainpipe.runtime.tuning import make_sampler
+    from trainpipe.steps.tuning import make_sampler
 
-    plan = compile_directory(REPO / "dag_configs").plans["fraud_detector_tuned"]
+    plan = compile_directory(REPO / "dag_configs", settings=Settings.from_env()).plans["fraud_detector_tuned"]
     monkeypatch.setitem(sys.modules, "optuna", None)  # what an environment without the extra imports
 
     with pytest.raises(TrainpipeError, match=re.escape(

@@ -12,6 +12,7 @@ import pytest
 
 from tests.support import REPO, dag_bag
 from trainpipe.commands.main import main
+from trainpipe.settings import Settings
 
 BAD_SPECS = REPO / "tests" / "fixtures" / "bad_specs"
 
@@ -35,7 +36,8 @@ def test_good_dags_load_and_exactly_the_broken_spec_is_an_import_error(configs_w
 
     from trainpipe.compile.compiler import compile_directory
 
-    assert set(bag.dag_ids) == set(compile_directory(REPO / "dag_configs").plans) >= {"fraud_detector", "search_ranker_nightly"}
+    assert set(bag.dag_ids) == set(compile_directory(REPO / "dag_configs", settings=Settings.from_env()).plans) >= {
+        "fraud_detector", "search_ranker_nightly"}
     broken_path = str((configs_with_one_broken / "broken_one.yaml").resolve())
     assert list(bag.import_errors) == [broken_path]
 
@@ -53,7 +55,7 @@ def test_parsing_for_one_task_compiles_only_that_spec(configs_with_one_broken, m
 
     monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "search_ranker_nightly")
     namespace: dict = {}
-    result = register_dags(namespace, configs_with_one_broken)
+    result = register_dags(namespace, configs_with_one_broken, settings=Settings.from_env())
 
     assert set(namespace) == {"search_ranker_nightly"}
     assert result.errors == {}  # the broken spec was not even read as YAML
@@ -70,7 +72,7 @@ def test_parsing_for_one_task_still_finds_a_spec_the_quick_look_cannot_read(conf
     spec.write_text(text.replace("pipeline_id: search_ranker_nightly\n", "pipeline_id :   search_ranker_nightly\n"))
     monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "search_ranker_nightly")
     namespace: dict = {}
-    register_dags(namespace, configs_with_one_broken)
+    register_dags(namespace, configs_with_one_broken, settings=Settings.from_env())
 
     assert set(namespace) == {"search_ranker_nightly"}
 
@@ -97,7 +99,8 @@ def test_every_bad_fixture_beside_the_examples_is_its_own_import_error(tmp_path,
     bag = dag_bag(configs, monkeypatch)
     elapsed = time.monotonic() - start
 
-    assert set(bag.dag_ids) == set(compile_directory(REPO / "dag_configs").plans) >= {"fraud_detector", "search_ranker_nightly"}
+    assert set(bag.dag_ids) == set(compile_directory(REPO / "dag_configs", settings=Settings.from_env()).plans) >= {
+        "fraud_detector", "search_ranker_nightly"}
     assert sorted(bag.import_errors) == sorted(str(path.resolve()) for path in bad)
     for path in bad:
         name = f"dag_configs/{path.relative_to(configs)}"
@@ -124,7 +127,7 @@ def test_a_dag_that_fails_to_build_is_its_spec_files_error(configs_with_one_brok
 
     monkeypatch.setattr(trainpipe.dags.builder, "build_dag", build_dag)
     namespace: dict = {}
-    result = register_dags(namespace, configs_with_one_broken)
+    result = register_dags(namespace, configs_with_one_broken, settings=Settings.from_env())
 
     assert set(namespace) == {"fraud_detector", "fraud_detector_approval", "fraud_detector_multinode",
                               "fraud_detector_tuned", "search_ranker_nightly"}

@@ -18,6 +18,7 @@ from tests.support import REPO, dag_bag
 from trainpipe.compile.spec_files import list_specs
 from trainpipe.dags.files import SHARD_FILES, SINGLE_FILE_MAX, shard_count, shard_of
 from trainpipe.errors import DagFileError
+from trainpipe.settings import Settings
 
 EXAMPLE = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
 # More than SINGLE_FILE_MAX: the folder is sharded.
@@ -219,16 +220,18 @@ def test_a_dag_file_finds_the_nearest_dag_configs_folder_or_says_how_to_name_one
     (tmp_path / "home" / "dags" / "shards").mkdir(parents=True)
     main, shard = tmp_path / "home" / "dags" / "trainpipe_dags.py", tmp_path / "home" / "dags" / "shards" / "t.py"
     with pytest.raises(DagFileError, match=r"found no dag_configs/ folder beside the DAG file .* set TRAINPIPE_DAG_CONFIGS"):
-        specs_folder_for(str(main), None)
+        specs_folder_for(str(main), None, settings=Settings.from_env())
 
     (tmp_path / "home" / "dag_configs").mkdir()
     # The main file and the shard files below it find the same folder.
-    assert specs_folder_for(str(main), None) == specs_folder_for(str(shard), None) == tmp_path / "home" / "dag_configs"
-    assert specs_folder_for(str(main), "../teams") == tmp_path / "home" / "dags" / ".." / "teams"
-    assert specs_folder_for(str(main), tmp_path / "abs") == tmp_path / "abs"
+    assert (specs_folder_for(str(main), None, settings=Settings.from_env())
+            == specs_folder_for(str(shard), None, settings=Settings.from_env()) == tmp_path / "home" / "dag_configs")
+    assert specs_folder_for(str(main), "../teams", settings=Settings.from_env()) == tmp_path / "home" / "dags" / ".." / "teams"
+    assert specs_folder_for(str(main), tmp_path / "abs", settings=Settings.from_env()) == tmp_path / "abs"
     monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(tmp_path / "configured"))
-    assert specs_folder_for(str(main), None) == tmp_path / "configured"
-    assert specs_folder_for(str(main), "specs") == tmp_path / "home" / "dags" / "specs"  # the DAG file's own choice wins
+    assert specs_folder_for(str(main), None, settings=Settings.from_env()) == tmp_path / "configured"
+    # the DAG file's own choice wins
+    assert specs_folder_for(str(main), "specs", settings=Settings.from_env()) == tmp_path / "home" / "dags" / "specs"
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
@@ -339,7 +342,7 @@ def test_the_dag_processors_watcher_marks_modified_the_files_of_changed_specs_an
         return set()
 
     stop = threading.Event()
-    watcher = threading.Thread(target=watch_specs, args=(stop, 0.05), daemon=True)
+    watcher = threading.Thread(target=watch_specs, args=(stop, 0.05, Settings.from_env()), daemon=True)
     watcher.start()
     try:
         _probe_until_seen(configs / "team" / "p0005.yaml", lambda change: marked_after(change, within=2))
@@ -446,7 +449,7 @@ def _watching(configs: Path, dags: Path, every: float, busy: set[int]) -> Iterat
     _parse_shard(dags, probe_shard)
     _take_requests()
     stop = threading.Event()
-    watcher = threading.Thread(target=watch_specs, args=(stop, every), daemon=True)
+    watcher = threading.Thread(target=watch_specs, args=(stop, every, Settings.from_env()), daemon=True)
     watcher.start()
     def asked_after(change: Callable[[], None]) -> bool:
         change()
@@ -479,7 +482,7 @@ def test_a_change_made_while_its_file_was_being_parsed_gets_that_file_parsed_aga
         assert _requested_within(60) == {asked_for}
         assert _requested_within(0.5) == set()  # asked once while it waits
         # The parse begun before the edit ends (the request was dropped: the file was being parsed).
-        PlanCache(configs.resolve(), "watch").record_parse(shard, began, time.time())
+        PlanCache(configs.resolve(), "watch", home=Settings.from_env().home).record_parse(shard, began, time.time())
         assert _requested_within(60) == {asked_for}
         # A parse begun after the edit serves it: nothing more is asked for.
         assert _parse_shard(dags, shard)["p0003"].params["epochs"] == 9

@@ -24,7 +24,7 @@ from trainpipe.demo.synthetic import (
     write_demo_data,
 )
 from trainpipe.errors import SpecError, StorageConflictError
-from trainpipe.evaluation.metrics import compute_metrics
+from trainpipe.steps.evaluate.metrics import compute_metrics
 
 END = datetime(2026, 1, 1, tzinfo=UTC)
 

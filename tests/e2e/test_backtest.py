@@ -64,8 +64,8 @@ def _aliases(client, model: str) -> dict[str, int]:
 
 
 def _baseline(pipeline_id: str) -> str:
-    from trainpipe.runtime.snapshot import baseline_version
     from trainpipe.settings import Settings
+    from trainpipe.state.datasets import baseline_version
 
     return baseline_version(Settings.from_env(), pipeline_id)["digest"]
 

@@ -52,8 +52,8 @@ def _run(pipelines: Path, monkeypatch: pytest.MonkeyPatch, logical_date: datetim
 
 
 def _baseline() -> str | None:
-    from trainpipe.runtime.snapshot import baseline_version
     from trainpipe.settings import Settings
+    from trainpipe.state.datasets import baseline_version
 
     baseline = baseline_version(Settings.from_env(), PIPELINE)
     return baseline["digest"] if baseline else None

@@ -113,7 +113,7 @@ def test_the_evaluate_xcom_keeps_its_keys_and_adds_the_slices_and_the_baseline(f
 
 def test_the_dataset_inputs_carry_the_snapshot_digest(fraud_run):
     client, run, _, _ = fraud_run
-    from trainpipe.runtime.datasets import MLFLOW_DIGEST_LENGTH
+    from trainpipe.state.datasets import MLFLOW_DIGEST_LENGTH
 
     digest = run.data.tags["trainpipe.dataset_digest"]
     inputs = {d.dataset.name: d for d in client.get_run(run.info.run_id).inputs.dataset_inputs}

@@ -15,8 +15,8 @@ from tests.support import REPO, load_dag
 from trainpipe.commands.main import main
 from trainpipe.demo.synthetic import generate_transactions
 from trainpipe.plan.model import DataPlan
-from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
+from trainpipe.steps.snapshot import take_snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

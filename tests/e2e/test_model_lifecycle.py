@@ -68,8 +68,8 @@ def _aliases(client) -> dict[str, int]:
 def test_two_runs_promote_rerun_changes_nothing_rollback_restores(configs, monkeypatch):
     import mlflow
 
+    from trainpipe.plan import tracking
     from trainpipe.plan.model import run_key
-    from trainpipe.registry import model_registry as registry
     from trainpipe.settings import Settings
 
     client = mlflow.MlflowClient()
@@ -80,8 +80,8 @@ def test_two_runs_promote_rerun_changes_nothing_rollback_restores(configs, monke
                                              "register", "promote")}
     assert _aliases(client) == {"challenger": 1, "champion": 1}
     v1 = client.get_model_version(MODEL, "1")
-    assert v1.tags[registry.REPLACED_VERSION_TAG] == "none"
-    assert v1.tags[registry.PROMOTED_BY_TAG] == f"airflow DAG {MODEL} (run {first_run.run_id})"
+    assert v1.tags[tracking.REPLACED_VERSION_TAG] == "none"
+    assert v1.tags[tracking.PROMOTED_BY_TAG] == f"airflow DAG {MODEL} (run {first_run.run_id})"
 
     # Lineage that reads the same on any machine: no made-up commit outside a git checkout, the spec
     # by its path in the configs folder and its hash, the spec's text on the run, the weights' hash.
@@ -102,12 +102,12 @@ def test_two_runs_promote_rerun_changes_nothing_rollback_restores(configs, monke
     assert _aliases(client) == {"challenger": 2, "champion": 2, "previous_champion": 1}
     v2 = client.get_model_version(MODEL, "2").tags
     assert v2["airflow_run_id"] == second_run.run_id
-    assert v2[registry.REPLACED_VERSION_TAG] == "1"
-    assert v2[registry.PROMOTION_REASON_TAG].startswith("gates passed (1/1): auc >= 0.5: ")
-    details = json.loads(v2[registry.PROMOTION_DETAILS_TAG])
+    assert v2[tracking.REPLACED_VERSION_TAG] == "1"
+    assert v2[tracking.PROMOTION_REASON_TAG].startswith("gates passed (1/1): auc >= 0.5: ")
+    details = json.loads(v2[tracking.PROMOTION_DETAILS_TAG])
     assert details["airflow_run_id"] == second_run.run_id and details["gates_passed"] is True
     assert [g["gate"] for g in details["gates"]] == ["auc >= 0.5"]
-    promoted_at = {n: client.get_model_version(MODEL, n).tags[registry.PROMOTED_AT_TAG] for n in ("1", "2")}
+    promoted_at = {n: client.get_model_version(MODEL, n).tags[tracking.PROMOTED_AT_TAG] for n in ("1", "2")}
 
     # Re-running register and promote of both finished runs, the older one first (its promote would
     # take champion back if promotion were not once per version).
@@ -118,7 +118,7 @@ def test_two_runs_promote_rerun_changes_nothing_rollback_restores(configs, monke
 
     assert sorted(int(v.version) for v in client.search_model_versions(f"name = '{MODEL}'")) == [1, 2]
     assert _aliases(client) == {"challenger": 2, "champion": 2, "previous_champion": 1}
-    assert {n: client.get_model_version(MODEL, n).tags[registry.PROMOTED_AT_TAG] for n in ("1", "2")} == promoted_at
+    assert {n: client.get_model_version(MODEL, n).tags[tracking.PROMOTED_AT_TAG] for n in ("1", "2")} == promoted_at
 
     rollback = _command(configs, "trainpipe", "rollback", MODEL, "--actor", "oncall", "--reason", "alerts on v2")
 

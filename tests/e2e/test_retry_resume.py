@@ -48,9 +48,9 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
 def test_retried_train_task_resumes_from_the_previous_try_checkpoint(configs, dag_from, monkeypatch):
     import mlflow
 
-    from trainpipe.runtime.checkpoint_state import read_checkpoint_state
-    from trainpipe.runtime.train import run_dir_for
     from trainpipe.settings import Settings
+    from trainpipe.state.checkpoint_state import read_checkpoint_state
+    from trainpipe.state.run_folder import run_dir_for
 
     # training.testing is refused unless the platform allows fault injection (ADR 0014).
     monkeypatch.setenv("TRAINPIPE_ALLOW_FAULT_INJECTION", "1")

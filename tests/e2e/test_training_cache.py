@@ -100,8 +100,8 @@ def test_same_inputs_train_nothing_force_trains_and_identical_weights_register_n
     assert states["train"] == "success" and states["register"] == "success", states
 
     # `trainpipe gc` keeps what the cache entry (version 1) points to: its snapshot, no longer the baseline.
-    from trainpipe.commands.retention import DriftPins, collect
     from trainpipe.settings import Settings
+    from trainpipe.state.retention import DriftPins, collect
 
     digest = version_1.tags["dataset_digest"][:16]
     plan = collect(Settings.from_env(), older_than=timedelta(0), keep_runs=0, pins=DriftPins(by_pipeline={}),

@@ -14,10 +14,10 @@ import yaml
 
 from tests.support import REPO, load_dag, run_dag
 from trainpipe.commands.main import main
-from trainpipe.commands.reproduce import parse_reference, snapshot_by_digest
 from trainpipe.demo.synthetic import generate_transactions
 from trainpipe.errors import ReproduceError
 from trainpipe.settings import Settings
+from trainpipe.steps.train.reproduce import parse_reference, snapshot_by_digest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

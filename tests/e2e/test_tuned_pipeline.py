@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.runtime.test_tuning import END, tiny_tuned_spec, write_data
+from tests.steps.test_tuning import END, tiny_tuned_spec, write_data
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,9 +37,9 @@ def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, dag_from):
 
     from trainpipe.compile.compiler import compile_directory
     from trainpipe.plan.params import with_trial_params
-    from trainpipe.runtime.tuning import load_study
-    from trainpipe.runtime.tuning import study_name as study_name_of
     from trainpipe.settings import Settings
+    from trainpipe.steps.tuning import load_study
+    from trainpipe.steps.tuning import study_name as study_name_of
 
     dag = dag_from(tuned_configs, "fraud_tuned_e2e")
     assert dag.get_task("trials").max_active_tis_per_dagrun == WORKERS
@@ -55,7 +55,7 @@ def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, dag_from):
     assert all(ti.state == "success" for ti in workers)
 
     settings = Settings.from_env()
-    (plan,) = compile_directory(tuned_configs).plans.values()
+    (plan,) = compile_directory(tuned_configs, settings=Settings.from_env()).plans.values()
     study_name = study_name_of("fraud_tuned_e2e", dag_run.run_id)
     study = load_study(plan.tuning, settings, study_name)
     # n_trials finished trials; at least one pruned; a worker ran several of them in one trainer process.
@@ -96,9 +96,9 @@ def test_tuned_pipeline_trains_with_the_best_trial(tuned_configs, dag_from):
     assert client.get_run(parent_id).data.metrics["trials_pruned"] == len(pruned)
 
     # `trainpipe reproduce` of the tuned model trains it again with the best trial's parameters: same weights.
-    from trainpipe.commands.reproduce import reproduce
+    from trainpipe.steps.train.reproduce import reproduce
 
-    again = reproduce("fraud_tuned_e2e@champion", configs_root=tuned_configs)
+    again = reproduce("fraud_tuned_e2e@champion", configs_root=tuned_configs, settings=Settings.from_env())
     assert again.matches, (again.weights_sha256, again.lineage.weights_sha256)
 
     # Re-running a worker task (worker 1) through Airflow: the study has its trials, nothing is launched.

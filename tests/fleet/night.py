@@ -102,7 +102,7 @@ def _mlflow_run(client: Any, pipeline_id: str, airflow_run_id: str, *, started: 
 
 def _versions(client: Any, pipeline_id: str, aucs: list[float], *, now: datetime) -> int:
     """Registered versions with their holdout tags, each promoted in turn (the promotion log is trainpipe's)."""
-    from trainpipe.registry.model_registry import promote
+    from trainpipe.steps.register.model_registry import promote
 
     client.create_registered_model(pipeline_id)
     for number, auc in enumerate(aucs, start=1):

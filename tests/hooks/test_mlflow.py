@@ -24,8 +24,9 @@ PREDICT = """
 import sys
 import pandas as pd
 from trainpipe.hooks.mlflow import MlflowHook
+from trainpipe.settings import Settings
 
-model = MlflowHook().load_pyfunc(sys.argv[1])
+model = MlflowHook(Settings.from_env()).load_pyfunc(sys.argv[1])
 print(list(model.predict(pd.DataFrame({"x": [1.0, 4.0]}))))
 """
 
@@ -61,7 +62,8 @@ import sys
 kind = sys.argv[1]
 if kind == "task":
     from trainpipe.hooks.mlflow import MlflowHook
-    open_store = lambda: MlflowHook().client.search_registered_models(max_results=1)
+    from trainpipe.settings import Settings
+    open_store = lambda: MlflowHook(Settings.from_env()).client.search_registered_models(max_results=1)
 else:
     from trainpipe_trainer.tracking.mlflow_store import prepare_store
     open_store = lambda: prepare_store(sys.argv[2])

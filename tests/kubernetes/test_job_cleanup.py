@@ -14,6 +14,7 @@ from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe.kubernetes.cleanup import Deletion, delete_job_on_finish, deletions
 from trainpipe.operators.kubernetes import KubernetesTrainJobOperator
+from trainpipe.settings import Settings
 from trainpipe.triggers.kubernetes import TrainJobTrigger
 
 JOB = "job-fraud-detector-multinode-1736162b-t1"
@@ -81,7 +82,7 @@ def test_on_kill_still_deletes_the_service_when_the_job_is_already_gone(apiserve
 
 
 def _operator(on_finish_action: str) -> KubernetesTrainJobOperator:
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml", settings=Settings.from_env())
     return KubernetesTrainJobOperator(task_id="train", plan=plan, kubernetes_conn_id="k8s_test",
                                       on_finish_action=on_finish_action)
 

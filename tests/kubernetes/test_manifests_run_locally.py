@@ -20,17 +20,18 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
-from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.compile.compiler import compile_file
 from trainpipe.demo.synthetic import generate_clicks, generate_transactions
 from trainpipe.kubernetes.builders import TrainerLaunch
+from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import PipelinePlan
-from trainpipe.runtime.snapshot import take_snapshot
-from trainpipe.runtime.train import RunContext, prepare_training_run, read_training_result
 from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe.state.run_folder import read_training_result
+from trainpipe.steps.snapshot import take_snapshot
+from trainpipe.steps.train.train import RunContext, prepare_training_run
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +42,7 @@ _VAR = re.compile(r"\$\((\w+)\)")
 def _example(name: str, data_uri: str, epochs: int) -> PipelinePlan:
     """The example spec with this test's data and fewer epochs (neither appears in the manifests)."""
     path = REPO / "dag_configs" / name
-    plan = compile_file(path)
+    plan = compile_file(path, settings=Settings.from_env())
     text = (path.read_text().replace(plan.data.uri, data_uri)
             .replace(f"  epochs: {plan.trainer.epochs}\n", f"  epochs: {epochs}\n"))
     return build_plan(validate_loaded(load_yaml_text(text, name)), spec_file=name, spec_text=text)
@@ -96,7 +97,7 @@ def test_single_node_pod_command_and_env_train_locally(state_dir):
     plan = _example("search_ranker_gpu.yaml", "k8s_local/clicks.parquet", epochs=1)
     launch = _launch(plan, settings, "k8s_local_pod")
 
-    (pod,) = render_manifests(plan, launch=launch)
+    (pod,) = render_manifests(plan, launch=launch, settings=Settings.from_env())
     out = _finish(_process(_container(pod["spec"]), extra_env={}, replace={}), "pod")
 
     result = read_training_result(_run_dir(plan, settings, "k8s_local_pod"))
@@ -112,7 +113,7 @@ def test_multi_node_job_rank_0_and_rank_1_train_locally_through_the_rendezvous(s
     plan = _example("fraud_detector_multinode.yaml", "k8s_local/transactions.parquet", epochs=1)
     launch = _launch(plan, settings, "k8s_local_job")
 
-    service, job = render_manifests(plan, launch=launch)
+    service, job = render_manifests(plan, launch=launch, settings=Settings.from_env())
     container = _container(job["spec"]["template"]["spec"])
     pod0_dns = f"{job['metadata']['name']}-0.{service['metadata']['name']}"
     port = service["spec"]["ports"][0]["port"]
@@ -132,6 +133,6 @@ def test_multi_node_job_rank_0_and_rank_1_train_locally_through_the_rendezvous(s
 
 
 def _run_dir(plan: PipelinePlan, settings: Settings, run_id: str):
-    from trainpipe.runtime.train import run_dir_for
+    from trainpipe.state.run_folder import run_dir_for
 
     return run_dir_for(plan.dag_id, settings, run_id)

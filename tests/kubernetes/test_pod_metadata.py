@@ -10,10 +10,11 @@ import pytest
 import yaml
 
 from tests.support import REPO
-from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
 from trainpipe.kubernetes.builders import TrainerLaunch
+from trainpipe.operators.kubernetes_render import render_manifests
+from trainpipe.settings import Settings
 
 LAUNCH = TrainerLaunch(config_uri="s3://bucket/trainpipe/runs/p/r/trainer_config.json",
                        mlflow_tracking_uri="http://mlflow.mlflow.svc:5000", dag_id="p",
@@ -44,7 +45,7 @@ def _write(tmp_path: Path, kubernetes: dict) -> Path:
 
 
 def _pod(plan) -> dict:
-    (pod,) = [m for m in render_manifests(plan, launch=LAUNCH) if m["kind"] == "Pod"]
+    (pod,) = [m for m in render_manifests(plan, launch=LAUNCH, settings=Settings.from_env()) if m["kind"] == "Pod"]
     return pod
 
 
@@ -52,19 +53,20 @@ def _pod(plan) -> dict:
 def test_a_key_in_a_reserved_domain_is_refused_at_the_key(tmp_path: Path, section: str, key: str, value: str) -> None:
     path = _write(tmp_path, {section: {"cost-center": "search-ml", key: value}})
     with pytest.raises(SpecError) as caught:
-        compile_file(path)
+        compile_file(path, settings=Settings.from_env())
     (problem,) = caught.value.problems
     assert problem.field_path == f"training.kubernetes.{section}.{key}"
     assert "which the cluster's own controllers read" in problem.message
     # Refused, so no plan exists and no pod is built from it. The same spec without the key renders
     # a pod whose key, where trainpipe sets it itself (queue, pipeline, safe-to-evict), has trainpipe's value.
-    pod = _pod(compile_file(_write(tmp_path, {section: {"cost-center": "search-ml"}})))
+    pod = _pod(compile_file(_write(tmp_path, {section: {"cost-center": "search-ml"}}), settings=Settings.from_env()))
     assert pod["metadata"].get(section, {}).get(key) != value
 
 
 def test_the_specs_own_keys_reach_the_pod_beside_trainpipes(tmp_path: Path) -> None:
     plan = compile_file(_write(tmp_path, {"labels": {"cost-center": "search-ml", "example.com/owner": "ranking"},
-                                          "annotations": {"team": "search", "example.com/runbook": "https://x/y"}}))
+                                          "annotations": {"team": "search", "example.com/runbook": "https://x/y"}}),
+                        settings=Settings.from_env())
     metadata = _pod(plan)["metadata"]
     assert metadata["labels"]["cost-center"] == "search-ml"
     assert metadata["labels"]["example.com/owner"] == "ranking"
@@ -85,12 +87,13 @@ def test_label_keys_and_values_kubernetes_would_refuse_are_refused_at_the_key(
     tmp_path: Path, labels: dict, message: str
 ) -> None:
     with pytest.raises(SpecError, match=message) as caught:
-        compile_file(_write(tmp_path, {"labels": labels}))
+        compile_file(_write(tmp_path, {"labels": labels}), settings=Settings.from_env())
     assert caught.value.problems[0].field_path == f"training.kubernetes.labels.{next(iter(labels))}"
 
 
 @pytest.mark.parametrize("name", ["cpu", "memory", "kubernetes.io/gpu", "gpu"])
 def test_the_gpu_count_cannot_become_another_resource(tmp_path: Path, name: str) -> None:
     with pytest.raises(SpecError, match="is not an extended resource name") as caught:
-        compile_file(_write(tmp_path, {"resources": {"gpus": 2, "gpu_resource": name, "cpu": "16", "memory": "64Gi"}}))
+        compile_file(_write(tmp_path, {"resources": {"gpus": 2, "gpu_resource": name, "cpu": "16", "memory": "64Gi"}}),
+                     settings=Settings.from_env())
     assert caught.value.problems[0].field_path == "training.kubernetes.resources.gpu_resource"

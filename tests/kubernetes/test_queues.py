@@ -11,16 +11,17 @@ import pytest
 
 from tests.kubernetes.fake_apiserver import FakeApiServer, job_status
 from tests.support import REPO
-from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.compile.compiler import compile_text
 from trainpipe.errors import SpecError
 from trainpipe.kubernetes.admission import wait_for_admission
 from trainpipe.kubernetes.builders import TrainerLaunch
+from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.plan.build import build_plan
 from trainpipe.plan.model import PRIORITY_WEIGHTS, TeamPlan
-from trainpipe.runtime.checkpoint_state import CheckpointState, TrainingStatus, assess
+from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe.state.checkpoint_state import CheckpointState, TrainingStatus, assess
 
 MULTINODE = (REPO / "dag_configs" / "fraud_detector_multinode.yaml").read_text()
 LAUNCH = TrainerLaunch(config_uri="s3://bucket/trainpipe/runs/p/r/trainer_config.json",
@@ -34,7 +35,7 @@ def _queued(text: str = MULTINODE, *, queue: str = "team-a-gpus", priority: str 
 
 
 def _compile(text: str):
-    return compile_text(text, "fraud_detector_multinode.yaml", configs_root=REPO / "dag_configs")
+    return compile_text(text, "fraud_detector_multinode.yaml", configs_root=REPO / "dag_configs", settings=Settings.from_env())
 
 
 def test_gpu_tasks_take_the_pool_with_one_slot_per_gpu_and_the_priority_weight():
@@ -69,7 +70,7 @@ def test_dag_train_task_carries_pool_slots_and_absolute_priority_weight():
 
 @pytest.mark.parametrize("version", ("1.30", kubernetes_validate.latest_version()))
 def test_queued_job_is_suspended_and_labelled_for_kueue_and_valid(version):
-    service, job = render_manifests(_compile(_queued()), launch=LAUNCH)
+    service, job = render_manifests(_compile(_queued()), launch=LAUNCH, settings=Settings.from_env())
     assert job["kind"] == "Job" and job["spec"]["suspend"] is True
     for labels in (job["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]):
         assert labels["kueue.x-k8s.io/queue-name"] == "team-a-gpus"
@@ -78,7 +79,7 @@ def test_queued_job_is_suspended_and_labelled_for_kueue_and_valid(version):
     for manifest in (service, job):
         kubernetes_validate.validate(manifest, version, strict=True)
     # Without a queue the Job starts at once and carries no Kueue label.
-    _, plain = render_manifests(_compile(MULTINODE), launch=LAUNCH)
+    _, plain = render_manifests(_compile(MULTINODE), launch=LAUNCH, settings=Settings.from_env())
     assert "suspend" not in plain["spec"] and "kueue.x-k8s.io/queue-name" not in plain["metadata"]["labels"]
 
 

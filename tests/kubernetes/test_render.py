@@ -10,18 +10,20 @@ import pytest
 import yaml
 
 from tests.support import REPO
-from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.commands.main import main
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
 from trainpipe.kubernetes.builders import TrainerLaunch
+from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.plan.launch import LaunchValues, resolve
+from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
 from trainpipe_trainer.outcomes import PREEMPTED_EXIT_CODE
 
 KUBERNETES_SPECS = sorted(
-    p for p in (REPO / "dag_configs").glob("*.yaml") if compile_file(p).launch.launcher == "kubernetes"
+    p for p in (REPO / "dag_configs").glob("*.yaml") if compile_file(p,
+                                                                     settings=Settings.from_env()).launch.launcher == "kubernetes"
 )
 # The oldest Kubernetes we support and the newest schema kubernetes-validate ships.
 K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
@@ -31,18 +33,19 @@ LAUNCH = TrainerLaunch(config_uri="s3://bucket/trainpipe/runs/p/r/trainer_config
 
 
 def _plan(name: str):
-    return compile_file(REPO / "dag_configs" / name)
+    return compile_file(REPO / "dag_configs" / name, settings=Settings.from_env())
 
 
 def test_there_is_a_single_node_and_a_multi_node_kubernetes_example():
-    nnodes = sorted(compile_file(p).launch.nnodes for p in KUBERNETES_SPECS)
+    nnodes = sorted(compile_file(p, settings=Settings.from_env()).launch.nnodes for p in KUBERNETES_SPECS)
     assert nnodes[0] == 1 and nnodes[-1] > 1, KUBERNETES_SPECS
 
 
 @pytest.mark.parametrize("spec_file", KUBERNETES_SPECS, ids=lambda p: p.name)
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_rendered_manifests_validate_against_the_kubernetes_schema(spec_file, version):
-    manifests = render_manifests(compile_file(spec_file), launch=LAUNCH)
+    manifests = render_manifests(compile_file(spec_file, settings=Settings.from_env()), launch=LAUNCH,
+                                 settings=Settings.from_env())
 
     assert manifests
     for manifest in manifests:
@@ -53,7 +56,7 @@ def test_single_node_pod_runs_the_trainer_command_with_gpus_shm_and_no_root():
     plan = _plan("search_ranker_gpu.yaml")
     k = plan.kubernetes
 
-    (pod,) = render_manifests(plan, launch=LAUNCH)
+    (pod,) = render_manifests(plan, launch=LAUNCH, settings=Settings.from_env())
 
     assert pod["kind"] == "Pod"
     assert pod["metadata"]["namespace"] == "ml-training"
@@ -85,7 +88,7 @@ def test_single_node_pod_runs_the_trainer_command_with_gpus_shm_and_no_root():
 def test_multi_node_job_rendezvous_at_pod_zero_of_its_headless_service():
     plan = _plan("fraud_detector_multinode.yaml")
 
-    service, job = render_manifests(plan, launch=LAUNCH)
+    service, job = render_manifests(plan, launch=LAUNCH, settings=Settings.from_env())
 
     assert (service["kind"], job["kind"]) == ("Service", "Job")
     name = job["metadata"]["name"]
@@ -122,7 +125,8 @@ def test_job_name_changes_with_the_try_and_the_run_but_not_otherwise():
     plan = _plan("fraud_detector_multinode.yaml")
 
     def name(**changes):
-        return render_manifests(plan, launch=dataclasses.replace(LAUNCH, **changes))[1]["metadata"]["name"]
+        return render_manifests(plan, launch=dataclasses.replace(LAUNCH, **changes),
+                                settings=Settings.from_env())[1]["metadata"]["name"]
 
     assert name() == name()
     assert name(try_number=3) != name()
@@ -153,7 +157,7 @@ def test_cli_render_k8s_prints_yaml_documents_only(capsys):
 
 def test_render_of_a_local_spec_says_how_to_switch():
     with pytest.raises(SpecError, match="fraud_detector.yaml: training.launcher: is 'local'; only 'kubernetes' submits"):
-        render_manifests(_plan("fraud_detector.yaml"))
+        render_manifests(_plan("fraud_detector.yaml"), settings=Settings.from_env())
 
 
 TEXT = (REPO / "dag_configs" / "fraud_detector_multinode.yaml").read_text()
@@ -191,9 +195,9 @@ def test_elastic_training_starts_max_nodes_pods_and_lets_torchrun_go_on_with_min
     from trainpipe.compile.compiler import compile_text
 
     assert ELASTIC != TEXT
-    plan = compile_text(ELASTIC, "fraud_detector_multinode.yaml", configs_root=tmp_path)
+    plan = compile_text(ELASTIC, "fraud_detector_multinode.yaml", configs_root=tmp_path, settings=Settings.from_env())
 
-    service, job = render_manifests(plan, launch=LAUNCH)
+    service, job = render_manifests(plan, launch=LAUNCH, settings=Settings.from_env())
 
     for manifest in (service, job):
         kubernetes_validate.validate(manifest, K8S_VERSIONS[-1], strict=True)

@@ -16,16 +16,16 @@ from kubernetes.client import models as k8s
 
 from tests.kubernetes.fake_apiserver import FakeApiServer
 from tests.support import REPO
-from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
 from trainpipe.kubernetes.builders import TrainerLaunch
 from trainpipe.kubernetes.tries import CUDA_OOM, OOM_KILLED, PREEMPTED, failed_try_end, try_resources
 from trainpipe.operators.kubernetes import KubernetesTrainJobOperator
-from trainpipe.runtime.run_notes import retry_note
-from trainpipe.runtime.train import run_dir_for
-from trainpipe.runtime.usage import record_try
+from trainpipe.operators.kubernetes_render import render_manifests
 from trainpipe.settings import Settings
+from trainpipe.state.run_folder import run_dir_for
+from trainpipe.state.run_notes import retry_note
+from trainpipe.state.usage import record_try
 from trainpipe_trainer.outcomes import CUDA_OOM_EXIT_CODE, PREEMPTED_EXIT_CODE
 from trainpipe_trainer.resume import resume_identity
 
@@ -67,7 +67,7 @@ def _render(plan, try_number: int) -> list[dict]:
     launch = TrainerLaunch(config_uri=f"s3://bucket/trainpipe/runs/{plan.dag_id}/r/trainer_config.json",
                            mlflow_tracking_uri="http://mlflow.mlflow.svc:5000", dag_id=plan.dag_id,
                            airflow_run_id=RUN_ID, try_number=try_number)
-    manifests = render_manifests(plan, launch=launch)
+    manifests = render_manifests(plan, launch=launch, settings=Settings.from_env())
     for manifest in manifests:
         for version in K8S_VERSIONS:
             kubernetes_validate.validate(manifest, version, strict=True)
@@ -80,7 +80,7 @@ def _pod_spec(manifests: list[dict]) -> dict:
 
 
 def test_the_try_after_an_oom_kill_asks_for_more_memory_up_to_the_max(storage):
-    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml", on_oom=ON_OOM))  # 64Gi, limit 72Gi
+    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml", on_oom=ON_OOM), settings=Settings.from_env())  # 64Gi, limit 72Gi
 
     (first,) = _render(plan, 1)
     assert first["spec"]["containers"][0]["resources"]["requests"]["memory"] == "64Gi"
@@ -97,7 +97,7 @@ def test_the_try_after_an_oom_kill_asks_for_more_memory_up_to_the_max(storage):
 
 
 def test_a_failure_that_was_no_oom_kill_keeps_the_memory(storage):
-    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml", on_oom=ON_OOM))
+    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml", on_oom=ON_OOM), settings=Settings.from_env())
     _ended(plan, 1, "failed")
     _ended(plan, 2, PREEMPTED)
     (pod,) = _render(plan, 3)
@@ -105,14 +105,15 @@ def test_a_failure_that_was_no_oom_kill_keeps_the_memory(storage):
 
 
 def test_without_on_oom_every_try_asks_for_the_same_memory(storage):
-    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml"))
+    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml"), settings=Settings.from_env())
     _ended(plan, 1, "failed", OOM_KILLED)
     (pod,) = _render(plan, 2)
     assert pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == "64Gi"
 
 
 def test_the_multi_node_job_runs_on_demand_after_n_preemptions(storage):
-    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", capacity=CAPACITY, on_oom=ON_OOM))
+    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", capacity=CAPACITY, on_oom=ON_OOM),
+                        settings=Settings.from_env())
     base_tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                         {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true",
                          "effect": "NoSchedule"}]
@@ -137,12 +138,13 @@ def test_the_multi_node_job_runs_on_demand_after_n_preemptions(storage):
 
 
 def test_what_changed_is_worded_for_the_run_note(storage):
-    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", capacity=CAPACITY, on_oom=ON_OOM))
+    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", capacity=CAPACITY, on_oom=ON_OOM),
+                        settings=Settings.from_env())
     first = try_resources(plan.kubernetes, try_number=1, earlier=[])
     assert first.changes == () and first.capacity == "spot"
     _ended(plan, 1, PREEMPTED, capacity="spot")
     _ended(plan, 2, "failed", OOM_KILLED, capacity="spot")
-    from trainpipe.runtime.usage import read_tries
+    from trainpipe.state.usage import read_tries
 
     third = try_resources(plan.kubernetes, try_number=3,
                           earlier=read_tries(run_dir_for(plan.dag_id, Settings.from_env(), RUN_ID)))
@@ -165,7 +167,7 @@ def test_a_template_in_a_capacity_label_is_refused_at_its_key_and_no_pod_is_buil
     template = "{{ conn.aws_default.password }}"
     capacity = {**CAPACITY, "on_demand": {"node_selector": {"pool": template}}, "on_demand_after_preemptions": 1}
     with pytest.raises(SpecError) as caught:
-        compile_file(_spec(storage, "search_ranker_gpu.yaml", capacity=capacity))
+        compile_file(_spec(storage, "search_ranker_gpu.yaml", capacity=capacity), settings=Settings.from_env())
     (problem,) = caught.value.problems
     assert problem.field_path == "training.kubernetes.capacity.on_demand.node_selector.pool"
     assert "is not a Kubernetes label value" in problem.message
@@ -193,7 +195,7 @@ def test_how_a_failed_try_ended_is_read_from_its_pods():
 
 
 def _earlier(plan) -> list:
-    from trainpipe.runtime.usage import tries_before
+    from trainpipe.state.usage import tries_before
 
     return tries_before(run_dir_for(plan.dag_id, Settings.from_env(), RUN_ID), 99)
 
@@ -203,7 +205,8 @@ def _batch(plan) -> tuple[int, int]:
 
 
 def test_after_a_cuda_oom_reduce_batch_splits_the_batch_into_more_accumulation_steps(storage):
-    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", on_oom={**ON_OOM, "reduce_batch": True}))
+    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", on_oom={**ON_OOM, "reduce_batch": True}),
+                        settings=Settings.from_env())
     _ended(plan, 1, "failed", CUDA_OOM)
     second = try_resources(plan.kubernetes, try_number=2, earlier=_earlier(plan), batch=_batch(plan))
     assert retry_note(2, second.changes) == (
@@ -227,15 +230,16 @@ def test_after_a_cuda_oom_reduce_batch_splits_the_batch_into_more_accumulation_s
 def test_with_reduce_batch_a_job_fails_on_a_cuda_oom_instead_of_replacing_the_pod(storage):
     """A replaced pod would run out again with the same batch: the try ends, and the next one splits it."""
     plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", max_pod_restarts=3,
-                              on_oom={**ON_OOM, "reduce_batch": True}))
+                              on_oom={**ON_OOM, "reduce_batch": True}), settings=Settings.from_env())
     rules = _render(plan, 1)[-1]["spec"]["podFailurePolicy"]["rules"]
     assert {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [CUDA_OOM_EXIT_CODE]}} in rules
-    plain = compile_file(_spec(storage, "fraud_detector_multinode.yaml", max_pod_restarts=3, on_oom=ON_OOM))
+    plain = compile_file(_spec(storage, "fraud_detector_multinode.yaml", max_pod_restarts=3, on_oom=ON_OOM),
+                         settings=Settings.from_env())
     assert all(rule["action"] != "FailJob" for rule in _render(plain, 1)[-1]["spec"]["podFailurePolicy"]["rules"])
 
 
 def test_without_reduce_batch_a_cuda_oom_retries_the_same_batch(storage):
-    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", on_oom=ON_OOM))
+    plan = compile_file(_spec(storage, "fraud_detector_multinode.yaml", on_oom=ON_OOM), settings=Settings.from_env())
     _ended(plan, 1, "failed", CUDA_OOM)
     second = try_resources(plan.kubernetes, try_number=2, earlier=_earlier(plan), batch=_batch(plan))
     assert second.changes == () and second.trainer(plan.trainer) is plan.trainer
@@ -243,7 +247,8 @@ def test_without_reduce_batch_a_cuda_oom_retries_the_same_batch(storage):
 
 
 def test_a_batch_that_cannot_be_halved_any_more_is_kept_and_the_note_says_so(storage):
-    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml", on_oom={"max_memory": "128Gi", "reduce_batch": True}))
+    plan = compile_file(_spec(storage, "search_ranker_gpu.yaml", on_oom={"max_memory": "128Gi", "reduce_batch": True}),
+                        settings=Settings.from_env())
     for try_number in range(1, 6):  # 16 -> 8 -> 4 -> 2 -> 1, then nothing left to split
         _ended(plan, try_number, "failed", CUDA_OOM)
     sixth = try_resources(plan.kubernetes, try_number=6, earlier=_earlier(plan), batch=_batch(plan))
@@ -267,7 +272,7 @@ def test_the_job_operator_reads_how_its_pods_ended_from_the_cluster(tmp_path, mo
     try:
         monkeypatch.setenv("AIRFLOW_CONN_K8S_TEST", json.dumps(
             {"conn_type": "kubernetes", "extra": {"kube_config_path": str(server.kubeconfig(tmp_path))}}))
-        plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml")
+        plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml", settings=Settings.from_env())
         operator = KubernetesTrainJobOperator(task_id="train", plan=plan, kubernetes_conn_id="k8s_test")
         pods = operator._pods_of_job(None, job, "ml-training")
     finally:
@@ -279,7 +284,7 @@ def test_the_job_operator_reads_how_its_pods_ended_from_the_cluster(tmp_path, mo
 
 def _problems(path: Path) -> list[str]:
     with pytest.raises(SpecError) as caught:
-        compile_file(path)
+        compile_file(path, settings=Settings.from_env())
     return [str(p) for p in caught.value.problems]
 
 

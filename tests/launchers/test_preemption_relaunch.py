@@ -1,7 +1,7 @@
 """``kill -TERM`` of torchrun alone (its pod or node went away while the launcher was not told to stop) is a
 preemption: the trainer commits the step it is in, and the launcher starts it again within the same run, which
 resumes there and ends with the weights of an uninterrupted run. The same code runs the DAG's train task
-(``runtime.train.run_training``). A SIGTERM to the launcher itself ends the try instead (test_launcher_signals.py).
+(``steps.train.train.run_training``). A SIGTERM to the launcher itself ends the try instead (test_launcher_signals.py).
 """
 
 from __future__ import annotations

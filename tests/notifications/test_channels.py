@@ -15,7 +15,7 @@ from trainpipe.notifications.channels import (
     notifiers,
 )
 from trainpipe.plan.model import NotifyChannel, NotifyPlan
-from trainpipe.runtime.run_notes import NOTE_MAX_CHARS, merged_note
+from trainpipe.state.run_notes import NOTE_MAX_CHARS, merged_note
 
 EMAIL = NotifyChannel(kind="email", conn_id="smtp_ops", to=("a@example.com", "b@example.com"),
                       from_email="trainpipe@example.com", events=("gate_failure", "task_failure"))
@@ -129,7 +129,7 @@ def test_run_note_keeps_a_persons_note_and_adds_each_line_once():
 
 
 def test_the_cost_line_states_the_training_throughput() -> None:
-    from trainpipe.runtime.usage import RunUsage, usage_note
+    from trainpipe.state.usage import RunUsage, usage_note
 
     usage = RunUsage(gpu_hours=0.0, cpu_hours=0.01, cost=None, tries=1)
     assert usage_note(usage, samples_per_second=24500.4) == \

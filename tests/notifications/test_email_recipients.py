@@ -16,6 +16,7 @@ from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
 from trainpipe.notifications.channels import Message, _send_on
+from trainpipe.settings import Settings
 
 SMUGGLED = [
     "attacker@evil.com,ml-oncall@example.com",
@@ -48,7 +49,7 @@ def _spec(tmp_path: Path, to: list[str]) -> Path:
 @pytest.mark.parametrize("address", SMUGGLED)
 def test_an_address_hiding_another_recipient_is_refused_at_its_item(tmp_path: Path, address: str) -> None:
     with pytest.raises(SpecError, match="is not one plain e-mail address") as caught:
-        compile_file(_spec(tmp_path, ["risk-ml@example.com", address]))
+        compile_file(_spec(tmp_path, ["risk-ml@example.com", address]), settings=Settings.from_env())
     assert [p.field_path for p in caught.value.problems] == ["notify.email.to[1]"]
 
 
@@ -60,7 +61,7 @@ def test_plain_addresses_are_exactly_the_recipients_of_the_mail(tmp_path: Path, 
         "conn_type": "smtp", "host": "127.0.0.1", "port": port,
         "extra": {"disable_tls": True, "disable_ssl": True, "retry_limit": 0, "timeout": 10,
                   "from_email": "trainpipe@example.com"}}))
-    plan = compile_file(_spec(tmp_path, ["risk-ml@example.com", "a.b+oncall@sub.example.com"]))
+    plan = compile_file(_spec(tmp_path, ["risk-ml@example.com", "a.b+oncall@sub.example.com"]), settings=Settings.from_env())
     inbox = Inbox()
     controller = Controller(inbox, hostname="127.0.0.1", port=port)
     controller.start()

@@ -8,9 +8,12 @@ from datetime import timedelta
 from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe.dags.builder import build_dag
-from trainpipe.operators.approval import ApproveOperator, approval_body
+from trainpipe.operators.approval import ApproveOperator
+from trainpipe.settings import Settings
+from trainpipe.steps.approval import approval_body
 
-PLAN = compile_file(REPO / "dag_configs" / "fraud_detector_approval.yaml", "dag_configs/fraud_detector_approval.yaml")
+PLAN = compile_file(REPO / "dag_configs" / "fraud_detector_approval.yaml", "dag_configs/fraud_detector_approval.yaml",
+                    settings=Settings.from_env())
 EVALUATION = {
     "candidate": {"auc": 0.93, "f1": 0.41}, "champion": {"auc": 0.92, "f1": 0.4}, "champion_version": 6,
     "gates": [{"gate": "auc >= 0.8", "metric": "auc", "value": 0.93, "baseline": None, "compared": 0.93,

@@ -19,6 +19,7 @@ import yaml
 
 from tests.support import REPO, copy_airflow_db
 from trainpipe.compile.compiler import compile_directory
+from trainpipe.settings import Settings
 
 PASSWORD = "pw-3f9c1e-never-shown"
 EXPRESSION = "{{ conn.leak.password }}"
@@ -117,7 +118,7 @@ def _fields(text: str) -> dict[str, str]:
 
 def test_every_task_renders_spec_text_as_written(folder: tuple[Path, dict[str, str]]):
     root, env = folder
-    compiled = compile_directory(root / "specs")
+    compiled = compile_directory(root / "specs", settings=Settings.from_env())
     assert not compiled.errors, compiled.errors
     tasks = [(plan.dag_id, task.task_id) for plan in compiled.plans.values() for task in plan.tasks]
     assert {"literal_k8s", "literal_approval"} == {dag for dag, _ in tasks}
@@ -154,7 +155,8 @@ def test_notifiers_send_spec_text_as_written(folder: tuple[Path, dict[str, str]]
 
     _, env = folder
     monkeypatch.setenv("AIRFLOW_CONN_LEAK", env["AIRFLOW_CONN_LEAK"])
-    plan = next(p for p in compile_directory(folder[0] / "specs").plans.values() if p.dag_id == "literal_approval")
+    plan = next(p for p in compile_directory(folder[0] / "specs",
+                                             settings=Settings.from_env()).plans.values() if p.dag_id == "literal_approval")
     (channel,) = plan.notify.channels
     message = Message(subject=f"[trainpipe] {PAYLOAD}", text=f"model {PAYLOAD}")
     context = {"conn": ConnectionAccessor()}

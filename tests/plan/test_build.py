@@ -23,11 +23,13 @@ from trainpipe.plan.model import (
 )
 from trainpipe.plan.params import apply_run_params
 from trainpipe.plan.steps import CHECKPOINT_SENSOR
+from trainpipe.settings import Settings
 from trainpipe.spec.sections.kubernetes import KubernetesSpec
 
 
 def test_plan_of_fraud_example():
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml",
+                        settings=Settings.from_env())
     assert [t.task_id for t in plan.tasks] == ["snapshot", "validate", "train", CHECKPOINT_SENSOR, "evaluate", "gate",
                                                "register", "promote"]
     assert [t.upstream for t in plan.tasks] == [(), ("snapshot",), ("validate",), ("validate",), ("train",), ("evaluate",),
@@ -49,7 +51,7 @@ def test_plan_of_fraud_example():
 
 
 def test_launch_resolves_every_placeholder_for_a_run():
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", settings=Settings.from_env())
 
     launch = resolve(plan.launch, LaunchValues(config_uri="s3://b/c.json", mlflow_tracking_uri="http://mlflow:5000"))
 
@@ -59,7 +61,7 @@ def test_launch_resolves_every_placeholder_for_a_run():
 
 
 def test_a_multinode_launch_needs_its_job_name():
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml", settings=Settings.from_env())
     values = LaunchValues(config_uri="s3://b/c.json", mlflow_tracking_uri="http://mlflow:5000")
 
     with pytest.raises(ValueError, match="resolved with its Job's name"):
@@ -69,7 +71,7 @@ def test_a_multinode_launch_needs_its_job_name():
 
 
 def test_run_params_replace_the_plans_values_and_leave_the_compiled_plan_alone():
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", settings=Settings.from_env())
     assert {p.name: p.target for p in plan.params}["learning_rate"] == ("trainer", "learning_rate")
 
     run, changed = apply_run_params(plan, {"learning_rate": 0.01, "epochs": 8, "seed": None})
@@ -80,7 +82,8 @@ def test_run_params_replace_the_plans_values_and_leave_the_compiled_plan_alone()
 
 
 def test_a_run_param_outside_its_bounds_is_a_located_error():
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml",
+                        settings=Settings.from_env())
     param = next(p for p in plan.params if p.name == "epochs")
     file, line, column = param.declared_at
 
@@ -118,7 +121,8 @@ def test_run_key_is_path_safe_and_stable():
 
 
 def test_plan_of_the_approval_example_puts_approve_between_register_and_promote():
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector_approval.yaml", "dag_configs/fraud_detector_approval.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector_approval.yaml", "dag_configs/fraud_detector_approval.yaml",
+                        settings=Settings.from_env())
 
     order = [t.task_id for t in plan.tasks if t.task_id != CHECKPOINT_SENSOR]
     assert order[-3:] == ["register", "approve", "promote"]
@@ -140,7 +144,7 @@ def test_plan_of_the_approval_example_puts_approve_between_register_and_promote(
 def test_approval_forms(tmp_path, approval, expected):
     spec = spec_with(tmp_path, "  alias: champion\n", f"  alias: champion\n  approval: {approval}\n", name="x.yaml")
 
-    plan = compile_file(spec, "x.yaml")
+    plan = compile_file(spec, "x.yaml", settings=Settings.from_env())
 
     assert plan.registration.approval == expected
     assert ("approve" in [t.task_id for t in plan.tasks]) == expected.required
@@ -152,10 +156,11 @@ def test_notify_plan_keeps_each_channels_events_and_the_default_is_every_event(t
     spec = tmp_path / "x.yaml"
     spec.write_text(text)
 
-    plan = compile_file(spec, "x.yaml")
+    plan = compile_file(spec, "x.yaml", settings=Settings.from_env())
 
     [email] = plan.notify.channels
     assert (email.to, email.events, email.conn_id, email.from_email) == (
         ("a@example.com",), ("promotion", "gate_failure"), "smtp_default", None)
     assert plan.notify.for_event("task_failure") == ()
-    assert compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "f.yaml").notify == NotifyPlan()
+    assert compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "f.yaml",
+                        settings=Settings.from_env()).notify == NotifyPlan()

@@ -14,6 +14,7 @@ from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError, TrainpipeError
 from trainpipe.operators.context import run_plan
 from trainpipe.plan.params import apply_run_params
+from trainpipe.settings import Settings
 from trainpipe.spec.sections.training import MAX_EPOCHS
 from trainpipe_trainer.config import MAX_SEED
 
@@ -23,7 +24,8 @@ FIX = "; trigger the run with a value within the param's bounds"
 @pytest.fixture(scope="module")
 def plan():
     # Its epochs and seed params declare no maximum; no policy is in force.
-    return compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml")
+    return compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml",
+                        settings=Settings.from_env())
 
 
 def _where(plan, name: str) -> str:
@@ -58,7 +60,7 @@ def test_json_infinity_from_a_trigger_conf_gives_no_run_plan(plan):
 def test_the_ceilings_hold_over_a_declared_maximum(tmp_path):
     path = spec_with(tmp_path, "    description: Seed for initialisation and shuffling\n",
                      "    description: Seed for initialisation and shuffling\n    maximum: 1.0e+30\n")
-    variant = compile_file(path, "variant.yaml")
+    variant = compile_file(path, "variant.yaml", settings=Settings.from_env())
     with pytest.raises(SpecError, match=rf"params\.seed: this run's value 1000000000000000000000 is not <= {2**63 - 1} "
                                         r"\(training\.seed\)"):
         apply_run_params(variant, {"seed": 10**21})

@@ -13,6 +13,7 @@ from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory
 from trainpipe.plan.params import with_trial_params
 from trainpipe.plan.steps import TUNING_TASKS
+from trainpipe.settings import Settings
 from trainpipe.spec.sections.tuning import DEFAULT_PRUNER, PRUNER_DEFAULTS
 from trainpipe_trainer.config import CHECKPOINT_METRICS, TrainingConfig, TuningTrial
 from trainpipe_trainer.resume import resume_identity
@@ -21,7 +22,7 @@ from trainpipe_trainer.tuning import make_pruner, progress_percent, storage_for_
 
 @pytest.fixture(scope="module")
 def plan():
-    return compile_directory(REPO / "dag_configs").plans["fraud_detector_tuned"]
+    return compile_directory(REPO / "dag_configs", settings=Settings.from_env()).plans["fraud_detector_tuned"]
 
 
 def test_the_search_runs_between_validate_and_train(plan):

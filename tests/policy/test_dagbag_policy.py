@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tests.support import dag_bag
+from trainpipe.settings import Settings
 
 from .conftest import POLICY, REPO, compliant_spec
 
@@ -83,7 +84,7 @@ def test_a_pipeline_id_declared_twice_loads_neither_file(configs, monkeypatch):
         (configs / name).write_text(yaml.safe_dump(compliant_spec("risk_twice"), sort_keys=False))
     (configs / "risk" / "c.yaml").write_text(yaml.safe_dump(compliant_spec("risk_once"), sort_keys=False))
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
-    result = compile_directory(configs, relative_to=configs.parent)
+    result = compile_directory(configs, relative_to=configs.parent, settings=Settings.from_env())
     assert set(result.plans) == {"risk_once"}
     assert sorted(result.errors) == ["dag_configs/risk/a.yaml", "dag_configs/risk/b.yaml"]
     assert "'risk_twice' is also declared in dag_configs/risk/b.yaml" in str(result.errors["dag_configs/risk/a.yaml"])
@@ -97,7 +98,7 @@ def test_a_policy_inside_the_specs_folder_is_refused(configs, monkeypatch):
     inside = configs / "_policy.yaml"  # `_`: not a spec, but still in the authors' folder
     inside.write_text(POLICY.read_text())
     monkeypatch.setenv("TRAINPIPE_POLICY", str(inside))
-    result = compile_directory(configs, relative_to=configs.parent)
+    result = compile_directory(configs, relative_to=configs.parent, settings=Settings.from_env())
     assert result.plans == {}
     assert "_policy.yaml: the policy named by TRAINPIPE_POLICY is inside the specs folder" in \
         str(result.errors["dag_configs/risk/fraud.yaml"])

@@ -12,6 +12,7 @@ import pytest
 
 from tests.policy.conftest import POLICY, compliant_spec
 from trainpipe.compile.compiler import compile_directory
+from trainpipe.settings import Settings
 
 HIJACK = "notify:\n  email:\n    to: [attacker@example.com]\n    events: [gate_failure, task_failure]\n"
 
@@ -31,10 +32,11 @@ def test_a_root_defaults_file_rewrites_no_team_s_specs(
         configs: Path, write_spec: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
     _specs(write_spec)
     (configs / "_defaults.yaml").write_text(HIJACK)
-    assert set(_recipients(compile_directory(configs)).values()) == {("attacker@example.com",)}  # no policy: applies
+    # no policy: applies
+    assert set(_recipients(compile_directory(configs, settings=Settings.from_env())).values()) == {("attacker@example.com",)}
 
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
-    result = compile_directory(configs, relative_to=configs.parent)
+    result = compile_directory(configs, relative_to=configs.parent, settings=Settings.from_env())
 
     assert not result.plans  # no DAG mails the attacker; each spec names the file and the fix
     for name, team in (("dag_configs/risk/fraud.yaml", "risk"), ("dag_configs/search/ranker.yaml", "search")):
@@ -49,13 +51,14 @@ def test_a_team_s_own_defaults_apply_and_the_platform_s_listed_ones_apply_to_all
     _specs(write_spec)
     (configs / "risk" / "_defaults.yaml").write_text(HIJACK.replace("attacker", "risk-ml"))
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
-    assert _recipients(compile_directory(configs)) == {"risk_fraud": ("risk-ml@example.com",), "search_ranker": ()}
+    assert _recipients(compile_directory(configs, settings=Settings.from_env())) == {
+        "risk_fraud": ("risk-ml@example.com",), "search_ranker": ()}
 
     (configs / "_defaults.yaml").write_text("retries: 2\n")
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY.read_text().replace("teams:\n", "platform_defaults: [_defaults.yaml]\nteams:\n", 1))
     monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
-    result = compile_directory(configs)
+    result = compile_directory(configs, settings=Settings.from_env())
     assert not result.errors
     assert {dag_id: plan.retries for dag_id, plan in result.plans.items()} == {"risk_fraud": 2, "search_ranker": 2}
 
@@ -69,7 +72,7 @@ def test_a_default_team_does_not_own_the_root_defaults_file(
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY.read_text().replace("default_team: null", "default_team: search"))
     monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
-    result = compile_directory(configs, relative_to=configs.parent)
+    result = compile_directory(configs, relative_to=configs.parent, settings=Settings.from_env())
     assert not result.plans
     assert all(error.problems[0].message.startswith("this _defaults.yaml is in no team's folders")
                for error in result.errors.values())

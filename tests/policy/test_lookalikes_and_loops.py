@@ -13,6 +13,7 @@ import pytest
 from tests.policy.conftest import POLICY, compliant_spec
 from trainpipe.compile.compiler import compile_directory
 from trainpipe.compile.plan_cache import PlanCache
+from trainpipe.settings import Settings
 
 LOOKALIKES = [
     ("team\u200b:search", "contains the invisible or control character U+200B"),
@@ -32,7 +33,7 @@ def test_a_tag_that_looks_like_another_team_s_is_refused_and_no_dag_carries_it(
     spoof["tags"] = ["fraud", tag]
     write_spec(spoof, "risk/spoof.yaml")
 
-    result = compile_directory(configs)
+    result = compile_directory(configs, settings=Settings.from_env())
 
     assert {plan.dag_id for plan in result.plans.values()} == {"risk_honest"}
     assert all(tag not in plan.tags for plan in result.plans.values())
@@ -45,7 +46,7 @@ def test_tags_in_one_script_each_stay_allowed(configs: Path, write_spec: Callabl
     spec = compliant_spec()
     spec["tags"] = ["不正検知", "Größe", "fraud-v2", "équipe risque"]
     write_spec(spec)
-    (plan,) = compile_directory(configs).plans.values()
+    (plan,) = compile_directory(configs, settings=Settings.from_env()).plans.values()
     assert {"不正検知", "Größe", "fraud-v2", "équipe risque"} <= set(plan.tags)
 
 
@@ -61,7 +62,7 @@ def test_a_schedule_on_the_pipeline_s_own_asset_is_refused_at_the_item(
     loop["schedule"] = {"assets": ["trainpipe://risk_upstream/model", uri], "mode": "any"}
     write_spec(loop, "risk/loop.yaml")
 
-    result = compile_directory(configs)
+    result = compile_directory(configs, settings=Settings.from_env())
 
     assert {plan.dag_id for plan in result.plans.values()} == {"risk_upstream"}
     (error,) = result.errors.values()
@@ -71,7 +72,8 @@ def test_a_schedule_on_the_pipeline_s_own_asset_is_refused_at_the_item(
     # Another pipeline's asset is a schedule of its own.
     loop["schedule"] = {"assets": ["trainpipe://risk_upstream/model"]}
     write_spec(loop, "risk/loop.yaml")
-    assert {p.dag_id for p in compile_directory(configs).plans.values()} == {"risk_upstream", "risk_loop"}
+    assert {p.dag_id for p in compile_directory(configs,
+                                                settings=Settings.from_env()).plans.values()} == {"risk_upstream", "risk_loop"}
 
 
 @pytest.mark.parametrize("policy", [False, True], ids=["no-policy", "policy"])
@@ -93,7 +95,7 @@ def test_pipelines_that_start_each_other_are_all_refused_and_recover_when_the_lo
     write_spec(c, "risk/c.yaml")
     for _ in range(2):  # compiled, then every plan from the cache (a later parse)
         cache = PlanCache(configs.resolve(), "all", home=tmp_path / "home").load()
-        result = compile_directory(configs, relative_to=configs.parent, cache=cache)
+        result = compile_directory(configs, relative_to=configs.parent, cache=cache, settings=Settings.from_env())
         assert set(result.plans) == {"risk_c"}
         located = {name: [(p.field_path, p.line) for p in error.problems] for name, error in result.errors.items()}
         assert located == {"dag_configs/risk/a.yaml": [("schedule.assets[1]", lines["a.yaml"])],
@@ -105,7 +107,8 @@ def test_pipelines_that_start_each_other_are_all_refused_and_recover_when_the_lo
 
     b["schedule"] = "@daily"
     write_spec(b, "risk/b.yaml")
-    assert set(compile_directory(configs, relative_to=configs.parent, cache=cache).plans) == {"risk_a", "risk_b", "risk_c"}
+    assert set(compile_directory(configs, relative_to=configs.parent, cache=cache,
+                                 settings=Settings.from_env()).plans) == {"risk_a", "risk_b", "risk_c"}
 
 
 def test_an_all_schedule_that_also_waits_for_an_outside_asset_is_no_loop(
@@ -116,7 +119,7 @@ def test_an_all_schedule_that_also_waits_for_an_outside_asset_is_no_loop(
     b["schedule"] = {"assets": ["trainpipe://risk_a/model"]}
     write_spec(a, "risk/a.yaml")
     write_spec(b, "risk/b.yaml")
-    result = compile_directory(configs)
+    result = compile_directory(configs, settings=Settings.from_env())
     assert set(result.plans) == {"risk_a", "risk_b"} and not result.errors
 
 
@@ -136,7 +139,7 @@ def test_a_team_without_prefixes_cannot_write_in_another_team_s(
     write_spec(compliant_spec("sandbox_fraud", model_name="risk_fraud"), "sandbox/same_model.yaml")
     write_spec(compliant_spec("sandbox_own"), "sandbox/own.yaml")
 
-    result = compile_directory(configs, relative_to=configs.parent)
+    result = compile_directory(configs, relative_to=configs.parent, settings=Settings.from_env())
 
     assert set(result.plans) == {"risk_fraud", "sandbox_own"}
     assert result.plans["risk_fraud"].spec_file == "dag_configs/risk/fraud.yaml"

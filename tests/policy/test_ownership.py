@@ -10,8 +10,9 @@ import pytest
 
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.plan.model import RegistrationPlan
-from trainpipe.registry.model_registry import (
-    OWNER_TAG,
+from trainpipe.plan.tracking import OWNER_TAG
+from trainpipe.settings import Settings
+from trainpipe.steps.register.model_registry import (
     OwnershipError,
     promote,
     promote_once,
@@ -24,7 +25,7 @@ _runs = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def hook() -> MlflowHook:
-    return MlflowHook()
+    return MlflowHook(Settings.from_env())
 
 
 def _registration(name: str, team: str | None) -> RegistrationPlan:

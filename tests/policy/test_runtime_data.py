@@ -12,8 +12,8 @@ import pytest
 
 from trainpipe.errors import OutsideStorageRootError, PolicyViolationError
 from trainpipe.plan.model import DataPlan
-from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
+from trainpipe.steps.snapshot import take_snapshot
 
 
 @pytest.fixture

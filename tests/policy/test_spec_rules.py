@@ -12,6 +12,7 @@ import pytest
 
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
+from trainpipe.settings import Settings
 from trainpipe.spec.loader import load_yaml_file
 
 from .conftest import POLICY, compliant_spec
@@ -144,14 +145,14 @@ def test_each_rule_refuses_at_the_field_with_the_team_and_the_rule(write_spec: C
         _set(spec, dotted, value)
     path = write_spec(spec)
     try:
-        compile_file(path, "risk/spec.yaml")  # valid without a policy ...
+        compile_file(path, "risk/spec.yaml", settings=Settings.from_env())  # valid without a policy ...
     except SpecError as err:  # ... but for a worker's own file, which no platform allowed
         assert [p.message.split(";")[0] for p in err.problems] == [
             f"{spec['data']['uri']!r} is a local path outside the storage root"], err
 
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
     with pytest.raises(SpecError, match=re.escape(f"not allowed by policy (team risk, rule {rule})")) as caught:
-        compile_file(path, "risk/spec.yaml")
+        compile_file(path, "risk/spec.yaml", settings=Settings.from_env())
     ours = [p for p in caught.value.problems if p.field_path == field and f"rule {rule})" in p.message]
     assert len(ours) == 1, caught.value
     problem = ours[0]
@@ -166,7 +167,7 @@ def test_each_rule_refuses_at_the_field_with_the_team_and_the_rule(write_spec: C
 def test_the_compliant_spec_passes_and_the_dag_carries_its_team(write_spec, monkeypatch):
     path = write_spec(compliant_spec())
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
-    plan = compile_file(path, "risk/spec.yaml")
+    plan = compile_file(path, "risk/spec.yaml", settings=Settings.from_env())
     assert plan.owner == "risk" and "team:risk" in plan.tags
     assert plan.team is not None and plan.team.pool == "risk_gpu"
     assert plan.registration.owner_team == "risk"
@@ -179,7 +180,7 @@ def test_a_sender_the_platform_gave_the_team_is_the_mail_s_sender(write_spec, mo
     for sender in ("ml-bot@example.com", "Risk-Alerts@Example.com"):
         spec = compliant_spec()
         spec["notify"] = {"email": {"to": ["ml@example.com"], "from_email": sender}}
-        (email,) = compile_file(write_spec(spec), "risk/spec.yaml").notify.channels
+        (email,) = compile_file(write_spec(spec), "risk/spec.yaml", settings=Settings.from_env()).notify.channels
         assert (email.kind, email.from_email) == ("email", sender)
 
 
@@ -189,7 +190,7 @@ def test_an_hourly_cron_and_preset_meet_a_one_hour_minimum(write_spec, monkeypat
     for schedule in ("@hourly", "15 * * * *", "0 */2 * * 1-5", "0 23,0 * * *", "none"):
         spec = compliant_spec()
         spec["schedule"] = schedule
-        assert compile_file(write_spec(spec), "risk/spec.yaml").dag_id == "risk_fraud"
+        assert compile_file(write_spec(spec), "risk/spec.yaml", settings=Settings.from_env()).dag_id == "risk_fraud"
 
 
 def test_a_value_from_defaults_is_judged_and_located_in_the_defaults_file(configs, write_spec, monkeypatch):
@@ -197,11 +198,12 @@ def test_a_value_from_defaults_is_judged_and_located_in_the_defaults_file(config
     spec = compliant_spec()
     del spec["training"]["kubernetes"]["namespace"]
     path = write_spec(spec)
-    assert compile_file(path, "risk/spec.yaml").kubernetes.namespace == "kube-system"  # no policy: the defaults apply
+    assert compile_file(path, "risk/spec.yaml",
+                        settings=Settings.from_env()).kubernetes.namespace == "kube-system"  # no policy: the defaults apply
 
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
     with pytest.raises(SpecError) as caught:
-        compile_file(path, "risk/spec.yaml")
+        compile_file(path, "risk/spec.yaml", settings=Settings.from_env())
     assert str(caught.value).endswith("dag_configs/risk/_defaults.yaml:3:5: training.kubernetes.namespace: not allowed by "
                                       "policy (team risk, rule kubernetes.namespaces): 'kube-system'; allowed: 'ml-training'")
 
@@ -215,19 +217,19 @@ def test_a_default_connection_is_judged_like_a_written_one(configs, write_spec, 
     with pytest.raises(SpecError, match=r"risk/spec.yaml:\d+:\d+: training.kubernetes.kubernetes_conn_id: not allowed "
                                         r"by policy \(team risk, rule kubernetes.kubernetes_conn_ids\): "
                                         r"'kubernetes_default' \(not written in the spec: its default\)"):
-        compile_file(path, "risk/spec.yaml")
+        compile_file(path, "risk/spec.yaml", settings=Settings.from_env())
 
 
 def test_a_spec_in_no_teams_folder_is_refused_without_a_default_team(write_spec, monkeypatch, tmp_path):
     path = write_spec(compliant_spec(), "elsewhere/spec.yaml")
-    compile_file(path, "elsewhere/spec.yaml")
+    compile_file(path, "elsewhere/spec.yaml", settings=Settings.from_env())
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
     with pytest.raises(SpecError, match="refused by policy: 'elsewhere/spec.yaml' matches no team's folders"):
-        compile_file(path, "elsewhere/spec.yaml")
+        compile_file(path, "elsewhere/spec.yaml", settings=Settings.from_env())
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY.read_text().replace("default_team: null", "default_team: risk"))
     monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
-    assert compile_file(path, "elsewhere/spec.yaml").team.name == "risk"
+    assert compile_file(path, "elsewhere/spec.yaml", settings=Settings.from_env()).team.name == "risk"
 
 
 @pytest.mark.parametrize(("fault", "value"), [("inject_nan_at_step", 3), ("crash_first_try_after_step", 2),
@@ -239,18 +241,18 @@ def test_fault_injection_needs_the_platforms_consent(write_spec, monkeypatch, tm
     path = write_spec(spec)
     with pytest.raises(SpecError, match=r"risk/spec.yaml:\d+:\d+: training.testing: fault injection is for "
                                         r"trainpipe's own tests and is off on this platform"):
-        compile_file(path, "risk/spec.yaml")
+        compile_file(path, "risk/spec.yaml", settings=Settings.from_env())
     monkeypatch.setenv("TRAINPIPE_ALLOW_FAULT_INJECTION", "1")
-    assert getattr(compile_file(path, "risk/spec.yaml").testing, fault) == value
+    assert getattr(compile_file(path, "risk/spec.yaml", settings=Settings.from_env()).testing, fault) == value
     # Under a policy, only the team's `testing: true` allows it (the switch does not).
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
     with pytest.raises(SpecError, match=r"training.testing: not allowed by policy \(team risk, rule testing\)"):
-        compile_file(path, "risk/spec.yaml")
+        compile_file(path, "risk/spec.yaml", settings=Settings.from_env())
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY.read_text().replace("    pipeline_id_prefix: risk_\n",
                                                  "    pipeline_id_prefix: risk_\n    testing: true\n", 1))
     monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
-    assert getattr(compile_file(path, "risk/spec.yaml").testing, fault) == value
+    assert getattr(compile_file(path, "risk/spec.yaml", settings=Settings.from_env()).testing, fault) == value
 
 
 @pytest.mark.parametrize(("slack", "field", "rule"), [
@@ -282,4 +284,4 @@ def test_an_unwritten_cache_age_is_lowered_to_the_team_s_cap(write_spec: Callabl
 
     path = write_spec(compliant_spec())
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
-    assert compile_file(path, "risk/spec.yaml").cache.max_age == timedelta(days=7)
+    assert compile_file(path, "risk/spec.yaml", settings=Settings.from_env()).cache.max_age == timedelta(days=7)

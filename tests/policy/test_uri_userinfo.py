@@ -17,8 +17,8 @@ from trainpipe import storage
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError, UnsupportedUriError
 from trainpipe.policy import globs
-from trainpipe.runtime.snapshot import take_snapshot
 from trainpipe.settings import Settings
+from trainpipe.steps.snapshot import take_snapshot
 
 from .conftest import POLICY, compliant_spec
 
@@ -72,17 +72,17 @@ def test_the_payload_is_real_airflow_takes_the_userinfo_as_the_connection():
 
 
 def test_the_wild_policy_still_admits_its_buckets_and_refuses_others(write_spec: Callable[..., Path], wild_policy):
-    plan = compile_file(write_spec(_spec("s3://risk-x/clicks.parquet")), "risk/spec.yaml")
+    plan = compile_file(write_spec(_spec("s3://risk-x/clicks.parquet")), "risk/spec.yaml", settings=Settings.from_env())
     assert plan.data.allowed_uris == WILD and plan.data.conn_id == "aws_risk"
     with pytest.raises(SpecError, match=r"rule data\.uris"):
-        compile_file(write_spec(_spec("s3://search-data/clicks.parquet")), "risk/spec.yaml")
+        compile_file(write_spec(_spec("s3://search-data/clicks.parquet")), "risk/spec.yaml", settings=Settings.from_env())
 
 
 def test_compile_refuses_the_userinfo_at_data_uri(write_spec: Callable[..., Path], wild_policy, built):
     path = write_spec(_spec(ATTACK))
 
     with pytest.raises(SpecError) as caught:
-        compile_file(path, "risk/spec.yaml")
+        compile_file(path, "risk/spec.yaml", settings=Settings.from_env())
 
     (problem,) = caught.value.problems
     assert problem.field_path == "data.uri" and problem.message == f"{ATTACK!r} {MESSAGE}"
@@ -93,9 +93,9 @@ def test_compile_refuses_the_userinfo_at_data_uri(write_spec: Callable[..., Path
 def test_compile_refuses_it_without_a_policy_too(write_spec: Callable[..., Path], monkeypatch):
     monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
     with pytest.raises(SpecError, match=r"data\.uri: 's3://aws_platform_admin@search-data/x' names a connection"):
-        compile_file(write_spec(_spec("s3://aws_platform_admin@search-data/x")), "risk/spec.yaml")
+        compile_file(write_spec(_spec("s3://aws_platform_admin@search-data/x")), "risk/spec.yaml", settings=Settings.from_env())
     with pytest.raises(SpecError) as caught:
-        compile_file(write_spec(_spec("s3://AKIAEXAMPLE:hunter2@risk-data/x")), "risk/spec.yaml")
+        compile_file(write_spec(_spec("s3://AKIAEXAMPLE:hunter2@risk-data/x")), "risk/spec.yaml", settings=Settings.from_env())
     assert "'AKIAEXAMPLE:***@'" in str(caught.value) and "hunter2" not in str(caught.value)
 
 

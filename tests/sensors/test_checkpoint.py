@@ -14,22 +14,22 @@ from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import TrainpipeError
 from trainpipe.plan.model import STATUS_POLL_SECONDS, WAITING_POKE
-from trainpipe.runtime.checkpoint_state import (
+from trainpipe.sensors.checkpoint import CheckpointSensor
+from trainpipe.settings import Settings
+from trainpipe.state.checkpoint_state import (
     TrainingStalledError,
     TrainingStatus,
     read_checkpoint_state,
     wait_for_training_status,
     write_training_status,
 )
-from trainpipe.runtime.train import run_dir_for
-from trainpipe.sensors.checkpoint import CheckpointSensor
-from trainpipe.settings import Settings
+from trainpipe.state.run_folder import run_dir_for
 from trainpipe.triggers.checkpoint import CheckpointTrigger
 
 
 @pytest.fixture
 def sensor_and_run(request):
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml", settings=Settings.from_env())
     run_id = f"sensor__{request.node.name}"
     return CheckpointSensor(task_id="watch_checkpoints", plan=plan), {"run_id": run_id}, \
         run_dir_for(plan.dag_id, Settings.from_env(), run_id)

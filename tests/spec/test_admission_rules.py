@@ -17,6 +17,7 @@ import yaml
 from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
+from trainpipe.settings import Settings
 
 GPU_SPEC = yaml.safe_load((REPO / "dag_configs" / "search_ranker_gpu.yaml").read_text())
 FRAUD_SPEC = yaml.safe_load((REPO / "dag_configs" / "fraud_detector.yaml").read_text())
@@ -115,7 +116,7 @@ def test_refused_at_its_field_with_the_fix(tmp_path: Path, base: dict[str, Any],
     spec = copy.deepcopy(base)
     change(spec)
     with pytest.raises(SpecError) as caught:
-        compile_file(_write(tmp_path, spec))
+        compile_file(_write(tmp_path, spec), settings=Settings.from_env())
     problems = caught.value.problems
     assert any(p.field_path == field and p.message.startswith(message) for p in problems), problems
     assert all(p.line and p.line > 1 and "trainpipe bug" not in p.message for p in problems), problems
@@ -130,7 +131,7 @@ def test_what_kubernetes_admits_still_compiles_with_exact_quantities(tmp_path: P
     pods["affinity"] = {"required": [{"key": "gpus", "operator": "Gt", "values": ["4"]},
                                      {"key": "zone", "operator": "DoesNotExist"}]}
     pods["node_selector"] = {"nvidia.com/gpu.product": "NVIDIA-L4", "node.kubernetes.io/instance-type": "g6.12xlarge"}
-    plan = compile_file(_write(tmp_path, spec))
+    plan = compile_file(_write(tmp_path, spec), settings=Settings.from_env())
     # Every digit of a numeric memory is kept (format "g" wrote 1.71799e+10), and 1k CPUs count as 1000.
     assert plan.kubernetes is not None and plan.kubernetes.resources["memory"] == "17179869184"
     nodes = spec["training"]["distributed"].get("nnodes", 1)

@@ -12,6 +12,7 @@ from tests.support import REPO, spec_with
 from trainpipe.commands.main import main
 from trainpipe.compile.compiler import compile_directory, compile_file
 from trainpipe.errors import SpecError
+from trainpipe.settings import Settings
 
 
 def _write(path: Path, text: str) -> Path:
@@ -33,7 +34,7 @@ def configs(tmp_path: Path) -> Path:
 
 
 def test_nearest_defaults_win_and_the_spec_wins_over_all(configs: Path):
-    plan = compile_directory(configs).plans["fraud_detector"]
+    plan = compile_directory(configs, settings=Settings.from_env()).plans["fraud_detector"]
     assert plan.owner == "team-a"  # team/_defaults.yaml over the root's
     assert plan.retries == 3  # only the root sets it
     assert plan.trainer.epochs == 5  # nearest defaults
@@ -54,7 +55,8 @@ def test_a_file_compiled_on_its_own_gets_the_same_defaults_as_its_dag(configs: P
     rendered = json.loads(capsys.readouterr().out)
     assert rendered["retries"] == 3  # set only by dag_configs/_defaults.yaml, two folders up
     assert rendered["trainer"]["seed"] == 1
-    alone, in_folder = compile_file(configs / "team" / "fraud.yaml"), compile_directory(configs).plans["fraud_detector"]
+    alone, in_folder = compile_file(configs / "team" / "fraud.yaml", settings=Settings.from_env()), compile_directory(configs,
+                                                                                                                      settings=Settings.from_env()).plans["fraud_detector"]
     assert dataclasses.replace(alone, spec_file=in_folder.spec_file) == in_folder
 
 
@@ -63,15 +65,16 @@ def test_trainpipe_dag_configs_names_the_root_for_a_lone_file(tmp_path: Path, mo
     _write(root / "_defaults.yaml", "owner: platform\n")
     (root / "team").mkdir()
     spec_with(root / "team", "owner: risk-ml\n", "", name="fraud.yaml")
-    assert compile_file(root / "team" / "fraud.yaml").owner == "trainpipe"  # not a configs root: own folder only
+    assert compile_file(root / "team" / "fraud.yaml",
+                        settings=Settings.from_env()).owner == "trainpipe"  # not a configs root: own folder only
     monkeypatch.setenv("TRAINPIPE_DAG_CONFIGS", str(root))
-    assert compile_file(root / "team" / "fraud.yaml").owner == "platform"
+    assert compile_file(root / "team" / "fraud.yaml", settings=Settings.from_env()).owner == "platform"
 
 
 def test_a_mistake_in_defaults_points_into_the_defaults_file(configs: Path):
     _write(configs / "team" / "_defaults.yaml", "owner: team-a\ntraining:\n  epochs: 0\n")
     with pytest.raises(SpecError) as caught:
-        compile_file(configs / "team" / "fraud.yaml", configs_root=configs)
+        compile_file(configs / "team" / "fraud.yaml", configs_root=configs, settings=Settings.from_env())
     (problem,) = caught.value.problems
     assert problem.file.endswith("team/_defaults.yaml")
     assert (problem.line, problem.column, problem.field_path) == (3, 3, "training.epochs")
@@ -84,6 +87,6 @@ def test_init_writes_a_valid_commented_starter(task: str, tmp_path: Path, capsys
     written = tmp_path / "dag_configs" / "churn.yaml"
     assert written.read_text().startswith("# yaml-language-server: $schema=")
     assert "# " in written.read_text().split("pipeline_id:")[1]  # comments explain the keys
-    assert compile_file(written).trainer.task == task
+    assert compile_file(written, settings=Settings.from_env()).trainer.task == task
     assert main(["init", "churn", "--task", task, "--dir", "dag_configs"]) == 1  # never overwrites
     assert "already exists" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import pytest
 from tests.probes import probe
 from tests.support import REPO
 from trainpipe.errors import SpecError
+from trainpipe.settings import Settings
 from trainpipe.spec import expectations
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
@@ -137,7 +138,7 @@ def test_values_great_expectations_coerces_are_accepted():
 def test_every_example_spec_still_validates():
     from trainpipe.compile.compiler import compile_directory
 
-    result = compile_directory(REPO / "dag_configs")
+    result = compile_directory(REPO / "dag_configs", settings=Settings.from_env())
     assert result.errors == {} or not result.errors, result.errors
     assert len(result.plans) == len(list((REPO / "dag_configs").glob("[!_]*.yaml")))
 
@@ -158,7 +159,7 @@ def test_checking_arguments_does_not_import_great_expectations():
 
 def test_table_equals_what_the_installed_great_expectations_generates():
     """Fails after a GE upgrade that changes an expectation: run `python tools/gen_expectation_table.py`."""
-    from trainpipe.checks.quality import expectation_class, expectation_names
+    from trainpipe.steps.validate.quality import expectation_class, expectation_names
 
     classes = {name: expectation_class(name) for name in expectation_names()}
     assert expectations.render_table(expectations.generate_table(classes)) == expectations.TABLE_FILE.read_text(
@@ -169,7 +170,7 @@ def _ge_refuses(name: str, kwargs: dict, argument: str) -> bool:
     """Whether GE's model refuses ``argument`` in ``kwargs`` (its own field errors, not cross-field ones)."""
     from pydantic.v1 import ValidationError
 
-    from trainpipe.checks.quality import expectation_class
+    from trainpipe.steps.validate.quality import expectation_class
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -192,7 +193,7 @@ def test_argument_verdicts_agree_with_great_expectations():
     """For every argument of every expectation, each probe value: the table refuses exactly what GE's
     model refuses. Where GE runs more than a type check (a field validator, a nested model), the table
     must at least never refuse what GE accepts. One representative per (argument, type, validators)."""
-    from trainpipe.checks.quality import expectation_class
+    from trainpipe.steps.validate.quality import expectation_class
 
     table = expectations._table()
     checked: set[tuple] = set()
@@ -220,8 +221,8 @@ def test_argument_verdicts_agree_with_great_expectations():
 
 def test_expectations_the_table_accepts_build_in_great_expectations():
     """What passes the spec stage builds at run time (`quality.build_expectation`, the validate task)."""
-    from trainpipe.checks.quality import build_expectation
     from trainpipe.spec.validate import load_spec
+    from trainpipe.steps.validate.quality import build_expectation
 
     spec = _spec(f"expect_column_values_to_not_be_null: {COMMON}",
                  "expect_column_values_to_be_between: {column: amount, min_value: '0.5', strict_min: 'yes'}")

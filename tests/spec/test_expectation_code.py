@@ -2,7 +2,7 @@
 
 Each payload below would create a file when Great Expectations evaluates it (the control test runs
 it through GE directly and sees the file appear). Through trainpipe, the spec stage refuses it with
-a located error, and the validate task's code (``trainpipe.checks.quality``, ``runtime.snapshot``) refuses
+a located error, and the validate task's code (``trainpipe.steps.validate.quality``, ``steps.validate.validate``) refuses
 it again when a plan skipped the spec stage: the file never exists.
 """
 
@@ -18,14 +18,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from trainpipe.checks.quality import validate_dataframe
 from trainpipe.errors import SpecError
 from trainpipe.plan.build import build_plan
-from trainpipe.runtime.snapshot import take_snapshot, validate_snapshot
 from trainpipe.settings import Settings
 from trainpipe.spec import expectations
 from trainpipe.spec.loader import load_yaml_text
 from trainpipe.spec.validate import validate_loaded
+from trainpipe.steps.snapshot import take_snapshot
+from trainpipe.steps.validate.quality import validate_dataframe
+from trainpipe.steps.validate.validate import validate_snapshot
 
 # Items of validation.expectations start on line 14.
 BASE = """\

@@ -16,6 +16,7 @@ from trainpipe.commands.main import main
 from trainpipe.compile import compiler as factory
 from trainpipe.compile.compiler import compile_directory
 from trainpipe.errors import SpecError
+from trainpipe.settings import Settings
 from trainpipe.spec.loader import MAX_SPEC_BYTES, MAX_SPEC_DEPTH, MAX_SPEC_NODES, load_yaml_text, read_spec_text
 
 FIXTURES = REPO / "tests" / "fixtures" / "bad_specs"
@@ -152,7 +153,7 @@ def test_named_pipe_is_refused_instead_of_hanging_the_parse(tmp_path):
     (configs / "good.yaml").write_text(EXAMPLE.read_text())
     os.mkfifo(configs / "pipe.yaml")  # nothing ever writes to it: a blocking open would wait forever
 
-    result = compile_directory(configs, relative_to=tmp_path)
+    result = compile_directory(configs, relative_to=tmp_path, settings=Settings.from_env())
 
     assert list(result.plans) == ["fraud_detector"]
     assert str(result.errors["configs/pipe.yaml"]) == (
@@ -165,7 +166,7 @@ def test_non_utf8_defaults_file_is_reported_at_its_own_line(tmp_path):
     (configs / "_defaults.yaml").write_bytes(b"owner: ml-team\ndescription: r\xe9sum\xe9\n")
     (configs / "good.yaml").write_text(EXAMPLE.read_text())
 
-    result = compile_directory(configs, relative_to=tmp_path)
+    result = compile_directory(configs, relative_to=tmp_path, settings=Settings.from_env())
 
     assert result.plans == {}
     assert str(result.errors["configs/good.yaml"]) == (
@@ -197,7 +198,7 @@ def test_unexpected_exception_in_one_spec_is_that_files_error(tmp_path, monkeypa
         return real_build_plan(spec, **kwargs)
 
     monkeypatch.setattr(factory, "build_plan", build_plan)
-    result = compile_directory(configs, relative_to=tmp_path)
+    result = compile_directory(configs, relative_to=tmp_path, settings=Settings.from_env())
 
     assert set(result.plans) == {"fraud_detector", "fraud_detector_approval", "fraud_detector_multinode",
                                  "fraud_detector_tuned", "search_ranker_gpu"}
@@ -234,7 +235,7 @@ def test_a_large_defaults_file_costs_each_spec_linear_time(tmp_path):
         spec_with(configs, "pipeline_id: fraud_detector", f"pipeline_id: s{n}", name=f"s{n}.yaml")
 
     start = time.process_time()
-    result = compile_directory(configs, relative_to=tmp_path)
+    result = compile_directory(configs, relative_to=tmp_path, settings=Settings.from_env())
     cpu = time.process_time() - start
 
     assert result.plans == {}

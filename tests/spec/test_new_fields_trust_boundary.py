@@ -16,6 +16,7 @@ import yaml
 from tests.support import REPO
 from trainpipe.compile.compiler import compile_directory, compile_file
 from trainpipe.errors import SpecError
+from trainpipe.settings import Settings
 
 PASSWORD = "pw-7d21a0-never-shown"
 TEMPLATE = "{{ conn.leak.password }}"
@@ -76,7 +77,7 @@ def test_a_template_path_or_foreign_value_is_refused_where_written_and_leaves_no
     monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
     _write(tmp_path, example, "other")
     bad = _write(tmp_path, example, "bad", path, value)
-    result = compile_directory(tmp_path)
+    result = compile_directory(tmp_path, settings=Settings.from_env())
 
     assert {plan.dag_id for plan in result.plans.values()} == {"other"}  # the bad spec has no DAG, the folder does
     (error,) = result.errors.values()
@@ -119,10 +120,10 @@ def test_a_late_run_s_mail_goes_to_the_spec_s_address_as_written(tmp_path: Path,
     monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
     templated = {"email": {"to": [TEMPLATED_ADDRESS], "conn_id": "deadline_smtp"}, "deadline": {"within": "1h"}}
     with pytest.raises(SpecError, match="is not one plain e-mail address") as refused:
-        compile_file(_write(tmp_path, "fraud_detector.yaml", "late", notify=templated))
+        compile_file(_write(tmp_path, "fraud_detector.yaml", "late", notify=templated), settings=Settings.from_env())
     assert [p.field_path for p in refused.value.problems] == ["notify.email.to[0]"]
     notify = {"email": {"to": [ADDRESS], "from_email": ADDRESS, "conn_id": "deadline_smtp"}, "deadline": {"within": "1h"}}
-    plan = compile_file(_write(tmp_path, "fraud_detector.yaml", "late", notify=notify))
+    plan = compile_file(_write(tmp_path, "fraud_detector.yaml", "late", notify=notify), settings=Settings.from_env())
     deadline = build_dag(plan).deadline
     kwargs = (deadline[0] if isinstance(deadline, list) else deadline).callback.kwargs
     assert list(kwargs["channels"][0]["to"]) == [ADDRESS]

@@ -10,10 +10,11 @@ import pytest
 import yaml
 
 from tests.support import REPO
-from trainpipe.commands.kubernetes_render import render_manifests
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
 from trainpipe.kubernetes.builders import TrainerLaunch
+from trainpipe.operators.kubernetes_render import render_manifests
+from trainpipe.settings import Settings
 from trainpipe.spec.pod_keys import (
     ACCELERATOR_RESOURCES,
     RESERVED_KEY_DOMAINS,
@@ -75,7 +76,8 @@ def _line_of(path: Path, section: str, key: str) -> int:
 
 
 def _pod(spec_path: Path) -> dict:
-    (pod,) = [m for m in render_manifests(compile_file(spec_path), launch=LAUNCH) if m["kind"] == "Pod"]
+    (pod,) = [m for m in render_manifests(compile_file(spec_path, settings=Settings.from_env()), launch=LAUNCH,
+                                          settings=Settings.from_env()) if m["kind"] == "Pod"]
     return pod
 
 
@@ -85,7 +87,7 @@ def test_an_add_on_key_is_refused_at_the_key_with_why_and_the_fix(
 ) -> None:
     path = _write(tmp_path, _spec(**{section: {"cost-center": "search-ml", key: value}}))
     with pytest.raises(SpecError) as caught:
-        compile_file(path)
+        compile_file(path, settings=Settings.from_env())
     (problem,) = caught.value.problems
     assert problem.field_path == f"{K8S}.{section}.{key}"
     assert problem.line == _line_of(path, section, key)
@@ -99,7 +101,7 @@ def test_the_whole_repro_is_refused_key_by_key_and_the_pod_carries_none_of_it(tm
     annotations = {**TEAM_ANNOTATIONS, **{k: v for s, k, v, _ in ATTACKS if s == "annotations"}}
     path = _write(tmp_path, _spec(labels=labels, annotations=annotations))
     with pytest.raises(SpecError) as caught:
-        compile_file(path)
+        compile_file(path, settings=Settings.from_env())
     refused = {(p.field_path, p.line) for p in caught.value.problems}
     assert refused == {(f"{K8S}.{s}.{k}", _line_of(path, s, k)) for s, k, _, _ in ATTACKS}
     # No plan exists for the spec. Without the refused keys it renders a pod with the team's keys and none
@@ -155,7 +157,7 @@ NOT_ACCELERATORS = [
 def test_a_resource_that_is_no_accelerator_is_refused_at_the_field(tmp_path: Path, name: str) -> None:
     path = _write(tmp_path, _spec(resources={"gpus": 2, "gpu_resource": name, "cpu": "16", "memory": "64Gi"}))
     with pytest.raises(SpecError, match="is not an accelerator resource") as caught:
-        compile_file(path)
+        compile_file(path, settings=Settings.from_env())
     (problem,) = caught.value.problems
     assert problem.field_path == f"{K8S}.resources.gpu_resource"
     lines = path.read_text().splitlines()
@@ -202,12 +204,12 @@ def test_a_plan_made_without_the_spec_stage_builds_no_pod_with_them(
 
     from trainpipe.errors import TrainpipeError
 
-    plan = compile_file(_write(tmp_path, _spec(labels=TEAM_LABELS, annotations=TEAM_ANNOTATIONS)))
+    plan = compile_file(_write(tmp_path, _spec(labels=TEAM_LABELS, annotations=TEAM_ANNOTATIONS)), settings=Settings.from_env())
     k = plan.kubernetes
     edited = {name: {**getattr(k, name), **value} for name, value in change.items()}
     plan = dataclasses.replace(plan, kubernetes=dataclasses.replace(k, **edited))
     with pytest.raises(TrainpipeError, match=f"{plan.dag_id}: {refused} .* is refused"):
-        render_manifests(plan, launch=LAUNCH)
+        render_manifests(plan, launch=LAUNCH, settings=Settings.from_env())
 
 
 @pytest.mark.parametrize("key", ["k8s.v1.cni.cncf.io/networks", "cni.projectcalico.org/ipAddrs", "co.elastic.logs/enabled",
@@ -217,7 +219,7 @@ def test_network_logging_and_device_webhook_keys_are_refused_too(tmp_path: Path,
     injected storage sidecar, a GPU share (HAMi), an in-place update (OpenKruise)."""
     path = _write(tmp_path, _spec(annotations={"cost-center": "search-ml", key: "x"}))
     with pytest.raises(SpecError) as caught:
-        compile_file(path)
+        compile_file(path, settings=Settings.from_env())
     (problem,) = caught.value.problems
     assert problem.field_path == f"{K8S}.annotations.{key}" and "remove it: " in problem.message
 

@@ -18,6 +18,7 @@ from trainpipe.compile.compiler import compile_file, compile_text
 from trainpipe.errors import SpecError, TrainpipeError
 from trainpipe.kubernetes.builders import TrainerLaunch, container_env
 from trainpipe.plan.launch import plan_launch
+from trainpipe.settings import Settings
 from trainpipe.spec import environment
 from trainpipe.spec.environment import TORCHRUN_ENV, looks_like_credential, reserved_env_reason, trainer_environment
 from trainpipe.spec.loader import load_yaml_text
@@ -117,7 +118,7 @@ def test_secret_env_may_carry_credentials_but_not_what_trainpipe_sets():
 
 
 def test_every_variable_the_launch_sets_is_reserved():
-    for plan in (compile_file(p) for p in sorted((REPO / "dag_configs").glob("[!_]*.yaml"))):
+    for plan in (compile_file(p, settings=Settings.from_env()) for p in sorted((REPO / "dag_configs").glob("[!_]*.yaml"))):
         own = {name for name, _ in plan.launch.env} - set(plan.kubernetes.env if plan.kubernetes else {})
         assert own and all(reserved_env_reason(name) for name in own), own
     assert all(reserved_env_reason(name) for name, _ in trainer_environment())
@@ -152,7 +153,7 @@ def test_a_plan_made_without_the_spec_stage_cannot_set_a_reserved_name():
     with pytest.raises(ValueError, match=r"environment variable 'MLFLOW_TRACKING_URI' is reserved: trainpipe sets it"):
         plan_launch(launcher="kubernetes", nproc_per_node=1, nnodes=1, strategy="ddp",
                     extra_env=(("MLFLOW_TRACKING_URI", "http://attacker.example"),))
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml", settings=Settings.from_env())
     launch = TrainerLaunch(config_uri="s3://b/c.json", mlflow_tracking_uri="http://mlflow:5000", dag_id="d",
                            airflow_run_id="r", try_number=1)
     env = {variable.name: variable.value for variable in container_env(plan, launch)}
@@ -164,7 +165,7 @@ def test_a_plan_made_without_the_spec_stage_cannot_give_a_reserved_name_a_secret
     """Defence in depth for secret_env too: the pod's environment is never built with such a name."""
     import dataclasses
 
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector_multinode.yaml", settings=Settings.from_env())
     assert plan.kubernetes is not None
     forged = dataclasses.replace(plan, kubernetes=dataclasses.replace(
         plan.kubernetes, secret_env={name: {"secret": "attacker-secret", "key": "payload"}}))
@@ -197,7 +198,7 @@ def test_what_loads_code_or_redirects_never_reaches_a_plan_or_a_launch(name: str
         assert problems[0].startswith(f"k.yaml:{ENV_LINE}:7: training.kubernetes.env.{name}: {name!r} is reserved (")
     # No plan is compiled from it, and a plan made another way gets no launch.
     with pytest.raises(SpecError):
-        compile_text(text, "k.yaml", configs_root=tmp_path)
+        compile_text(text, "k.yaml", configs_root=tmp_path, settings=Settings.from_env())
     with pytest.raises(ValueError, match=rf"environment variable {re.escape(repr(name))} is reserved: "):
         plan_launch(launcher="kubernetes", nproc_per_node=1, nnodes=1, strategy="ddp",
                     extra_env=((name, _payload(name)),))
@@ -213,7 +214,7 @@ def test_a_name_that_is_no_identifier_is_refused_not_judged_as_another(name: str
     assert problems[0].startswith(f"k.yaml:{ENV_LINE}:7: training.kubernetes.env.{name}: {name!r} is not an "
                                   "environment variable name")
     with pytest.raises(SpecError):
-        compile_text(text, "k.yaml", configs_root=tmp_path)
+        compile_text(text, "k.yaml", configs_root=tmp_path, settings=Settings.from_env())
 
 
 def test_render_k8s_refuses_them_all_and_prints_no_payload(tmp_path: Path, capsys, monkeypatch):
@@ -248,7 +249,7 @@ def test_secret_env_refuses_them_too_but_credentials_and_endpoints_stay():
 def test_tuning_reaches_the_pod_env(tmp_path: Path):
     variables = "".join(f"      {name}: '1'\n" for name in TUNING if name != "NCCL_DEBUG")
     plan = compile_text(TEXT.replace("      NCCL_DEBUG: WARN\n", f"      NCCL_DEBUG: WARN\n{variables}"), "k.yaml",
-                        configs_root=tmp_path)
+                        configs_root=tmp_path, settings=Settings.from_env())
     launch = TrainerLaunch(config_uri="s3://b/c.json", mlflow_tracking_uri="http://mlflow:5000", dag_id="d",
                            airflow_run_id="r", try_number=1)
     env = {variable.name: variable.value for variable in container_env(plan, launch)}
@@ -297,7 +298,7 @@ def test_a_spec_value_reaches_the_trainer_as_written_never_expanded_to_another_v
     (TORCH_LOGS echoes a bad value into the pod log). Escaped, the trainer sees the text itself."""
     server = "https://admin:S3CRET@mlflow.internal"
     plan = compile_text(TEXT.replace("      NCCL_DEBUG: WARN\n", f"      NCCL_DEBUG: WARN\n      TORCH_LOGS: '{written}'\n"),
-                        "k.yaml", configs_root=REPO / "dag_configs")
+                        "k.yaml", configs_root=REPO / "dag_configs", settings=Settings.from_env())
     launch = TrainerLaunch(config_uri="s3://b/c.json", mlflow_tracking_uri=server, dag_id="d", airflow_run_id="r",
                            try_number=1)
     variables = container_env(plan, launch)

@@ -8,12 +8,14 @@ import pytest
 
 from tests.support import REPO
 from trainpipe.compile.compiler import compile_file
+from trainpipe.settings import Settings
 from trainpipe.spec.schema import spec_json_schema
 from trainpipe.spec.sections.evaluation import EvaluationSpec
 
 
 def test_the_fraud_example_slices_by_region_and_gates_the_worst_slice():
-    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml")
+    plan = compile_file(REPO / "dag_configs" / "fraud_detector.yaml", "dag_configs/fraud_detector.yaml",
+                        settings=Settings.from_env())
 
     assert plan.evaluation.slices == ("region",)
     [gate] = [g for g in plan.evaluation.gates if g.worst_slice]

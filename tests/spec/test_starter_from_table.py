@@ -79,14 +79,14 @@ def test_init_names_a_missing_label_and_table(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize(("task", "label", "make"), [("regression", "progression", regression_table),
                                                      ("binary_classification", "outcome", classification_table)])
 def test_a_starter_spec_passes_its_own_gates_on_the_first_run(task, label, make, tmp_path, monkeypatch):
-    from trainpipe.commands.train import with_nproc_per_node
     from trainpipe.compile.compiler import compile_file
-    from trainpipe.evaluation.evaluate import evaluate
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.registry.lineage import git_commit
-    from trainpipe.runtime.snapshot import take_snapshot
-    from trainpipe.runtime.train import RunContext, run_training
     from trainpipe.settings import Settings
+    from trainpipe.steps.evaluate.evaluate import evaluate
+    from trainpipe.steps.register.lineage import git_commit
+    from trainpipe.steps.snapshot import take_snapshot
+    from trainpipe.steps.train.standalone import with_nproc_per_node
+    from trainpipe.steps.train.train import RunContext, run_training
     from trainpipe.storage import storage_access
 
     monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", (tmp_path / "storage").as_uri())
@@ -97,7 +97,7 @@ def test_a_starter_spec_passes_its_own_gates_on_the_first_run(task, label, make,
                  "--data", f"tables/{task}.parquet", "--label", label]) == 0
 
     # One process instead of the starter's two: the same training rule, lighter on a test machine.
-    plan = with_nproc_per_node(compile_file(tmp_path / "configs" / f"{name}.yaml"), 1)
+    plan = with_nproc_per_node(compile_file(tmp_path / "configs" / f"{name}.yaml", settings=Settings.from_env()), 1)
     settings = Settings.from_env()
     with storage_access(settings):
         snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings,

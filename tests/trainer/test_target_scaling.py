@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from trainpipe.settings import Settings
 from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrainingConfig
 from trainpipe_trainer.data import load_training_data
 from trainpipe_trainer.model import build_mlp
@@ -95,10 +96,10 @@ def test_large_labels_train_to_within_005_of_ridge_and_the_evaluation_holds_the_
     """The issue's case: labels around 150 and a plain MLP. The real trainer's model, scored by the real
     evaluate step, gets an r² within 0.05 of the baseline (ridge on the same split); the evaluation
     holds the baseline, its report shows it, and 'rmse <= baseline' gates on it."""
-    from trainpipe.evaluation.evaluate import evaluate
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.plan.model import EvaluationPlan, Gate, RegistrationPlan
     from trainpipe.spec.sections.evaluation import EvaluationSpec
+    from trainpipe.steps.evaluate.evaluate import evaluate
 
     train, holdout = large_label_frame(2000, seed=4), large_label_frame(500, seed=5)
     train_path, holdout_path = tmp_path / "train.parquet", tmp_path / "holdout.parquet"
@@ -120,7 +121,7 @@ def test_large_labels_train_to_within_005_of_ridge_and_the_evaluation_holds_the_
     monkeypatch.setenv("MLFLOW_TRACKING_URI", use_tracking)
     result = evaluate(plan, registration, holdout_uri=str(holdout_path), train_uri=str(train_path),
                       model_uri=run.result()["model_uri"], mlflow_run_id=run.result()["mlflow_run_id"],
-                      hook=MlflowHook())
+                      hook=MlflowHook(Settings.from_env()), settings=Settings.from_env())
 
     candidate, baseline = result["candidate"], result["baseline"]
     assert result["baseline_model"] == "ridge" and baseline["r2"] > 0.3

@@ -12,7 +12,7 @@ import pytest
 from tests.moto_s3 import moto_s3_server
 from tests.triggers.virtual_clock import VirtualClock
 from trainpipe.plan.model import STATUS_POLL_SECONDS, checkpoint_poll_seconds
-from trainpipe.runtime.checkpoint_state import TrainingStatus, assess, read_checkpoint_state, write_training_status
+from trainpipe.state.checkpoint_state import TrainingStatus, assess, read_checkpoint_state, write_training_status
 from trainpipe.triggers.checkpoint import CheckpointTrigger
 
 CONN_ID = "trainpipe_test_s3"

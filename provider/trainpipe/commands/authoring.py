@@ -68,12 +68,12 @@ def _policy_check(args: argparse.Namespace, settings: Settings) -> int:
         print(f"no platform policy in force: set {POLICY_ENV} or pass --policy FILE")
         return 2
     files: list[Path] = []
-    for path in [Path(p) for p in args.paths] or [specs_folder(None, option="a SPECS argument")]:
+    for path in [Path(p) for p in args.paths] or [specs_folder(None, option="a SPECS argument", settings=settings)]:
         files.extend(spec_files(path) if path.is_dir() else [path])
     failed = 0
     for path in files:
         name = str(path)
-        team, why = policy.team_for(relative_spec_path(path.resolve(), configs_root_for(path)))
+        team, why = policy.team_for(relative_spec_path(path.resolve(), configs_root_for(path, settings)))
         print(f"{name}: team {team}" if team is not None else f"{name}: no team")
         try:
             compile_file(path, name, settings=settings)
@@ -97,13 +97,12 @@ def _cmd_policy_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _starter_table(uri: str):
+def _starter_table(uri: str, settings: Settings):
     """The table ``init --data`` fits a starter to (parquet, or CSV by its suffix), by spec URI."""
     from trainpipe import storage
     from trainpipe.errors import SpecError
-    from trainpipe.settings import Settings
 
-    path = storage.resolve_uri(uri, Settings.from_env())
+    path = storage.resolve_uri(uri, settings)
     if not path.exists():
         raise SpecError(f"--data: {uri} does not exist (read as {path}); give a parquet file's path relative to "
                         "the storage root, or a file:// or s3:// URI")
@@ -115,11 +114,14 @@ def _starter_table(uri: str):
 
 def _cmd_init(args: argparse.Namespace) -> int:
     from trainpipe.errors import SpecError
+    from trainpipe.settings import Settings
     from trainpipe.spec.starter import write_starter_spec
 
+    settings = Settings.from_env()
     try:
-        table = _starter_table(args.data) if args.data else None
-        path = write_starter_spec(args.name, task=args.task, directory=specs_folder(args.dir, option="--dir"),
+        table = _starter_table(args.data, settings) if args.data else None
+        path = write_starter_spec(args.name, task=args.task,
+                                  directory=specs_folder(args.dir, option="--dir", settings=settings),
                                   data=args.data, label=args.label, table=table)
     except (SpecError, FileExistsError) as err:
         print(f"trainpipe init: {err}", file=sys.stderr)

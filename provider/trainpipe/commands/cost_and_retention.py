@@ -1,5 +1,5 @@
 """``trainpipe cost`` and ``trainpipe gc``: what the trainings cost, and the storage they no longer need
-(the work is in ``commands.cost_report`` and ``commands.retention``)."""
+(the work is in ``state.cost_report`` and ``state.retention``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import sys
 import warnings
 from datetime import UTC, datetime
-from pathlib import Path
 
 from trainpipe.commands.options import configs_root
 
@@ -43,11 +42,12 @@ def _duration(text: str):
 
 
 def _cmd_cost(args: argparse.Namespace) -> int:
-    from trainpipe.commands.cost_report import summarize_costs
     from trainpipe.hooks.mlflow import MlflowHook
+    from trainpipe.settings import Settings
+    from trainpipe.state.cost_report import summarize_costs
 
     since = datetime.now(UTC) - args.since if args.since else None
-    summary = summarize_costs(MlflowHook().client, by=args.by, since=since)
+    summary = summarize_costs(MlflowHook(Settings.from_env()).client, by=args.by, since=since)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
         return 0
@@ -57,37 +57,18 @@ def _cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
-def _drift_pins(configs: Path):
-    """The drift references the specs under ``configs`` pin, for ``gc`` to keep."""
-    from trainpipe.commands.retention import DriftPins
-    from trainpipe.compile.compiler import compile_directory
-
-    if not configs.is_dir():
-        return DriftPins(by_pipeline={}, unknown_because=f"there is no spec folder {configs} (pass --configs)")
-    result = compile_directory(configs, relative_to=configs.resolve().parent)
-    pins: dict[str, dict[str, str]] = {}
-    for plan in result.plans.values():
-        drift = plan.validation.drift
-        if drift is not None and drift.reference != "baseline":
-            pins.setdefault(plan.dag_id, {})[drift.reference] = plan.spec_relative_path
-    unknown = ""
-    if result.errors:
-        unknown = (f"{len(result.errors)} spec(s) do not compile ({', '.join(sorted(result.errors))}; "
-                   "`trainpipe validate` says why)")
-    return DriftPins(by_pipeline=pins, unknown_because=unknown)
-
-
 def _cmd_gc(args: argparse.Namespace) -> int:
-    from trainpipe.commands.retention import collect, delete, format_plan
     from trainpipe.errors import TrainpipeError
     from trainpipe.settings import Settings
+    from trainpipe.state.retention import collect, delete, drift_pins, format_plan
 
     settings = Settings.from_env()
-    configs = configs_root(args)
+    configs = configs_root(args, settings)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # provider deprecation notices from reading storage
-            plan = collect(settings, older_than=args.older_than, keep_runs=args.keep_runs, pins=_drift_pins(configs))
+            plan = collect(settings, older_than=args.older_than, keep_runs=args.keep_runs,
+                           pins=drift_pins(configs, settings=settings))
             print(format_plan(plan, applying=args.apply))
             if args.apply and plan.items:
                 deleted = delete(plan)

@@ -56,8 +56,8 @@ def _cmd_demo_data(args: argparse.Namespace) -> int:
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
     from trainpipe.errors import StorageAccessError
-    from trainpipe.runtime.snapshot import baseline_version, list_versions
     from trainpipe.settings import Settings
+    from trainpipe.state.datasets import baseline_version, list_versions
     from trainpipe.storage import shown_uri, storage_access, storage_root
 
     settings = Settings.from_env()

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainpipe.settings import Settings
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -58,13 +62,13 @@ def _print_promotion(promotion, *, verb: str) -> None:
             print(f"  promoted by {promotion.actor} at {promotion.at}: {promotion.reason}")
 
 
-def _team(args: argparse.Namespace) -> str | None:
+def _team(args: argparse.Namespace, settings: Settings) -> str | None:
     """``--team``: required under a platform policy (and one of its teams), optional without one.
     ``SpecError`` (or ``PolicyError``) when it cannot be used."""
     from trainpipe.errors import SpecError
     from trainpipe.policy.model import policy_in_force
 
-    policy = policy_in_force()
+    policy = policy_in_force(settings)
     if policy is None:
         return args.team
     if args.team is None:
@@ -78,12 +82,14 @@ def _team(args: argparse.Namespace) -> str | None:
 def _cmd_promote(args: argparse.Namespace) -> int:
     from trainpipe.errors import SpecError
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.registry.model_registry import RegistryError, promote
+    from trainpipe.settings import Settings
+    from trainpipe.steps.register.model_registry import RegistryError, promote
 
+    settings = Settings.from_env()
     try:
-        promotion = promote(MlflowHook().client, args.model, args.version, actor=_actor(args), reason=args.reason,
-                            details={"command": "trainpipe promote"}, champion_alias=args.alias,
-                            previous_alias=args.previous_alias, team=_team(args))
+        promotion = promote(MlflowHook(settings).client, args.model, args.version, actor=_actor(args),
+                            reason=args.reason, details={"command": "trainpipe promote"}, champion_alias=args.alias,
+                            previous_alias=args.previous_alias, team=_team(args, settings))
     except (RegistryError, SpecError) as err:
         print(f"trainpipe promote: {err}", file=sys.stderr)
         return 1
@@ -94,11 +100,14 @@ def _cmd_promote(args: argparse.Namespace) -> int:
 def _cmd_rollback(args: argparse.Namespace) -> int:
     from trainpipe.errors import SpecError
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.registry.model_registry import RegistryError, rollback
+    from trainpipe.settings import Settings
+    from trainpipe.steps.register.model_registry import RegistryError, rollback
 
+    settings = Settings.from_env()
     try:
-        promotion = rollback(MlflowHook().client, args.model, actor=_actor(args), reason=args.reason,
-                             champion_alias=args.alias, previous_alias=args.previous_alias, team=_team(args))
+        promotion = rollback(MlflowHook(settings).client, args.model, actor=_actor(args), reason=args.reason,
+                             champion_alias=args.alias, previous_alias=args.previous_alias,
+                             team=_team(args, settings))
     except (RegistryError, SpecError) as err:
         print(f"trainpipe rollback: {err}", file=sys.stderr)
         return 1
@@ -110,8 +119,9 @@ def _cmd_model(args: argparse.Namespace) -> int:
     if args.alias is None:
         return _model_summary(args)
     from trainpipe.hooks.mlflow import MlflowHook
+    from trainpipe.settings import Settings
 
-    hook = MlflowHook()
+    hook = MlflowHook(Settings.from_env())
     version = hook.version_by_alias(args.name, args.alias)
     if version is None:
         print(f"{args.name} has no version with alias {args.alias!r} in {hook.settings.mlflow_tracking_uri}")
@@ -129,9 +139,10 @@ def _cmd_model(args: argparse.Namespace) -> int:
 
 def _model_summary(args: argparse.Namespace) -> int:
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.registry.model_registry import RegistryError, describe
+    from trainpipe.settings import Settings
+    from trainpipe.steps.register.model_registry import RegistryError, describe
 
-    hook = MlflowHook()
+    hook = MlflowHook(Settings.from_env())
     try:
         summary = describe(hook.client, args.name, last_promotions=args.last)
     except RegistryError as err:

@@ -1,5 +1,5 @@
-"""``trainpipe train`` and ``trainpipe reproduce``: training outside Airflow (the work is in ``commands.train``
-and ``commands.reproduce``)."""
+"""``trainpipe train`` and ``trainpipe reproduce``: training outside Airflow (the work is in
+``steps.train.standalone`` and ``steps.train.reproduce``)."""
 
 from __future__ import annotations
 
@@ -38,35 +38,55 @@ def _positive_int(text: str) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from trainpipe.commands.train import train_spec, with_nproc_per_node
     from trainpipe.compile.compiler import compile_file
     from trainpipe.errors import SpecError, TrainpipeError
     from trainpipe.settings import Settings
+    from trainpipe.steps.train.standalone import train_spec, with_nproc_per_node
     from trainpipe.storage import storage_access
 
+    settings = Settings.from_env()
     try:
-        plan = compile_file(Path(args.spec))
+        plan = compile_file(Path(args.spec), settings=settings)
         if args.nproc_per_node is not None:
             plan = with_nproc_per_node(plan, args.nproc_per_node)
-        with storage_access(Settings.from_env()):
-            train_spec(plan, run_dir=args.run_dir, logical_date=args.logical_date)
+        with storage_access(settings):
+            relay = _Relay()
+            result = train_spec(plan, settings=settings, run_dir=args.run_dir, logical_date=args.logical_date,
+                                on_line=relay)
+            if result is not None and relay.last != f"{WEIGHTS_LINE}{result.weights_sha256}":
+                # Something came after the trainer's hash line (or it never came): the hash is the last line anyway.
+                print(f"{WEIGHTS_LINE}{result.weights_sha256}", flush=True)
     except (SpecError, TrainpipeError) as err:
         print(f"trainpipe train: {err}", file=sys.stderr)
         return 1
     return 0
 
 
-def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from trainpipe.commands.reproduce import reproduce
-    from trainpipe.errors import TrainpipeError
+# The trainer's last line and the command's: "weights sha256: <hex>".
+WEIGHTS_LINE = "weights sha256: "
 
-    configs = configs_root(args)
+
+class _Relay:
+    """Prints the launch's lines as they come, and remembers the last one."""
+
+    last: str | None = None
+
+    def __call__(self, line: str) -> None:
+        self.last = line
+        print(line, flush=True, file=sys.stdout)
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from trainpipe.errors import TrainpipeError
     from trainpipe.settings import Settings
+    from trainpipe.steps.train.reproduce import reproduce
     from trainpipe.storage import storage_access
 
+    settings = Settings.from_env()
+    configs = configs_root(args, settings)
     try:
-        with storage_access(Settings.from_env()):
-            outcome = reproduce(args.model, configs_root=configs.resolve(),
+        with storage_access(settings):
+            outcome = reproduce(args.model, configs_root=configs.resolve(), settings=settings,
                                 on_line=lambda line: print(line, flush=True))
     except TrainpipeError as err:
         print(f"trainpipe reproduce: {err}", file=sys.stderr)

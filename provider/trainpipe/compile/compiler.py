@@ -95,8 +95,8 @@ class PolicyInForce:
     validated only when a spec is compiled (a parse whose plans all come from the cache needs its
     digest alone, in ``cache_part``: a plan is never served under another policy, or none)."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
-        settings = settings or Settings.from_env()
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         self.path = settings.policy_path
         self.storage_root = settings.storage_root
         self.fault_injection = settings.fault_injection
@@ -150,13 +150,13 @@ class PolicyInForce:
 class _DefaultsCache:
     """Each ``_defaults.yaml`` is read once per compile, however many specs sit under it."""
 
-    def __init__(self, root: Path, relative_to: Path | None, policy: PolicyInForce | None = None) -> None:
+    def __init__(self, root: Path, relative_to: Path | None, policy: PolicyInForce) -> None:
         # Resolved once here, not per spec: path resolution is a system call per path component.
         self.root = root.resolve()
         self.base = (relative_to or Path.cwd()).resolve()
-        self.policy = policy or PolicyInForce()
+        self.policy = policy
         # Teams' folders are relative to the specs root, also when a subfolder of it is compiled.
-        self.team_root = configs_root_for(self.root / "_")
+        self.team_root = configs_root_for(self.root / "_", policy.settings)
         self.policy.refuse_inside(self.team_root)
         self._loaded: dict[Path, LoadedYaml | None] = {}
         self._texts: dict[Path, tuple[str, str] | None] = {}
@@ -214,17 +214,17 @@ class _DefaultsCache:
         return self._loaded[path]
 
 
-def configs_root_for(spec_path: Path, *, as_named: bool = False) -> Path:
+def configs_root_for(spec_path: Path, settings: Settings, *, as_named: bool = False) -> Path:
     """The configs root whose ``_defaults.yaml`` files apply to a spec compiled on its own
     (``trainpipe render/train/validate FILE``), so it gets the same defaults as its DAG:
-    ``TRAINPIPE_DAG_CONFIGS`` when the file is inside it, else the nearest enclosing folder named
+    the settings' specs folder (``TRAINPIPE_DAG_CONFIGS``) when the file is inside it, else the nearest enclosing folder named
     ``dag_configs``, else the file's own folder. ``as_named``: judged by the path the spec was named with,
     not where its links lead (the folder as the user sees it, resolved), so a file reached through a
     linked folder is outside the root."""
-    from trainpipe.compile.spec_files import SPECS_FOLDER_NAME, configured_specs_folder
+    from trainpipe.compile.spec_files import SPECS_FOLDER_NAME
 
     spec_path = Path(os.path.abspath(spec_path)) if as_named else spec_path.resolve()
-    configured = configured_specs_folder()
+    configured = settings.specs_folder
     if configured is not None and spec_path.is_relative_to(os.path.abspath(configured) if as_named
                                                            else configured.resolve()):
         return configured.resolve()
@@ -232,11 +232,11 @@ def configs_root_for(spec_path: Path, *, as_named: bool = False) -> Path:
     return folder.resolve() if as_named else folder
 
 
-def compile_file(path: Path, display_name: str | None = None, *, configs_root: Path | None = None,
-                 defaults: _DefaultsCache | None = None, settings: Settings | None = None) -> PipelinePlan:
+def compile_file(path: Path, display_name: str | None = None, *, settings: Settings, configs_root: Path | None = None,
+                 defaults: _DefaultsCache | None = None) -> PipelinePlan:
     """Load, merge defaults, validate and plan one spec; raises ``SpecError`` with every problem (an
     unexpected exception too, as ``compile_directory`` reports it); ``OSError`` when unreadable.
-    ``settings``: the platform's (policy, storage root, fault injection), else the environment's."""
+    ``settings``: the platform's (policy, storage root, fault injection, specs folder)."""
     try:
         return _compile(path, display_name, configs_root=configs_root, defaults=defaults, settings=settings)[1]
     except (SpecError, OSError):
@@ -246,15 +246,15 @@ def compile_file(path: Path, display_name: str | None = None, *, configs_root: P
 
 
 def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
-             defaults: _DefaultsCache | None, text: str | None = None,
-             settings: Settings | None = None) -> tuple[LoadedYaml, PipelinePlan]:
+             defaults: _DefaultsCache | None, settings: Settings, text: str | None = None) -> tuple[LoadedYaml, PipelinePlan]:
     name = display_name or str(path)
     if text is None:
         # A link is judged where it lies (its folder's specs root), not where it points.
         if defaults is not None:
             folder = defaults.root  # a folder's specs: list_specs walks no linked folder
         else:
-            folder = configs_root.resolve() if configs_root is not None else configs_root_for(path, as_named=True)
+            folder = (configs_root.resolve() if configs_root is not None
+                      else configs_root_for(path, settings, as_named=True))
             # A file named on the command line (a CI glob: dag_configs/*/*.yaml) may lie in a linked folder.
             if not Path(os.path.realpath(path)).is_relative_to(folder):
                 raise SpecError([SpecProblem(name, 1, 1, "", LINK_OUT_OF_FOLDER)])
@@ -263,7 +263,7 @@ def _compile(path: Path, display_name: str | None, *, configs_root: Path | None,
     where = path
     if defaults is None:
         where = path.resolve()
-        defaults = _DefaultsCache(configs_root or configs_root_for(where), None, PolicyInForce(settings))
+        defaults = _DefaultsCache(configs_root or configs_root_for(where, settings), None, PolicyInForce(settings))
     for layer in reversed(defaults.chain_for(where)):
         loaded = merge_defaults(layer, loaded)
     # Here, not at the top: a parse whose plans all come from the cache never imports the validator
@@ -311,14 +311,13 @@ def _judge(spec: Any, loaded: LoadedYaml, name: str, relative: str | None, state
     return team_plan(policy, team) if policy is not None and team is not None else None
 
 
-def compile_directory(directory: Path, *, relative_to: Path | None = None, only_pipeline: str | None = None,
-                      files: list[Path] | None = None, cache: PlanCache | None = None,
-                      settings: Settings | None = None,
+def compile_directory(directory: Path, *, settings: Settings, relative_to: Path | None = None,
+                      only_pipeline: str | None = None, files: list[Path] | None = None, cache: PlanCache | None = None,
                       other_triggers: Mapping[str, AssetTrigger] | None = None) -> CompileResult:
     """Compile every spec under ``directory``, or only ``files`` (found under it, in path order: a
     shard's). With ``only_pipeline``, compile just the file(s) whose ``pipeline_id`` line names it (a
     task run needs its own DAG only). With ``cache``, a spec whose key is there is not compiled again.
-    ``settings``: the platform's (policy, storage root, fault injection), else the environment's.
+    ``settings``: the platform's (policy, storage root, fault injection, specs folder).
     ``other_triggers``: the asset-scheduled pipelines of the folder's other shards, for the loop check."""
     result = CompileResult()
     owners: dict[str, list[tuple[str, LoadedYaml | None, Path]]] = {}
@@ -422,7 +421,7 @@ def _compile_in_folder(path: Path, name: str, defaults: _DefaultsCache, only_pip
     if defaults.policy.error is not None:
         raise defaults.policy.refusal(name)
     if cache is None or text is None:  # text is None only without a cache
-        return _compile(path, name, configs_root=None, defaults=defaults, text=text)
+        return _compile(path, name, configs_root=None, defaults=defaults, settings=defaults.policy.settings, text=text)
     from trainpipe.compile.plan_cache import entry_key
 
     key = entry_key(name, str(path), text, defaults.texts_for(path), context=defaults.policy.cache_part)
@@ -431,7 +430,8 @@ def _compile_in_folder(path: Path, name: str, defaults: _DefaultsCache, only_pip
     if plan is not None:
         result.cached.add(name)
         return None, plan
-    loaded, plan = _compile(path, name, configs_root=None, defaults=defaults, text=text)
+    loaded, plan = _compile(path, name, configs_root=None, defaults=defaults, settings=defaults.policy.settings,
+                            text=text)
     cache.put(key, plan)
     return loaded, plan
 
@@ -463,9 +463,9 @@ def unexpected_failure(err: Exception, name: str, spec_path: Path, base: Path, r
         "please report it with the file (the traceback is in the log)"))])
 
 
-def compile_text(text: str, spec_relative_path: str, *, configs_root: Path) -> PipelinePlan:
+def compile_text(text: str, spec_relative_path: str, *, configs_root: Path, settings: Settings) -> PipelinePlan:
     """A spec's text compiled as if it were the file ``configs_root/spec_relative_path``: the
     ``_defaults.yaml`` files on that path apply. The file itself need not exist (``trainpipe
     reproduce`` compiles the text logged with a training run)."""
     return _compile(configs_root / spec_relative_path, spec_relative_path, configs_root=configs_root, defaults=None,
-                    text=text)[1]
+                    settings=settings, text=text)[1]

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 from trainpipe.plan.model import PipelinePlan
-from trainpipe.settings import Settings
 
 # (display name, sha256 of the spec text, Airflow fingerprint or "", payload): the payload is the pickled
 # plan, or the pickled (plan, DAG) when the fingerprint is set, or None until ``save`` pickles the plan.
@@ -115,9 +114,10 @@ def _unpickle(stored: object, display_name: str, spec_sha256: str) -> tuple[Pipe
 class PlanCache:
     """One bundle of entries (a shard's specs); ``load`` once, ``get``/``put`` per spec, ``save`` once."""
 
-    def __init__(self, configs_root: Path, bucket: str, *, home: Path | None = None) -> None:
+    def __init__(self, configs_root: Path, bucket: str, *, home: Path) -> None:
+        """``home``: the settings' ``TRAINPIPE_HOME``; the bundles lie under its ``cache/plans``."""
         self.fingerprint = code_fingerprint()
-        base = (home or Settings.from_env().home) / "cache" / "plans"
+        base = home / "cache" / "plans"
         self.folder = base / self.fingerprint[:32]
         root_id = hashlib.sha256(str(configs_root.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
         self.path = self.folder / f"{root_id}-{bucket}.pickle"

@@ -16,19 +16,14 @@ DEFAULTS_FILE = "_defaults.yaml"
 SPECS_FOLDER_NAME = "dag_configs"
 
 
-def configured_specs_folder() -> Path | None:
-    """The specs folder the platform configured (``Settings.specs_folder``): the CLI, the DAG files and the
-    compiler's defaults lookup all ask here."""
-    return Settings.from_env().specs_folder
-
-
-def resolve_specs_folder(given: str | os.PathLike[str] | None, *, option: str) -> tuple[Path, str]:
-    """The specs folder a command reads, and why: ``given`` (the command's ``option``), else
-    ``TRAINPIPE_DAG_CONFIGS``, else ``dag_configs/``. Commands print the reason, so a user sees which
+def resolve_specs_folder(given: str | os.PathLike[str] | None, *, option: str,
+                         settings: Settings) -> tuple[Path, str]:
+    """The specs folder a command reads, and why: ``given`` (the command's ``option``), else the settings'
+    (``TRAINPIPE_DAG_CONFIGS``), else ``dag_configs/``. Commands print the reason, so a user sees which
     folder was read (``specs folder: /srv/specs (from TRAINPIPE_DAG_CONFIGS)``)."""
     if given is not None:
         return Path(given), f"from {option}"
-    configured = configured_specs_folder()
+    configured = settings.specs_folder
     if configured is not None:
         return configured, f"from {SPECS_FOLDER_ENV}"
     return Path(SPECS_FOLDER_NAME), f"the default; neither {option} nor {SPECS_FOLDER_ENV} is set"

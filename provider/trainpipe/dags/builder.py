@@ -7,8 +7,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetAll, AssetAny, BaseOperator, Param
 
-from trainpipe.errors import SpecFieldError, shown_value
-from trainpipe.markdown import markdown_text
+from trainpipe.errors import SpecFieldError, markdown_text, shown_value
 from trainpipe.operators.pipeline import (
     EvaluateOperator,
     GateOperator,
@@ -86,7 +85,7 @@ def _operator(plan: PipelinePlan, task_id: str, **kwargs: Any) -> BaseOperator:
         kwargs["on_success_callback"] = PromotionNotification(plan.notify)
     if task_id != TRAIN_TASK:
         return _OPERATORS[task_id](task_id=task_id, plan=plan, **kwargs)
-    from trainpipe.runtime.train import training_status_callbacks
+    from trainpipe.operators.callbacks import training_status_callbacks
 
     # status.json for the checkpoint sensor: start, success, retry, final failure.
     kwargs.update(training_status_callbacks(plan.dag_id))

@@ -25,8 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.compile.spec_files import SPECS_FOLDER_NAME, configured_specs_folder, defaults_files, list_specs
+from trainpipe.compile.spec_files import SPECS_FOLDER_NAME, defaults_files, list_specs
 from trainpipe.errors import DagFileError
+from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
     from trainpipe.compile.compiler import CompileResult
@@ -59,21 +60,24 @@ def load_dags(namespace: dict[str, Any], *, specs_folder: str | os.PathLike[str]
                            f"got {shard!r}")
     started = time.time()  # before the listing: a spec changed after this may not be in this parse
     with _cyclic_gc_paused():
-        root = specs_folder_for(namespace.get("__file__"), specs_folder)
+        # The DAG file's parse is where the platform's settings are read; everything below is passed them.
+        settings = Settings.from_env()
+        root = specs_folder_for(namespace.get("__file__"), specs_folder, settings=settings)
         if shards == 1:
-            register_dags(namespace, root)
+            register_dags(namespace, root, settings=settings)
             return
         mine, others = split(list_specs(root.resolve()), shard, shards)
         # A task run compiles its one spec whatever the shard (it may look in the other shards' files); a
         # shard that reported import errors last time parses to clear those of deleted specs.
-        if not mine and not os.environ.get(_PARSING_CONTEXT_DAG_ID) and not errors_record(root, shard).is_file():
+        if not mine and not os.environ.get(_PARSING_CONTEXT_DAG_ID) and not errors_record(root, shard, settings).is_file():
             return
-        register_dags(namespace, root, shard=(shard, mine, others), started=started)
+        register_dags(namespace, root, settings=settings, shard=(shard, mine, others), started=started)
 
 
-def specs_folder_for(dag_file: str | None, specs_folder: str | os.PathLike[str] | None) -> Path:
+def specs_folder_for(dag_file: str | None, specs_folder: str | os.PathLike[str] | None, *,
+                     settings: Settings) -> Path:
     """The configs folder a DAG file compiles: ``specs_folder`` (relative to the DAG file's folder),
-    else ``TRAINPIPE_DAG_CONFIGS``, else the nearest ``dag_configs/`` in the DAG file's folder or
+    else the settings' (``TRAINPIPE_DAG_CONFIGS``), else the nearest ``dag_configs/`` in the DAG file's folder or
     one of its parents (``dags/../dag_configs`` in this repository and beside an Airflow home's
     ``dags/``)."""
     here = Path(dag_file).resolve().parent if dag_file else None
@@ -85,7 +89,7 @@ def specs_folder_for(dag_file: str | None, specs_folder: str | os.PathLike[str] 
             raise DagFileError("load_dags: a relative specs_folder needs the DAG file's __file__ in the globals "
                                "passed; call load_dags(globals(), ...) from the DAG file")
         return here / folder
-    configured = configured_specs_folder()
+    configured = settings.specs_folder
     if configured is not None:
         return configured
     for folder in (here, *here.parents) if here is not None else ():
@@ -123,7 +127,7 @@ def split(specs: list[tuple[str, str]], shard: int, files: int = SHARD_FILES) ->
     return mine, others
 
 
-def register_dags(namespace: dict[str, Any], directory: Path, *,
+def register_dags(namespace: dict[str, Any], directory: Path, *, settings: Settings,
                   shard: tuple[int, list[Path], list[str]] | None = None, started: float | None = None) -> CompileResult:
     """Build one DAG per valid spec into ``namespace`` (a DAG file's globals); each broken spec is
     reported to Airflow as an import error of that spec file (``trainpipe.dags.airflow_compat``).
@@ -140,9 +144,10 @@ def register_dags(namespace: dict[str, Any], directory: Path, *,
     root = directory.resolve()
     number, mine, others = shard if shard is not None else (0, None, [])
     only = get_parsing_context().dag_id  # set when a worker parses the file to run one task
-    cache = PlanCache(root, _bucket(number if shard is not None else None)).load()
+    cache = PlanCache(root, _bucket(number if shard is not None else None), home=settings.home).load()
     try:
-        result = _register(namespace, directory, root, only, mine, others, cache, number if shard is not None else None)
+        result = _register(namespace, directory, root, only, mine, others, cache, number if shard is not None else None,
+                           settings)
     except BaseException:
         # Interrupted (Airflow's import timeout is a BaseException): keep what this parse compiled,
         # so that the next parse of an overloaded dag-processor starts further on.
@@ -155,7 +160,7 @@ def register_dags(namespace: dict[str, Any], directory: Path, *,
 
 
 def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str | None, mine: list[Path] | None,
-              others: list[str], cache: PlanCache, shard: int | None) -> CompileResult:
+              others: list[str], cache: PlanCache, shard: int | None, settings: Settings) -> CompileResult:
     from trainpipe.compile.compiler import compile_directory, unexpected_failure
     from trainpipe.dags.airflow_compat import report_spec_errors
     from trainpipe.dags.builder import build_dag
@@ -166,12 +171,13 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
     if only is None and shard is not None:
         records = cache.shard_triggers(range(shard_count(len(mine or []) + len(others))))
     kept = records.pop(shard, {}) if shard is not None else {}
-    result = compile_directory(directory, relative_to=directory.parent, only_pipeline=only, files=mine, cache=cache,
+    result = compile_directory(directory, settings=settings, relative_to=directory.parent, only_pipeline=only,
+                               files=mine, cache=cache,
                                other_triggers=_other_triggers(records, others) if records else None)
     if only is not None and only not in result.plans and others:
         # The spec is in another shard now (the folder crossed SINGLE_FILE_MAX since the run started):
         # the worker still finds it here.
-        elsewhere = compile_directory(directory, relative_to=directory.parent, only_pipeline=only,
+        elsewhere = compile_directory(directory, settings=settings, relative_to=directory.parent, only_pipeline=only,
                                       files=[Path(path) for path in others], cache=cache)
         result.plans.update(elsewhere.plans)
         result.errors.update(elsewhere.errors)
@@ -213,7 +219,7 @@ def _register(namespace: dict[str, Any], directory: Path, root: Path, only: str 
                            configs_root=root)
     if only is None:
         try:
-            _clear_stale_errors(result, root, errors_record(root, shard))
+            _clear_stale_errors(result, root, errors_record(root, shard, settings))
         except Exception:  # the DAG file must not raise: an error left stale is only until the bundle refresh
             log.warning("trainpipe: the import errors of fixed or deleted specs were not cleared", exc_info=True)
     return result
@@ -224,13 +230,11 @@ def _bucket(shard: int | None) -> str:
     return "all" if shard is None else f"shard{shard:02d}"
 
 
-def errors_record(root: Path, shard: int | None) -> Path:
+def errors_record(root: Path, shard: int | None, settings: Settings) -> Path:
     """Where the DAG file of ``shard`` keeps the spec files it reported as import errors (``_clear_stale_errors``):
     ``TRAINPIPE_HOME/cache/import-errors``, JSON, under no code fingerprint (an upgrade keeps it)."""
-    from trainpipe.settings import Settings
-
     folder = hashlib.sha256(str(root.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return Settings.from_env().home / "cache" / "import-errors" / f"{folder}-{_bucket(shard)}.json"
+    return settings.home / "cache" / "import-errors" / f"{folder}-{_bucket(shard)}.json"
 
 
 def _clear_stale_errors(result: CompileResult, root: Path, memory: Path) -> None:
@@ -378,7 +382,7 @@ def _mark_modified(known: dict, targets: set[int], dag_file: str | None = None) 
             log.debug("trainpipe: could not mark %s modified (%s)", other, err)
 
 
-def watch_specs(stop: threading.Event, every: float) -> None:
+def watch_specs(stop: threading.Event, every: float, settings: Settings) -> None:
     """The dag-processor's watcher (``trainpipe.dags.spec_watch``): every ``every`` seconds until
     ``stop``, look at the configs folder of ``[core] dags_folder`` (``TRAINPIPE_DAG_CONFIGS``, or the
     nearest ``dag_configs/``): a listing and a stat per spec against its own last look, and get the
@@ -390,10 +394,10 @@ def watch_specs(stop: threading.Event, every: float) -> None:
     from airflow.configuration import conf
 
     from trainpipe.compile.plan_cache import PlanCache
-    from trainpipe.settings import Settings
 
-    root = specs_folder_for(str(Path(conf.get("core", "dags_folder")) / "trainpipe_dags.py"), None).resolve()
-    cache = PlanCache(root, "watch")
+    root = specs_folder_for(str(Path(conf.get("core", "dags_folder")) / "trainpipe_dags.py"), None,
+                            settings=settings).resolve()
+    cache = PlanCache(root, "watch", home=settings.home)
     requests = _ParseRequests()
     log.info("trainpipe: watching the specs folder %s every %.0f s", root, every)
     # Airflow marks a DAG stale when its file's parse ends stale_dag_threshold after the last parse that
@@ -413,7 +417,7 @@ def watch_specs(stop: threading.Event, every: float) -> None:
             changed = [] if seen is None else [path for path, signature in files.items() if seen.get(path) != signature]
             changed += [path for path in seen or () if path not in files]
             seen = files
-            policy = Settings.from_env().policy_path
+            policy = settings.policy_path
             now = _signatures([*defaults_files(root), *([policy] if policy else [])])
             every_shard = shared is not None and now != shared
             shared = now

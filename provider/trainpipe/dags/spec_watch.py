@@ -43,5 +43,7 @@ def _run(component: Any) -> None:
     if _stop.wait(WATCH_SECONDS) or getattr(component, "job_type", None) != _DAG_PROCESSOR_JOB:
         return
     from trainpipe.dags.files import watch_specs
+    from trainpipe.settings import Settings
 
-    watch_specs(_stop, WATCH_SECONDS)
+    # A listener is where the dag-processor enters trainpipe: the settings are read here and passed down.
+    watch_specs(_stop, WATCH_SECONDS, Settings.from_env())

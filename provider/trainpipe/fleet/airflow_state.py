@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, select
 
 from trainpipe.fleet.collect import PipelineFacts
-from trainpipe.fleet.outcome import APPROVE_TASK, RunFacts, TaskFacts
+from trainpipe.fleet.outcome import RunFacts, TaskFacts
+from trainpipe.plan.steps import APPROVE_TASK
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session

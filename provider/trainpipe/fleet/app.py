@@ -23,7 +23,6 @@ from trainpipe.fleet import airflow_state, render
 from trainpipe.fleet.collect import (
     DRIFT_REPORT,
     EVALUATION_REPORT,
-    RUN_ID_TAG,
     FleetReader,
     PipelineFacts,
     drift_facts,
@@ -34,7 +33,14 @@ from trainpipe.fleet.collect import (
     version_metrics,
 )
 from trainpipe.fleet.outcome import NEEDS_ATTENTION
-from trainpipe.registry.model_registry import BACKTEST_TAG
+from trainpipe.plan.tracking import (
+    BACKTEST_TAG,
+    DAG_ID_TAG,
+    DATASET_DIGEST_TAG,
+    DRIFT_VERDICT_TAG,
+    RUN_ID_TAG,
+    experiment_name,
+)
 from trainpipe.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -42,7 +48,6 @@ log = logging.getLogger(__name__)
 URL_PREFIX = "/trainpipe"
 # Artifacts the report route serves: the two reports and the evaluation report's plots, nothing else.
 _SERVED_ARTIFACT = re.compile(r"^(evaluation/report\.html|drift/drift_report\.html|evaluation/[\w.-]+\.png)$")
-DAG_ID_TAG = "trainpipe.dag_id"
 
 
 def readable_dag_ids(user: GetUserDep) -> set[str]:
@@ -59,19 +64,24 @@ Outcome = Annotated[str | None, Query(description="an outcome, or needs_attentio
 
 
 @functools.cache
+def settings() -> Settings:
+    """The platform's settings, read once per api-server process: the app is where the fleet view enters trainpipe."""
+    return Settings.from_env()
+
+
+@functools.cache
 def reader() -> FleetReader:
     """One reader (and cache) per api-server process."""
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.runtime.snapshot import baseline_version
+    from trainpipe.state.datasets import baseline_version
 
-    settings = Settings.from_env()
-    return FleetReader(MlflowHook(settings).client, baseline=lambda pipeline_id: baseline_version(settings,
-                                                                                                     pipeline_id))
+    return FleetReader(MlflowHook(settings()).client, baseline=lambda pipeline_id: baseline_version(settings(),
+                                                                                                       pipeline_id))
 
 
 def _mlflow_ui() -> str | None:
     """The MLflow UI, when the tracking store is a server (a database file has no UI to link to)."""
-    uri = Settings.from_env().mlflow_tracking_uri
+    uri = settings().mlflow_tracking_uri
     return uri.rstrip("/") if uri.startswith(("http://", "https://")) else None
 
 
@@ -143,14 +153,14 @@ def detail_for(pipeline: PipelineFacts, session: Any, request: Request) -> dict[
     except MlflowException:
         pass  # no model registered yet
     drift_rows = []
-    experiment = client.get_experiment_by_name(f"trainpipe/{pipeline.pipeline_id}")
+    experiment = client.get_experiment_by_name(experiment_name(pipeline.pipeline_id))
     if experiment is not None:
-        runs = client.search_runs([experiment.experiment_id], filter_string="tags.`trainpipe.drift_verdict` != ''",
+        runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{DRIFT_VERDICT_TAG}` != ''",
                                   order_by=["attributes.start_time DESC"], max_results=30)
         for run in runs:
             drift = drift_facts(run)
             if drift is not None:
-                drift_rows.append({"digest": run.data.tags.get("trainpipe.dataset_digest"), "verdict": drift.verdict,
+                drift_rows.append({"digest": run.data.tags.get(DATASET_DIGEST_TAG), "verdict": drift.verdict,
                                    "airflow_run_id": run.data.tags.get(RUN_ID_TAG), "psi": drift.psi, "ks": drift.ks,
                                    "when": datetime.fromtimestamp(run.info.start_time / 1000, UTC)
                                    .isoformat(timespec="minutes")})
@@ -160,10 +170,10 @@ def detail_for(pipeline: PipelineFacts, session: Any, request: Request) -> dict[
 
 
 def _dataset_versions(pipeline_id: str) -> list[dict[str, Any]]:
-    from trainpipe.runtime.snapshot import list_versions
+    from trainpipe.state.datasets import list_versions
 
     try:
-        versions = list_versions(Settings.from_env(), pipeline_id)
+        versions = list_versions(settings(), pipeline_id)
     except Exception:  # storage unreachable: the page still shows the rest
         log.warning("could not list the dataset versions of %s", pipeline_id, exc_info=True)
         return []

@@ -17,7 +17,22 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.fleet.outcome import DriftFacts, RunFacts, attention_rank, outcome_of
-from trainpipe_trainer.tuning import PROGRESS_METRICS
+
+# Cost of a training run (MLflow metrics, logged by trainpipe.state.usage): GPU-hours in all and on spot
+# and on-demand capacity apart (a run falls back to on-demand after preemptions: training.kubernetes.capacity).
+from trainpipe.plan.costs import USAGE_KEYS
+from trainpipe.plan.tracking import (
+    DATASET_DIGEST_TAG,
+    DRIFT_FAILED_FEATURES_TAG,
+    DRIFT_VERDICT_TAG,
+    EXPERIMENT_PREFIX,
+    GATES_PASSED_TAG,
+    REJECTED_TAG,
+    RUN_ID_TAG,
+    STUDY_RUN_ID_TAG,
+    VERSION_DAG_ID_TAG,
+)
+from trainpipe_trainer.tuning import PROGRESS_METRICS, TRIAL_TAG
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -26,13 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EXPERIMENT_PREFIX = "trainpipe/"
-# Tags that tie an MLflow run to its DAG run (trainpipe.hooks.mlflow.MlflowHook.run_for_dag_run).
-RUN_ID_TAG = "trainpipe.airflow_run_id"
-VERSION_DAG_ID_TAG = "dag_id"
-# Cost of a training run (MLflow metrics, logged by trainpipe.runtime.usage): GPU-hours in all and on spot
-# and on-demand capacity apart (a run falls back to on-demand after preemptions: training.kubernetes.capacity).
-COST_METRICS = ("gpu_hours", "cpu_hours", "cost", "spot_gpu_hours", "on_demand_gpu_hours")
 # Metrics a pipeline is usually judged by, in order; otherwise the first holdout metric by name.
 MAIN_METRICS = ("auc", "ndcg_at_10", "ndcg", "map", "accuracy", "f1", "r2", "rmse", "mae", "log_loss")
 SPARKLINE_VERSIONS = 12
@@ -84,7 +92,7 @@ class MlflowFacts:
     has_evaluation_report: bool = False
     has_drift_report: bool = False
     # None: no run in the window logged that metric (shown as "—").
-    cost_30d: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(COST_METRICS))
+    cost_30d: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(USAGE_KEYS))
     # Being read from MLflow in the background: what is shown may be from before the last DAG run.
     refreshing: bool = False
     # The last DAG run's study progress (RunRecord.study), when it searches hyperparameters.
@@ -92,7 +100,7 @@ class MlflowFacts:
 
 
 def quoted(value: str) -> str:
-    """A filter-string literal; MLflow's filter parser takes either quote (as ``trainpipe.registry.model_registry`` does)."""
+    """A filter-string literal; MLflow's filter parser takes either quote (as ``steps.register.model_registry`` does)."""
     return f'"{value}"' if "'" in value else f"'{value}'"
 
 
@@ -129,17 +137,17 @@ def main_metric(metrics: Iterable[str]) -> str | None:
 def _point(version: ModelVersion) -> VersionPoint:
     return VersionPoint(version=int(version.version), created_at=_iso(version.creation_timestamp) or "",
                         metrics=version_metrics(version), aliases=tuple(sorted(version.aliases or ())),
-                        run_id=version.run_id, rejected=(version.tags or {}).get("trainpipe.rejected") == "true")
+                        run_id=version.run_id, rejected=(version.tags or {}).get(REJECTED_TAG) == "true")
 
 
 def drift_facts(run: Run) -> DriftFacts | None:
     tags = run.data.tags
-    if "trainpipe.drift_verdict" not in tags:
+    if DRIFT_VERDICT_TAG not in tags:
         return None
     metrics = run.data.metrics
     return DriftFacts(
-        verdict=tags.get("trainpipe.drift_verdict"),
-        failed_features=tuple(f for f in tags.get("trainpipe.drift_failed_features", "").split(",") if f),
+        verdict=tags.get(DRIFT_VERDICT_TAG),
+        failed_features=tuple(f for f in tags.get(DRIFT_FAILED_FEATURES_TAG, "").split(",") if f),
         psi={k.removeprefix("drift_psi."): v for k, v in metrics.items() if k.startswith("drift_psi.")},
         ks={k.removeprefix("drift_ks."): v for k, v in metrics.items() if k.startswith("drift_ks.")})
 
@@ -163,17 +171,17 @@ class RunRecord:
     @classmethod
     def of(cls, run: Run) -> RunRecord:
         tags, metrics = run.data.tags, run.data.metrics
-        study_of = tags.get("trainpipe.study_airflow_run_id") if tags.get("trainpipe.trial_number") == "study" else None
+        study_of = tags.get(STUDY_RUN_ID_TAG) if tags.get(TRIAL_TAG) == "study" else None
         study = None
         if study_of is not None:
             study = {name.removeprefix("study_"): metrics[name] for name in PROGRESS_METRICS if name in metrics}
             study.update(n_trials=int(run.data.params.get("tuning.n_trials", 0)) or None,
                          metric=run.data.params.get("tuning.metric"))
         return cls(run_id=run.info.run_id, start_ms=run.info.start_time or 0, airflow_run_id=tags.get(RUN_ID_TAG),
-                   cost={k: metrics[k] for k in COST_METRICS if k in metrics}, drift=drift_facts(run),
-                   dataset_digest=tags.get("trainpipe.dataset_digest"),
-                   has_evaluation_report="trainpipe.gates_passed" in tags,
-                   has_drift_report="trainpipe.drift_verdict" in tags, study_of=study_of, study=study)
+                   cost={k: metrics[k] for k in USAGE_KEYS if k in metrics}, drift=drift_facts(run),
+                   dataset_digest=tags.get(DATASET_DIGEST_TAG),
+                   has_evaluation_report=GATES_PASSED_TAG in tags,
+                   has_drift_report=DRIFT_VERDICT_TAG in tags, study_of=study_of, study=study)
 
 
 class FleetReader:
@@ -192,7 +200,7 @@ class FleetReader:
     def __init__(self, client: MlflowClient, *, ttl_seconds: float = 600.0, clock=time.monotonic,
                  baseline: Callable[[str], dict[str, Any] | None] | None = None, sync_limit: int = 100) -> None:
         self.client = client
-        # pipeline_id -> its last accepted dataset version (trainpipe.runtime.snapshot.baseline_version)
+        # pipeline_id -> its last accepted dataset version (trainpipe.state.datasets.baseline_version)
         self.baseline = baseline
         self.ttl_seconds = ttl_seconds
         self.sync_limit = sync_limit
@@ -431,7 +439,7 @@ class FleetReader:
 
     def _run_facts(self, facts: MlflowFacts, runs: dict[str, RunRecord], pipeline: PipelineFacts,
                    now: datetime) -> MlflowFacts:
-        totals: dict[str, float | None] = dict.fromkeys(COST_METRICS)
+        totals: dict[str, float | None] = dict.fromkeys(USAGE_KEYS)
         for record in runs.values():
             for key, value in record.cost.items():
                 totals[key] = (totals[key] or 0.0) + value
@@ -502,7 +510,7 @@ def pipeline_row(pipeline: PipelineFacts, facts: MlflowFacts, *, now: datetime, 
         "drift": None if facts.drift is None else {
             "verdict": facts.drift.verdict, "failed_features": list(facts.drift.failed_features),
             "psi": dict(facts.drift.psi), "ks": dict(facts.drift.ks)},
-        "cost_30d": {key: facts.cost_30d.get(key) for key in COST_METRICS},
+        "cost_30d": {key: facts.cost_30d.get(key) for key in USAGE_KEYS},
         "links": links or {},
         "refreshing": facts.refreshing,
         # The last run's hyperparameter search: trials_done, trials_pruned, trials_running, trials_failed,
@@ -518,6 +526,6 @@ def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def promotion_log(model: Any) -> list[dict[str, Any]]:
     """The registered model's promotions and rollbacks, newest first (the registry's own reader)."""
-    from trainpipe.registry.model_registry import read_promotion_history
+    from trainpipe.steps.register.model_registry import read_promotion_history
 
     return list(reversed(read_promotion_history(dict(model.tags or {}))))

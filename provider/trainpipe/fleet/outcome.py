@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from trainpipe.plan.steps import APPROVE, PROMOTE, TRAIN, VALIDATE
-from trainpipe.runtime.run_notes import FAILED_AT
+from trainpipe.state.run_notes import FAILED_AT
 
 # Outcomes, in the order "needs attention" sorts them (most urgent first).
 FAILED = "failed"
@@ -26,10 +26,6 @@ PROMOTED = "promoted"
 OUTCOMES = (FAILED, DRIFT_STOPPED, GATES_FAILED, AWAITING_APPROVAL, REJECTED, RUNNING, NEVER_RUN, NOT_PROMOTED,
             PROMOTED)
 NEEDS_ATTENTION = frozenset({FAILED, DRIFT_STOPPED, GATES_FAILED, AWAITING_APPROVAL, REJECTED})
-VALIDATE_TASK = VALIDATE.task_id
-TRAIN_TASK = TRAIN.task_id
-PROMOTE_TASK = PROMOTE.task_id
-APPROVE_TASK = APPROVE.task_id
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,7 +86,7 @@ def _drift_reason(drift: DriftFacts) -> str | None:
 
 
 def _retries(run: RunFacts) -> str:
-    train = run.task(TRAIN_TASK)
+    train = run.task(TRAIN.task_id)
     if train is None or train.try_number <= 1:
         return ""
     extra = train.try_number - 1
@@ -111,12 +107,12 @@ def outcome_of(run: RunFacts | None, *, now: datetime, drift: DriftFacts | None 
     if run.state in ("running", "queued"):
         since = run.start_date or run.logical_date
         return RUNNING, f"{run.state} for {duration_words((now - since).total_seconds())}" if since else run.state
-    promote = run.task(PROMOTE_TASK)
-    approve = run.task(APPROVE_TASK)
+    promote = run.task(PROMOTE.task_id)
+    approve = run.task(APPROVE.task_id)
     lowered = first_line.lower()
     if run.state == "failed":
         failed = [t.task_id for t in run.tasks if t.state == "failed"]
-        validate = run.task(VALIDATE_TASK)
+        validate = run.task(VALIDATE.task_id)
         drift_reason = _drift_reason(drift) if drift is not None else None
         if (validate is not None and validate.state == "failed") or lowered.startswith(("validation failed",
                                                                                           "drift")):

@@ -1,6 +1,6 @@
 """MLflow access for trainpipe's tasks: one client, experiments with a known artifact location.
 
-The tracking URI comes from ``MLFLOW_TRACKING_URI`` (see ``trainpipe.settings``), so the trainer
+The tracking URI is the settings' (``MLFLOW_TRACKING_URI``, see ``trainpipe.settings``), so the trainer
 process, the Airflow tasks and the MLflow UI all look at the same store.
 """
 
@@ -10,14 +10,12 @@ import re
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from trainpipe.plan.tracking import DAG_ID_TAG, RUN_ID_TAG, experiment_name
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities.model_registry import ModelVersion
-
-RUN_ID_TAG = "trainpipe.airflow_run_id"
-DAG_ID_TAG = "trainpipe.dag_id"
 
 
 # The loggers MLflow gives a stderr handler of its own at import (mlflow.utils.logging_utils), which stops them
@@ -46,8 +44,8 @@ def mlflow_metric_key(name: str) -> str:
 class MlflowHook:
     """Owns the MLflow client; operators call ``self.hook`` instead of building clients themselves."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or Settings.from_env()
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
 
     @cached_property
     def client(self) -> MlflowClient:
@@ -73,7 +71,7 @@ class MlflowHook:
         return mlflow.pyfunc.load_model(model_uri, suppress_warnings=True)
 
     def experiment_id(self, pipeline_id: str) -> str:
-        name = f"trainpipe/{pipeline_id}"
+        name = experiment_name(pipeline_id)
         experiment = self.client.get_experiment_by_name(name)
         if experiment is not None:
             return experiment.experiment_id

@@ -2,7 +2,7 @@
 after an OOM kill (``training.kubernetes.on_oom``), a smaller batch with more accumulation steps after a CUDA
 out-of-memory error (``on_oom.reduce_batch``), on-demand capacity after preemptions (``capacity``).
 
-A try learns the earlier tries' ends from the run folder's ledger (``usage.json``, ``trainpipe.runtime.usage``),
+A try learns the earlier tries' ends from the run folder's ledger (``usage.json``, ``trainpipe.state.usage``),
 which every try of the run appends to whatever its outcome: the run folder outlives the task's tries (XCom of
 a task instance is cleared when it is retried), and it is read again by ``trainpipe render --k8s`` for the same
 run. Airflow-free plain data; ``trainpipe.kubernetes.builders`` turns it into the pod's fields.
@@ -16,18 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+# The ledger's words, defined with its entries (one reader of usage.json: trainpipe.state.usage).
+from trainpipe.plan.tracking import RESOURCE_TAG_PREFIX
 from trainpipe.quantities import format_memory, quantity_bytes
-
-# The ledger's words, defined with its entries (one reader of usage.json: trainpipe.runtime.usage).
-from trainpipe.runtime.usage import (
-    CUDA_OOM,
-    ON_DEMAND,
-    OOM_KILLED,
-    PREEMPTED,
-    RESOURCE_TAG_PREFIX,
-    SPOT,
-    TryUsage,
-)
+from trainpipe.state.usage import CUDA_OOM, ON_DEMAND, OOM_KILLED, PREEMPTED, SPOT, TryUsage
 
 if TYPE_CHECKING:
     from trainpipe.plan.model import KubernetesPlan

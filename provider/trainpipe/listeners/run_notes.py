@@ -1,4 +1,4 @@
-"""Writes the lines trainpipe's tasks left (``trainpipe.runtime.run_notes``) into the DAG run's note when the run ends.
+"""Writes the lines trainpipe's tasks left (``trainpipe.state.run_notes``) into the DAG run's note when the run ends.
 
 Runs where Airflow changes a run's state: in the scheduler (and in ``dag.test()``), inside the session that
 commits the new state, so the note is saved with it. A failure here is logged by Airflow and changes nothing
@@ -38,7 +38,7 @@ def _write_note_in(session: Session, dag_run: DagRun, *, failed: bool) -> None:
     from airflow.models.xcom import XComModel
     from sqlalchemy import select
 
-    from trainpipe.runtime.run_notes import RUN_NOTE_KEY, merged_note
+    from trainpipe.state.run_notes import RUN_NOTE_KEY, merged_note
 
     rows = session.scalars(
         select(XComModel)
@@ -60,7 +60,7 @@ def _failed_tasks_line(session: Session, dag_run: DagRun) -> list[str]:
     from airflow.models.taskinstance import TaskInstance
     from sqlalchemy import select
 
-    from trainpipe.runtime.run_notes import failed_at_note
+    from trainpipe.state.run_notes import failed_at_note
 
     failed = session.scalars(
         select(TaskInstance.task_id)

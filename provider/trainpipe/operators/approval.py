@@ -4,7 +4,8 @@ The task waits in ``awaiting_input`` without holding a worker; a person answers 
 Actions) or through the REST API (``PATCH .../taskInstances/approve/-1/hitlDetails``). Its body shows the gate
 table (candidate vs champion per metric) and where the evaluation report is. Approve lets ``promote`` run;
 Reject (or no answer within the timeout, with ``on_timeout: reject``) tags the version rejected, keeps it
-``challenger`` and skips ``promote``.
+``challenger`` and skips ``promote``. The step's own work (the body, who answered, the rejection) is
+``trainpipe.steps.approval``'s.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
-from trainpipe.operators.context import backtest_of
+from trainpipe.operators.context import TaskSettings, backtest_of
 from trainpipe.operators.literal import LiteralFields
 from trainpipe.plan.steps import EVALUATE, REGISTER
-from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -25,13 +25,7 @@ if TYPE_CHECKING:
     from trainpipe.plan.model import PipelinePlan
 
 
-def _duration(seconds: float) -> str:
-    from trainpipe.notifications.channels import duration_text
-
-    return duration_text(seconds)
-
-
-class ApproveOperator(LiteralFields, ApprovalOperator):
+class ApproveOperator(TaskSettings, LiteralFields, ApprovalOperator):
     ui_color = "#fff3c4"
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
@@ -50,11 +44,12 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
     def hook(self):
         from trainpipe.hooks.mlflow import MlflowHook
 
-        return MlflowHook(Settings.from_env())
+        return MlflowHook(self.settings)
 
     def execute(self, context: Context) -> Any:
         from trainpipe.notifications.channels import Message, send
         from trainpipe.plan.model import APPROVAL
+        from trainpipe.steps.approval import approval_body
 
         ti = context["ti"]
         if backtest_of(context) is not None:
@@ -109,70 +104,20 @@ class ApproveOperator(LiteralFields, ApprovalOperator):
         return self._record(context, event, approved=answer["chosen_options"] == [self.APPROVE])
 
     def _record(self, context: Context, event: dict[str, Any], *, approved: bool) -> dict[str, Any]:
-        from trainpipe.registry.model_registry import reject
-        from trainpipe.runtime.run_notes import approval_note, leave_note
+        from trainpipe.state.run_notes import leave_note
+        from trainpipe.steps.approval import answer_of, reject_version
 
-        timed_out = bool(event.get("timedout"))
-        user = event.get("responded_by_user") or {}
-        approval = self.plan.registration.approval
-        waited = None
-        if timed_out or not user:
-            waited = _duration(approval.timeout.total_seconds()) if approval.timeout else "none"
-            actor = f"timeout ({waited}, on_timeout: {approval.on_timeout})"
-        else:
-            actor = str(user.get("name") or user.get("id"))
+        answer = answer_of(self.plan.registration.approval, event)
         ti = context["ti"]
         registration = self.plan.registration
         name, version = registration.model_name, ti.xcom_pull(task_ids=REGISTER.task_id)["version"]
-        responded_at = event.get("responded_at")
-        at = responded_at.isoformat() if hasattr(responded_at, "isoformat") else responded_at
         if approved:
             # The run's note names the approver in promote's line (the promotion is the run's outcome).
-            self.log.info("%s version %s approved by %s", name, version, actor)
+            self.log.info("%s version %s approved by %s", name, version, answer.actor)
         else:
-            reject(self.hook.client, name, version, actor=actor,
-                   reason=f"approval rejected in Airflow (DAG {ti.dag_id}, run {ti.run_id})")
-            self.log.warning("%s version %s rejected by %s: it stays %s, nothing is promoted", name, version, actor,
-                             registration.challenger_alias)
-            leave_note(ti, approval_note(model_name=name, version=version, at=at,
-                                         challenger_alias=registration.challenger_alias,
-                                         rejected_by=None if waited is not None else actor, waited=waited))
-        return {"approved": approved, "by": actor, "timed_out": timed_out, "version": version, "responded_at": at}
-
-
-def approval_body(plan: PipelinePlan, registered: dict[str, Any], evaluation: dict[str, Any], *,
-                  mlflow_run_page: str | None = None) -> str:
-    """The Markdown the person reads before answering: what is asked, the gate table, the report."""
-    from trainpipe.evaluation.gate_table import as_markdown, gate_table
-    from trainpipe.registry.model_registry import report_uri
-
-    registration = plan.registration
-    approval = registration.approval
-    table = gate_table(evaluation)
-    champion = (f"version {table.champion_version}" if table.champion_version is not None else "no version yet")
-    version = registered["version"]
-    lines = [
-        f"**{registration.model_name}** version **{version}** passed its gates and waits for your approval to "
-        f"become `{registration.alias}` (now: {champion}).",
-        "",
-        as_markdown(table),
-        "",
-    ]
-    report = report_uri(evaluation)
-    if report:
-        lines.append(f"Evaluation report: `{report}`"
-                     + (f" ([MLflow run]({mlflow_run_page}), artifacts: evaluation/)" if mlflow_run_page else ""))
-    else:
-        lines.append("Evaluation report: none for this run.")
-    lines += [
-        "",
-        f"- **Approve**: version {version} becomes `{registration.alias}`"
-        + (f", version {table.champion_version} becomes `{registration.previous_alias}`."
-           if table.champion_version is not None else "."),
-        f"- **Reject**: version {version} stays `{registration.challenger_alias}`, tagged `trainpipe.rejected`; "
-        "nothing is promoted.",
-    ]
-    if approval.timeout is not None:
-        lines.append(f"- No answer within {_duration(approval.timeout.total_seconds())}: "
-                     f"{'rejected' if approval.on_timeout == 'reject' else 'approved'} (on_timeout: {approval.on_timeout}).")
-    return "\n".join(lines)
+            line = reject_version(self.hook.client, registration, version, answer, dag_id=ti.dag_id, run_id=ti.run_id)
+            self.log.warning("%s version %s rejected by %s: it stays %s, nothing is promoted", name, version,
+                             answer.actor, registration.challenger_alias)
+            leave_note(ti, line)
+        return {"approved": approved, "by": answer.actor, "timed_out": answer.timed_out, "version": version,
+                "responded_at": answer.at}

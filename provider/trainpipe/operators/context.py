@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.plan.steps import PICK_BEST, SNAPSHOT, TRAIN
+from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
     from trainpipe.plan.model import PipelinePlan
-    from trainpipe.runtime.backtest import Backtest
-    from trainpipe.runtime.snapshot import SnapshotInfo
-    from trainpipe.runtime.train import RunContext
+    from trainpipe.state.datasets import SnapshotInfo
+    from trainpipe.steps.backtest import Backtest
+    from trainpipe.steps.train.train import RunContext
     from trainpipe_trainer.outcomes import TrainingResult
+
+
+def task_settings() -> Settings:
+    """The platform's settings in a task process. An operator, or a callback Airflow runs beside it, is where a task
+    enters trainpipe: the environment is read here (once per operator: ``TaskSettings.settings``) and passed down."""
+    return Settings.from_env()
+
+
+class TaskSettings:
+    """Mixin of trainpipe's operators: ``self.settings``, read once per task."""
+
+    @functools.cached_property
+    def settings(self) -> Settings:
+        return task_settings()
 
 
 def run_plan(plan: PipelinePlan, context: Any) -> tuple[PipelinePlan, dict[str, Any]]:
@@ -25,14 +41,14 @@ def run_plan(plan: PipelinePlan, context: Any) -> tuple[PipelinePlan, dict[str, 
 
 
 def snapshot_info(context: Any) -> SnapshotInfo:
-    from trainpipe.runtime.snapshot import SnapshotInfo
+    from trainpipe.state.datasets import SnapshotInfo
 
     return SnapshotInfo.from_dict(context["ti"].xcom_pull(task_ids=SNAPSHOT.task_id))
 
 
 def backtest_of(context: Any) -> Backtest | None:
-    """The snapshot task's verdict: this run is a backtest (``trainpipe.runtime.backtest``), or None."""
-    from trainpipe.runtime.backtest import BACKTEST_XCOM, Backtest
+    """The snapshot task's verdict: this run is a backtest (``trainpipe.steps.backtest``), or None."""
+    from trainpipe.steps.backtest import BACKTEST_XCOM, Backtest
 
     return Backtest.from_dict(context["ti"].xcom_pull(task_ids=SNAPSHOT.task_id, key=BACKTEST_XCOM))
 
@@ -49,8 +65,8 @@ class TrainInputs:
 
 def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
     """Everything the train step needs from Airflow, whatever the launcher."""
-    from trainpipe.registry.lineage import git_commit
-    from trainpipe.runtime.train import RunContext
+    from trainpipe.steps.register.lineage import git_commit
+    from trainpipe.steps.train.train import RunContext
 
     plan, overrides = run_plan(plan, context)
     ti = context["ti"]
@@ -59,13 +75,13 @@ def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
     run_tags = None
     if plan.tuning is not None and ti.task_id == TRAIN.task_id:
         from trainpipe.plan.params import with_trial_params
-        from trainpipe.runtime.tuning import best_trial_tags
+        from trainpipe.steps.tuning import best_trial_tags
 
         # The final training: the search's best parameters over the plan's (and a trigger's) values.
         best = ti.xcom_pull(task_ids=PICK_BEST.task_id)
         plan, run_tags = with_trial_params(plan, best["params"]), best_trial_tags(best)
     if backtest_of(context) is not None:
-        from trainpipe.runtime.backtest import BACKTEST_TAG
+        from trainpipe.plan.tracking import BACKTEST_TAG
 
         # The MLflow run says so from its start: the fleet view and the run list tell backtests apart.
         run_tags = {**(run_tags or {}), BACKTEST_TAG: "true"}
@@ -77,7 +93,7 @@ def train_inputs(plan: PipelinePlan, context: Any) -> TrainInputs:
 def failed_for_good_on_refused_resume() -> Iterator[None]:
     """A refused resume fails the task without retries: a retry would find the same checkpoints. So does
     training data the spec cannot train on (a missing column, missing values without impute: the located
-    error of ``runtime.train.check_training_inputs``, raised before torchrun starts): a retry would read
+    error of ``steps.train.train.check_training_inputs``, raised before torchrun starts): a retry would read
     the same snapshot."""
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -97,7 +113,7 @@ def training_failure_noted(context: Any, retries: int | None) -> Iterator[None]:
     """A failed training leaves the run's note (the trainer's reason, in a few words) before failing the try;
     a later try that succeeds starts without it (Airflow clears a try's XComs)."""
     from trainpipe.errors import TrainingFailedError
-    from trainpipe.runtime.run_notes import leave_note, training_note
+    from trainpipe.state.run_notes import leave_note, training_note
 
     try:
         yield
@@ -114,14 +130,14 @@ def log_trained(log: Any, result: TrainingResult) -> None:
              f", {result.samples_per_second:,.0f} samples/s" if result.samples_per_second else "")
 
 
-def leave_usage_note(context: Any, plan: PipelinePlan, settings: Any, result: TrainingResult) -> None:
+def leave_usage_note(context: Any, plan: PipelinePlan, settings: Settings, result: TrainingResult) -> None:
     """The run's note says what its training cost (every try's GPU and CPU hours, and the money) and
     the training throughput of the try that finished."""
-    from trainpipe.runtime.run_notes import leave_note
-    from trainpipe.runtime.train import run_dir_for
-    from trainpipe.runtime.usage import run_usage, usage_note
+    from trainpipe.state.run_folder import run_dir_for
+    from trainpipe.state.run_notes import leave_note
+    from trainpipe.state.usage import run_usage, usage_note
 
-    usage = run_usage(run_dir_for(plan.dag_id, settings, context["run_id"]), plan.resources)
+    usage = run_usage(run_dir_for(plan.dag_id, settings, context["run_id"]), plan.resources, settings=settings)
     if usage is not None and usage.tries:
         leave_note(context["ti"], usage_note(usage, samples_per_second=result.samples_per_second))
 
@@ -133,8 +149,8 @@ def training_key_unless_cached(plan: PipelinePlan, context: Any, inputs: TrainIn
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from trainpipe.errors import SpecError
-    from trainpipe.runtime.run_notes import inputs_unchanged_note, leave_note
-    from trainpipe.runtime.training_cache import cached_version, forced, training_key
+    from trainpipe.state.run_notes import inputs_unchanged_note, leave_note
+    from trainpipe.state.training_cache import cached_version, forced, training_key
 
     key = training_key(inputs.plan, inputs.snapshot, param_overrides=inputs.param_overrides)
     try:

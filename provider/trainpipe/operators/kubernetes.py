@@ -30,6 +30,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise MissingExtraError("launcher 'kubernetes'", "kubernetes", field_path=("training", "launcher")) from err
 
 from trainpipe.kubernetes import builders
+from trainpipe.operators.context import TaskSettings
 from trainpipe.operators.literal import LiteralFields
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
     from trainpipe.kubernetes.tries import TryResources
     from trainpipe.plan.model import PipelinePlan
+    from trainpipe.settings import Settings
 
 operator_log = logging.getLogger(__name__)
 # How long create_job waits for the Job controller to create every pod before monitoring starts.
@@ -67,19 +69,18 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
 
     from trainpipe.hooks.mlflow import MlflowHook
     from trainpipe.operators.context import failed_for_good_on_refused_resume, train_inputs, training_key_unless_cached
-    from trainpipe.runtime.run_notes import leave_note, retry_note
-    from trainpipe.runtime.train import prepare_training_run
-    from trainpipe.settings import Settings
+    from trainpipe.state.run_notes import leave_note, retry_note
+    from trainpipe.steps.train.train import prepare_training_run
 
     plan: PipelinePlan = operator.plan
-    settings = Settings.from_env()
+    settings = operator.settings
     check_reachable_from_pods(settings.storage_root, settings.mlflow_tracking_uri)
     inputs = train_inputs(plan, context)
     hook = MlflowHook(settings)
     # Before any pod: a run whose inputs a registered version already carries launches nothing.
     training_key_unless_cached(plan, context, inputs, client=hook.client, log=operator.log)
     # Before the config is written: after a CUDA OOM, this try may train with a smaller batch (on_oom.reduce_batch).
-    resources = resources_for_try(inputs.plan, airflow_run_id=inputs.run.airflow_run_id,
+    resources = resources_for_try(inputs.plan, settings=settings, airflow_run_id=inputs.run.airflow_run_id,
                                   try_number=inputs.run.try_number)
     run_plan = replace(inputs.plan, trainer=resources.trainer(inputs.plan.trainer))
     with failed_for_good_on_refused_resume():
@@ -101,21 +102,20 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
 def _training_key(plan: PipelinePlan, context: Context) -> str:
     """The run's training key again (``finish`` may run in another process than ``prepare_launch``)."""
     from trainpipe.operators.context import train_inputs
-    from trainpipe.runtime.training_cache import training_key
+    from trainpipe.state.training_cache import training_key
 
     inputs = train_inputs(plan, context)
     return training_key(inputs.plan, inputs.snapshot, param_overrides=inputs.param_overrides)
 
 
-def resources_for_try(plan: PipelinePlan, *, airflow_run_id: str, try_number: int) -> TryResources:
+def resources_for_try(plan: PipelinePlan, *, settings: Settings, airflow_run_id: str, try_number: int) -> TryResources:
     """What a try of the run asks of the cluster, from the ledger of the run's earlier tries (the run
     folder's usage.json): the same for a real try and for ``trainpipe render --k8s``."""
     from trainpipe.kubernetes.tries import try_resources
-    from trainpipe.runtime.train import run_dir_for
-    from trainpipe.runtime.usage import tries_before
-    from trainpipe.settings import Settings
+    from trainpipe.state.run_folder import run_dir_for
+    from trainpipe.state.usage import tries_before
 
-    earlier = tries_before(run_dir_for(plan.dag_id, Settings.from_env(), airflow_run_id), try_number)
+    earlier = tries_before(run_dir_for(plan.dag_id, settings, airflow_run_id), try_number)
     batch = (plan.trainer.batch_size, plan.trainer.optimization.gradient_accumulation_steps)
     return try_resources(plan.kubernetes, try_number=try_number, earlier=earlier, batch=batch)
 
@@ -123,14 +123,14 @@ def resources_for_try(plan: PipelinePlan, *, airflow_run_id: str, try_number: in
 def finish(operator: Any, context: Context) -> dict[str, Any]:
     """The trainer's result (written to storage by rank 0) becomes the task's return value."""
     from trainpipe.operators.context import leave_usage_note, log_trained
-    from trainpipe.runtime.train import read_training_result, run_dir_for
-    from trainpipe.settings import Settings
+    from trainpipe.state.run_folder import read_training_result, run_dir_for
 
-    settings = Settings.from_env()
+    settings = operator.settings
     run_dir = run_dir_for(operator.plan.dag_id, settings, context["run_id"])
     result = read_training_result(run_dir)
     log_trained(operator.log, result)
-    account_kubernetes_try(operator.plan, context, outcome="succeeded", mlflow_run_id=result.mlflow_run_id,
+    account_kubernetes_try(operator.plan, context, settings=settings, outcome="succeeded",
+                           mlflow_run_id=result.mlflow_run_id,
                            resources=_try_resources_of(operator, context))
     leave_usage_note(context, operator.plan, settings, result)
     value = {**asdict(result), "training_key": _training_key(operator.plan, context)}
@@ -139,28 +139,29 @@ def finish(operator: Any, context: Context) -> dict[str, Any]:
     return value
 
 
-def account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None,
+def account_kubernetes_try(plan: PipelinePlan, context: Context, *, settings: Settings, outcome: str,
+                           mlflow_run_id: str | None,
                            resources: TryResources | None = None, reason: str | None = None) -> None:
     """This try's pods held their devices from the try's start (status.json) until now: record it, with
     how it ended (``reason``: OOMKilled) and what it asked for (``resources``), which the next try reads.
     Never raises: it also runs while a failure propagates, which it must not replace."""
     try:
-        _account_kubernetes_try(plan, context, outcome=outcome, mlflow_run_id=mlflow_run_id, resources=resources,
+        _account_kubernetes_try(plan, context, settings=settings, outcome=outcome, mlflow_run_id=mlflow_run_id,
+                                resources=resources,
                                 reason=reason)
     except Exception as err:
         operator_log.warning("could not record the GPU/CPU hours of this try: %s: %s", type(err).__name__, err)
 
 
-def _account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: str, mlflow_run_id: str | None,
+def _account_kubernetes_try(plan: PipelinePlan, context: Context, *, settings: Settings, outcome: str,
+                            mlflow_run_id: str | None,
                             resources: TryResources | None, reason: str | None) -> None:
 
     from trainpipe.hooks.mlflow import MlflowHook
-    from trainpipe.runtime.checkpoint_state import read_training_status
-    from trainpipe.runtime.train import run_dir_for
-    from trainpipe.runtime.usage import account_try
-    from trainpipe.settings import Settings
+    from trainpipe.state.checkpoint_state import read_training_status
+    from trainpipe.state.run_folder import run_dir_for
+    from trainpipe.state.usage import account_try
 
-    settings = Settings.from_env()
     run_dir = run_dir_for(plan.dag_id, settings, context["run_id"])
     try_number = context["ti"].try_number
     hook = MlflowHook(settings)
@@ -173,7 +174,7 @@ def _account_kubernetes_try(plan: PipelinePlan, context: Context, *, outcome: st
     status = read_training_status(run_dir)
     started_at = (status.started_at if status is not None and status.try_number == try_number
                   else datetime.now(UTC))
-    account_try(run_dir, resources=plan.resources, pipeline_id=plan.dag_id, try_number=try_number,
+    account_try(run_dir, settings=settings, resources=plan.resources, pipeline_id=plan.dag_id, try_number=try_number,
                 started_at=started_at, outcome=outcome, client=hook.client, mlflow_run_id=mlflow_run_id, reason=reason,
                 memory=resources.memory if resources is not None else None,
                 capacity=resources.capacity if resources is not None else None)
@@ -191,7 +192,8 @@ def account_failed_try(operator: Any, context: Context, pods: Any) -> None:
         outcome, reason = "failed", None
     if reason is not None or outcome != "failed":
         operator.log.warning("this try ended %s%s", outcome, f" ({reason})" if reason else "")
-    account_kubernetes_try(operator.plan, context, outcome=outcome, mlflow_run_id=None, reason=reason,
+    account_kubernetes_try(operator.plan, context, settings=operator.settings, outcome=outcome, mlflow_run_id=None,
+                           reason=reason,
                            resources=_try_resources_of(operator, context))
 
 
@@ -202,7 +204,8 @@ def _try_resources_of(operator: Any, context: Context) -> TryResources | None:
     if bound is not None:
         return bound
     try:
-        return resources_for_try(operator.plan, airflow_run_id=context["run_id"], try_number=context["ti"].try_number)
+        return resources_for_try(operator.plan, settings=operator.settings, airflow_run_id=context["run_id"],
+                                 try_number=context["ti"].try_number)
     except Exception as err:
         operator.log.warning("could not read the run's earlier tries: %s: %s", type(err).__name__, err)
         return None
@@ -222,7 +225,7 @@ def failed_try_accounted(operator: Any, context: Context, pods: Any) -> Iterator
         raise
 
 
-class KubernetesTrainPodOperator(LiteralFields, KubernetesPodOperator):
+class KubernetesTrainPodOperator(TaskSettings, LiteralFields, KubernetesPodOperator):
     """Single-node training in one pod: ``torchrun --nproc_per_node=<gpus> -m trainpipe_trainer``."""
 
     ui_color = "#fde9c9"
@@ -276,7 +279,7 @@ class _PodTemplateDryRun(KubernetesPodOperator):
         return super().build_pod_request_obj(context, dry_run=dry_run or self._dry_run_pod_template)
 
 
-class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTemplateDryRun):
+class KubernetesTrainJobOperator(TaskSettings, LiteralFields, KubernetesJobOperator, _PodTemplateDryRun):
     """Multi-node training: an Indexed Job (completions = parallelism = nnodes) and a headless Service.
 
     Pod ``i`` runs torchrun with ``--node_rank=$(JOB_COMPLETION_INDEX)`` and c10d rendezvous at
@@ -372,7 +375,7 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
         """A queued Job has no pods until Kueue admits it: say so (task log, status.json) instead of
         timing out on pods; the try's clock (stall watch, cost) starts at admission."""
         from trainpipe.kubernetes.admission import wait_for_admission
-        from trainpipe.runtime.checkpoint_state import queue_wait_text
+        from trainpipe.state.checkpoint_state import queue_wait_text
 
         queue = self.plan.kubernetes.queue
         name, namespace = job.metadata.name, job.metadata.namespace
@@ -390,12 +393,11 @@ class KubernetesTrainJobOperator(LiteralFields, KubernetesJobOperator, _PodTempl
             self._record_status("running")
 
     def _record_status(self, state: str, *, queue: str | None = None) -> None:
-        from trainpipe.runtime.train import dag_run_clear_number, record_training_status
-        from trainpipe.settings import Settings
+        from trainpipe.state.checkpoint_state import dag_run_clear_number, record_training_status
 
         context = self._launch_context
         try:
-            record_training_status(self.plan.dag_id, settings=Settings.from_env(), airflow_run_id=context["run_id"],
+            record_training_status(self.plan.dag_id, settings=self.settings, airflow_run_id=context["run_id"],
                                    state=state, try_number=context["ti"].try_number,
                                    clear_number=dag_run_clear_number(context), queue=queue)
         except Exception as err:

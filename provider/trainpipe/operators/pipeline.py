@@ -1,5 +1,5 @@
 """The operators of a trainpipe DAG. Each is thin: it reads its inputs from XCom and calls the
-Airflow-free step in ``trainpipe.runtime``. Heavy libraries are imported in ``execute`` only, so
+Airflow-free step in ``trainpipe.steps``. Heavy libraries are imported in ``execute`` only, so
 DAG parsing stays fast.
 """
 
@@ -12,6 +12,7 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator
 
 from trainpipe.operators.context import (
+    TaskSettings,
     backtest_of,
     failed_for_good_on_refused_resume,
     leave_usage_note,
@@ -31,8 +32,19 @@ from trainpipe.operators.links import (
 )
 from trainpipe.operators.openlineage import LineageFacets
 from trainpipe.plan.steps import EVALUATE, REGISTER, TRAIN
-from trainpipe.registry.lineage import git_commit
-from trainpipe.settings import Settings
+from trainpipe.plan.tracking import (
+    SEED_TAG,
+    SPEC_FILE_SHA256_TAG,
+    SPEC_FILE_TAG,
+    TRAINING_KEY_TAG,
+    VERSION_DAG_ID_TAG,
+    VERSION_DATASET_DIGEST_TAG,
+    VERSION_GIT_COMMIT_TAG,
+    VERSION_RUN_ID_TAG,
+    WEIGHTS_SHA256_TAG,
+    WINDOW_END_TAG,
+)
+from trainpipe.steps.register.lineage import git_commit
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,7 +52,7 @@ if TYPE_CHECKING:
     from trainpipe.plan.model import PipelinePlan
 
 
-class _PipelineStepOperator(BaseOperator):
+class _PipelineStepOperator(TaskSettings, BaseOperator):
     ui_color = "#e8f1fb"
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
@@ -55,10 +67,6 @@ class _PipelineStepOperator(BaseOperator):
         return plan
 
     @functools.cached_property
-    def settings(self) -> Settings:
-        return Settings.from_env()
-
-    @functools.cached_property
     def hook(self):
         from trainpipe.hooks.mlflow import MlflowHook
 
@@ -70,26 +78,22 @@ class _PipelineStepOperator(BaseOperator):
     def lineage_tags(self, context: Context, trained: dict[str, Any]) -> dict[str, str]:
         snapshot = self.snapshot_info(context)
         tags = {
-            "dag_id": self.dag_id,
-            "airflow_run_id": context["run_id"],
-            "dataset_digest": snapshot.digest,
-            "spec_file_sha256": self.plan.spec_sha256,
+            VERSION_DAG_ID_TAG: self.dag_id,
+            VERSION_RUN_ID_TAG: context["run_id"],
+            VERSION_DATASET_DIGEST_TAG: snapshot.digest,
+            SPEC_FILE_SHA256_TAG: self.plan.spec_sha256,
             # Relative to the configs root: the same wherever the folder is deployed.
-            "spec_file": self.plan.spec_relative_path,
-            "seed": str(self.run_plan(context).trainer.seed),  # the run's, with a trigger's override
-            "weights_sha256": trained["weights_sha256"],
+            SPEC_FILE_TAG: self.plan.spec_relative_path,
+            SEED_TAG: str(self.run_plan(context).trainer.seed),  # the run's, with a trigger's override
+            WEIGHTS_SHA256_TAG: trained["weights_sha256"],
         }
         if trained.get("training_key"):  # what a later run with the same inputs finds (training.cache)
-            from trainpipe.registry.model_registry import TRAINING_KEY_TAG
-
             tags[TRAINING_KEY_TAG] = trained["training_key"]
         if snapshot.window_end is not None:  # what tells a later run for an older window that it is a backtest
-            from trainpipe.registry.model_registry import WINDOW_END_TAG
-
             tags[WINDOW_END_TAG] = snapshot.window_end
         commit = git_commit(self.plan.source_path)
         if commit is not None:  # left out, never made up, when the specs are not a git checkout
-            tags["git_commit"] = commit
+            tags[VERSION_GIT_COMMIT_TAG] = commit
         return tags
 
 
@@ -99,7 +103,7 @@ class SnapshotOperator(LineageFacets, _PipelineStepOperator):
     lineage_step = "snapshot"
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trainpipe.runtime.snapshot import take_snapshot
+        from trainpipe.steps.snapshot import take_snapshot
 
         logical_date = context.get("logical_date") or context["dag_run"].run_after
         info = take_snapshot(self.plan.dag_id, self.plan.data, settings=self.settings, logical_date=logical_date,
@@ -111,7 +115,7 @@ class SnapshotOperator(LineageFacets, _PipelineStepOperator):
     def decide_backtest(self, context: Context, info: Any, logical_date: Any) -> None:
         """Once per run, before anything is accepted or trained: is this a run for a past window? The verdict
         goes under ``BACKTEST_XCOM`` for validate, train, register, approve and promote."""
-        from trainpipe.runtime.backtest import BACKTEST_XCOM, champion_window_end, classify
+        from trainpipe.steps.backtest import BACKTEST_XCOM, champion_window_end, classify
 
         registration = self.plan.registration
         champion = champion_window_end(self.hook.client, registration.model_name, registration.alias,
@@ -141,7 +145,7 @@ class ValidateDataOperator(LineageFacets, _PipelineStepOperator):
         from airflow.sdk.exceptions import AirflowFailException
 
         from trainpipe.errors import ValidationFailedError
-        from trainpipe.runtime.snapshot import validate_snapshot
+        from trainpipe.steps.validate.validate import validate_snapshot
 
         snapshot = self.snapshot_info(context)
         self.keep_lineage(snapshot=snapshot.to_dict())
@@ -150,7 +154,7 @@ class ValidateDataOperator(LineageFacets, _PipelineStepOperator):
                                        settings=self.settings, dag_id=self.dag_id, run_id=context["run_id"],
                                        hook=self.hook, move_baseline=backtest_of(context) is None)
         except ValidationFailedError as err:
-            from trainpipe.runtime.run_notes import leave_note, validation_note
+            from trainpipe.state.run_notes import leave_note, validation_note
 
             if err.drift_mlflow_run_id:
                 context["ti"].xcom_push(key=DRIFT_RUN_XCOM, value=err.drift_mlflow_run_id)
@@ -176,7 +180,7 @@ class TrainOperator(LineageFacets, _PipelineStepOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from dataclasses import asdict
 
-        from trainpipe.runtime.train import run_training
+        from trainpipe.steps.train.train import run_training
 
         inputs = train_inputs(self.plan, context)
         self.keep_lineage(snapshot=inputs.snapshot.to_dict())
@@ -197,7 +201,7 @@ class EvaluateOperator(_PipelineStepOperator):
     operator_extra_links = (MlflowRunLink(), EvaluationReportLink())
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trainpipe.evaluation.evaluate import evaluate
+        from trainpipe.steps.evaluate.evaluate import evaluate
 
         trained = context["ti"].xcom_pull(task_ids=TRAIN.task_id)
         plan = self.run_plan(context)
@@ -221,7 +225,7 @@ class GateOperator(ShortCircuitOperator):
         self.plan = plan
 
     def _all_gates_pass(self, **context: Any) -> bool:
-        from trainpipe.evaluation.evaluate import log_gate
+        from trainpipe.steps.evaluate.evaluate import log_gate
 
         evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         for outcome in evaluation["gates"]:
@@ -235,7 +239,7 @@ class GateOperator(ShortCircuitOperator):
 
 def note_below_baseline(evaluation: dict[str, Any], context: Any) -> None:
     """The run's note says when the candidate does worse than the baseline model, gated or not."""
-    from trainpipe.runtime.run_notes import below_baseline_note, leave_note
+    from trainpipe.state.run_notes import below_baseline_note, leave_note
 
     below = evaluation.get("below_baseline") or []
     if below:
@@ -249,10 +253,10 @@ def on_failure_of_gates(plan: PipelinePlan, evaluation: dict[str, Any], context:
     from airflow.sdk.exceptions import AirflowFailException
 
     from trainpipe.errors import GatesFailedError
-    from trainpipe.evaluation.gate_table import as_html, as_text, gate_table, summary
     from trainpipe.notifications.channels import Message, send
     from trainpipe.plan.model import GATE_FAILURE
-    from trainpipe.runtime.run_notes import leave_note
+    from trainpipe.state.run_notes import leave_note
+    from trainpipe.steps.evaluate.gate_table import as_html, as_text, gate_table, summary
 
     fail = plan.evaluation.on_gate_failure == "fail"
     table = gate_table(evaluation)
@@ -288,8 +292,8 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
     operator_extra_links = (ModelVersionLink(), EvaluationReportLink())
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trainpipe.registry.model_registry import register_candidate
-        from trainpipe.runtime.run_notes import backtest_note, leave_note
+        from trainpipe.state.run_notes import backtest_note, leave_note
+        from trainpipe.steps.register.model_registry import register_candidate
 
         backtest = backtest_of(context)
         if backtest is not None and not self.plan.registration.backtest.register:
@@ -301,7 +305,7 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
         trained = context["ti"].xcom_pull(task_ids=TRAIN.task_id)
         evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         self.skip_identical_weights(context, trained)
-        from trainpipe.runtime.usage import version_usage_tags
+        from trainpipe.state.usage import version_usage_tags
 
         # What the training cost (gpu_hours, cpu_hours, cost) goes on the version with its lineage.
         tags = {**self.lineage_tags(context, trained), **version_usage_tags(self.hook.client, trained["mlflow_run_id"])}
@@ -319,8 +323,8 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
         """A candidate whose weights are the production version's is no new version (whatever the cache)."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from trainpipe.registry.model_registry import same_weights_as_production
-        from trainpipe.runtime.run_notes import leave_note, weights_unchanged_note
+        from trainpipe.state.run_notes import leave_note, weights_unchanged_note
+        from trainpipe.steps.register.model_registry import same_weights_as_production
 
         registration = self.plan.registration
         same = same_weights_as_production(self.hook.client, registration, trained["weights_sha256"],
@@ -344,7 +348,7 @@ class PromoteOperator(LineageFacets, _PipelineStepOperator):
 
     def promotion_reason(self, context: Context) -> tuple[str, str, dict[str, Any]]:
         """Who promotes, a one-line why, and the details (JSON on the version)."""
-        from trainpipe.registry.model_registry import dag_actor, gate_summary
+        from trainpipe.steps.register.model_registry import dag_actor, gate_summary
 
         evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         details = {"dag_id": self.dag_id, "airflow_run_id": context["run_id"], "gates": evaluation["gates"],
@@ -362,7 +366,7 @@ class PromoteOperator(LineageFacets, _PipelineStepOperator):
 
     def leave_promotion_note(self, context: Context, version: Any, approval: dict[str, Any] | None) -> None:
         """The run's note: the version and the main metric (the spec's first) against the replaced champion's."""
-        from trainpipe.runtime.run_notes import leave_note, promotion_note
+        from trainpipe.state.run_notes import leave_note, promotion_note
 
         evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         metric = self.plan.evaluation.metrics[0] if self.plan.evaluation.metrics else None
@@ -377,7 +381,7 @@ class PromoteOperator(LineageFacets, _PipelineStepOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from trainpipe.registry.model_registry import promote_once
+        from trainpipe.steps.register.model_registry import promote_once
 
         registered = context["ti"].xcom_pull(task_ids=REGISTER.task_id)
         self.keep_lineage(registered=registered)

@@ -1,4 +1,4 @@
-"""The hyperparameter-search tasks of a tuned pipeline; the work is in ``trainpipe.runtime.tuning``."""
+"""The hyperparameter-search tasks of a tuned pipeline; the work is in ``trainpipe.steps.tuning``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class CreateStudyOperator(_PipelineStepOperator):
     """The DAG run's Optuna study (found again by a retry), its warm start, and its MLflow parent run."""
 
     def execute(self, context: Context) -> dict[str, str]:
-        from trainpipe.runtime.tuning import create_study
+        from trainpipe.steps.tuning import create_study
 
         inputs = train_inputs(self.plan, context)
         study = create_study(inputs.plan, settings=self.settings, run=inputs.run, hook=self.hook,
@@ -40,7 +40,7 @@ class TrialOperator(_PipelineStepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from trainpipe.operators.context import failed_for_good_on_refused_resume
-        from trainpipe.runtime.tuning import run_worker
+        from trainpipe.steps.tuning import run_worker
 
         inputs = train_inputs(self.plan, context)
         study = context["ti"].xcom_pull(task_ids=CREATE_STUDY.task_id)
@@ -53,7 +53,7 @@ class PickBestOperator(_PipelineStepOperator):
     """Runs once every trial task is done (whatever their state): fails leftovers, picks the best, plots."""
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from trainpipe.runtime.tuning import pick_best
+        from trainpipe.steps.tuning import pick_best
 
         study = context["ti"].xcom_pull(task_ids=CREATE_STUDY.task_id)
         return pick_best(self.run_plan(context), settings=self.settings, study=study, hook=self.hook,

@@ -65,6 +65,7 @@ from trainpipe.plan.steps import (
     TRIALS_TASK,
     TUNING_TASKS,
 )
+from trainpipe.plan.tracking import experiment_name
 from trainpipe_trainer.config import (
     CHECKPOINT_METRICS,
     PREEMPTION_GRACE_SECONDS,
@@ -357,7 +358,7 @@ def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
             keep_best=checkpoint.keep_best,
             validation_fraction=checkpoint.validation_fraction,
         ),
-        tracking=TrackingConfig(tracking_uri=TRACKING_URI, experiment_name=f"trainpipe/{spec.pipeline_id}"),
+        tracking=TrackingConfig(tracking_uri=TRACKING_URI, experiment_name=experiment_name(spec.pipeline_id)),
         output_uri=RUN_OUTPUT_URI,
     )
 
@@ -424,7 +425,7 @@ def _resources(spec: PipelineSpec, kubernetes: KubernetesPlan | None, priority: 
         return ResourcePlan(gpus=gpus, cpus=nodes * float(quantity_value(kubernetes.resources["cpu"])),
                             gpu_resource=kubernetes.resources["gpu_resource"] if gpus else None,
                             # With a capacity section the first tries run on its spot placement (each try's
-                            # own placement is in its usage entry: runtime.usage prices them apart).
+                            # own placement is in its usage entry: state.usage prices them apart).
                             spot=kubernetes.capacity is not None
                             or selects_spot_only(kubernetes.node_selector, kubernetes.affinity["required"]),
                             priority=priority, priority_class=priority_class, team=team)

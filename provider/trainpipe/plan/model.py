@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     pass
 
 
-# The trainer config template's per-run values, filled by trainpipe.runtime.train for each try.
+# The trainer config template's per-run values, filled by trainpipe.steps.train.train for each try.
 SNAPSHOT_TRAIN_URI = "<snapshot>/train.parquet"
 SNAPSHOT_DIGEST = "<snapshot digest>"
 RUN_CHECKPOINTS_URI = "<run_dir>/checkpoints"
@@ -250,7 +250,7 @@ class ApprovalPlan:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CachePlan:
     """``training.cache``: a run whose training key a registered version carries trains nothing
-    (``trainpipe.runtime.training_cache``)."""
+    (``trainpipe.state.training_cache``)."""
 
     enabled: bool = True
     max_age: timedelta = timedelta(days=30)
@@ -258,7 +258,7 @@ class CachePlan:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BacktestPlan:
-    """``registration.backtest``: what a run for a past window may do (``trainpipe.runtime.backtest``)."""
+    """``registration.backtest``: what a run for a past window may do (``trainpipe.steps.backtest``)."""
 
     # Register the backtest's model, tagged trainpipe.backtest=true (never challenger).
     register: bool = False

@@ -378,16 +378,15 @@ def load_policy(path: Path, text: str | None = None) -> Policy:
     return policy
 
 
-def policy_in_force(settings: Settings | None = None) -> Policy | None:
+def policy_in_force(settings: Settings) -> Policy | None:
     """The policy in force (``settings.policy_path``), or None without one; ``PolicyError`` when broken."""
-    path = (settings or Settings.from_env()).policy_path
+    path = settings.policy_path
     return load_policy(path) if path else None
 
 
-def load_price_table(path: str | os.PathLike[str] | None = None) -> PriceTable | None:
-    """The price table of the policy file (``path``, else the settings' policy); None without a file or
+def load_price_table(path: str | os.PathLike[str] | None) -> PriceTable | None:
+    """The price table of the policy file at ``path`` (the settings' ``policy_path``); None without a file or
     without ``costs:`` in it (runs then record device-hours, no money). ``PolicyError`` when broken."""
-    path = path or Settings.from_env().policy_path
     if not path:
         return None
     costs = load_policy(Path(path)).spec.costs

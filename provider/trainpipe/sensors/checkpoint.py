@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from trainpipe.plan.model import PipelinePlan
+    from trainpipe.settings import Settings
 
 class CheckpointSensor(BaseSensorOperator):
     """Logs training progress and fails when no checkpoint is committed for ``stall_timeout``.
@@ -26,7 +28,7 @@ class CheckpointSensor(BaseSensorOperator):
     - training ended (succeeded, or failed for good): succeed. The train task reports its own failure.
 
     It reads ``<run_dir>/output/status.json``, written by the train task's callbacks, and the
-    committed checkpoints, through ``trainpipe.runtime.checkpoint_state`` like its trigger.
+    committed checkpoints, through ``trainpipe.state.checkpoint_state`` like its trigger.
     """
 
     ui_color = "#efe6fb"
@@ -43,11 +45,18 @@ class CheckpointSensor(BaseSensorOperator):
     def stall_timeout(self) -> timedelta:
         return self.plan.sensor.stall_timeout
 
-    def _run_dir(self, context: Context):
-        from trainpipe.runtime.train import run_dir_for
+    @functools.cached_property
+    def settings(self) -> Settings:
+        """The platform's settings, read where the task enters trainpipe, once (the operators' ``TaskSettings``;
+        a sensor does not import the operators, an earlier stage)."""
         from trainpipe.settings import Settings
 
-        return run_dir_for(self.plan.dag_id, Settings.from_env(), context["run_id"])
+        return Settings.from_env()
+
+    def _run_dir(self, context: Context):
+        from trainpipe.state.run_folder import run_dir_for
+
+        return run_dir_for(self.plan.dag_id, self.settings, context["run_id"])
 
     def _train_is_starting(self, context: Context) -> bool:
         """Whether Airflow has queued or started this run's train task. Under ``dag.test()`` it is
@@ -75,14 +84,13 @@ class CheckpointSensor(BaseSensorOperator):
     def poke(self, context: Context) -> bool:
         from airflow.sdk.exceptions import AirflowRescheduleException
 
-        from trainpipe.runtime.checkpoint_state import (
+        from trainpipe.state.checkpoint_state import (
             TrainingStalledError,
             assess,
+            dag_run_clear_number,
             read_checkpoint_state,
             wait_for_training_status,
         )
-        from trainpipe.runtime.train import dag_run_clear_number
-        from trainpipe.settings import Settings
         from trainpipe.storage import fsspec_uri
         from trainpipe.triggers.checkpoint import CheckpointTrigger
 
@@ -111,7 +119,7 @@ class CheckpointSensor(BaseSensorOperator):
             self.defer(
                 trigger=CheckpointTrigger(
                     run_dir_uri=fsspec_uri(run_dir),
-                    conn_id=Settings.from_env().storage_conn_id,
+                    conn_id=self.settings.storage_conn_id,
                     stall_timeout_seconds=self.stall_timeout.total_seconds(),
                     poll_interval=self.plan.sensor.checkpoint_poll_seconds,
                     status_poll_interval=self.plan.sensor.status_poll_seconds,
@@ -123,14 +131,14 @@ class CheckpointSensor(BaseSensorOperator):
 
     @staticmethod
     def _leave_stall_note(context: Context, message: str) -> None:
-        from trainpipe.runtime.run_notes import leave_note, stall_note
+        from trainpipe.state.run_notes import leave_note, stall_note
 
         if context.get("ti") is not None:  # absent only when the sensor is called outside a task
             leave_note(context["ti"], stall_note(message))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
         from trainpipe.errors import TrainpipeError
-        from trainpipe.runtime.checkpoint_state import TrainingStalledError
+        from trainpipe.state.checkpoint_state import TrainingStalledError
 
         if event["status"] == "success":
             self.log.info("%s", event["message"])

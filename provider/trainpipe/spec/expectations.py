@@ -16,7 +16,7 @@ a valid float, ``1`` a valid bool, a list of pairs a valid mapping), so nothing 
 refused; a test compares the two verdicts on a set of probe values for every argument of every
 expectation. Rules GE checks beyond types (a field's own validator, such as a valid strftime format,
 and the inside of nested models such as ``windows``) are left to GE when the validate task builds
-the suite (``trainpipe.checks.quality.build_expectation``).
+the suite (``trainpipe.steps.validate.quality.build_expectation``).
 
 One deliberate exception to "nothing GE accepts is refused": arguments that would make the validate
 task evaluate a spec's text (a row condition outside GE's own grammar, a suite-parameter expression,
@@ -78,7 +78,7 @@ def argument_problems(name: str, kwargs: dict[str, Any]) -> tuple[list[Problem],
 
 # ---------------------------------------------------------------------------------------------
 # Arguments that reach an evaluator. A spec's text is data: nothing in it may become code, a query
-# or a request. The spec stage reports these problems (with the rest) and trainpipe.checks.quality checks
+# or a request. The spec stage reports these problems (with the rest) and trainpipe.steps.validate.quality checks
 # them again before it builds an expectation, so a plan that skipped the spec stage is refused too.
 
 REFUSED_EXPECTATIONS = {
@@ -612,7 +612,7 @@ def _entry(cls: Any, types: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 def generate_table(classes: dict[str, type]) -> dict[str, Any]:
     """The table from the installed Great Expectations' expectation ``classes`` by snake_case name
-    (``trainpipe.checks.quality`` finds them; passed in, so the spec stage never imports the run-time module)."""
+    (``trainpipe.steps.validate.quality`` finds them; passed in, so the spec stage never imports the run-time module)."""
     from importlib.metadata import version
 
     types: dict[str, list[dict[str, Any]]] = {}

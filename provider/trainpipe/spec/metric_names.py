@@ -1,6 +1,6 @@
 """The metric names a spec may use, per task type, and which way each is better.
 
-The spec stage checks gate and metric names against this catalogue; ``trainpipe.evaluation.metrics``
+The spec stage checks gate and metric names against this catalogue; ``trainpipe.steps.evaluate.metrics``
 computes them. Airflow-free and numpy-free: importing it is cheap.
 """
 

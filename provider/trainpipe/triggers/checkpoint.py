@@ -10,7 +10,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from trainpipe.plan.model import STATUS_POLL_SECONDS
-from trainpipe.runtime.checkpoint_state import CheckpointState, Progress, assess, read_checkpoint_state, refresh_status
+from trainpipe.state.checkpoint_state import CheckpointState, Progress, assess, read_checkpoint_state, refresh_status
 
 # Consecutive failed reads of the run folder before the trigger gives up (a storage outage).
 MAX_READ_ERRORS = 5
@@ -35,7 +35,7 @@ class CheckpointTrigger(BaseTrigger):
     end of training is noticed within seconds) and the committed checkpoints every ``poll_interval``
     seconds (a listing; logs one progress line: latest committed step, its age, steps per hour).
     A verdict is always taken on a fresh listing. It comes from
-    ``trainpipe.runtime.checkpoint_state.assess``, the same function the sensor uses before it defers.
+    ``trainpipe.state.checkpoint_state.assess``, the same function the sensor uses before it defers.
     """
 
     # Not serialized: a trigger always runs on the triggerer's real clock.

@@ -1,1 +1,0 @@
-"""Data checks of the validate step: Great Expectations quality and drift."""

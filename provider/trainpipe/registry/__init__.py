@@ -1,1 +1,0 @@
-"""The MLflow model registry: versions, aliases, promotion history, lineage tags. Airflow-free."""

@@ -1,0 +1,175 @@
+"""Dataset versions: the record of each snapshot (``SnapshotInfo``, its ``manifest.json``), where a pipeline's
+versions are stored (``snapshots/<pipeline>/<digest16>/``), which were accepted and which is the baseline; and a
+snapshot's train and holdout splits as MLflow dataset inputs of the training run.
+
+The ``snapshot`` step writes a version and ``validate`` accepts it; ``trainpipe datasets``, the fleet view,
+backtests, ``reproduce`` and ``gc`` read them here.
+
+As MLflow dataset inputs, the run page's Datasets panel names the data the model was trained and judged
+on: name (``<pipeline>-train``, ``<pipeline>-holdout``), digest, source, schema and row count. Nothing is
+read for it: the schema is the holdout's (both splits come from one frame), the row counts are the
+snapshot's.
+
+* digest: MLflow keeps at most 36 characters of a dataset digest, so it holds the first 36 hex
+  digits of the snapshot's sha256; the profile carries the whole of it (``snapshot_sha256``), the
+  same value as the run's ``trainpipe.dataset_digest`` tag.
+* source: for local storage, the file's path relative to the trainpipe storage root
+  (``snapshots/<pipeline>/<digest16>/train.parquet``), as no path of the machine belongs in MLflow;
+  for a bucket, the full URI (``s3://bucket/prefix/snapshots/...``), which means the same
+  everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from trainpipe import storage
+from trainpipe.settings import Settings
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from trainpipe.hooks.mlflow import MlflowHook
+
+# Next to the versions: the last accepted one, the baseline of the next validation.
+BASELINE_FILE = "LATEST.json"
+# In a version's folder: when and by which run it last passed validation.
+ACCEPTED_FILE = "accepted.json"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotInfo:
+    """A snapshot's manifest: the record of one dataset version.
+
+    ``name`` is the pipeline's dataset, ``digest`` its version (content sha256). The fields after
+    ``source_uri`` were added with dataset versions; manifests written before have their defaults.
+    """
+
+    digest: str
+    uri: str
+    train_uri: str
+    holdout_uri: str
+    rows: int
+    train_rows: int
+    holdout_rows: int
+    window_start: str | None
+    window_end: str | None
+    source_uri: str
+    name: str = ""
+    size_bytes: int | None = None
+    # The ordered (column, dtype) pairs, and the SHA-256 of them.
+    schema: list[list[str]] | None = None
+    schema_hash: str | None = None
+    split: dict[str, Any] | None = None
+    created_by_dag_id: str | None = None
+    created_by_run_id: str | None = None
+    created_at: str | None = None
+
+    @property
+    def version(self) -> str:
+        return self.digest
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> SnapshotInfo:
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in record.items() if key in known})
+
+
+def versions_root(settings: Settings, pipeline_id: str):
+    return storage.storage_root(settings) / "snapshots" / pipeline_id
+
+
+def version_folder(settings: Settings, pipeline_id: str, digest: str):
+    return versions_root(settings, pipeline_id) / digest[:16]
+
+
+def list_versions(settings: Settings, pipeline_id: str) -> list[tuple[SnapshotInfo, dict[str, Any] | None]]:
+    """Every stored version of a pipeline's dataset with its acceptance record (None if never
+    accepted), oldest first."""
+    root = versions_root(settings, pipeline_id)
+    if not root.exists():
+        return []
+    found = []
+    for folder in root.iterdir():
+        manifest = folder / "manifest.json"
+        if not manifest.exists():
+            continue  # LATEST.json, or an interrupted snapshot
+        accepted = folder / ACCEPTED_FILE
+        found.append((SnapshotInfo.from_dict(storage.read_json(manifest)),
+                      storage.read_json(accepted) if accepted.exists() else None))
+    return sorted(found, key=lambda pair: (pair[0].created_at or "", pair[0].digest))
+
+
+def find_version(settings: Settings, pipeline_id: str, prefix: str) -> SnapshotInfo | None:
+    """The stored version whose digest starts with ``prefix`` (16 or more hex characters)."""
+    manifest = version_folder(settings, pipeline_id, prefix) / "manifest.json"
+    if len(prefix) < 16 or not manifest.exists():
+        return None
+    info = SnapshotInfo.from_dict(storage.read_json(manifest))
+    return info if info.digest.startswith(prefix) else None
+
+
+def baseline_version(settings: Settings, pipeline_id: str) -> dict[str, Any] | None:
+    """The last accepted version (``LATEST.json``): digest, rows, uri and, since dataset versions,
+    schema; None before any version passed validation."""
+    path = versions_root(settings, pipeline_id) / BASELINE_FILE
+    return storage.read_json(path) if path.exists() else None
+
+
+# mlflow.utils.validation.MAX_DATASET_DIGEST_SIZE
+MLFLOW_DIGEST_LENGTH = 36
+# MLflow's own context values of a dataset input (the Datasets panel shows them).
+TRAIN_CONTEXT = "training"
+HOLDOUT_CONTEXT = "evaluation"
+
+
+def dataset_source_uri(uri: str, settings: Settings) -> str:
+    """A snapshot file's URI as recorded in MLflow: relative to a local storage root, else as it is."""
+    root = storage.fsspec_uri(storage.storage_root(settings)).rstrip("/") + "/"
+    if uri.startswith("file://") and uri.startswith(root):
+        return uri[len(root):]
+    return uri
+
+
+def snapshot_datasets(pipeline_id: str, snapshot: SnapshotInfo, holdout: pd.DataFrame, *,
+                      settings: Settings) -> list[tuple[Any, str]]:
+    """``(mlflow.entities.Dataset, context)`` of the train and the holdout split."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.entities import Dataset
+    from mlflow.models import infer_signature
+
+    with warnings.catch_warnings():
+        # MLflow's hint that integer columns cannot hold missing values concerns model signatures.
+        warnings.simplefilter("ignore", UserWarning)
+        schema = json.dumps({"mlflow_colspec": infer_signature(holdout.head(0)).inputs.to_dict()})
+    splits = (("train", snapshot.train_uri, snapshot.train_rows, TRAIN_CONTEXT),
+              ("holdout", snapshot.holdout_uri, snapshot.holdout_rows, HOLDOUT_CONTEXT))
+    datasets = []
+    for split, uri, rows, context in splits:
+        with warnings.catch_warnings():
+            # A plain path matches MLflow's local source twice over and it warns that it picked one.
+            warnings.simplefilter("ignore", UserWarning)
+            source = resolve_dataset_source(dataset_source_uri(uri, settings))
+        profile = {"num_rows": rows, "num_elements": rows * len(holdout.columns),
+                   "snapshot_sha256": snapshot.digest, "split": split}
+        datasets.append((Dataset(name=f"{pipeline_id}-{split}", digest=snapshot.digest[:MLFLOW_DIGEST_LENGTH],
+                                 source_type=source._get_source_type(), source=source.to_json(), schema=schema,
+                                 profile=json.dumps(profile)), context))
+    return datasets
+
+
+def log_snapshot_inputs(hook: MlflowHook, mlflow_run_id: str, pipeline_id: str, snapshot: SnapshotInfo,
+                        holdout: pd.DataFrame, *, settings: Settings) -> None:
+    """Log both splits on the run; a retried task logs the same inputs again, which MLflow keeps once."""
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    inputs = [DatasetInput(dataset=dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
+              for dataset, context in snapshot_datasets(pipeline_id, snapshot, holdout, settings=settings)]
+    hook.client.log_inputs(mlflow_run_id, datasets=inputs)

@@ -1,0 +1,387 @@
+"""The ``evaluate`` and ``gate`` steps (``register`` and ``promote``: ``trainpipe.steps.register.model_registry``).
+
+The new model and the current champion are scored on the same holdout of this run's snapshot, so
+relative gates compare like with like.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from trainpipe import storage
+from trainpipe.errors import TrainpipeError
+from trainpipe.hooks.mlflow import MlflowHook, mlflow_metric_key
+from trainpipe.plan.model import EvaluationPlan, Gate, RegistrationPlan
+from trainpipe.plan.tracking import GATES_PASSED_TAG
+from trainpipe.settings import Settings
+from trainpipe.steps.evaluate import metrics
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from trainpipe.state.datasets import SnapshotInfo
+    from trainpipe.steps.evaluate.report import ReportInputs
+
+log = logging.getLogger(__name__)
+
+
+
+# The evaluation report and its plots sit under this folder of the MLflow run's artifacts.
+REPORT_ARTIFACT_DIR = "evaluation"
+# A slice column with more distinct values than this in the holdout is refused: its slices would be
+# too small to judge and the report unreadable (bucket such a column first).
+MAX_SLICE_VALUES = 50
+
+
+class SliceColumnError(TrainpipeError, ValueError):
+    """An ``evaluation.slices`` column is missing from the holdout or has too many distinct values."""
+
+
+def predict(hook: MlflowHook, model_uri: str, holdout: pd.DataFrame, evaluation: EvaluationPlan) -> np.ndarray:
+    import pandas as pd
+
+    model = hook.load_pyfunc(model_uri)
+    frame = holdout[list(evaluation.features)]
+    # A model logged from float samples declares its numeric inputs double, and MLflow refuses int64 there
+    # ("can not safely convert"): integer columns of the table are widened to what the signature asks.
+    schema = model.metadata.get_input_schema()
+    doubles = {spec.name for spec in (schema.inputs if schema is not None else [])
+               if getattr(spec, "name", None) and getattr(getattr(spec, "type", None), "name", None) == "double"}
+    widen = {name: "float64" for name in frame.columns if name in doubles
+             and (pd.api.types.is_integer_dtype(frame[name]) or pd.api.types.is_bool_dtype(frame[name]))}
+    return pd.Series(model.predict(frame.astype(widen) if widen else frame)).to_numpy(dtype=float).ravel()
+
+
+def holdout_metrics(evaluation: EvaluationPlan, holdout: pd.DataFrame, scores: np.ndarray) -> dict[str, float]:
+    return metrics.compute_metrics(
+        evaluation.task,
+        list(evaluation.metrics),
+        y_true=holdout[evaluation.label].to_numpy(),
+        y_score=scores,
+        groups=holdout[evaluation.group_column].to_numpy() if evaluation.group_column else None,
+        threshold=evaluation.decision_threshold,
+    )
+
+
+def holdout_slices(evaluation: EvaluationPlan, holdout: pd.DataFrame, candidate: np.ndarray,
+                   champion: np.ndarray | None) -> dict[str, list[dict[str, Any]]]:
+    """Column -> ``[{"value", "rows", "candidate": {metric: value}, "champion": {...} | None, "undefined": {...}}]``;
+    a metric a slice cannot give is None, its reason in ``undefined`` (see ``metrics.slice_metrics``)."""
+    slices: dict[str, list[dict[str, Any]]] = {}
+    for column in evaluation.slices:
+        if column not in holdout.columns:
+            raise SliceColumnError(f"evaluation.slices: column {column!r} is not in the holdout; its columns are "
+                                   f"{', '.join(map(str, holdout.columns))}")
+        distinct = holdout[column].nunique(dropna=False)
+        if distinct > MAX_SLICE_VALUES:
+            raise SliceColumnError(f"evaluation.slices: column {column!r} has {distinct} distinct values in the holdout, "
+                                   f"more than {MAX_SLICE_VALUES}; slice by a coarser column (bucket this one first)")
+        common = dict(y_true=holdout[evaluation.label].to_numpy(), slice_values=holdout[column].to_numpy(),
+                      groups=holdout[evaluation.group_column].to_numpy() if evaluation.group_column else None,
+                      threshold=evaluation.decision_threshold)
+        per_model = {name: metrics.slice_metrics(evaluation.task, list(evaluation.metrics), y_score=scores, **common)
+                     for name, scores in (("candidate", candidate), ("champion", champion)) if scores is not None}
+        slices[column] = [
+            {"value": entry["value"], "rows": entry["rows"], "candidate": entry["metrics"],
+             "champion": per_model["champion"][index]["metrics"] if "champion" in per_model else None,
+             "undefined": entry["undefined"]}
+            for index, entry in enumerate(per_model["candidate"])
+        ]
+    return slices
+
+
+def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, holdout_uri: str, model_uri: str,
+             mlflow_run_id: str, hook: MlflowHook, settings: Settings, snapshot: SnapshotInfo | None = None,
+             pipeline_id: str | None = None, train_uri: str | None = None) -> dict[str, Any]:
+    """Score the candidate, the champion and the baseline model on the holdout (whole and per slice),
+    check the gates, and record it all on the MLflow run: metrics, the verdict tag, the evaluation
+    report and, given the ``snapshot``, its splits as dataset inputs.
+
+    The baseline (``trainpipe.steps.evaluate.baseline``) is fitted on the train split: ``train_uri``, else the
+    snapshot's; without either there is none, and a gate on it fails saying so."""
+    # The snapshot's splits live under the storage root: read them with its connection, as every read of it is.
+    conn_id = settings.storage_conn_id
+    holdout = storage.read_parquet_uri(holdout_uri, conn_id=conn_id)
+    candidate_scores = predict(hook, model_uri, holdout, evaluation)
+    candidate = holdout_metrics(evaluation, holdout, candidate_scores)
+    log.info("candidate on holdout: %s", _fmt(candidate))
+    baseline_scores = baseline = None
+    train_uri = train_uri or (snapshot.train_uri if snapshot is not None else None)
+    if train_uri:
+        from trainpipe.steps.evaluate.baseline import BASELINE_MODELS
+        from trainpipe.steps.evaluate.baseline import baseline_scores as fit_baseline
+
+        baseline_scores = fit_baseline(evaluation.task, evaluation.features, evaluation.label,
+                                       storage.read_parquet_uri(train_uri, conn_id=conn_id), holdout)
+        baseline = holdout_metrics(evaluation, holdout, baseline_scores)
+        log.info("baseline (%s, fitted on the train split) on the same holdout: %s",
+                 BASELINE_MODELS[evaluation.task], _fmt(baseline))
+    below = below_baseline(candidate, baseline)
+    if below:
+        # INFO, not WARNING: a run is not at fault for it; the run's note says it (and a gate may refuse it).
+        log.info("the candidate does worse than the baseline on %s", ", ".join(below))
+    champion_version = hook.version_by_alias(registration.model_name, registration.alias)
+    champion = champion_scores = None
+    if champion_version is not None:
+        champion_uri = f"models:/{registration.model_name}@{registration.alias}"
+        champion_scores = predict(hook, champion_uri, holdout, evaluation)
+        champion = holdout_metrics(evaluation, holdout, champion_scores)
+        log.info("champion (version %s) on the same holdout: %s", champion_version.version, _fmt(champion))
+    else:
+        log.info("no %s of %s yet: relative gates will pass", registration.alias, registration.model_name)
+    slices = holdout_slices(evaluation, holdout, candidate_scores, champion_scores)
+    for column, entries in slices.items():
+        log.info("slices of %s: %s", column, "; ".join(
+            f"{entry['value']} ({entry['rows']} rows) {_fmt_optional(entry['candidate'])}" for entry in entries))
+    outcomes = check_gates(evaluation.gates, {"candidate": candidate, "champion": champion, "slices": slices,
+                                              "baseline": baseline})
+    passed = all(o.passed for o in outcomes)
+    from mlflow.entities import RunTag
+
+    # The verdict goes on the MLflow run here, in the same call as the metrics: the gate task then
+    # needs no MLflow client (importing MLflow and opening its store cost seconds per task process).
+    hook.client.log_batch(
+        mlflow_run_id,
+        metrics=_metric_entities({f"holdout_{mlflow_metric_key(k)}": v for k, v in candidate.items()}
+                                 | {f"champion_holdout_{mlflow_metric_key(k)}": v for k, v in (champion or {}).items()}
+                                 | {f"baseline_holdout_{mlflow_metric_key(k)}": v for k, v in (baseline or {}).items()}
+                                 | _worst_slice_metrics(evaluation, slices)),
+        tags=[RunTag(GATES_PASSED_TAG, str(passed).lower())],
+    )
+    result = {
+        "candidate": candidate,
+        "champion": champion,
+        "champion_version": champion_version.version if champion_version else None,
+        "gates": outcomes_as_dicts(outcomes),
+        "gates_passed": passed,
+        "slices": slices,
+        "baseline": baseline,
+        "baseline_model": _baseline_model(evaluation) if baseline is not None else None,
+        # The metrics on which the candidate does worse than the baseline (the run's note says so).
+        "below_baseline": below,
+    }
+    report_inputs = _report_inputs(evaluation, registration, holdout, result, candidate_scores, champion_scores,
+                                   mlflow_run_id=mlflow_run_id, snapshot=snapshot, pipeline_id=pipeline_id,
+                                   baseline_scores=baseline_scores)
+    result["report"] = log_report(hook, mlflow_run_id, report_inputs)
+    if snapshot is not None and pipeline_id is not None:
+        from trainpipe.state.datasets import log_snapshot_inputs
+
+        log_snapshot_inputs(hook, mlflow_run_id, pipeline_id, snapshot, holdout, settings=settings)
+    return result
+
+
+def _baseline_model(evaluation: EvaluationPlan) -> str:
+    from trainpipe.steps.evaluate.baseline import BASELINE_MODELS
+
+    return BASELINE_MODELS[evaluation.task]
+
+
+def below_baseline(candidate: dict[str, float], baseline: dict[str, float] | None) -> list[str]:
+    """The metrics on which the candidate is worse than the baseline (in each metric's good direction)."""
+    worse = []
+    for name, value in candidate.items():
+        reference = (baseline or {}).get(name)
+        if reference is None:
+            continue
+        if (value < reference) if metrics.higher_is_better(name) else (value > reference):
+            worse.append(name)
+    return worse
+
+
+def _worst_slice_metrics(evaluation: EvaluationPlan, slices: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """``worst_slice_<metric>`` of the candidate, for MLflow's charts across runs."""
+    values = {}
+    for name in evaluation.metrics if slices else ():
+        worst = metrics.worst_slice(name, slices, model="candidate")
+        if worst is not None:
+            values[f"worst_slice_{mlflow_metric_key(name)}"] = worst[1]["candidate"][name]
+    return values
+
+
+def _report_inputs(evaluation: EvaluationPlan, registration: RegistrationPlan, holdout: pd.DataFrame,
+                   result: dict[str, Any], candidate_scores: np.ndarray, champion_scores: np.ndarray | None, *,
+                   mlflow_run_id: str, snapshot: SnapshotInfo | None, pipeline_id: str | None,
+                   baseline_scores: np.ndarray | None = None) -> ReportInputs:
+    from trainpipe.steps.evaluate.report import ModelScores, ReportInputs
+
+    version = result["champion_version"]
+    champion_label = f"{registration.alias} (version {version})"
+    facts = [("registered model", registration.model_name),
+             ("champion", f"version {version} (alias {registration.alias})" if version else "none yet"),
+             ("MLflow run", mlflow_run_id),
+             ("holdout rows", f"{len(holdout):,}"),
+             ("task", evaluation.task)]
+    if evaluation.task == "binary_classification":
+        facts.append(("decision threshold", f"{evaluation.decision_threshold:g}"))
+    if snapshot is not None:
+        facts.append(("snapshot sha256", snapshot.digest))
+        if snapshot.window_start or snapshot.window_end:
+            facts.append(("data window", f"{snapshot.window_start} .. {snapshot.window_end}"))
+    if evaluation.slices:
+        facts.append(("sliced by", ", ".join(evaluation.slices)))
+    if result["baseline"] is not None:
+        facts.append(("baseline", f"{result['baseline_model']}, fitted on the train split"))
+        if result["below_baseline"]:
+            facts.append(("below the baseline on", ", ".join(result["below_baseline"])))
+    return ReportInputs(
+        title=f"Evaluation of {pipeline_id or registration.model_name}: candidate vs {registration.alias}",
+        task=evaluation.task,
+        metric_names=evaluation.metrics,
+        y_true=holdout[evaluation.label].to_numpy(dtype=float),
+        candidate=ModelScores(label="candidate", scores=candidate_scores, metrics=result["candidate"]),
+        champion=ModelScores(label=champion_label, scores=champion_scores, metrics=result["champion"])
+        if champion_scores is not None else None,
+        baseline=ModelScores(label=f"baseline ({result['baseline_model']})", scores=baseline_scores,
+                             metrics=result["baseline"]) if baseline_scores is not None else None,
+        decision_threshold=evaluation.decision_threshold,
+        groups=holdout[evaluation.group_column].to_numpy() if evaluation.group_column else None,
+        slices=result["slices"],
+        gates=tuple(result["gates"]),
+        facts=tuple(facts),
+    )
+
+
+def log_report(hook: MlflowHook, mlflow_run_id: str, inputs: ReportInputs) -> dict[str, str]:
+    """Write the report and its plots, log them under ``evaluation/`` of the run; the XCom's ``report``."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from trainpipe.steps.evaluate.report import REPORT_FILE, write_report
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="trainpipe-report-") as folder:
+        files = write_report(inputs, Path(folder))
+        hook.client.log_artifacts(mlflow_run_id, folder, REPORT_ARTIFACT_DIR)
+    run = hook.client.get_run(mlflow_run_id)
+    artifact_path = f"{REPORT_ARTIFACT_DIR}/{REPORT_FILE}"
+    log.info("evaluation report: %s of MLflow run %s (%d files, %.1f s)", artifact_path, mlflow_run_id, len(files),
+             time.monotonic() - started)
+    # runs:/ rather than the store's location: it names no machine path and resolves with any client.
+    return {"run_id": mlflow_run_id, "experiment_id": run.info.experiment_id, "artifact_path": artifact_path,
+            "artifact_uri": f"runs:/{mlflow_run_id}/{artifact_path}"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateOutcome:
+    gate: str
+    metric: str
+    value: float
+    baseline: float | None
+    compared: float
+    threshold: float
+    passed: bool
+    note: str
+    # What ``baseline`` is the value of: the champion's (relative and worst_slice gates) or the baseline model's.
+    reference: str = "champion"
+
+
+_OPS = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
+
+
+def check_gate(gate: Gate, candidate: dict[str, float], champion: dict[str, float] | None,
+               slices: dict[str, list[dict[str, Any]]] | None = None,
+               baseline: dict[str, float] | None = None) -> GateOutcome:
+    """``slices`` (as ``holdout_slices`` returns them) is needed by a worst_slice gate only, ``baseline``
+    (the baseline model's metrics) by a baseline gate only."""
+    if gate.baseline:
+        return _check_baseline_gate(gate, candidate[gate.metric], (baseline or {}).get(gate.metric))
+    if gate.worst_slice:
+        return _check_worst_slice_gate(gate, slices or {}, has_champion=champion is not None)
+    return _compare(gate, candidate[gate.metric], champion[gate.metric] if champion is not None else None,
+                    has_champion=champion is not None)
+
+
+def _compare(gate: Gate, value: float, baseline: float | None, *, has_champion: bool, where: str = "") -> GateOutcome:
+    if not gate.relative:
+        passed = _OPS[gate.op](value, gate.threshold)
+        return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=None, compared=value,
+                           threshold=gate.threshold, passed=passed, note=f"absolute{where}")
+    if not has_champion:
+        return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=None, compared=0.0,
+                           threshold=gate.threshold, passed=True, note=f"no champion yet{where}")
+    if baseline is None:
+        return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=None, compared=0.0,
+                           threshold=gate.threshold, passed=True, note=f"no slice of the champion has {gate.metric}{where}")
+    # Improvement in the metric's good direction, relative to the champion.
+    change = (value - baseline) / abs(baseline) if baseline else (value - baseline)
+    if not metrics.higher_is_better(gate.metric):
+        change = -change
+    passed = _OPS[gate.op](change, gate.threshold)
+    return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=baseline, compared=change,
+                       threshold=gate.threshold, passed=passed, note=f"{change * 100:+.3f}% vs champion{where}")
+
+
+def _check_baseline_gate(gate: Gate, value: float, reference: float | None) -> GateOutcome:
+    """``value OP reference + threshold``; with no baseline (no train split to fit it on) the gate fails:
+    nothing shows the candidate beats it."""
+    if reference is None:
+        return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=None, compared=value,
+                           threshold=gate.threshold, passed=False, note="no baseline was fitted (no train split)",
+                           reference="baseline")
+    bound = reference + gate.threshold
+    return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=reference, compared=value,
+                       threshold=bound, passed=_OPS[gate.op](value, bound),
+                       note=f"{value - reference:+.6f} vs baseline", reference="baseline")
+
+
+def _check_worst_slice_gate(gate: Gate, slices: dict[str, list[dict[str, Any]]], *, has_champion: bool) -> GateOutcome:
+    """The candidate's worst slice against the threshold, or (relative) against the champion's own worst slice."""
+    worst = metrics.worst_slice(gate.metric, slices, model="candidate")
+    if worst is None:
+        # No slice can give the metric (e.g. every slice holds one class): nothing shows the model is fit.
+        # 0.0 stands for "no value": the outcome travels as JSON, which has no NaN.
+        return GateOutcome(gate=str(gate), metric=gate.metric, value=0.0, baseline=None, compared=0.0,
+                           threshold=gate.threshold, passed=False,
+                           note=f"no slice has a value of {gate.metric}" + ("" if slices else " (no slices computed)"))
+    column, entry = worst
+    where = f"; worst slice {column}={entry['value']} ({entry['rows']} rows)"
+    champion_worst = metrics.worst_slice(gate.metric, slices, model="champion") if has_champion else None
+    baseline = champion_worst[1]["champion"][gate.metric] if champion_worst else None
+    if gate.relative and champion_worst is not None:
+        where += f", champion's worst {champion_worst[0]}={champion_worst[1]['value']}"
+    return _compare(gate, entry["candidate"][gate.metric], baseline, has_champion=has_champion, where=where)
+
+
+def check_gates(gates: tuple[Gate, ...], evaluation: dict[str, Any]) -> list[GateOutcome]:
+    outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"], evaluation.get("slices"),
+                           evaluation.get("baseline")) for g in gates]
+    for outcome in outcomes:
+        log_gate(asdict(outcome))
+    return outcomes
+
+
+def log_gate(outcome: dict[str, Any], logger: logging.Logger | None = None) -> None:
+    """One line per gate: verdict, value, the champion's value when compared (a ``GateOutcome`` as a dict).
+    A failed gate is a WARNING."""
+    baseline = outcome["baseline"]
+    (logger or log).log(logging.INFO if outcome["passed"] else logging.WARNING, "gate %-4s %s: value %.6f%s (%s)",
+                        "PASS" if outcome["passed"] else "FAIL", outcome["gate"], outcome["value"],
+                        f", {outcome.get('reference', 'champion')} {baseline:.6f}" if baseline is not None else "",
+                        outcome["note"])
+
+
+def _metric_entities(values: dict[str, float]) -> list[Any]:
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    return [Metric(key=k, value=float(v), timestamp=now, step=0) for k, v in values.items()]
+
+
+def _fmt(values: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:.4f}" for k, v in values.items())
+
+
+def _fmt_optional(values: dict[str, float | None]) -> str:
+    return ", ".join(f"{k}={v:.4f}" if v is not None else f"{k}=n/a" for k, v in values.items())
+
+
+def outcomes_as_dicts(outcomes: list[GateOutcome]) -> list[dict[str, Any]]:
+    return [asdict(o) for o in outcomes]
+
