@@ -31,15 +31,15 @@ def small_pipeline(state_dir: Path, airflow_db: Path) -> SmallPipeline:
 
 @pytest.fixture(scope="session")
 def fraud_run(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
-    """The shipped fraud_detector spec run once (scenarios.fraud_detector_run). Never point the environment at its
+    """The shipped fraud_detector spec run once (scenarios.build_fraud_run). Never point the environment at its
     stores: take a copy (``fraud_stores``)."""
-    return scenarios.fraud_detector_run(tmp_path_factory.mktemp("fraud_run"))
+    return scenarios.build_fraud_run(tmp_path_factory.mktemp("fraud_run"))
 
 
 @pytest.fixture(scope="session")
 def small_run(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
-    """The small pipeline run once for scenarios.SMALL_END (scenarios.small_run); copies: ``small_stores``."""
-    return scenarios.small_run(tmp_path_factory.mktemp("small_run"))
+    """The small pipeline run once for scenarios.SMALL_END (scenarios.build_small_run); copies: ``small_stores``."""
+    return scenarios.build_small_run(tmp_path_factory.mktemp("small_run"))
 
 
 @pytest.fixture(scope="module")

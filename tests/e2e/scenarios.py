@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -90,15 +90,14 @@ def using_stores(home: Path) -> Iterator[Path]:
     (which an MLflow hook sets while a task runs, and which wins over the environment) too."""
     import mlflow
 
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in store_env(home).items():
-            patch.setenv(key, value)
-        mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
-        try:
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in store_env(home).items():
+                patch.setenv(key, value)
+            mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
             yield home
-        finally:
-            patch.undo()
-            mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])  # back to the session's store
+    finally:
+        mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])  # back to the session's store
 
 
 def copy_stores(source: Path, target: Path) -> Path:
@@ -130,16 +129,17 @@ def copy_stores(source: Path, target: Path) -> Path:
 
 
 def _rewrite_database(path: Path, old: str, new: str) -> None:
-    with sqlite3.connect(path) as db:
-        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    """``old`` replaced by ``new`` in every text value of the SQLite database ``path`` (MLflow's: the experiments'
+    artifact locations, the runs' artifact URIs, the model versions' sources, ...), whatever its tables."""
+    with closing(sqlite3.connect(path)) as db, db:
         left = 0
-        for table in tables:
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
             for column in [row[1] for row in db.execute(f'PRAGMA table_info("{table}")')]:
                 db.execute(f'UPDATE "{table}" SET "{column}" = replace("{column}", ?, ?) '
                            f'WHERE typeof("{column}") = \'text\' AND instr("{column}", ?) > 0', (old, new, old))
-                left += db.execute(f'SELECT count(*) FROM "{table}" WHERE CAST("{column}" AS TEXT) LIKE ?',
-                                   (f"%{old}%",)).fetchone()[0]
-    assert left == 0, f"{path} still names {old} in {left} values (not text?)"
+                left += db.execute(f'SELECT count(*) FROM "{table}" WHERE instr(CAST("{column}" AS TEXT), ?) > 0',
+                                   (old,)).fetchone()[0]
+    assert left == 0, f"{path} still names {old} in {left} values that are not text"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,12 +178,12 @@ def _finished(dag_run, states: dict[str, str], *, home: Path, configs: Path, dag
 
 def _checkpoint(home: Path) -> None:
     """Everything MLflow wrote in the database file itself (none left in a write-ahead log): the copy is whole."""
-    with sqlite3.connect(home / MLFLOW_DB) as db:
+    with closing(sqlite3.connect(home / MLFLOW_DB)) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def _run_in(home: Path, configs: Path, dags: Path, dag_id: str, logical_date: datetime,
-            before_run=None) -> FinishedRun:
+            before_run: Callable[[], None] | None = None) -> FinishedRun:
     """``dag_id`` of the specs in ``configs`` run by ``dag.test()`` with ``dags`` as Airflow's DAGs folder, on the
     stores under ``home``."""
     from airflow.dag_processing.dagbag import DagBag
@@ -262,7 +262,7 @@ def register_live(dags: Path, dag_id: str) -> None:
         session.execute(update(DagModel).where(DagModel.dag_id == dag_id).values(is_paused=False))
 
 
-def fraud_detector_run(work: Path) -> FinishedRun:
+def build_fraud_run(work: Path) -> FinishedRun:
     """One run of the shipped ``dag_configs/fraud_detector.yaml``, unchanged, at FRAUD_END on 16,000 transactions of
     its own, with a deployment DAG scheduled on its model asset registered live before it (so the promotion's asset
     event queues a run of it). Stores under ``work / "home"``."""
@@ -303,7 +303,7 @@ def small_data(home: Path, *, end: datetime, **generate: Any) -> Path:
     return SmallPipeline(home).data(SMALL, SMALL_FOLDER, end=end, **generate)
 
 
-def small_run(work: Path) -> FinishedRun:
+def build_small_run(work: Path) -> FinishedRun:
     home = work / "home"
     # 60 days of rows: both the current window and one three weeks back are full (the backtests run that one).
     small_data(home, end=SMALL_END, rows=4000, days=60)

@@ -61,7 +61,7 @@ def _client():
 
 
 def test_fraud_pipeline_registers_version_1_as_champion(fraud_run, fraud_stores):
-    # The session's run of the shipped spec, at END on DATA_DAYS of transactions (scenarios.fraud_detector_run).
+    # The session's run of the shipped spec, at END on DATA_DAYS of transactions (scenarios.build_fraud_run).
     assert (fraud_run.dag_id, fraud_run.logical_date) == ("fraud_detector", END)
     states = fraud_run.states
 
