@@ -280,7 +280,7 @@ def build_fraud_run(work: Path) -> FinishedRun:
     return _run_in(home, configs, dags, FRAUD, FRAUD_END, before_run=lambda: register_live(dags, DEPLOY_DAG))
 
 
-# A small pipeline (tests/e2e/conftest.py SmallPipeline): a one-epoch MLP on 60 days of transactions, run for
+# A small pipeline (SmallPipeline above): a one-epoch MLP on 60 days of transactions, run for
 # SMALL_END. Its version 1, champion, and its dataset version, the validation baseline, are where the backtests
 # (tests/e2e/test_backtest.py) and the lineage run (tests/e2e/test_openlineage.py) start.
 SMALL = "fraud_small"
