@@ -1,14 +1,21 @@
 """The end-to-end fixtures: ``dag_from(configs, dag_id)`` loads a DAG as Airflow does (tests.support);
-``small_pipeline`` writes the small spec and transactions data that the issue-33 tests share."""
+``small_pipeline`` writes the small spec and transactions data that the issue-33 tests share; ``fraud_run`` and
+``small_run`` are finished runs built once per session (tests/e2e/scenarios.py), and ``fraud_stores`` and
+``small_stores`` a consumer's own copy of their stores, which the environment names while the consumer runs.
+
+Every module that uses ``fraud_run`` (or ``small_run``) must run on one pytest-xdist worker (tests/conftest.py
+groups them), or each worker runs it again.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.e2e import scenarios
+from tests.e2e.scenarios import FinishedRun, SmallPipeline, copy_stores, using_stores
 from tests.support import load_dag
 
 
@@ -17,52 +24,33 @@ def dag_from(monkeypatch: pytest.MonkeyPatch, airflow_db: Path) -> Callable:
     return lambda configs, dag_id: load_dag(configs, dag_id, monkeypatch)
 
 
-class SmallPipeline:
-    """A one-epoch MLP on a few thousand transactions (the training itself is not under test), under
-    ``storage/<folder>/<pipeline_id>.parquet`` of the test state."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-
-    @staticmethod
-    def spec(pipeline_id: str, folder: str, *, validation: str = "", training: str = "", tail: str = "") -> str:
-        """The spec's text; ``validation`` (a whole block), ``training`` (lines under it) and ``tail`` (lines at
-        the end, under ``registration:`` first) are what a test adds."""
-        return f"""\
-pipeline_id: {pipeline_id}
-schedule: none
-retries: 0
-data:
-  uri: {folder}/{pipeline_id}.parquet
-  time_column: event_time
-  window: 30d
-{validation}training:
-  task: binary_classification
-  model: {{type: mlp, hidden_layers: [8]}}
-  features: [amount, merchant_risk, hour_of_day]
-  label: is_fraud
-  epochs: 1
-  batch_size: 128
-{training}  distributed: {{nproc_per_node: 1}}
-  checkpoint: {{every_n_steps: 50}}
-evaluation:
-  metrics: [auc, f1]
-  gates: ["f1 >= 0.0"]
-registration:
-  model_name: {pipeline_id}
-{tail}"""
-
-    def data(self, pipeline_id: str, folder: str, *, end: datetime, rows: int = 2000, days: int = 20,
-             **generate: object) -> Path:
-        """The pipeline's source data: ``days`` of transactions up to ``end`` (written again each call)."""
-        from trainpipe.demo.synthetic import generate_transactions
-
-        path = self.state_dir / "storage" / folder / f"{pipeline_id}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        generate_transactions(rows=rows, days=days, end=end, **generate).to_parquet(path, index=False)
-        return path
-
-
 @pytest.fixture(scope="session")
 def small_pipeline(state_dir: Path, airflow_db: Path) -> SmallPipeline:
     return SmallPipeline(state_dir)
+
+
+@pytest.fixture(scope="session")
+def fraud_run(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
+    """The shipped fraud_detector spec run once (scenarios.build_fraud_run). Never point the environment at its
+    stores: take a copy (``fraud_stores``)."""
+    return scenarios.build_fraud_run(tmp_path_factory.mktemp("fraud_run"))
+
+
+@pytest.fixture(scope="session")
+def small_run(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
+    """The small pipeline run once for scenarios.SMALL_END (scenarios.build_small_run); copies: ``small_stores``."""
+    return scenarios.build_small_run(tmp_path_factory.mktemp("small_run"))
+
+
+@pytest.fixture(scope="module")
+def fraud_stores(fraud_run: FinishedRun, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The module's own copy of ``fraud_run``'s stores (its tests share it)."""
+    with using_stores(copy_stores(fraud_run.home, tmp_path_factory.mktemp("fraud_stores") / "home")) as home:
+        yield home
+
+
+@pytest.fixture
+def small_stores(small_run: FinishedRun, tmp_path: Path) -> Iterator[Path]:
+    """The test's own copy of ``small_run``'s stores: each test starts from the run's champion and baseline."""
+    with using_stores(copy_stores(small_run.home, tmp_path / "small_stores")) as home:
+        yield home

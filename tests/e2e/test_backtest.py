@@ -4,45 +4,33 @@ dag.test() (torchrun, GE, MLflow, trainpipe's note listener). The backtest train
 `registration.backtest.register: true` its version is tagged and takes its own alias; with `promote: allow`
 the past run is promoted and becomes the baseline, as before.
 
-Small data and one epoch: the training itself is not under test.
+Today's run is the session's run of the small pipeline (``small_run``, 60 days of rows up to TODAY); each test runs
+the past on a copy of its stores, with the spec's `registration.backtest` as the test wants it (it applies to past
+runs only). Small data and one epoch: the training itself is not under test.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.scenarios import SMALL, SMALL_END, small_spec
 from tests.support import load_dag, run_dag
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TODAY = datetime(2026, 11, 27, tzinfo=UTC)
+TODAY = SMALL_END
 PAST = TODAY - timedelta(days=21)
 PAST_WINDOW = "2026-10-07..2026-11-06"  # the 30d window of the past run, as the note shows it
 
 
-VALIDATION = """\
-validation:
-  expectations:
-    - expect_column_values_to_be_between: {column: amount, min_value: 0}
-"""
 BACKTEST = {
-    "backtest_default": "",
-    "backtest_registered": "  backtest: {register: true, alias: backtest}\n",
-    "backtest_allowed": "  backtest: {promote: allow}\n",
+    "default": "",
+    "registered": "  backtest: {register: true, alias: backtest}\n",
+    "allowed": "  backtest: {promote: allow}\n",
 }
-
-
-@pytest.fixture(scope="module")
-def configs(small_pipeline, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("backtest_configs")
-    for name, backtest in BACKTEST.items():
-        (folder / f"{name}.yaml").write_text(small_pipeline.spec(name, "backtest", validation=VALIDATION, tail=backtest))
-        # 60 days of rows: both the current window and the one three weeks back are full.
-        small_pipeline.data(name, "backtest", end=TODAY, rows=4000, days=60)
-    return folder
 
 
 def _run(configs: Path, monkeypatch: pytest.MonkeyPatch, dag_id: str, logical_date: datetime):
@@ -83,21 +71,27 @@ def _mlflow_run(client, dag_run):
         return client.get_run(XComModel.deserialize_value(row)["mlflow_run_id"])
 
 
-def _today_then_past(configs: Path, monkeypatch: pytest.MonkeyPatch, dag_id: str):
-    today, states = _run(configs, monkeypatch, dag_id, TODAY)
-    assert today.state == "success" and states["promote"] == "success", states
-    baseline = _baseline(dag_id)
-    past, states = _run(configs, monkeypatch, dag_id, PAST)
+def _today_then_past(small_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backtest: str):
+    """Today's run (the session's), then this test's past run on its copy of the stores."""
+    today = small_run
+    assert today.logical_date == TODAY
+    assert today.state == "success" and today.states["promote"] == "success", today.states
+    baseline = _baseline(SMALL)
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / f"{SMALL}.yaml").write_text(small_spec(tail=backtest))
+    past, states = _run(configs, monkeypatch, SMALL, PAST)
     assert past.state == "success", states
     return today, baseline, past, states
 
 
-def test_a_past_run_trains_and_records_but_moves_neither_champion_nor_baseline(configs, monkeypatch):
+def test_a_past_run_trains_and_records_but_moves_neither_champion_nor_baseline(small_run, small_stores, tmp_path,
+                                                                                monkeypatch):
     import mlflow
 
     client = mlflow.MlflowClient()
-    dag_id = "backtest_default"
-    _, baseline, past, states = _today_then_past(configs, monkeypatch, dag_id)
+    dag_id = SMALL
+    _, baseline, past, states = _today_then_past(small_run, tmp_path, monkeypatch, BACKTEST["default"])
 
     assert states["train"] == states["evaluate"] == "success", states
     assert states["register"] == states["promote"] == "skipped", states
@@ -111,12 +105,12 @@ def test_a_past_run_trains_and_records_but_moves_neither_champion_nor_baseline(c
     assert _note(past) == f"backtest for {PAST_WINDOW}: not promoted (run for a past window)"
 
 
-def test_a_registered_backtest_is_tagged_and_takes_its_own_alias(configs, monkeypatch):
+def test_a_registered_backtest_is_tagged_and_takes_its_own_alias(small_run, small_stores, tmp_path, monkeypatch):
     import mlflow
 
     client = mlflow.MlflowClient()
-    dag_id = "backtest_registered"
-    _, baseline, past, states = _today_then_past(configs, monkeypatch, dag_id)
+    dag_id = SMALL
+    _, baseline, past, states = _today_then_past(small_run, tmp_path, monkeypatch, BACKTEST["registered"])
 
     assert states["register"] == "success" and states["promote"] == "skipped", states
     assert _aliases(client, dag_id) == {"champion": 1, "challenger": 1, "backtest": 2}
@@ -128,12 +122,12 @@ def test_a_registered_backtest_is_tagged_and_takes_its_own_alias(configs, monkey
                            f"{dag_id} version 2 (alias backtest)")
 
 
-def test_promote_allow_treats_a_past_run_as_any_run(configs, monkeypatch):
+def test_promote_allow_treats_a_past_run_as_any_run(small_run, small_stores, tmp_path, monkeypatch):
     import mlflow
 
     client = mlflow.MlflowClient()
-    dag_id = "backtest_allowed"
-    _, baseline, past, states = _today_then_past(configs, monkeypatch, dag_id)
+    dag_id = SMALL
+    _, baseline, past, states = _today_then_past(small_run, tmp_path, monkeypatch, BACKTEST["allowed"])
 
     assert states["register"] == states["promote"] == "success", states
     assert _aliases(client, dag_id) == {"champion": 2, "challenger": 2, "previous_champion": 1}

@@ -1,22 +1,24 @@
 """The demo pipeline's evaluation report and dataset inputs, end to end: real `dag.test()`, real
 torchrun, real MLflow (sqlite). The run's artifacts hold evaluation/report.html and its PNGs, the
-report shows the region slices, and the run's dataset inputs carry the snapshot digest."""
+report shows the region slices, and the run's dataset inputs carry the snapshot digest.
+
+The run is the session's run of the shipped fraud_detector spec (it slices by region; ``fraud_run``), inspected
+on a copy of its stores."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, load_dag, run_dag
-from trainpipe.demo.synthetic import TRANSACTION_REGIONS, generate_transactions
+from tests.support import REPO
+from trainpipe.demo.synthetic import TRANSACTION_REGIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-END = datetime(2026, 7, 31, tzinfo=UTC)
+PIPELINE = "fraud_detector"
 BINARY_PLOTS = {"roc.png", "precision_recall.png", "calibration.png", "confusion_matrix.png", "slices_region.png"}
 
 
@@ -46,33 +48,24 @@ class _Headings(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def fraud_run(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory):
-    """One run of the shipped fraud_detector spec (it slices by region) under its own pipeline id."""
-    demo = state_dir / "storage" / "demo" / "report_transactions"
-    demo.mkdir(parents=True, exist_ok=True)
-    generate_transactions(rows=12000, days=25, end=END).to_parquet(demo / "transactions.parquet", index=False)
-    configs = tmp_path_factory.mktemp("report_configs")
-    spec = (REPO / "dag_configs" / "fraud_detector.yaml").read_text()
-    assert "slices: [region]" in spec and "worst_slice(auc)" in spec
-    spec = (spec.replace("pipeline_id: fraud_detector", "pipeline_id: fraud_report")
-            .replace("transactions/transactions.parquet", "report_transactions/transactions.parquet")
-            .replace("model_name: fraud_detector", "model_name: fraud_report"))
-    (configs / "fraud_report.yaml").write_text(spec)
-
-    with pytest.MonkeyPatch.context() as patch:
-        dag_run, states = run_dag(load_dag(configs, "fraud_report", patch), logical_date=END)
-    assert states["evaluate"] == "success", states
+def report_run(fraud_run, fraud_stores: Path):
+    """The session's fraud_detector run, its MLflow run and evaluate XCom, read from this module's copy."""
     import mlflow
 
+    assert fraud_run.dag_id == PIPELINE
+    spec = (fraud_run.configs / f"{PIPELINE}.yaml").read_text()
+    assert spec == (REPO / "dag_configs" / f"{PIPELINE}.yaml").read_text()  # the shipped spec, as shipped
+    assert "slices: [region]" in spec and "worst_slice(auc)" in spec
+    assert fraud_run.states["evaluate"] == "success", fraud_run.states
     client = mlflow.MlflowClient()
-    [run] = client.search_runs([client.get_experiment_by_name("trainpipe/fraud_report").experiment_id],
-                               filter_string=f"tags.`trainpipe.airflow_run_id` = '{dag_run.run_id}'")
-    evaluation = next(ti for ti in dag_run.get_task_instances() if ti.task_id == "evaluate").xcom_pull(task_ids="evaluate")
-    return client, run, states, evaluation
+    [run] = client.search_runs([client.get_experiment_by_name(f"trainpipe/{PIPELINE}").experiment_id],
+                               filter_string=f"tags.`trainpipe.airflow_run_id` = '{fraud_run.run_id}'")
+    assert run.info.artifact_uri.startswith(f"file://{fraud_stores}/")  # the copy's artifacts, not the shared ones
+    return client, run, fraud_run.states, fraud_run.evaluation
 
 
-def test_the_run_holds_the_report_and_its_plots(fraud_run, state_dir, tmp_path):
-    client, run, states, evaluation = fraud_run
+def test_the_run_holds_the_report_and_its_plots(report_run, fraud_run, fraud_stores, state_dir, tmp_path):
+    client, run, states, evaluation = report_run
 
     assert states["register"] == "success"  # the demo's gates, the worst-slice one included, pass
     files = {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "evaluation")}
@@ -91,11 +84,12 @@ def test_the_run_holds_the_report_and_its_plots(fraud_run, state_dir, tmp_path):
     assert set(TRANSACTION_REGIONS) <= set(page.cells)
     assert "worst_slice(auc) >= 0.75" in page.cells
     text = Path(local).read_text(encoding="utf-8")
-    assert str(state_dir) not in text and str(REPO) not in text  # no path of this machine
+    # No path of this machine: the session's state, the stores the run wrote, this copy of them, the checkout.
+    assert all(str(path) not in text for path in (state_dir, fraud_run.home, fraud_stores, REPO))
 
 
-def test_the_evaluate_xcom_keeps_its_keys_and_adds_the_slices_and_the_baseline(fraud_run):
-    _, run, _, evaluation = fraud_run
+def test_the_evaluate_xcom_keeps_its_keys_and_adds_the_slices_and_the_baseline(report_run):
+    _, run, _, evaluation = report_run
 
     assert set(evaluation) == {"candidate", "champion", "champion_version", "gates", "gates_passed", "slices", "report",
                                "baseline", "baseline_model", "below_baseline"}
@@ -111,15 +105,15 @@ def test_the_evaluate_xcom_keeps_its_keys_and_adds_the_slices_and_the_baseline(f
     assert run.data.metrics["worst_slice_auc"] == pytest.approx(worst)
 
 
-def test_the_dataset_inputs_carry_the_snapshot_digest(fraud_run):
-    client, run, _, _ = fraud_run
+def test_the_dataset_inputs_carry_the_snapshot_digest(report_run):
+    client, run, _, _ = report_run
     from trainpipe.state.datasets import MLFLOW_DIGEST_LENGTH
 
     digest = run.data.tags["trainpipe.dataset_digest"]
     inputs = {d.dataset.name: d for d in client.get_run(run.info.run_id).inputs.dataset_inputs}
-    assert set(inputs) == {"fraud_report-train", "fraud_report-holdout"}
+    assert set(inputs) == {"fraud_detector-train", "fraud_detector-holdout"}
     contexts = {name: {t.key: t.value for t in d.tags}["mlflow.data.context"] for name, d in inputs.items()}
-    assert contexts == {"fraud_report-train": "training", "fraud_report-holdout": "evaluation"}
+    assert contexts == {"fraud_detector-train": "training", "fraud_detector-holdout": "evaluation"}
     rows = {}
     for name, dataset_input in inputs.items():
         dataset = dataset_input.dataset
@@ -127,8 +121,8 @@ def test_the_dataset_inputs_carry_the_snapshot_digest(fraud_run):
         profile = json.loads(dataset.profile)
         assert profile["snapshot_sha256"] == digest
         rows[name] = profile["num_rows"]
-        split = name.removeprefix("fraud_report-")
-        assert json.loads(dataset.source) == {"uri": f"snapshots/fraud_report/{digest[:16]}/{split}.parquet"}
+        split = name.removeprefix("fraud_detector-")
+        assert json.loads(dataset.source) == {"uri": f"snapshots/fraud_detector/{digest[:16]}/{split}.parquet"}
         columns = {c["name"] for c in json.loads(dataset.schema)["mlflow_colspec"]}
         assert {"amount", "region", "is_fraud", "event_time"} <= columns
-    assert rows["fraud_report-train"] > rows["fraud_report-holdout"] > 0
+    assert rows["fraud_detector-train"] > rows["fraud_detector-holdout"] > 0

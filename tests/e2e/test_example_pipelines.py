@@ -1,50 +1,38 @@
-"""The example specs, end to end: real Airflow dag.test(), real torchrun (2 processes), real GE, real MLflow."""
+"""The example specs, end to end: real Airflow dag.test(), real torchrun (2 processes), real GE, real MLflow.
+
+The shipped fraud_detector spec's run is the session's (``fraud_run``, run as shipped); the tests work on a copy
+of its stores."""
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from tests.e2e.scenarios import FRAUD_DATA_DAYS, FRAUD_END
 from tests.support import REPO, load_dag, run_dag
 from trainpipe.demo.synthetic import generate_clicks, generate_transactions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-END = datetime(2026, 6, 30, tzinfo=UTC)
+END = FRAUD_END
 # The data spans 25 days and the specs' window is 30 days: runs at END and END + 1h see the same rows.
-DATA_DAYS = 25
+DATA_DAYS = FRAUD_DATA_DAYS
 
 
 @pytest.fixture(scope="module")
-def own_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Storage, MLflow and Optuna stores of this module's own: the tests run the shipped examples under their
-    shipped names and count versions from 1, whatever other modules of the session registered before them."""
-    import mlflow
-
-    home = tmp_path_factory.mktemp("example_pipelines_home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRAINPIPE_STORAGE_ROOT", f"file://{home / 'storage'}")
-        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{home / 'mlflow.db'}")
-        patch.setenv("TRAINPIPE_MLFLOW_ARTIFACT_ROOT", str(home / "mlartifacts"))
-        patch.setenv("TRAINPIPE_OPTUNA_STORAGE", str(home / "optuna" / "journal.log"))
-        yield home
-    # The hook sets MLflow's process-wide URI while a task runs: back to the session's store.
-    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
-
-
-@pytest.fixture(scope="module")
-def pipelines(own_stores: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A dag_configs folder with the shipped examples plus a variant fed a broken dataset."""
-    demo = own_stores / "storage" / "demo"
-    (demo / "transactions").mkdir(parents=True, exist_ok=True)
+def pipelines(fraud_stores: Path, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dag_configs folder with the shipped examples plus a variant fed a broken dataset. The stores are this
+    module's own (``fraud_stores``, a copy of the session's fraud_detector run's): the tests run the shipped examples
+    under their shipped names and count versions from 1, whatever other modules of the session registered."""
+    demo = fraud_stores / "storage" / "demo"
     (demo / "clicks").mkdir(parents=True, exist_ok=True)
-    transactions = generate_transactions(rows=16000, days=DATA_DAYS, end=END)
-    transactions.to_parquet(demo / "transactions" / "transactions.parquet", index=False)
+    # The transactions the session's fraud_detector run trained on.
+    transactions = pd.read_parquet(demo / "transactions" / "transactions.parquet")
     transactions.drop(columns=["merchant_risk"]).to_parquet(demo / "transactions" / "no_merchant_risk.parquet", index=False)
     generate_clicks(queries=800, days=DATA_DAYS, end=END).to_parquet(demo / "clicks" / "clicks.parquet", index=False)
 
@@ -72,8 +60,10 @@ def _client():
     return mlflow.MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
 
 
-def test_fraud_pipeline_registers_version_1_as_champion(pipelines, monkeypatch):
-    dag_run, states = _run(pipelines, monkeypatch, "fraud_detector", END)
+def test_fraud_pipeline_registers_version_1_as_champion(fraud_run, fraud_stores):
+    # The session's run of the shipped spec, at END on DATA_DAYS of transactions (scenarios.build_fraud_run).
+    assert (fraud_run.dag_id, fraud_run.logical_date) == ("fraud_detector", END)
+    states = fraud_run.states
 
     assert states == {t: "success" for t in ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate",
                                              "register", "promote")}
@@ -84,7 +74,7 @@ def test_fraud_pipeline_registers_version_1_as_champion(pipelines, monkeypatch):
     assert {a: int(v) for a, v in client.get_registered_model("fraud_detector").aliases.items()} == {
         "challenger": 1, "champion": 1}
     assert champion.tags["dag_id"] == "fraud_detector"
-    assert champion.tags["airflow_run_id"] == dag_run.run_id
+    assert champion.tags["airflow_run_id"] == fraud_run.run_id
     assert len(champion.tags["dataset_digest"]) == 64
     assert len(champion.tags["spec_file_sha256"]) == 64
     assert champion.tags["seed"] == "42"
@@ -101,7 +91,7 @@ def test_fraud_pipeline_registers_version_1_as_champion(pipelines, monkeypatch):
     from trainpipe.settings import Settings
 
     storage = Path(Settings.from_env().storage_root.removeprefix("file://"))
-    run_dir = storage / "runs" / "fraud_detector" / run_key(dag_run.run_id)
+    run_dir = storage / "runs" / "fraud_detector" / run_key(fraud_run.run_id)
     checkpoints = sorted((run_dir / "checkpoints").glob("step-*/manifest.json"))
     assert checkpoints, "the trainer committed no checkpoint"
 
@@ -118,9 +108,8 @@ def test_fraud_pipeline_registers_version_1_as_champion(pipelines, monkeypatch):
 
 def test_second_run_on_same_data_fails_relative_gate_and_keeps_champion(pipelines, monkeypatch):
     client = _client()
-    if not client.search_model_versions("name='fraud_detector'"):
-        _run(pipelines, monkeypatch, "fraud_detector", END)
     before = client.search_model_versions("name='fraud_detector'")
+    assert [int(v.version) for v in before] == [1]  # the session's run, its store copied
 
     # The same rows train nothing since the training cache (tests/e2e/test_training_cache.py): force trains
     # them again, so the relative gate is what keeps the champion here.

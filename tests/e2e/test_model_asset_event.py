@@ -2,6 +2,9 @@
 asset event carries {model, version, alias, previous_version, metrics, dataset_digest}, and a plain deployment DAG
 scheduled on that asset, given its run by the scheduler's own code, reads the version from
 `triggering_asset_events` when `airflow tasks test` runs its task.
+
+The run is the session's run of the shipped fraud_detector spec (``fraud_run``): the deployment DAG
+(scenarios.DEPLOY) was registered live before it, and the run's asset events were read right after it.
 """
 
 from __future__ import annotations
@@ -10,72 +13,25 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.scenarios import DEPLOY_DAG
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-END = datetime(2026, 9, 30, tzinfo=UTC)
-PIPELINE = "asset_payload"
-DEPLOY_DAG = "deploy_asset_payload"
-# What a team writes to deploy the champion: nothing of trainpipe, only the asset and its event.
-DEPLOY = f'''\
-"""A deployment DAG (airflow dag): runs when trainpipe's model asset changes."""
-import json
-import os
-from datetime import datetime
-from pathlib import Path
-
-from airflow.sdk import DAG, Asset, task
-
-MODEL = Asset("trainpipe://{PIPELINE}/model")
-
-with DAG("{DEPLOY_DAG}", schedule=[MODEL], start_date=datetime(2026, 1, 1), catchup=False):
-    @task
-    def deploy(*, triggering_asset_events=None):
-        [event] = triggering_asset_events[MODEL]
-        Path(os.environ["DEPLOYED_FILE"]).write_text(json.dumps(event.extra))
-
-    deploy()
-'''
+PIPELINE = "fraud_detector"
+METRICS = {"auc", "f1", "precision", "recall", "log_loss"}  # the shipped spec's evaluation.metrics
 
 
 @pytest.fixture
-def folders(small_pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    configs, dags = tmp_path / "configs", tmp_path / "dags"
-    configs.mkdir()
-    dags.mkdir()
-    (configs / f"{PIPELINE}.yaml").write_text(small_pipeline.spec(PIPELINE, "asset_payload"))
-    (dags / "trainpipe_dags.py").write_text("from trainpipe import load_dags  # an airflow dag file\n\n"
-                                            "load_dags(globals())\n")
-    (dags / "deploy.py").write_text(DEPLOY)
-    small_pipeline.data(PIPELINE, "asset_payload", end=END)
-    # Airflow reads its configuration from the environment on each look-up: this test's DAGs folder, and DAGs
-    # that are live when they appear (the downstream DAG must be unpaused to be queued by the event).
-    for key, value in {"TRAINPIPE_DAG_CONFIGS": str(configs), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-                       "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False"}.items():
+def folders(fraud_run, fraud_stores: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    # The DAGs folder and specs the run had: `airflow tasks test` parses the deployment DAG from there.
+    for key, value in {"TRAINPIPE_DAG_CONFIGS": str(fraud_run.configs),
+                       "AIRFLOW__CORE__DAGS_FOLDER": str(fraud_run.dags)}.items():
         monkeypatch.setenv(key, value)
-    return {"configs": configs, "dags": dags, "out": tmp_path / "deployed.json"}
-
-
-def _register_live(dags: Path, dag_id: str) -> None:
-    """The DAG folder written to the metadata DB as the dag-processor would (the bundle dag.test() syncs may be the
-    session's earlier DAGs folder), with ``dag_id`` unpaused: a paused DAG is not queued by an asset event."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
-    from airflow.models.dag import DagModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import update
-
-    with create_session() as session:
-        DagBundlesManager().sync_bundles_to_db(session=session)
-    bag = BundleDagBag(dag_folder=str(dags), bundle_path=str(dags), bundle_name="dags-folder")
-    assert bag.import_errors == {}
-    sync_bag_to_db(bag, "dags-folder", None)
-    with create_session() as session:
-        session.execute(update(DagModel).where(DagModel.dag_id == dag_id).values(is_paused=False))
+    return {"configs": fraud_run.configs, "dags": fraud_run.dags, "out": tmp_path / "deployed.json"}
 
 
 def _asset_triggered_run(dag_id: str) -> str:
@@ -97,26 +53,14 @@ def _asset_triggered_run(dag_id: str) -> str:
         return run.run_id
 
 
-def test_a_deployment_dag_reads_the_promoted_version_from_its_triggering_event(folders):
-    from airflow.dag_processing.dagbag import DagBag
-    from airflow.models.asset import AssetEvent, AssetModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
+def test_a_deployment_dag_reads_the_promoted_version_from_its_triggering_event(fraud_run, folders):
+    assert fraud_run.dag_id == PIPELINE and fraud_run.state == "success"
 
-    bag = DagBag(dag_folder=str(folders["dags"]))
-    assert bag.import_errors == {}
-    _register_live(folders["dags"], DEPLOY_DAG)
-    dag_run = bag.get_dag(PIPELINE).test(logical_date=END)
-    assert dag_run.state == "success"
-
-    with create_session() as session:
-        [event] = session.scalars(select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-                                  .where(AssetModel.uri == f"trainpipe://{PIPELINE}/model")).all()
-        extra = dict(event.extra)
+    [extra] = fraud_run.model_events
     assert set(extra) == {"model", "version", "alias", "previous_version", "metrics", "dataset_digest"}
     assert (extra["model"], extra["version"], extra["alias"], extra["previous_version"]) == (PIPELINE, 1, "champion",
                                                                                              None)
-    assert set(extra["metrics"]) == {"auc", "f1"} and len(extra["dataset_digest"]) == 64
+    assert set(extra["metrics"]) == METRICS and len(extra["dataset_digest"]) == 64
 
     run_id = _asset_triggered_run(DEPLOY_DAG)
     env = {**os.environ, "DEPLOYED_FILE": str(folders["out"])}

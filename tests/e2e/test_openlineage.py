@@ -2,6 +2,9 @@
 through the provider's file transport, the graph source data -> snapshot -> model version: snapshot reads the source
 (with its schema) and writes the snapshot (digest, rows), validate reads it with the data-quality and drift results,
 register writes `mlflow://<model>/<version>`, promote reads it.
+
+The first run of the pipeline is the session's (``small_run``): its version 1 and its dataset version, the validation
+baseline, are in this test's copy of its stores.
 """
 
 from __future__ import annotations
@@ -10,21 +13,19 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.scenarios import SMALL, SMALL_END, SMALL_VALIDATION, small_data, small_spec
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-END = datetime(2026, 9, 30, tzinfo=UTC)
-PIPELINE = "lineage_pipeline"
-VALIDATION = """\
-validation:
-  expectations:
-    - expect_column_values_to_be_between: {column: amount, min_value: 0}
-  drift: {}
-"""
+PIPELINE = SMALL
+# A day after the first run: a run for the past would be a backtest (tests/e2e/test_backtest.py).
+END = SMALL_END + timedelta(days=1)
+VALIDATION = SMALL_VALIDATION + "  drift: {}\n"
 
 
 def _completed(events: list[dict], task: str) -> dict:
@@ -42,20 +43,20 @@ def _run(day: datetime, env: dict[str, str], events_file: Path) -> list[dict]:
     return [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
 
 
-def test_a_run_emits_source_to_snapshot_to_model_version(small_pipeline, tmp_path: Path):
+def test_a_run_emits_source_to_snapshot_to_model_version(small_run, small_stores: Path, tmp_path: Path):
     pytest.importorskip("airflow.providers.openlineage", reason="the [lineage] extra")
     configs = tmp_path / "configs"
     configs.mkdir()
-    (configs / f"{PIPELINE}.yaml").write_text(small_pipeline.spec(PIPELINE, "lineage", validation=VALIDATION))
-    small_pipeline.data(PIPELINE, "lineage", end=END)
+    (configs / f"{PIPELINE}.yaml").write_text(small_spec(validation=VALIDATION))
     events_file = tmp_path / "openlineage.jsonl"
     env = {**os.environ, "TRAINPIPE_DAG_CONFIGS": str(configs),
            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events_file),
                                                           "append": True}),
            "AIRFLOW__OPENLINEAGE__NAMESPACE": "trainpipe-test"}
     # The first run's version is the validation baseline: the second run (new rows, so it trains) has drift results.
-    _run(END - timedelta(days=1), env, events_file)
-    source = small_pipeline.data(PIPELINE, "lineage", end=END, seed=11)
+    # (The first run's spec has no `drift:`: a first run has no baseline to compare with either way.)
+    assert small_run.logical_date < END and small_run.states["promote"] == "success", small_run.states
+    source = small_data(small_stores, end=END, seed=11)
     events = _run(END, env, events_file)
 
     snapshot = _completed(events, "snapshot")
