@@ -74,8 +74,10 @@ TEST_WORKERS ?= 2
 test: $(DEV_STAMP) stack-deps browser-deps
 	$(BIN)/python -m pytest tests -q --durations=30 -n $(TEST_WORKERS) --no-loadscope-reorder
 
+# The unit tier (docs/testing.md says what it covers): no torchrun, no Airflow server, no pipeline.
 test-fast: $(DEV_STAMP)
-	$(BIN)/python -m pytest tests -q -m "not integration and not slow and not stack"
+	$(BIN)/python -m pytest tests -q -m "not integration and not slow and not stack" -n $(TEST_WORKERS) \
+		--no-loadscope-reorder --durations=10
 
 # Static checks: ruff, the import contracts (.importlinter), mypy on the typed packages ([tool.mypy]).
 lint: $(DEV_STAMP)

@@ -76,16 +76,27 @@ _PACKAGE_GROUPS = ("tests/fleet/",)
 # (seen in CI), so no other test module starts a server of its own.
 _AIRFLOW_SERVERS = ("tests/stack/test_stack_",)
 _AIRFLOW_SERVERS_GROUP = "airflow servers"
+# Modules that inspect one finished run of the session (tests/e2e/scenarios.py): one worker each, so the run is
+# built once, not once per worker.
+_SHARED_RUN_GROUPS = {
+    "e2e fraud_run": ("tests/e2e/test_evaluation_report.py", "tests/e2e/test_example_pipelines.py",
+                      "tests/e2e/test_model_asset_event.py"),
+    "e2e small_run": ("tests/e2e/test_backtest.py", "tests/e2e/test_openlineage.py"),
+}
 _LONGEST_FIRST = (_AIRFLOW_SERVERS_GROUP, "tests/launchers/test_preemption_relaunch.py",
                   "tests/e2e/test_tuned_pipeline.py", "tests/e2e/test_model_lifecycle.py", "tests/fleet/",
                   "tests/trainer/test_fault_tolerance.py", "tests/commands/test_train.py", "tests/e2e/test_drift_stop.py",
-                  "tests/e2e/test_run_notes.py", "tests/trainer/test_preemption.py", "tests/trainer/test_deepspeed.py")
+                  "e2e fraud_run", "e2e small_run", "tests/e2e/test_run_notes.py", "tests/trainer/test_preemption.py",
+                  "tests/trainer/test_deepspeed.py")
 
 
 def _group(nodeid: str) -> str:
     path = "tests/" + nodeid.split("::", 1)[0].split("tests/", 1)[-1]
     if path.startswith(_AIRFLOW_SERVERS):
         return _AIRFLOW_SERVERS_GROUP
+    shared = next((name for name, modules in _SHARED_RUN_GROUPS.items() if path in modules), None)
+    if shared is not None:
+        return shared
     return next((package for package in _PACKAGE_GROUPS if path.startswith(package)), path)
 
 
