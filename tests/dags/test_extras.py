@@ -57,7 +57,9 @@ def test_without_the_openlineage_provider_the_dag_builds_and_its_steps_emit_noth
             "'openlineage.client', 'openlineage.client.facet_v2', 'openlineage.client.event_v2'])); "
             "from pathlib import Path; from trainpipe.compile.compiler import compile_directory; "
             "from trainpipe.dags.builder import build_dag; from trainpipe.operators import openlineage; "
-            f"plan = compile_directory(Path({str(REPO / 'dag_configs')!r})).plans['fraud_detector']; "
+            "from trainpipe.settings import Settings; "
+            f"plan = compile_directory(Path({str(REPO / 'dag_configs')!r}), settings=Settings.from_env())"
+            ".plans['fraud_detector']; "
             "dag = build_dag(plan); "
             "print(openlineage.available(), dag.get_task('snapshot').get_openlineage_facets_on_complete(None))")
     out = probe(code, timeout=300)
@@ -69,7 +71,9 @@ def test_without_the_openlineage_provider_the_dag_builds_and_its_steps_emit_noth
 def test_a_tuned_spec_parses_into_its_dag_without_optuna():
     code = ("import sys; sys.modules['optuna'] = None; from pathlib import Path; "
             "from trainpipe.compile.compiler import compile_directory; from trainpipe.dags.builder import build_dag; "
-            f"plan = compile_directory(Path({str(REPO / 'dag_configs')!r})).plans['fraud_detector_tuned']; "
+            "from trainpipe.settings import Settings; "
+            f"plan = compile_directory(Path({str(REPO / 'dag_configs')!r}), settings=Settings.from_env())"
+            ".plans['fraud_detector_tuned']; "
             "import json; print(json.dumps(sorted(build_dag(plan).task_ids)))")
     out = probe(code, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
