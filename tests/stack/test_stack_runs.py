@@ -87,6 +87,8 @@ def test_manual_trigger_with_conf_runs_through_celery_with_s3_and_the_mlflow_ser
 def test_killing_the_worker_during_train_retries_and_resumes_from_the_last_checkpoint(
         airflow: AirflowClient, running_stack: RunningStack, in_flight, mlflow_client):
     stack = running_stack.stack
+    # The tier's first test: the dag-processor may not have served the DAG yet.
+    wait_for("stack_retry to be listed", lambda: airflow.dag("stack_retry"), timeout=120)
     airflow.unpause("stack_retry")
     run_id = airflow.trigger("stack_retry")
 
