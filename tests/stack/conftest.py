@@ -66,11 +66,7 @@ def running_stack(request: pytest.FixtureRequest) -> Iterator[RunningStack]:
                                 "model_name_prefix": "stack_", "airflow": {"max_active_runs": 1}}
     (root / "policy.yaml").write_text(yaml.safe_dump(policy))
     # The scheduler sweeps awaiting-input timeouts every 2 s (default 15 s): the approval timeout test waits less.
-    # Unchanged DAG files are parsed every 60 s, not the stack's 10 s: re-parsing the 65 DAG files took half a core
-    # (31 CPU-s a minute against 8), and a written spec is parsed first anyway (the watcher, ADR 0022: a dropped
-    # spec was served in 6 s with 60 s).
-    (root / "stack.env").write_text("AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL=2\n"
-                                    "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=60\n")
+    (root / "stack.env").write_text("AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL=2\n")
     env = {"TRAINPIPE_STACK_HOME": str(root / "state"), "TRAINPIPE_DAG_CONFIGS": str(configs),
            "TRAINPIPE_STACK_POLICY": str(root / "policy.yaml"), "TRAINPIPE_STACK_ENV_FILE": str(root / "stack.env")}
     env.update({variable: str(port) for variable, port in zip(Ports.ENV.values(), _free_ports(len(Ports.ENV)), strict=True)})

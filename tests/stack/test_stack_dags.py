@@ -15,9 +15,8 @@ pytestmark = pytest.mark.stack
 
 EXAMPLES = {"fraud_detector", "fraud_detector_approval", "fraud_detector_multinode", "fraud_detector_tuned",
             "search_ranker_gpu", "search_ranker_nightly"}
-# The spec watcher has the dag-processor parse a written spec's DAG file first (ADR 0022; the tier's stack re-reads
-# unchanged files only every 60 s, tests/stack/conftest.py); this bound only says "it cannot hang",
-# docs/operations.md states the measured figure.
+# The dag-processor re-reads the DAG files every 10 s (AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL
+# in tools/stack/trainpipe_stack.py); this bound only says "it cannot hang", docs/operations.md states the measured figure.
 DROP_BOUND_SECONDS = 60
 
 
