@@ -64,7 +64,15 @@ def airflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def airflow_db(airflow_db_template: Path) -> Path:
     """The session's migrated Airflow metadata DB (SQLite) for DagBag and dag.test()."""
-    return copy_airflow_db(airflow_db_template, _STATE / "airflow" / "airflow.db")
+    database = copy_airflow_db(airflow_db_template, _STATE / "airflow" / "airflow.db")
+    # An earlier test may have opened the (then empty) database in this process: its pooled connections would
+    # keep reading the file they opened, not the copy. New connections open the copy.
+    if "airflow.settings" in sys.modules:
+        from airflow import settings
+
+        if getattr(settings, "engine", None) is not None:
+            settings.engine.dispose()
+    return database
 
 
 # `make test` runs two pytest-xdist workers (-n 2 --no-loadscope-reorder). One worker runs each group: a module,

@@ -55,5 +55,9 @@ def copy_airflow_db(template: Path, target: Path) -> Path:
     import shutil
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(template, target)
+    # Copied beside the target, then renamed over it: a connection still open on an old file never sees it half
+    # written.
+    partial = target.with_name(target.name + ".copying")
+    shutil.copyfile(template, partial)
+    partial.replace(target)
     return target
