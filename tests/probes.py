@@ -63,7 +63,6 @@ def run(request):
             except ProcessLookupError:
                 pass
             os.waitpid(pid, 0)
-            status = 9
             break
         time.sleep(0.01)
     out.seek(0); err.seek(0)

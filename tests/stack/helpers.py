@@ -69,11 +69,6 @@ params:
 # The demo data the CLI writes (`trainpipe demo-data`), with a drift check against the last accepted version.
 DRIFT_SPEC = spec_yaml("stack_drift", epochs=1).replace(f"uri: {DATA_KEY}", "uri: demo/transactions/transactions.parquet") \
     .replace("  max_volume_change: 0.5\n", "  max_volume_change: 0.5\n  drift:\n    psi: {warn: 0.1, fail: 0.25}\n")
-# Waits for a person's answer and mails the request through smtp_default (the stack's mail sink).
-APPROVAL_SPEC = spec_yaml("stack_approval", epochs=1).replace(
-    "  alias: champion\n",
-    "  alias: champion\n  approval: {mode: required, timeout: 1h, on_timeout: reject}\n"
-    "notify:\n  email:\n    to: [ml-oncall@example.com]\n    conn_id: smtp_default\n    events: [approval]\n")
 
 
 def approval_spec(pipeline_id: str, approval: str, notify: str = "") -> str:
@@ -82,6 +77,10 @@ def approval_spec(pipeline_id: str, approval: str, notify: str = "") -> str:
         "  alias: champion\n", f"  alias: champion\n  approval: {approval}\n{notify}")
 
 
+# Waits for a person's answer and mails the request through smtp_default (the stack's mail sink).
+APPROVAL_SPEC = approval_spec(
+    "stack_approval", "{mode: required, timeout: 1h, on_timeout: reject}",
+    "notify:\n  email:\n    to: [ml-oncall@example.com]\n    conn_id: smtp_default\n    events: [approval]\n")
 # Approved twice, then rolled back. Its mail names a connection nobody defined (as in a fresh install): the
 # message is logged as not sent, and the approval and the promotion go on.
 APPROVAL_FLOW_SPEC = approval_spec(

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 
 import pytest
 
-from .helpers import APPROVAL_SPECS, AirflowClient, RunningStack, trainpipe_cli, wait_for
+from .helpers import AirflowClient, RunningStack, trainpipe_cli, wait_for
 
 pytestmark = pytest.mark.stack
 
@@ -25,15 +24,10 @@ TASKS = ("snapshot", "validate", "train", "watch_checkpoints", "evaluate", "gate
 
 
 @pytest.fixture(scope="module")
-def approval_runs(in_flight) -> ApprovalRuns:
+def approval_runs(in_flight):
+    """The tier's overlapping runs (tests/stack/conftest.py: InFlight), these four among them."""
     in_flight.start()
-    return ApprovalRuns(airflow=in_flight.airflow, runs={dag_id: in_flight.runs[dag_id] for dag_id in APPROVAL_SPECS})
-
-
-@dataclass(frozen=True)
-class ApprovalRuns:
-    airflow: AirflowClient
-    runs: dict[str, str]  # dag_id -> the run the stack tier started (tests/stack/conftest.py: InFlight)
+    return in_flight
 
 
 def _states(airflow: AirflowClient, dag_id: str, run_id: str) -> dict[str, str]:
@@ -52,7 +46,7 @@ def _approve_run(airflow: AirflowClient, dag_id: str, run_id: str) -> dict:
     return request
 
 
-def test_a_run_past_its_deadline_mails_the_step_it_is_in(approval_runs: ApprovalRuns, running_stack: RunningStack):
+def test_a_run_past_its_deadline_mails_the_step_it_is_in(approval_runs, running_stack: RunningStack):
     airflow, dag_id = approval_runs.airflow, "stack_deadline"
     run_id = approval_runs.runs[dag_id]
 
@@ -72,7 +66,7 @@ def test_a_run_past_its_deadline_mails_the_step_it_is_in(approval_runs: Approval
 
 
 def test_approved_versions_become_champion_in_turn_and_rollback_restores_the_first(
-        approval_runs: ApprovalRuns, running_stack: RunningStack, mlflow_client):
+        approval_runs, running_stack: RunningStack, mlflow_client):
     airflow, dag_id = approval_runs.airflow, "stack_approval_flow"
     first_run = approval_runs.runs[dag_id]
 
@@ -120,7 +114,7 @@ def test_approved_versions_become_champion_in_turn_and_rollback_restores_the_fir
     assert len(mlflow_client.search_model_versions(f"name='{dag_id}'")) == 2
 
 
-def test_the_approval_request_lands_in_the_mail_sink(approval_runs: ApprovalRuns, running_stack: RunningStack):
+def test_the_approval_request_lands_in_the_mail_sink(approval_runs, running_stack: RunningStack):
     dag_id = "stack_approval"
 
     [message, *_] = wait_for("the approval mail in the sink",
@@ -130,7 +124,7 @@ def test_the_approval_request_lands_in_the_mail_sink(approval_runs: ApprovalRuns
     assert message["To"] == "ml-oncall@example.com"
 
 
-def test_a_rejected_approval_promotes_nothing(approval_runs: ApprovalRuns, mlflow_client):
+def test_a_rejected_approval_promotes_nothing(approval_runs, mlflow_client):
     airflow, dag_id = approval_runs.airflow, "stack_approval"
     run_id = approval_runs.runs[dag_id]
     airflow.awaiting_input(dag_id, run_id, timeout=RUN_BOUND_SECONDS)
@@ -150,7 +144,7 @@ def test_a_rejected_approval_promotes_nothing(approval_runs: ApprovalRuns, mlflo
                         "it stays challenger", run["note"].splitlines()[0]), run["note"]
 
 
-def test_an_unanswered_approval_times_out_to_reject_and_promotes_nothing(approval_runs: ApprovalRuns, mlflow_client):
+def test_an_unanswered_approval_times_out_to_reject_and_promotes_nothing(approval_runs, mlflow_client):
     airflow, dag_id = approval_runs.airflow, "stack_approval_timeout"
     run_id = approval_runs.runs[dag_id]
 
