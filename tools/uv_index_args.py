@@ -21,7 +21,7 @@ def main() -> int:
         if option is None:
             continue
         for value in shlex.split(raw.strip().strip("'\"")):
-            if [option, value] != arguments[-2:] and value not in arguments:
+            if value not in arguments:  # pip's global and :env: scopes may name the same value
                 arguments += [option, value]
     # pip takes each package's best version from all its indexes; uv's default takes the first index that has it.
     if any(option in arguments for option in ("--extra-index-url", "--find-links")):
