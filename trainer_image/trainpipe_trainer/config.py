@@ -26,13 +26,25 @@ CONFIG_VERSION = 7
 
 # The names both sides use, each choice list once: the spec models' fields (and so the JSON Schema),
 # the provider's metrics and plan, and the trainer's code paths read them from here.
-TaskType = Literal["binary_classification", "regression", "ranking"]
+TaskType = Literal["binary_classification", "multiclass_classification", "regression", "ranking"]
 TASK_TYPES: tuple[str, ...] = typing.get_args(TaskType)
 ModelType = Literal["mlp"]
 RankingLoss = Literal["pointwise", "listwise"]
 RANKING_LOSSES: tuple[str, ...] = typing.get_args(RankingLoss)
 Precision = Literal["fp32", "bf16"]
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+# A multiclass model's served output: the predicted class, then one probability per class (in class order).
+PREDICTED_LABEL_COLUMN = "label"
+PROBABILITY_COLUMN_PREFIX = "probability_"
+# How many classes a multiclass label may have: a class is a softmax output and a row of the confusion matrix.
+MAX_LABEL_CLASSES = 1000
+
+
+def probability_column(label_class: str) -> str:
+    """The served model's column that holds the probability of ``label_class``."""
+    return PROBABILITY_COLUMN_PREFIX + label_class
+
+
 # Where the training split is kept while training on CUDA (on CPU it is in host memory either way).
 DataPlacement = Literal["auto", "device", "host"]
 # data.format: the table formats a snapshot reads (the provider's storage.read_table).
@@ -268,6 +280,8 @@ DIRECTIONS: tuple[str, ...] = typing.get_args(Direction)
 CHECKPOINT_METRICS: dict[str, dict[str, str]] = {
     "binary_classification": {"validation_loss": "minimize", "validation_auc": "maximize",
                               "validation_accuracy": "maximize"},
+    "multiclass_classification": {"validation_loss": "minimize", "validation_accuracy": "maximize",
+                                  "validation_balanced_accuracy": "maximize", "validation_macro_f1": "maximize"},
     "regression": {"validation_loss": "minimize", "validation_rmse": "minimize", "validation_mae": "minimize"},
     "ranking": {"validation_loss": "minimize"},
 }
@@ -382,6 +396,9 @@ class TrainingConfig:
     # Declared transforms of some features (by name); a feature without one is numeric and standardised.
     transforms: tuple[FeatureTransform, ...] = ()
     label: str
+    # Multiclass: the classes in output order, each the label value's text (str(value)); a row whose label
+    # is none of them is a data error. Empty for every other task (and then left out of the JSON).
+    label_classes: tuple[str, ...] = ()
     # Ranking: the column that identifies a query (list); required when task == "ranking".
     group_column: str | None = None
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -431,6 +448,15 @@ class TrainingConfig:
         unknown = [name for name in declared if name not in self.features]
         _require(not unknown, f"transforms: {unknown} are not in features")
         _require(
+            (self.task == "multiclass_classification") == bool(self.label_classes),
+            "label_classes: required for task 'multiclass_classification' (and only for it)",
+        )
+        _require(
+            not self.label_classes or 2 <= len(self.label_classes) <= MAX_LABEL_CLASSES,
+            f"label_classes: between 2 and {MAX_LABEL_CLASSES} classes, got {len(self.label_classes)}",
+        )
+        _require(len(set(self.label_classes)) == len(self.label_classes), "label_classes: each class once")
+        _require(
             self.task != "ranking" or bool(self.group_column),
             "group_column: required for task 'ranking' (the query id column)",
         )
@@ -454,7 +480,11 @@ class TrainingConfig:
         )
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+        data = dataclasses.asdict(self)
+        if not self.label_classes:
+            # Configs of the tasks before multiclass stay byte-identical (and readable by their trainers).
+            del data["label_classes"]
+        return json.dumps(data, indent=2, sort_keys=True)
 
     def feature_transforms(self) -> tuple[FeatureTransform, ...]:
         """One transform per feature, in feature order: the declared one or the default."""
@@ -466,6 +496,7 @@ class TrainingConfig:
         data = dict(raw)
         try:
             data["features"] = tuple(data["features"])
+            data["label_classes"] = tuple(data.get("label_classes", ()))
             data["transforms"] = tuple(FeatureTransform(**t) for t in data.get("transforms", ()))
             model = dict(data.pop("model", {}))
             if "hidden_layers" in model:

@@ -33,11 +33,60 @@ def require_columns(frame: pd.DataFrame, columns: tuple[str, ...] | list[str], *
         )
 
 
-def label_values(frame: pd.DataFrame, *, label: str, task: str, source: str) -> np.ndarray:
+def label_texts(column: pd.Series, *, label: str, source: str) -> np.ndarray:
+    """A multiclass label column as the text of each value: the class names (``str(value)``; whole floats
+    such as 2.0 are ``"2"``, so a column read back with missing values as float keeps its names)."""
+    if column.isna().any():
+        raise TrainerDataError(f"{source}: label column {label!r} has missing values; a multiclass label needs "
+                               "a class in every row (drop those rows, or give them a class of their own)")
+    if pd.api.types.is_float_dtype(column):
+        values = column.to_numpy(dtype=np.float64)
+        if not np.all(np.isfinite(values) & (values == np.round(values))):
+            raise TrainerDataError(f"{source}: multiclass label column {label!r} holds fractional numbers; "
+                                   "classes are whole numbers or text (is the task regression?)")
+        return np.asarray([str(int(value)) for value in values], dtype=object)
+    return np.asarray([value if isinstance(value, str) else str(value) for value in column.astype(object)],
+                      dtype=object)
+
+
+def label_class_names(column: pd.Series, *, label: str, source: str) -> tuple[str, ...]:
+    """The classes of a multiclass label column in output order: numerically when every class name is a
+    whole number (so 2 comes before 10), else by text."""
+    names = set(label_texts(column, label=label, source=source).tolist())
+    if all(_is_whole_number(name) for name in names):
+        return tuple(sorted(names, key=int))
+    return tuple(sorted(names))
+
+
+def _is_whole_number(text: str) -> bool:
+    return text.lstrip("-").isdigit()
+
+
+def label_class_indices(column: pd.Series, classes: tuple[str, ...], *, label: str, source: str) -> np.ndarray:
+    """Each row's class as its index in ``classes`` (int64); a label that is none of them is a data error."""
+    texts = label_texts(column, label=label, source=source)
+    index = {name: position for position, name in enumerate(classes)}
+    unknown = sorted({text for text in texts.tolist() if text not in index})
+    if unknown:
+        shown = ", ".join(repr(name) for name in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5
+                                                                 else "")
+        raise TrainerDataError(
+            f"{source}: label column {label!r} holds classes that are not in the run's classes "
+            f"({len(classes)}: {', '.join(repr(name) for name in classes[:10])}"
+            f"{' ...' if len(classes) > 10 else ''}): {shown}; add them to training.label_classes, or drop those rows"
+        )
+    return np.fromiter((index[text] for text in texts.tolist()), dtype=np.int64, count=len(texts))
+
+
+def label_values(frame: pd.DataFrame, *, label: str, task: str, source: str,
+                 classes: tuple[str, ...] = ()) -> np.ndarray:
     """The label column as float64, checked for the task (numeric, no missing values, 0/1 for binary,
-    >= 0 for ranking). Torch-free: the provider runs the same check before it launches the trainer."""
+    >= 0 for ranking); for multiclass the class indices in ``classes`` (int64). Torch-free: the provider
+    runs the same check before it launches the trainer."""
     require_columns(frame, [label], source=source, role="label")
     column = frame[label]
+    if task == "multiclass_classification":
+        return label_class_indices(column, classes, label=label, source=source)
     if not (pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column)) or column.isna().any():
         raise TrainerDataError(f"{source}: label column {label!r} must be numeric without missing values")
     labels = column.to_numpy(dtype=np.float64)

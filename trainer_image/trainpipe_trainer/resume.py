@@ -20,7 +20,7 @@ from trainpipe_trainer.config import TrainingConfig
 # says where things go or how often they are saved or logged, so a retry may change it and still
 # resume. Each field of TrainingConfig is in exactly one of the two lists (a test checks it).
 RESUME_FINGERPRINT_FIELDS: tuple[str, ...] = (
-    "task", "features", "transforms", "label", "group_column", "model",
+    "task", "features", "transforms", "label", "label_classes", "group_column", "model",
     # epochs too: a linear or cosine schedule is shaped by the total step count, and the run's
     # recorded params must describe its model. Training longer is a new run (a new folder).
     "epochs", "batch_size", "learning_rate", "seed", "strategy", "optimization", "deepspeed",

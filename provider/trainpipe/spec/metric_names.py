@@ -14,11 +14,13 @@ from trainpipe_trainer.config import TASK_TYPES
 
 _PLAIN_METRICS: dict[str, tuple[str, ...]] = {
     "binary_classification": ("auc", "f1", "accuracy", "precision", "recall", "log_loss", "pr_auc"),
+    "multiclass_classification": ("accuracy", "balanced_accuracy", "macro_f1", "log_loss"),
     "regression": ("rmse", "mae", "r2"),
     "ranking": (),
 }
 _AT_K_METRICS: dict[str, tuple[str, ...]] = {
     "binary_classification": (),
+    "multiclass_classification": (),
     "regression": (),
     "ranking": ("ndcg", "map", "mrr"),
 }
