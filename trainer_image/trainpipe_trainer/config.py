@@ -397,7 +397,9 @@ class TrainingConfig:
     transforms: tuple[FeatureTransform, ...] = ()
     label: str
     # Multiclass: the classes in output order, each the label value's text (str(value)); a row whose label
-    # is none of them is a data error. Empty for every other task (and then left out of the JSON).
+    # is none of them is a data error. The provider fills them (pinned in the spec, else the snapshot's);
+    # empty in a multiclass config means the train split's classes. Empty for every other task (and then
+    # left out of the JSON).
     label_classes: tuple[str, ...] = ()
     # Ranking: the column that identifies a query (list); required when task == "ranking".
     group_column: str | None = None
@@ -448,8 +450,8 @@ class TrainingConfig:
         unknown = [name for name in declared if name not in self.features]
         _require(not unknown, f"transforms: {unknown} are not in features")
         _require(
-            (self.task == "multiclass_classification") == bool(self.label_classes),
-            "label_classes: required for task 'multiclass_classification' (and only for it)",
+            self.task == "multiclass_classification" or not self.label_classes,
+            f"label_classes: only for task 'multiclass_classification', not {self.task!r}",
         )
         _require(
             not self.label_classes or 2 <= len(self.label_classes) <= MAX_LABEL_CLASSES,
@@ -479,12 +481,15 @@ class TrainingConfig:
             "early_stopping: needs a validation split (checkpoint.keep_best with validation_fraction > 0)",
         )
 
-    def to_json(self) -> str:
+    def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         if not self.label_classes:
             # Configs of the tasks before multiclass stay byte-identical (and readable by their trainers).
             del data["label_classes"]
-        return json.dumps(data, indent=2, sort_keys=True)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     def feature_transforms(self) -> tuple[FeatureTransform, ...]:
         """One transform per feature, in feature order: the declared one or the default."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainpipe.commands.options import specs_folder
+from trainpipe_trainer.config import TASK_TYPES
 
 if TYPE_CHECKING:
     from trainpipe.settings import Settings
@@ -31,7 +32,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     init = commands.add_parser("init", help="write a valid, commented starter spec")
     init.add_argument("name", help="pipeline id, also the file name")
-    init.add_argument("--task", required=True, choices=["binary_classification", "regression", "ranking"])
+    init.add_argument("--task", required=True, choices=TASK_TYPES)
     init.add_argument("--dir", help="folder (default: $TRAINPIPE_DAG_CONFIGS, else dag_configs/)")
     init.add_argument("--data", help="a table (parquet, or .csv) to fit the starter to: its columns become the "
                       "features, its rows size batch, learning rate and epochs (relative to the storage root, or a URI)")

@@ -107,7 +107,7 @@ class SnapshotOperator(LineageFacets, _PipelineStepOperator):
 
         logical_date = context.get("logical_date") or context["dag_run"].run_after
         info = take_snapshot(self.plan.dag_id, self.plan.data, settings=self.settings, logical_date=logical_date,
-                             dag_id=self.dag_id, run_id=context["run_id"])
+                             dag_id=self.dag_id, run_id=context["run_id"], class_label=self.plan.class_label)
         self.keep_lineage(snapshot=info.to_dict())
         self.decide_backtest(context, info, logical_date)
         return info.to_dict()

@@ -142,7 +142,9 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         spec_file=spec_file,
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(),
         spec_relative_path=spec_relative_path or PurePath(spec_file).name,
-        inputs_declared_at={name: loaded.location_of(("training", name)) for name in ("features", "label")}
+        # label_classes only where the spec pins them (the plans of other specs stay as they were).
+        inputs_declared_at={name: loaded.location_of(("training", name)) for name in ("features", "label",
+                            *(("label_classes",) if training.label_classes is not None else ()))}
         if loaded is not None else {},
         description=spec.description,
         # Under a policy the team owns the DAG, whatever the spec says: the policy always wins.
@@ -335,6 +337,8 @@ def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
         features=tuple(training.features),
         transforms=_feature_transforms(spec),
         label=training.label,
+        # The pinned classes as the text the label's values are compared with; unpinned, the snapshot's.
+        label_classes=tuple(str(name) for name in training.label_classes or ()),
         group_column=training.group_column,
         model=ModelConfig(type=training.model.type, hidden_layers=tuple(training.model.hidden_layers),
                           dropout=training.model.dropout, ranking_loss=training.model.ranking_loss),

@@ -481,8 +481,14 @@ class PipelinePlan:
     def task(self, task_id: str) -> PlannedTask:
         return next(t for t in self.tasks if t.task_id == task_id)
 
+    @property
+    def class_label(self) -> str | None:
+        """The label column whose classes each dataset version records: multiclass only."""
+        return self.trainer.label if self.trainer.task == "multiclass_classification" else None
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         del out["source_path"], out["spec_text"]
+        out["trainer"] = self.trainer.to_dict()
         out["start_date"] = self.start_date.isoformat()
         return out

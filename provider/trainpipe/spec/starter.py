@@ -24,6 +24,16 @@ _TASK_PARTS = {
         "gates": '    - auc >= baseline - 0.05   # within 0.05 of logistic regression on the same split\n'
                  '    - auc >= -1%               # and at most 1% below the current champion (passes when there is none)',
     },
+    "multiclass_classification": {
+        "features": "[feature_a, feature_b, feature_c]",
+        "label": "species                    # one class per row; the classes come from the data",
+        "extra_training": "  # label_classes: [setosa, versicolor, virginica]   # pin them (and their order) if a "
+                          "snapshot may lack one\n",
+        "metrics": "[accuracy, macro_f1, balanced_accuracy, log_loss]",
+        "gates": '    - accuracy >= baseline - 0.02   # within 0.02 of multinomial logistic regression on the same '
+                 'split\n'
+                 '    - macro_f1 >= -1%               # and at most 1% below the current champion',
+    },
     "regression": {
         "features": "[feature_a, feature_b, feature_c]",
         "label": "target",

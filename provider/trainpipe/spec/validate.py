@@ -28,7 +28,7 @@ from trainpipe.spec.sections.pipeline import PipelineSpec, bounds_at, overridden
 from trainpipe.spec.sections.training import CATEGORICAL_ONLY_OPTIONS, MAX_LAYER_WIDTH, MAX_LAYERS, NUMERIC_ONLY_OPTIONS
 from trainpipe.spec.sections.tuning import PRUNER_DEFAULTS, TUNABLE_PARAMS, TuningSpec
 from trainpipe.spec.sections.validation import _normalise_expectation
-from trainpipe_trainer.config import CHECKPOINT_METRICS
+from trainpipe_trainer.config import CHECKPOINT_METRICS, TASK_TYPES
 
 
 def _fields_by_key(model: type[BaseModel]) -> dict[str, Any]:
@@ -145,8 +145,9 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     if task == "ranking" and not group_column:
         add(("training", "group_column") if "training" in data else ("training",),
             "task 'ranking' needs group_column, the query id column")
-    if task in ("binary_classification", "regression") and group_column:
+    if task in TASK_TYPES and task != "ranking" and group_column:
         add(("training", "group_column"), f"group_column only applies to task 'ranking', not {task!r}; remove it")
+    problems.extend(_label_class_problems(loaded, task))
 
     expectations = _get(data, "validation", "expectations")
     for index, item in enumerate(expectations if isinstance(expectations, list) else []):
@@ -155,7 +156,7 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     problems.extend(_drift_problems(loaded, features if isinstance(features, list) else None))
 
     metric_names = _get(data, "evaluation", "metrics")
-    known_task = task in ("binary_classification", "regression", "ranking")
+    known_task = task in TASK_TYPES
     if isinstance(metric_names, list) and known_task:
         for index, name in enumerate(metric_names):
             if isinstance(name, str) and not metrics.is_known_metric(task, name):
@@ -206,6 +207,27 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
         add(("notify", "deadline"), f"needs Airflow's Deadline Alerts (Airflow {DEADLINE_AIRFLOW[0]}."
             f"{DEADLINE_AIRFLOW[1]} or later), and the Airflow here is {found}; upgrade Airflow or remove "
             "notify.deadline")
+    return problems
+
+
+def _label_class_problems(loaded: LoadedYaml, task: Any) -> list[SpecProblem]:
+    """``training.label_classes``: multiclass only, and each class once (as text: ``2`` and ``"2"`` are one)."""
+    classes = _get(loaded.data, "training", "label_classes")
+    if classes is None:
+        return []
+    path = ("training", "label_classes")
+    if task in TASK_TYPES and task != "multiclass_classification":
+        return [loaded.problem(path, f"label_classes only applies to task 'multiclass_classification', not "
+                                     f"{task!r}; remove it")]
+    problems = []
+    seen: set[str] = set()
+    for index, value in enumerate(classes if isinstance(classes, list) else []):
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            continue  # pydantic reports the wrong type itself
+        if str(value) in seen:
+            problems.append(loaded.problem((*path, index), f"class {shown_value(str(value))} is listed twice "
+                                                           "(classes are compared as text); remove one"))
+        seen.add(str(value))
     return problems
 
 

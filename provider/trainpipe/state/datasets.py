@@ -67,6 +67,9 @@ class SnapshotInfo:
     created_by_dag_id: str | None = None
     created_by_run_id: str | None = None
     created_at: str | None = None
+    # Multiclass: the label's classes in the window (train and holdout), in output order
+    # (trainpipe_trainer.preprocessing.label_class_names); None for other tasks and older versions.
+    label_classes: list[str] | None = None
 
     @property
     def version(self) -> str:

@@ -93,10 +93,26 @@ def _read_source(data: DataPlan, source: Any) -> pd.DataFrame:
                       "storage's permissions") from None
 
 
+def _label_classes(window: pd.DataFrame, label: str, data: DataPlan) -> list[str] | None:
+    """The window's classes of a multiclass label; None when the label cannot give them (the train step's
+    input check then reports the column at the spec's label line)."""
+    from trainpipe_trainer.errors import TrainerDataError
+    from trainpipe_trainer.preprocessing import label_class_names
+
+    if label not in window.columns:
+        return None
+    try:
+        return list(label_class_names(window[label], label=label, source=storage.shown_uri(data.uri)))
+    except TrainerDataError:
+        return None
+
+
 def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logical_date: datetime,
-                  dag_id: str | None = None, run_id: str | None = None) -> SnapshotInfo:
+                  dag_id: str | None = None, run_id: str | None = None,
+                  class_label: str | None = None) -> SnapshotInfo:
     """Snapshot the window as a dataset version; identical content is stored once (its first
-    manifest, with the run that created it, is kept and returned)."""
+    manifest, with the run that created it, is kept and returned). ``class_label``: a multiclass
+    label column, whose classes the version records."""
     from trainpipe.steps.validate import drift
 
     source = storage.resolve_uri(data.uri, settings, data.conn_id)
@@ -146,6 +162,7 @@ def take_snapshot(pipeline_id: str, data: DataPlan, *, settings: Settings, logic
             created_by_dag_id=dag_id,
             created_by_run_id=run_id,
             created_at=datetime.now(UTC).isoformat(timespec="microseconds"),  # orders versions made within a second
+            label_classes=_label_classes(window, class_label, data) if class_label is not None else None,
         )
         # The manifest is written last: a folder without it is an interrupted snapshot.
         storage.write_json(manifest, info.to_dict(), overwrite=False)

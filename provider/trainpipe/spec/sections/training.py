@@ -13,6 +13,7 @@ from trainpipe.spec.types import Duration, Launcher
 
 # The choice lists the trainer also reads: defined once, in the trainer contract (ADR 0002).
 from trainpipe_trainer.config import (
+    MAX_LABEL_CLASSES,
     MAX_SEED,
     CategoricalEncoding,
     DataPlacement,
@@ -30,6 +31,7 @@ from trainpipe_trainer.config import (
 )
 
 MAX_LAYERS = 64
+MAX_CLASS_NAME_LENGTH = 200
 MAX_LAYER_WIDTH = 65_536
 # A run (or a run parameter: the field's bounds are the trigger form's) never asks for more: beyond, it never ends.
 MAX_EPOCHS = 100_000
@@ -289,6 +291,15 @@ class TrainingSpec(SpecModel):
                    "income": {"impute": "median", "missing_indicator": True, "transform": "log1p"}}],
     )
     label: str = Field(description="Label column (relevance grade for ranking).", examples=["is_fraud"])
+    # Data, never code: each class is compared with the label's values as text and shown escaped.
+    label_classes: list[Annotated[str, Field(min_length=1, max_length=MAX_CLASS_NAME_LENGTH)] | int] | None = Field(
+        default=None, min_length=2, max_length=MAX_LABEL_CLASSES,
+        description="multiclass_classification only: the classes, in the model's output order. Without it the "
+        "classes are the label values of the run's snapshot (sorted: numerically when all are whole numbers). "
+        "Pin them when a class may be missing from a snapshot or the output order must stay fixed; a row whose "
+        "label is none of them is an error.",
+        examples=[["setosa", "versicolor", "virginica"]],
+    )
     group_column: str | None = Field(
         default=None, description="Ranking only: the query id column.", examples=["query_id"]
     )

@@ -58,7 +58,7 @@ def train_spec(plan: PipelinePlan, *, settings: Settings, run_dir: str | None, l
     # One MLflow run per run dir: re-running the same dir (a resume) logs into the same run. Without
     # a run dir, the wall-clock name gives a fresh run dir and MLflow run; it does not reach the weights.
     run_name = f"cli__{folder.name}" if folder is not None else f"cli__{datetime.now(UTC):%Y%m%dT%H%M%S}"
-    snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=when)
+    snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=when, class_label=plan.class_label)
     run = RunContext(dag_id=plan.dag_id, airflow_run_id=run_name, try_number=1, spec_sha256=plan.spec_sha256,
                      git_commit=git_commit(plan.source_path))
     return run_training(plan, snapshot, settings=settings, run=run, run_dir=folder, on_line=on_line)

@@ -92,6 +92,7 @@ def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settin
     template = plan.trainer
     return dataclasses.replace(
         template,
+        label_classes=run_label_classes(plan, snapshot, settings=settings),
         stop_after_step=stop_after_step,
         train_data_uri=snapshot.train_uri,
         dataset_digest=snapshot.digest,
@@ -108,6 +109,46 @@ def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settin
             **({GIT_COMMIT_TAG: run.git_commit} if run.git_commit else {}),
         },
     )
+
+
+def run_label_classes(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings) -> tuple[str, ...]:
+    """A multiclass run's classes: pinned in the spec, else those its dataset version recorded (a version
+    recorded before classes were, or by a non-multiclass spec: read off its train and holdout splits)."""
+    if plan.class_label is None or plan.trainer.label_classes:
+        return plan.trainer.label_classes
+    if snapshot.label_classes:
+        return _at_least_two(plan, snapshot, tuple(snapshot.label_classes))
+    import pandas as pd
+
+    from trainpipe_trainer.errors import TrainerDataError
+    from trainpipe_trainer.preprocessing import label_class_names
+
+    label = plan.class_label
+    parts = []
+    for uri in (snapshot.train_uri, snapshot.holdout_uri):
+        frame = storage.read_parquet_uri(uri, conn_id=settings.storage_conn_id)
+        if label not in frame.columns:
+            return ()  # the input check reports the missing label at the spec's label line
+        parts.append(frame[label])
+    try:
+        classes = label_class_names(pd.concat(parts, ignore_index=True), label=label,
+                                    source=f"dataset version {snapshot.digest[:16]}")
+    except TrainerDataError:
+        return ()  # the input check reports it, located
+    return _at_least_two(plan, snapshot, classes)
+
+
+def _at_least_two(plan: PipelinePlan, snapshot: SnapshotInfo, classes: tuple[str, ...]) -> tuple[str, ...]:
+    from trainpipe.errors import SpecError, SpecProblem
+
+    if len(classes) >= 2:
+        return classes
+    file, line, column = plan.inputs_declared_at.get("label", (plan.spec_file, None, None))
+    raise SpecError([SpecProblem(
+        file or plan.spec_file, line, column, "training.label",
+        f"dataset version {snapshot.digest[:16]}: label column {plan.class_label!r} holds one class "
+        f"({', '.join(map(repr, classes))}); a multiclass model needs at least two: widen data.window, or "
+        "pin training.label_classes")])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,7 +225,7 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
     """
     from trainpipe.errors import SpecError, SpecProblem
     from trainpipe_trainer.errors import TrainerDataError
-    from trainpipe_trainer.preprocessing import FeatureTransformer, label_values, require_columns
+    from trainpipe_trainer.preprocessing import FeatureTransformer, label_class_names, label_values, require_columns
 
     source = f"the snapshot's train split ({snapshot.digest[:16]})"
 
@@ -205,7 +246,15 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
         frame = storage.read_parquet_uri(config.train_data_uri, conn_id=settings.storage_conn_id)
         checks = [("features", lambda: FeatureTransformer.fit(frame, config.feature_transforms(), source=source)
                    .transform(frame, source=source)),
-                  ("label", lambda: label_values(frame, label=config.label, task=config.task, source=source))]
+                  ("label", lambda: require_columns(frame, [config.label], source=source, role="label"))]
+        if config.task != "multiclass_classification":
+            checks.append(("label", lambda: label_values(frame, label=config.label, task=config.task, source=source)))
+        elif not config.label_classes:  # the label gave no classes: say why (missing or fractional values)
+            checks.append(("label", lambda: label_class_names(frame[config.label], label=config.label, source=source)))
+        else:  # a class the run does not know (pinned classes only: otherwise they are the snapshot's)
+            checks.append(("label_classes" if "label_classes" in plan.inputs_declared_at else "label",
+                           lambda: label_values(frame, label=config.label, task=config.task, source=source,
+                                                classes=config.label_classes)))
     for field, check in checks:
         try:
             check()
