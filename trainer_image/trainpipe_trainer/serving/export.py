@@ -48,10 +48,10 @@ def weights_sha256(model: nn.Module) -> str:
 
 def write_serving_artifacts(
     model: nn.Module, *, transformer: FeatureTransformer, task: str, directory: str,
-    target: TargetScaler | None = None,
+    target: TargetScaler | None = None, classes: tuple[str, ...] = (),
 ) -> dict[str, str]:
-    """Weights as ``.npz``, the fitted feature transforms and target scale as JSON: all the torch-free
-    scorer needs."""
+    """Weights as ``.npz``, the fitted feature transforms, target scale and (multiclass) classes as JSON:
+    all the torch-free scorer needs."""
     arrays: dict[str, np.ndarray] = {}
     layers = []
     for index, linear in enumerate(linear_layers(model)):
@@ -67,6 +67,8 @@ def write_serving_artifacts(
         "task": task,
         "transforms": transformer.to_dict(),
         "target": target.to_dict() if target is not None else None,
+        # Multiclass: the class of each output, in output order (the served probability columns).
+        "classes": list(classes),
         # The model's input columns, for people reading the artifact (the scorer derives them).
         "inputs": list(transformer.output_names),
         "layers": layers,
@@ -78,12 +80,13 @@ def write_serving_artifacts(
 
 def log_pyfunc_model(
     model: nn.Module, *, transformer: FeatureTransformer, config: TrainingConfig, sample_frame: pd.DataFrame,
-    tracker: Tracker, target: TargetScaler | None = None,
+    tracker: Tracker, target: TargetScaler | None = None, classes: tuple[str, ...] = (),
 ) -> str:
-    """Log the numpy pyfunc into the tracker's run; returns its ``models:/...`` URI."""
+    """Log the numpy pyfunc into the tracker's run; returns its ``models:/...`` URI. ``classes``: a
+    multiclass model's, in output order (the config's, or the training file's when it names none)."""
     with tempfile.TemporaryDirectory(prefix="trainpipe-model-") as directory:
         artifacts = write_serving_artifacts(model, transformer=transformer, task=config.task, directory=directory,
-                                            target=target)
+                                            target=target, classes=classes or config.label_classes)
         # Score the sample with the scorer that will serve: the signature then describes real output.
         scorer = MLPScorer.from_artifacts(artifacts)
         return tracker.log_model(
@@ -93,5 +96,5 @@ def log_pyfunc_model(
             code_paths=[str(PACKAGE_DIR)],
             pip_requirements=list(SERVED_REQUIREMENTS),
             sample_frame=sample_frame,
-            prediction=scorer.score(sample_frame),
+            prediction=scorer.prediction(sample_frame),
         )

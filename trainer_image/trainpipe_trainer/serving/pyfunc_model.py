@@ -24,11 +24,13 @@ class TrainpipeMLPModel(PythonModel):
         self._scorer = MLPScorer.from_artifacts(context.artifacts)
 
     # pd.DataFrame is a hint MLflow does not validate against: the logged signature stays in charge.
-    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
+    # A multiclass model answers a DataFrame (the class, then a probability per class); the others an array.
+    def predict(self, context: Any, model_input: pd.DataFrame,
+                params: dict[str, Any] | None = None) -> np.ndarray | pd.DataFrame:
         if not isinstance(model_input, pd.DataFrame):
             model_input = pd.DataFrame(model_input)
         try:
-            return self._scorer.score(model_input)
+            return self._scorer.prediction(model_input)
         except TrainerDataError as err:
             # An MlflowException's message is what the scoring server answers (HTTP 400, "message"); any
             # other exception becomes its generic "unexpected error", our line only in the stack trace.

@@ -14,19 +14,21 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from trainpipe_trainer.config import PREDICTED_LABEL_COLUMN, probability_column
 from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
 
-# 3: a regression model's target scale ("target"); 2: declared feature transforms ("transforms");
-# 1 (a standardizer only) is still read.
-SERVING_FORMAT_VERSION = 3
-_READABLE_FORMATS = (1, 2, 3)
+# 4: a multiclass model's classes ("classes"); 3: a regression model's target scale ("target");
+# 2: declared feature transforms ("transforms"); 1 (a standardizer only) is still read.
+SERVING_FORMAT_VERSION = 4
+_READABLE_FORMATS = (1, 2, 3, 4)
 WEIGHTS_ARTIFACT = "weights"
 PREPROCESSING_ARTIFACT = "preprocessing"
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class MLPScorer:
-    """Feature transforms, then Linear -> ReLU ... -> Linear; sigmoid for binary classification."""
+    """Feature transforms, then Linear -> ReLU ... -> Linear; sigmoid for binary classification, softmax
+    over the classes for multiclass."""
 
     task: str
     transformer: FeatureTransformer
@@ -34,6 +36,8 @@ class MLPScorer:
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]
     # Regression trained on the standardised label: the output is turned back into the label's units.
     target: TargetScaler | None = None
+    # Multiclass: the class of each output, in output order; () for the other tasks (one output).
+    classes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         width = self.transformer.width
@@ -41,7 +45,11 @@ class MLPScorer:
             if weight.shape != (bias.shape[0], width):
                 raise ValueError(f"layer {index}: weight shape {weight.shape} does not follow input width {width}")
             width = bias.shape[0]
-        if width != 1:
+        if self.task == "multiclass_classification":
+            if width != len(self.classes):
+                raise ValueError(f"the last layer must produce one score per class ({len(self.classes)}), "
+                                 f"it produces {width}")
+        elif width != 1:
             raise ValueError(f"the last layer must produce one score, it produces {width}")
 
     @classmethod
@@ -63,7 +71,7 @@ class MLPScorer:
         transformer = (FeatureTransformer.from_dict(meta["transforms"]) if "transforms" in meta
                        else FeatureTransformer.from_standardizer(meta["standardizer"]))
         return cls(task=meta["task"], transformer=transformer, layers=layers,
-                   target=TargetScaler.from_dict(meta.get("target")))
+                   target=TargetScaler.from_dict(meta.get("target")), classes=tuple(meta.get("classes", ())))
 
     def feature_matrix(self, frame: pd.DataFrame) -> np.ndarray:
         """The model's input matrix for raw feature rows: what training computed for the same rows."""
@@ -71,12 +79,18 @@ class MLPScorer:
 
     def score(self, frame: pd.DataFrame) -> np.ndarray:
         """One score per row: P(label = 1) for binary, the prediction in the label's units for
-        regression, the raw output for ranking."""
+        regression, the raw output for ranking; for multiclass a ``[rows, classes]`` matrix of class
+        probabilities (columns in ``classes`` order)."""
         hidden = self.feature_matrix(frame)
         for weight, bias in self.layers[:-1]:
             hidden = np.maximum(hidden @ weight.T + bias, 0.0)
         weight, bias = self.layers[-1]
-        out = (hidden @ weight.T + bias)[:, 0]
+        logits = hidden @ weight.T + bias
+        if self.task == "multiclass_classification":
+            # Stable softmax: the row's largest logit is subtracted first, so no exp overflows.
+            shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+            return shifted / shifted.sum(axis=1, keepdims=True)
+        out = logits[:, 0]
         if self.task == "binary_classification":
             # Stable sigmoid: never exponentiates a large positive number.
             decay = np.exp(-np.abs(out))
@@ -84,3 +98,16 @@ class MLPScorer:
         if self.target is not None:
             return self.target.unscale(out)
         return out
+
+    def prediction(self, frame: pd.DataFrame) -> np.ndarray | pd.DataFrame:
+        """What the served model answers for ``frame``: ``score`` for binary, regression and ranking; for
+        multiclass a DataFrame of the predicted class (``label``, the class name) then each class's
+        probability (``probability_<class>``, in class order)."""
+        scores = self.score(frame)
+        if self.task != "multiclass_classification":
+            return scores
+        # Ties go to the first class in class order (numpy's argmax), as the trainer's accuracy counts them.
+        predicted = np.asarray(self.classes, dtype=object)[scores.argmax(axis=1)]
+        columns = {PREDICTED_LABEL_COLUMN: predicted}
+        columns.update({probability_column(name): scores[:, index] for index, name in enumerate(self.classes)})
+        return pd.DataFrame(columns, index=frame.index)
