@@ -50,6 +50,10 @@ class TrainingData:
         return self.split.target
 
     @property
+    def classes(self) -> tuple[str, ...]:
+        return self.split.classes
+
+    @property
     def n_rows(self) -> int:
         return self.split.n_rows
 

@@ -16,6 +16,11 @@ def bce_loss(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | No
     return F.binary_cross_entropy_with_logits(scores, labels)
 
 
+def cross_entropy_loss(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax cross-entropy: ``scores`` are ``[N, classes]`` logits, ``labels`` the int64 class indices."""
+    return F.cross_entropy(scores, labels)
+
+
 def mse_loss(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     return F.mse_loss(scores, labels)
 
@@ -38,6 +43,8 @@ def listnet_loss(scores: torch.Tensor, relevance: torch.Tensor, mask: torch.Tens
 def make_loss_fn(config: TrainingConfig) -> LossFn:
     if config.task == "binary_classification":
         return bce_loss
+    if config.task == "multiclass_classification":
+        return cross_entropy_loss
     if config.task == "ranking" and config.model.ranking_loss == "listwise":
         return listnet_loss
     # Regression, and pointwise ranking (regress the graded relevance).

@@ -1,4 +1,4 @@
-"""The built-in model: an MLP that maps a feature vector to one score."""
+"""The built-in model: an MLP that maps a feature vector to one score (one logit per class for multiclass)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from torch import nn
 from trainpipe_trainer.config import ModelConfig
 
 
-def build_mlp(*, n_features: int, config: ModelConfig) -> nn.Sequential:
-    """Linear -> ReLU (-> Dropout) per hidden layer, then Linear to one output.
+def build_mlp(*, n_features: int, config: ModelConfig, n_outputs: int = 1) -> nn.Sequential:
+    """Linear -> ReLU (-> Dropout) per hidden layer, then Linear to ``n_outputs`` outputs (1 but for
+    multiclass: a single-output model draws the same initial weights as before multiclass existed).
 
     Works on ``[..., n_features]`` so the same model scores rows and padded query lists; the
     serving module's numpy forward assumes exactly this layout (Linear layers in order).
@@ -20,7 +21,7 @@ def build_mlp(*, n_features: int, config: ModelConfig) -> nn.Sequential:
         if config.dropout > 0:
             layers.append(nn.Dropout(config.dropout))
         width = size
-    layers.append(nn.Linear(width, 1))
+    layers.append(nn.Linear(width, n_outputs))
     return nn.Sequential(*layers)
 
 

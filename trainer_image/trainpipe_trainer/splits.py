@@ -18,12 +18,19 @@ import pandas as pd
 from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.errors import TrainerDataError
-from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler, label_values, require_columns
+from trainpipe_trainer.preprocessing import (
+    FeatureTransformer,
+    TargetScaler,
+    label_class_names,
+    label_values,
+    require_columns,
+)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Splits:
-    # (features, labels) float32 rows, or (features, labels, mask) padded queries for listwise ranking.
+    # (features, labels) rows, or (features, labels, mask) padded queries for listwise ranking; float32,
+    # except a multiclass label: int64 class indices (what cross-entropy takes).
     train: tuple[np.ndarray, ...]
     # Held out of training for the validation loss that picks the best checkpoint (None: no split).
     validation: tuple[np.ndarray, ...] | None
@@ -36,6 +43,8 @@ class Splits:
     # Regression with scale_target: the labels of both splits are standardised with the train split's
     # mean and std (fitted like the transformer, shipped in the model); None: labels as they are.
     target: TargetScaler | None = None
+    # Multiclass: the classes in output order (the model's outputs, the served columns); () otherwise.
+    classes: tuple[str, ...] = ()
 
 
 def read_in_background(config: TrainingConfig) -> Future[Splits]:
@@ -72,8 +81,24 @@ def read_parquet(uri: str, storage_options: dict[str, Any]) -> pd.DataFrame:
     return pq.read_table(pa.BufferReader(raw), use_threads=False).to_pandas()
 
 
-def label_vector(frame: pd.DataFrame, config: TrainingConfig, *, source: str) -> np.ndarray:
-    return label_values(frame, label=config.label, task=config.task, source=source)
+def label_vector(frame: pd.DataFrame, config: TrainingConfig, *, source: str,
+                 classes: tuple[str, ...] = ()) -> np.ndarray:
+    return label_values(frame, label=config.label, task=config.task, source=source, classes=classes)
+
+
+def label_classes(frame: pd.DataFrame, config: TrainingConfig, *, source: str) -> tuple[str, ...]:
+    """A multiclass run's classes: the config's, or (none given) those of the whole training file, so a
+    class only the validation rows hold still has an output; () for the other tasks."""
+    if config.task != "multiclass_classification":
+        return ()
+    if config.label_classes:
+        return config.label_classes
+    require_columns(frame, [config.label], source=source, role="label")
+    classes = label_class_names(frame[config.label], label=config.label, source=source)
+    if len(classes) < 2:
+        raise TrainerDataError(f"{source}: multiclass label column {config.label!r} holds one class only "
+                               f"({', '.join(map(repr, classes))}); a classifier needs at least two")
+    return classes
 
 
 def pad_queries(
@@ -112,11 +137,12 @@ def validation_mask(frame: pd.DataFrame, config: TrainingConfig) -> np.ndarray:
 
 
 def _arrays(frame: pd.DataFrame, config: TrainingConfig, transformer: FeatureTransformer, source: str,
-            target: TargetScaler | None = None) -> tuple[np.ndarray, ...]:
+            target: TargetScaler | None = None, classes: tuple[str, ...] = ()) -> tuple[np.ndarray, ...]:
     features = transformer.transform(frame, source=source).astype(np.float32)
-    labels = label_vector(frame, config, source=source)
-    # Scaled in float64, then cast: the same float32 labels whatever the label column's own dtype.
-    labels = (target.scale(labels) if target is not None else labels).astype(np.float32)
+    labels = label_vector(frame, config, source=source, classes=classes)
+    if config.task != "multiclass_classification":
+        # Scaled in float64, then cast: the same float32 labels whatever the label column's own dtype.
+        labels = (target.scale(labels) if target is not None else labels).astype(np.float32)
     if is_listwise(config):
         return pad_queries(frame[config.group_column], features, labels)
     return features, labels
@@ -133,6 +159,7 @@ def read_splits(config: TrainingConfig) -> Splits:
         require_columns(frame, [config.group_column], source=source, role="group")
         if frame[config.group_column].isna().any():
             raise TrainerDataError(f"{source}: group column {config.group_column!r} has missing query ids")
+    classes = label_classes(frame, config, source=source)
     held_out = validation_mask(frame, config)
     if not held_out.any():
         # Nothing held out: the split is the whole file, fitted and checked in one pass.
@@ -145,14 +172,15 @@ def read_splits(config: TrainingConfig) -> Splits:
         transformer = FeatureTransformer.fit(train_frame, transforms, source=source)
         target = (TargetScaler.fit(label_vector(train_frame, config, source=source))
                   if config.task == "regression" and config.scale_target else None)
-        train = _arrays(train_frame, config, transformer, source, target)
-        validation = _arrays(validation_frame, config, transformer, source, target) if len(validation_frame) else None
+        train = _arrays(train_frame, config, transformer, source, target, classes)
+        validation = (_arrays(validation_frame, config, transformer, source, target, classes)
+                      if len(validation_frame) else None)
     except TrainerDataError:
         if train_frame is frame:
             raise
         # Say it of the whole file (counts, values), not of one split of it: check the file as one.
         FeatureTransformer.fit(frame, transforms, source=source).transform(frame, source=source)
-        label_vector(frame, config, source=source)
+        label_vector(frame, config, source=source, classes=classes)
         raise
     sample = serving_sample(frame, transforms)
     return Splits(
@@ -163,6 +191,7 @@ def read_splits(config: TrainingConfig) -> Splits:
         n_validation_rows=len(validation_frame),
         sample_frame=sample,
         target=target,
+        classes=classes,
     )
 
 

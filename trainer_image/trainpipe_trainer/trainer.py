@@ -200,7 +200,8 @@ class Trainer:
         self.strategy = build_strategy(
             config,
             env=env,
-            build_module=lambda: build_mlp(n_features=self.data.transformer.width, config=config.model),
+            build_module=lambda: build_mlp(n_features=self.data.transformer.width, config=config.model,
+                                           n_outputs=len(self.data.classes) or 1),
             total_steps=total_steps,
         )
         self.loss_fn = make_loss_fn(config)
@@ -711,6 +712,7 @@ class Trainer:
                 model_uri = log_pyfunc_model(
                     module, transformer=self.data.transformer, config=self.config,
                     sample_frame=self.data.sample_frame, target=self.data.target, tracker=self.tracker,
+                    classes=self.data.classes,
                 )
             # A tuning trial logs no model: nothing loads it (the final training retrains the best
             # parameters and logs that model), and it cost 0.2-0.5 s of every complete trial. Its

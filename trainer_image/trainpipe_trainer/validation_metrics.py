@@ -30,10 +30,34 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float | None:
     return (rank_sum - n_positive * (n_positive + 1) / 2) / (n_positive * n_negative)
 
 
+def multiclass_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """Accuracy, balanced accuracy and macro F1 of the argmax class, as scikit-learn defines them:
+    balanced accuracy averages the recall of the classes the labels hold, macro F1 the F1 of the
+    classes the labels or the predictions hold (a class in neither has no F1 to average)."""
+    true = labels.flatten().long()
+    if true.numel() == 0:
+        return {}
+    # One row of class logits per label (a single column is a one-class row).
+    predicted = logits.reshape(true.numel(), -1).argmax(dim=-1)
+    n_classes = max(int(predicted.max()), int(true.max())) + 1
+    support = torch.bincount(true, minlength=n_classes).double()
+    predicted_count = torch.bincount(predicted, minlength=n_classes).double()
+    hits = torch.bincount(true[predicted == true], minlength=n_classes).double()
+    present = support > 0
+    seen = present | (predicted_count > 0)
+    f1 = 2 * hits[seen] / (support[seen] + predicted_count[seen])
+    return {
+        "validation_accuracy": float(hits.sum() / true.numel()),
+        "validation_balanced_accuracy": float((hits[present] / support[present]).mean()),
+        "validation_macro_f1": float(f1.mean()),
+    }
+
+
 def task_metrics(task: str, scores: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
     """The task's metrics besides the loss (``CHECKPOINT_METRICS[task]``) from validation scores
-    (logits for binary classification, predictions for regression) and labels; a metric that is
-    undefined on this split (AUC on one class) is left out."""
+    (logits for binary classification, ``[N, classes]`` logits for multiclass, predictions for
+    regression) and labels (class indices for multiclass); a metric that is undefined on this split
+    (AUC on one class) is left out."""
     found: dict[str, float] = {}
     if task == "binary_classification":
         auc = roc_auc(scores, labels)
@@ -41,6 +65,8 @@ def task_metrics(task: str, scores: torch.Tensor, labels: torch.Tensor) -> dict[
             found["validation_auc"] = auc
         # A logit above 0 is a probability above 0.5.
         found["validation_accuracy"] = float(((scores > 0).double() == (labels > 0.5).double()).double().mean())
+    elif task == "multiclass_classification":
+        found.update(multiclass_metrics(scores, labels))
     elif task == "regression":
         errors = (scores.double() - labels.double()).flatten()
         found["validation_rmse"] = math.sqrt(float((errors**2).mean()))

@@ -70,6 +70,12 @@ def flatten_params(config: TrainingConfig, *, world_size: int) -> dict[str, str]
     flat["features"] = flat["features"][:6000]
     flat["transforms"] = flat["transforms"][:6000]
     flat["features_count"] = str(len(config.features))
+    if config.label_classes:
+        flat["label_classes"] = flat["label_classes"][:6000]
+        flat["label_classes_count"] = str(len(config.label_classes))
+    else:
+        # Left out like the config's JSON leaves it out: runs of the other tasks keep their params.
+        del flat["label_classes"]
     flat["world_size"] = str(world_size)
     return flat
 
