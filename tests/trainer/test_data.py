@@ -15,7 +15,7 @@ from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrainingConf
 from trainpipe_trainer.data import EpochLoader, load_training_data
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import TrainerDataError
-from trainpipe_trainer.splits import pad_queries, read_in_background
+from trainpipe_trainer.splits import pad_queries, read_in_background, validation_mask
 
 
 def _config(train: Path, **overrides: object) -> TrainingConfig:
@@ -152,3 +152,46 @@ def test_each_batch_is_the_samplers_rows_gathered_at_once(rows: int, world_size:
             assert x.is_contiguous()
     # The wait for batches is measured (the progress line's data-wait share).
     assert loader.wait_seconds > 0
+
+
+def _multiclass_file(path: Path, labels: list[object]) -> Path:
+    rng = np.random.default_rng(5)
+    pd.DataFrame({"a": rng.normal(size=len(labels)), "b": rng.normal(size=len(labels)), "label": labels}).to_parquet(path)
+    return path
+
+
+def test_multiclass_labels_are_class_indices_in_both_splits(tmp_path: Path) -> None:
+    labels = ["cat", "dog", "eel"] * 20
+    path = _multiclass_file(tmp_path / "train.parquet", labels)
+    # The config's order, not the text order: the index is the model's output.
+    config = _config(path, task="multiclass_classification", label_classes=("eel", "cat", "dog"),
+                     checkpoint=CheckpointConfig(root_uri="file:///unused", validation_fraction=0.25))
+    data = load_training_data(config)
+    assert data.classes == ("eel", "cat", "dog")
+    held_out = validation_mask(pd.read_parquet(path), config)
+    expected = np.array([{"eel": 0, "cat": 1, "dog": 2}[label] for label in labels])
+    train_labels, validation_labels = data.dataset.tensors[1], data.validation.tensors[1]
+    assert train_labels.dtype == validation_labels.dtype == torch.int64
+    assert train_labels.tolist() == expected[~held_out].tolist()
+    assert validation_labels.tolist() == expected[held_out].tolist()
+
+
+def test_multiclass_without_configured_classes_takes_the_training_files_in_numeric_order(tmp_path: Path) -> None:
+    path = _multiclass_file(tmp_path / "train.parquet", [10, 2, 7, 2, 10, 7])
+    data = load_training_data(_config(path, task="multiclass_classification"))
+    assert data.classes == ("2", "7", "10")
+    assert sorted(set(data.dataset.tensors[1].tolist())) == [0, 1, 2]
+
+
+def test_a_multiclass_label_outside_the_classes_is_named(tmp_path: Path) -> None:
+    path = _multiclass_file(tmp_path / "train.parquet", ["cat", "dog", "yak", "cat"])
+    config = _config(path, task="multiclass_classification", label_classes=("cat", "dog"))
+    with pytest.raises(TrainerDataError, match=r"label column 'label' holds classes that are not in the run's "
+                                               r"classes \(2: 'cat', 'dog'\): 'yak'; add them to training.label_classes"):
+        load_training_data(config)
+
+
+def test_a_multiclass_label_with_one_class_is_refused(tmp_path: Path) -> None:
+    path = _multiclass_file(tmp_path / "train.parquet", ["cat"] * 4)
+    with pytest.raises(TrainerDataError, match=r"multiclass label column 'label' holds one class only \('cat'\)"):
+        load_training_data(_config(path, task="multiclass_classification"))

@@ -1,4 +1,4 @@
-"""trainpipe_trainer.losses: ListNet over padded query lists."""
+"""trainpipe_trainer.losses: ListNet over padded query lists, softmax cross-entropy over classes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from trainpipe_trainer.losses import listnet_loss
+from trainpipe_trainer.losses import cross_entropy_loss, listnet_loss
 
 
 def _listnet_reference(scores: list[float], relevance: list[float]) -> float:
@@ -26,3 +26,12 @@ def test_listnet_matches_reference_and_ignores_padding() -> None:
     loss.backward()
     assert scores.grad is not None
     assert torch.equal(scores.grad[~mask], torch.zeros(3))
+
+
+def test_cross_entropy_is_the_mean_negative_log_softmax_of_the_true_class() -> None:
+    logits = [[2.0, 0.0, -1.0], [0.5, 0.5, 3.0], [1.0, 4.0, 1.0]]
+    classes = [0, 2, 0]
+    expected = sum(-math.log(math.exp(row[label]) / sum(math.exp(v) for v in row))
+                   for row, label in zip(logits, classes, strict=True)) / len(classes)
+    loss = cross_entropy_loss(torch.tensor(logits), torch.tensor(classes, dtype=torch.int64))
+    assert math.isclose(loss.item(), expected, rel_tol=1e-6)
