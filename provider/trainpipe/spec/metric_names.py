@@ -24,6 +24,11 @@ _AT_K_METRICS: dict[str, tuple[str, ...]] = {
     "regression": (),
     "ranking": ("ndcg", "map", "mrr"),
 }
+# A name of another task that has a counterpart here which spelling alone would not suggest: a binary
+# classifier's f1 and recall are, averaged over the classes, macro_f1 and balanced_accuracy.
+_COUNTERPARTS: dict[str, dict[str, str]] = {
+    "multiclass_classification": {"f1": "macro_f1", "recall": "balanced_accuracy"},
+}
 _LOWER_IS_BETTER = frozenset({"log_loss", "rmse", "mae"})
 _AT_K = re.compile(r"^(?P<base>[a-z_]+)@(?P<k>[1-9][0-9]*)$")
 _DEFAULT_K = 10
@@ -78,6 +83,8 @@ def suggest_metric(task: str, name: str) -> str | None:
     candidates = {**{m: m for m in _PLAIN_METRICS[task]}, **{b: f"{b}@{k}" for b in _AT_K_METRICS[task]}}
     if base in candidates:
         return candidates[base]
+    if base in _COUNTERPARTS.get(task, {}):
+        return _COUNTERPARTS[task][base]
     close = difflib.get_close_matches(base, list(candidates), n=1, cutoff=0.6)
     return candidates[close[0]] if close else None
 

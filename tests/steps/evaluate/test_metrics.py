@@ -11,11 +11,15 @@ from trainpipe.errors import SpecError
 from trainpipe.steps.evaluate.metrics import (
     MetricInputError,
     check_metric,
+    class_confusion_matrix,
     compute_metrics,
     higher_is_better,
     is_known_metric,
     metric_names,
+    per_class_metrics,
+    slice_metrics,
     suggest_metric,
+    worst_slice,
 )
 
 
@@ -23,6 +27,7 @@ def test_metric_names_per_task() -> None:
     assert metric_names("binary_classification") == [
         "auc", "f1", "accuracy", "precision", "recall", "log_loss", "pr_auc",
     ]  # fmt: skip
+    assert metric_names("multiclass_classification") == ["accuracy", "balanced_accuracy", "macro_f1", "log_loss"]
     assert metric_names("regression") == ["rmse", "mae", "r2"]
     assert metric_names("ranking") == ["ndcg@K", "map@K", "mrr@K"]
 
@@ -41,6 +46,10 @@ def test_metric_names_per_task() -> None:
         ("ranking", "ndcg@-3", False),
         ("ranking", "auc", False),
         ("binary_classification", "AUC", False),
+        ("multiclass_classification", "macro_f1", True),
+        ("multiclass_classification", "balanced_accuracy", True),
+        ("multiclass_classification", "auc", False),
+        ("binary_classification", "macro_f1", False),
     ],
 )
 def test_is_known_metric(task: str, name: str, known: bool) -> None:
@@ -65,6 +74,9 @@ def test_unknown_task_is_a_spec_error_with_suggestion() -> None:
         ("ranking", "map@0", "map@10"),
         ("ranking", "ndcg@10", "ndcg@10"),
         ("binary_classification", "bleu", None),
+        ("multiclass_classification", "f1", "macro_f1"),
+        ("multiclass_classification", "recall", "balanced_accuracy"),
+        ("multiclass_classification", "balanced-accuracy", "balanced_accuracy"),
     ],
 )
 def test_suggest_metric(task: str, name: str, expected: str | None) -> None:
@@ -76,11 +88,15 @@ def test_check_metric_names_field_suggestion_and_other_task() -> None:
         check_metric("binary_classification", "acu", field_path="evaluate.metric")
     with pytest.raises(SpecError, match=r"'rmse' is a regression metric"):
         check_metric("binary_classification", "rmse")
+    with pytest.raises(SpecError, match=r"unknown multiclass_classification metric 'auc'; valid: accuracy, "
+                                        r"balanced_accuracy, macro_f1, log_loss; 'auc' is a binary_classification"):
+        check_metric("multiclass_classification", "auc")
 
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("auc", True), ("r2", True), ("ndcg@10", True), ("log_loss", False), ("rmse", False), ("mae", False)],
+    [("auc", True), ("r2", True), ("ndcg@10", True), ("log_loss", False), ("rmse", False), ("mae", False),
+     ("macro_f1", True), ("balanced_accuracy", True)],
 )
 def test_higher_is_better(name: str, expected: bool) -> None:
     assert higher_is_better(name) is expected
@@ -130,6 +146,97 @@ def test_binary_input_errors() -> None:
         compute_metrics("binary_classification", ["f1"], y_true=[0, 2], y_score=[0.1, 0.9])
     with pytest.raises(MetricInputError, match="y_true has 2 values but y_score has 3"):
         compute_metrics("binary_classification", ["f1"], y_true=[0, 1], y_score=[0.1, 0.9, 0.5])
+
+
+# Five rows of three classes; the most probable class of each row is a, b, b, c, a:
+# a: predicted twice (rows 0, 4), right once, 2 rows -> precision 1/2, recall 1/2, F1 1/2
+# b: predicted twice (rows 1, 2), right once, 2 rows -> precision 1/2, recall 1/2, F1 1/2
+# c: predicted once (row 3), right, 1 row            -> precision 1,   recall 1,   F1 1
+CLASSES = ("a", "b", "c")
+Y_TRUE = ["a", "a", "b", "c", "b"]
+PROBABILITIES = [[0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.1, 0.7, 0.2], [0.3, 0.3, 0.4], [0.5, 0.4, 0.1]]
+
+
+def test_multiclass_metrics_hand_computed() -> None:
+    got = compute_metrics("multiclass_classification", ["accuracy", "balanced_accuracy", "macro_f1", "log_loss"],
+                          y_true=Y_TRUE, y_score=PROBABILITIES, classes=CLASSES)
+
+    assert got == pytest.approx({
+        "accuracy": 3 / 5,
+        "balanced_accuracy": (1 / 2 + 1 / 2 + 1) / 3,
+        "macro_f1": (1 / 2 + 1 / 2 + 1) / 3,
+        # The probability each row gives its own class: 0.6, 0.2, 0.7, 0.4, 0.4.
+        "log_loss": -(math.log(0.6) + math.log(0.2) + math.log(0.7) + math.log(0.4) + math.log(0.4)) / 5,
+    })
+
+
+def test_per_class_metrics_and_confusion_matrix_hand_computed() -> None:
+    assert per_class_metrics(Y_TRUE, PROBABILITIES, CLASSES) == [
+        {"class": "a", "precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2},
+        {"class": "b", "precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2},
+        {"class": "c", "precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1},
+    ]
+    # Rows: actual a, b, c; columns: predicted a, b, c.
+    assert class_confusion_matrix(Y_TRUE, PROBABILITIES, CLASSES).tolist() == [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
+
+
+def test_a_class_the_rows_lack_has_no_recall_and_one_never_predicted_no_precision() -> None:
+    rows = per_class_metrics(["a", "a", "b"], [[0.9, 0.1, 0.0], [0.1, 0.9, 0.0], [0.2, 0.8, 0.0]], CLASSES)
+
+    assert rows[2] == {"class": "c", "precision": None, "recall": None, "f1": None, "support": 0}
+    never_predicted = per_class_metrics(["a", "c"], [[0.9, 0.1, 0.0], [0.9, 0.1, 0.0]], CLASSES)[2]
+    assert never_predicted == {"class": "c", "precision": None, "recall": 0.0, "f1": 0.0, "support": 1}
+
+
+def test_a_multiclass_slice_lacking_classes_is_judged_on_the_classes_it_has() -> None:
+    slices = slice_metrics("multiclass_classification", ["accuracy", "balanced_accuracy", "macro_f1", "log_loss"],
+                           y_true=Y_TRUE, y_score=PROBABILITIES, classes=CLASSES, slice_values=["x", "x", "y", "y", "y"])
+
+    x, y = slices
+    # Slice x: rows 0, 1 (both a), predicted a, b. Recall is over a only; F1 over a and b (b was predicted):
+    # a: precision 1, recall 1/2 -> F1 2/3; b: a false positive -> F1 0. c is neither and left out.
+    assert (x["value"], x["rows"], x["undefined"]) == ("x", 2, {})
+    assert x["metrics"] == pytest.approx({"accuracy": 1 / 2, "balanced_accuracy": 1 / 2, "macro_f1": (2 / 3 + 0) / 2,
+                                          "log_loss": -(math.log(0.6) + math.log(0.2)) / 2})
+    # Slice y: rows 2, 3, 4 (b, c, b), predicted b, c, a.
+    assert y["metrics"] == pytest.approx({"accuracy": 2 / 3, "balanced_accuracy": (1 / 2 + 1) / 2,
+                                          "macro_f1": (0 + 2 / 3 + 1) / 3,
+                                          "log_loss": -(math.log(0.7) + math.log(0.4) + math.log(0.4)) / 3})
+    column, worst = worst_slice("log_loss", {"segment": slices})
+    assert (column, worst["value"]) == ("segment", "x")  # log_loss: lower is better, so the worst is the highest
+
+
+def test_multiclass_labels_are_read_as_class_names() -> None:
+    # A label column read back as float (it had missing values elsewhere) still names classes "1" and "2".
+    got = compute_metrics("multiclass_classification", ["accuracy"], y_true=[1.0, 2.0, 2.0],
+                          y_score=[[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]], classes=("1", "2"))
+    assert got == {"accuracy": pytest.approx(2 / 3)}
+    # float32 probabilities that sum to 1 only approximately are accepted (and rescaled for log_loss).
+    import numpy as np
+
+    got = compute_metrics("multiclass_classification", ["log_loss"], y_true=["a", "b"], classes=("a", "b"),
+                          y_score=np.asarray([[0.7, 0.3], [0.1, 0.9]], dtype=np.float32))
+    assert got["log_loss"] == pytest.approx(-(math.log(0.7) + math.log(0.9)) / 2, rel=1e-6)
+
+
+def test_multiclass_input_errors() -> None:
+    def metrics(y_true, y_score, classes=("a", "b")):
+        return compute_metrics("multiclass_classification", ["accuracy"], y_true=y_true, y_score=y_score,
+                               classes=classes)
+
+    with pytest.raises(MetricInputError, match="y_true holds classes the model gives no probability for: 'z'; "
+                                               "its classes are 'a', 'b'"):
+        metrics(["a", "z"], [[0.5, 0.5], [0.5, 0.5]])
+    with pytest.raises(MetricInputError, match=r"expected one column per class \(2\), got shape \(2,\)"):
+        metrics(["a", "b"], [0.5, 0.5])
+    with pytest.raises(MetricInputError, match="row 1 sums to 0.800000"):
+        metrics(["a", "b"], [[0.5, 0.5], [0.4, 0.4]])
+    with pytest.raises(MetricInputError, match="two or more distinct class names"):
+        metrics(["a"], [[1.0]], classes=("a",))
+    with pytest.raises(MetricInputError, match="label column 'y_true' has missing values"):
+        metrics(["a", None], [[0.5, 0.5], [0.5, 0.5]])
+    with pytest.raises(MetricInputError, match="y_true has 1 values but y_score has 2 rows"):
+        metrics(["a"], [[0.5, 0.5], [0.5, 0.5]])
 
 
 def test_unknown_metric_in_compute_is_a_spec_error() -> None:

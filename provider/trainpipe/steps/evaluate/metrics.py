@@ -1,13 +1,15 @@
 """Evaluation metrics a spec may name, per task type, and how to compute them.
 
-=========================  =====================================================================
-task                       metric names
-=========================  =====================================================================
-``binary_classification``  ``auc``, ``f1``, ``accuracy``, ``precision``, ``recall``, ``log_loss``,
-                           ``pr_auc``
-``regression``             ``rmse``, ``mae``, ``r2``
-``ranking``                ``ndcg@K``, ``map@K``, ``mrr@K`` with K a positive integer (``ndcg@10``)
-=========================  =====================================================================
+=============================  =================================================================
+task                           metric names
+=============================  =================================================================
+``binary_classification``      ``auc``, ``f1``, ``accuracy``, ``precision``, ``recall``,
+                               ``log_loss``, ``pr_auc``
+``multiclass_classification``  ``accuracy``, ``balanced_accuracy``, ``macro_f1``, ``log_loss``
+``regression``                 ``rmse``, ``mae``, ``r2``
+``ranking``                    ``ndcg@K``, ``map@K``, ``mrr@K`` with K a positive integer
+                               (``ndcg@10``)
+=============================  =================================================================
 
 Lower is better only for ``log_loss``, ``rmse`` and ``mae``.
 
@@ -23,6 +25,18 @@ over queries, every query weighing the same:
   whose first relevant document is below K;
 * for ``map`` and ``mrr``, documents with equal scores are ordered worst first (pessimistic), so a
   constant scorer cannot look good.
+
+Multiclass metrics take ``y_true`` as the label column (each value's text is its class name,
+``trainpipe_trainer.preprocessing.label_texts``), ``y_score`` as the [N, K] matrix of class
+probabilities and ``classes`` as the K class names of its columns. The predicted class is the most
+probable one (the first in class order on a tie), as the served model's ``label`` column says:
+
+* ``log_loss`` is over all K classes, whichever the rows hold;
+* ``balanced_accuracy`` is the mean recall over the classes the rows hold;
+* ``macro_f1`` is the mean F1 over the classes the rows hold or the model predicts: a class that is
+  neither has no F1 (0/0) and is left out rather than counted as 0.
+
+So a slice that lacks some classes still has every metric, judged on the classes it has.
 
 sklearn and numpy are imported inside :func:`compute_metrics`: importing this module is cheap.
 """
@@ -70,12 +84,15 @@ def compute_metrics(
     y_score: ArrayLike,
     groups: ArrayLike | None = None,
     threshold: float = 0.5,
+    classes: Sequence[str] = (),
 ) -> dict[str, float]:
     """Compute every metric in ``names`` for ``task``; returns name -> value in the given order.
 
     * ``binary_classification``: ``y_true`` is 0/1, ``y_score`` the probability of class 1.
       ``f1``, ``accuracy``, ``precision`` and ``recall`` predict 1 when ``y_score >= threshold``
       (precision/recall/f1 are 0 when undefined). ``auc`` and ``pr_auc`` need both classes present.
+    * ``multiclass_classification``: ``y_true`` the label values, ``y_score`` the [N, K] probabilities
+      of ``classes`` (required; see the module docstring).
     * ``regression``: ``y_true`` and ``y_score`` are real values.
     * ``ranking``: ``y_true`` is the relevance (>= 0), ``y_score`` the model score and ``groups``
       the query id of each row (required; rows of a query need not be contiguous). See the module
@@ -91,6 +108,8 @@ def compute_metrics(
         check_metric(task, name)
     import numpy as np
 
+    if task == "multiclass_classification":
+        return _multiclass(names, *class_inputs(y_true, y_score, classes))
     true = _as_1d("y_true", y_true, np.float64)
     score = _as_1d("y_score", y_score, np.float64)
     if true.shape != score.shape:
@@ -144,6 +163,105 @@ def _binary(names: Sequence[str], true: np.ndarray, score: np.ndarray, threshold
                 value = skm.f1_score(labels, predicted, zero_division=0)
         results[name] = float(value)
     return results
+
+
+# How far a row of class probabilities may sum from 1 (float32 softmax outputs); rows are then rescaled.
+_PROBABILITY_SUM_TOLERANCE = 1e-3
+
+
+def class_inputs(y_true: ArrayLike, y_score: ArrayLike, classes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The class index of each row of ``y_true`` in ``classes`` and the checked [N, K] probabilities
+    (each row summing to exactly 1). Raises :class:`MetricInputError` naming what does not fit."""
+    import numpy as np
+    import pandas as pd
+
+    from trainpipe_trainer.errors import TrainerDataError
+    from trainpipe_trainer.preprocessing import label_texts
+
+    classes = tuple(classes)
+    if len(classes) < 2 or len(set(classes)) != len(classes):
+        raise MetricInputError(f"classes: multiclass metrics need two or more distinct class names, got {classes!r}")
+    try:
+        probabilities = np.asarray(y_score, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise MetricInputError(f"y_score: cannot be read as numbers ({error})") from None
+    if probabilities.ndim != 2 or probabilities.shape[1] != len(classes):
+        raise MetricInputError(f"y_score: expected one column per class ({len(classes)}), got shape "
+                               f"{probabilities.shape}")
+    if not np.all(np.isfinite(probabilities)) or np.any((probabilities < 0) | (probabilities > 1)):
+        raise MetricInputError("y_score: class probabilities must be finite and in [0, 1]")
+    sums = probabilities.sum(axis=1)
+    if np.any(np.abs(sums - 1.0) > _PROBABILITY_SUM_TOLERANCE):
+        row = int(np.argmax(np.abs(sums - 1.0)))
+        raise MetricInputError(f"y_score: each row's class probabilities must sum to 1; row {row} sums to "
+                               f"{sums[row]:.6f}")
+    try:
+        # A Series keeps its dtype: whole floats (a label column read back with missing values) are "2", not "2.0".
+        texts = label_texts(y_true if isinstance(y_true, pd.Series) else pd.Series(np.asarray(y_true)),
+                            label="y_true", source="multiclass metrics")
+    except TrainerDataError as error:
+        raise MetricInputError(str(error)) from None
+    if texts.shape[0] != probabilities.shape[0]:
+        raise MetricInputError(f"y_true has {texts.shape[0]} values but y_score has {probabilities.shape[0]} rows")
+    if texts.size == 0:
+        raise MetricInputError("y_true and y_score are empty")
+    index = {name: position for position, name in enumerate(classes)}
+    unknown = sorted({text for text in texts.tolist() if text not in index})
+    if unknown:
+        raise MetricInputError(f"y_true holds classes the model gives no probability for: "
+                               f"{', '.join(map(repr, unknown[:10]))}{' ...' if len(unknown) > 10 else ''}; "
+                               f"its classes are {', '.join(map(repr, classes[:10]))}{' ...' if len(classes) > 10 else ''}")
+    true = np.fromiter((index[text] for text in texts.tolist()), dtype=np.int64, count=texts.size)
+    return true, probabilities / sums[:, None]
+
+
+def _multiclass(names: Sequence[str], true: np.ndarray, probabilities: np.ndarray) -> dict[str, float]:
+    import numpy as np
+    from sklearn import metrics as skm
+
+    predicted = probabilities.argmax(axis=1)
+    held = np.unique(true).tolist()
+    held_or_predicted = np.union1d(true, predicted).tolist()
+    results: dict[str, float] = {}
+    for name in names:
+        match name:
+            case "accuracy":
+                value = skm.accuracy_score(true, predicted)
+            case "balanced_accuracy":
+                # sklearn's balanced_accuracy_score takes no labels=: the same mean recall, with them explicit.
+                value = skm.recall_score(true, predicted, labels=held, average="macro", zero_division=0)
+            case "macro_f1":
+                value = skm.f1_score(true, predicted, labels=held_or_predicted, average="macro", zero_division=0)
+            case "log_loss":
+                value = skm.log_loss(true, probabilities, labels=list(range(probabilities.shape[1])))
+        results[name] = float(value)
+    return results
+
+
+def per_class_metrics(y_true: ArrayLike, y_score: ArrayLike, classes: Sequence[str]) -> list[dict[str, Any]]:
+    """Precision, recall, F1 and support of every class, in class order (the predicted class is the most
+    probable one): ``[{"class", "precision", "recall", "f1", "support"}]``. A value that is 0/0 is None:
+    precision of a class never predicted, recall of a class the rows lack, F1 of a class that is neither."""
+    import numpy as np
+    from sklearn import metrics as skm
+
+    true, probabilities = class_inputs(y_true, y_score, classes)
+    precision, recall, f1, support = skm.precision_recall_fscore_support(
+        true, probabilities.argmax(axis=1), labels=list(range(len(classes))), zero_division=np.nan)
+
+    def defined(value: float) -> float | None:
+        return None if np.isnan(value) else float(value)
+
+    return [{"class": name, "precision": defined(precision[i]), "recall": defined(recall[i]), "f1": defined(f1[i]),
+             "support": int(support[i])} for i, name in enumerate(classes)]
+
+
+def class_confusion_matrix(y_true: ArrayLike, y_score: ArrayLike, classes: Sequence[str]) -> np.ndarray:
+    """The [K, K] counts of rows by actual class (row) and predicted class (column), in class order."""
+    from sklearn import metrics as skm
+
+    true, probabilities = class_inputs(y_true, y_score, classes)
+    return skm.confusion_matrix(true, probabilities.argmax(axis=1), labels=list(range(len(classes))))
 
 
 def _regression(names: Sequence[str], true: np.ndarray, score: np.ndarray) -> dict[str, float]:
@@ -243,14 +361,16 @@ def slice_metrics(
     slice_values: ArrayLike,
     groups: ArrayLike | None = None,
     threshold: float = 0.5,
+    classes: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Every metric in ``names`` on the rows of each slice value, sorted by the value's text.
 
     Returns ``[{"value": str, "rows": int, "metrics": {name: float | None}, "undefined": {name: reason}}]``.
     A metric that a slice cannot give (``auc`` on a slice holding one class, ``r2`` on one row, a
     ranking slice without a relevant document) is None there, with the reason in ``undefined``.
-    Ranking slices keep the rows of the value and average over the queries among them, so a slice
-    column should be constant within a query.
+    A multiclass slice that lacks some classes has every metric (see the module docstring);
+    ``y_score`` is then the [N, K] probabilities of ``classes``. Ranking slices keep the rows of the
+    value and average over the queries among them, so a slice column should be constant within a query.
     """
     import numpy as np
 
@@ -265,7 +385,8 @@ def slice_metrics(
         values: dict[str, float | None] = {}
         undefined: dict[str, str] = {}
         inputs = dict(y_true=true[rows], y_score=score[rows],
-                      groups=group_ids[rows] if group_ids is not None else None, threshold=threshold)
+                      groups=group_ids[rows] if group_ids is not None else None, threshold=threshold,
+                      classes=classes)
         try:
             values = dict(compute_metrics(task, names, **inputs))
         except MetricInputError:
