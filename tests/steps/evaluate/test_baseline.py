@@ -41,6 +41,47 @@ def test_the_baseline_learns_the_linear_signal_from_the_train_split(binary):
         assert ((scores >= 0) & (scores <= 1)).all()  # probabilities, like the served classifier's
 
 
+def _multiclass_table(n: int, seed: int) -> pd.DataFrame:
+    """Three classes by which of three linear scores is largest (text labels, as users' classes often are)."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({"x": rng.normal(0, 1, n), "y": rng.normal(0, 1, n), "city": rng.choice(["a", "b"], n)})
+    scores = np.stack([frame["x"], frame["y"], -frame["x"] - frame["y"] + (frame["city"] == "a")], axis=1)
+    frame["label"] = np.asarray(["cat", "dog", "owl"])[(scores + rng.normal(0, 0.3, scores.shape)).argmax(axis=1)]
+    return frame
+
+
+def test_the_multiclass_baseline_is_a_multinomial_logistic_regression_in_the_candidates_class_order():
+    train, holdout = _multiclass_table(2000, 1), _multiclass_table(500, 2)
+    classes = ("owl", "cat", "dog")  # the candidate's order, not sorted
+
+    scores = baseline_scores("multiclass_classification", ("x", "y", "city"), "label", train, holdout, classes)
+
+    assert scores.shape == (500, 3) and np.allclose(scores.sum(axis=1), 1.0)
+    found = metrics.compute_metrics("multiclass_classification", ["accuracy", "macro_f1"],
+                                    y_true=holdout["label"], y_score=scores, classes=classes)
+    assert found["accuracy"] > 0.8 and found["macro_f1"] > 0.8
+    # Column 0 is owl's: the rows labelled owl are where it is highest.
+    assert scores[holdout["label"].to_numpy() == "owl", 0].mean() > 0.6
+
+
+def test_a_class_the_train_split_lacks_gets_no_probability_and_one_class_gets_all():
+    train, holdout = _multiclass_table(600, 3), _multiclass_table(50, 4)
+    classes = ("cat", "dog", "owl", "yak")
+
+    scores = baseline_scores("multiclass_classification", ("x", "y"), "label", train, holdout, classes)
+    assert (scores[:, 3] == 0).all() and np.allclose(scores.sum(axis=1), 1.0)
+    only_cats = baseline_scores("multiclass_classification", ("x",), "label", train.assign(label="cat"), holdout,
+                                classes)
+    assert (only_cats == [1.0, 0.0, 0.0, 0.0]).all()
+
+
+def test_a_train_label_outside_the_classes_is_named():
+    train = _multiclass_table(50, 5)
+    with pytest.raises(metrics.MetricInputError, match="train split: label column 'label' holds classes that are "
+                                                       "not in the run's classes"):
+        baseline_scores("multiclass_classification", ("x",), "label", train, train, ("cat", "dog"))
+
+
 def test_a_one_class_train_split_gives_its_rate():
     train = _table(50, 3, binary=True).assign(label=1)
     scores = baseline_scores("binary_classification", ("x",), "label", train, _table(10, 4, binary=True))

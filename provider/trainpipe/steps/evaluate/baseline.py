@@ -1,11 +1,11 @@
 """The baseline of every evaluation: a simple linear model fitted on the run's train split, scored on its holdout.
 
 A candidate is worth registering only if it beats what a plain linear model gets from the same features:
-ridge regression for regression, logistic regression for binary classification, and for ranking a linear
-scorer (ridge on the graded relevance). The features are encoded the simple way (numeric columns imputed
-with the train median and standardised, other columns one-hot over their most frequent train values), so
-the baseline needs nothing from the spec but its column names, and it is fitted on the rows the candidate
-trained on, never the holdout.
+ridge regression for regression, logistic regression for binary classification, multinomial logistic
+regression for multiclass classification, and for ranking a linear scorer (ridge on the graded relevance).
+The features are encoded the simple way (numeric columns imputed with the train median and standardised,
+other columns one-hot over their most frequent train values), so the baseline needs nothing from the spec
+but its column names, and it is fitted on the rows the candidate trained on, never the holdout.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 # The model each task's baseline is, as the report and the run note name it.
 BASELINE_MODELS = {"regression": "ridge", "binary_classification": "logistic regression",
+                   "multiclass_classification": "multinomial logistic regression",
                    "ranking": "linear scorer (ridge on relevance)"}
 # One-hot inputs per non-numeric column: its most frequent train values, the rest share none.
 _MAX_CATEGORIES = 20
@@ -69,8 +70,9 @@ class _Design:
 
 
 def baseline_scores(task: str, features: tuple[str, ...], label: str, train: pd.DataFrame,
-                    holdout: pd.DataFrame) -> np.ndarray:
-    """The baseline's scores on ``holdout`` (as the candidate's are: P(1) for binary classification)."""
+                    holdout: pd.DataFrame, classes: tuple[str, ...] = ()) -> np.ndarray:
+    """The baseline's scores on ``holdout`` (as the candidate's are: P(1) for binary classification, and for
+    multiclass the [N, K] probabilities of ``classes``, the candidate's classes in its order)."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression, Ridge
 
@@ -78,6 +80,8 @@ def baseline_scores(task: str, features: tuple[str, ...], label: str, train: pd.
         train = train.sample(n=_MAX_ROWS, random_state=0)
     design = _Design.fit(train, features)
     x_train, x_holdout = design.matrix(train), design.matrix(holdout)
+    if task == "multiclass_classification":
+        return _multiclass_probabilities(x_train, train[label], x_holdout, classes, label=label)
     y = train[label].to_numpy(dtype=np.float64)
     if task == "binary_classification":
         if np.unique(y).size < 2:
@@ -86,3 +90,28 @@ def baseline_scores(task: str, features: tuple[str, ...], label: str, train: pd.
         model = LogisticRegression(max_iter=1000).fit(x_train, y.astype(int))
         return model.predict_proba(x_holdout)[:, 1]
     return Ridge(alpha=1.0).fit(x_train, y).predict(x_holdout)
+
+
+def _multiclass_probabilities(x_train: np.ndarray, labels: pd.Series, x_holdout: np.ndarray,
+                              classes: tuple[str, ...], *, label: str) -> np.ndarray:
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    from trainpipe.steps.evaluate.metrics import MetricInputError
+    from trainpipe_trainer.errors import TrainerDataError
+    from trainpipe_trainer.preprocessing import label_class_indices
+
+    try:
+        y = label_class_indices(labels, classes, label=label, source="train split")
+    except TrainerDataError as error:
+        raise MetricInputError(str(error)) from None
+    present = np.unique(y)
+    probabilities = np.zeros((x_holdout.shape[0], len(classes)))
+    if present.size < 2:
+        # One class in the train split: the best a model can say is that class.
+        probabilities[:, present] = 1.0
+        return probabilities
+    # lbfgs fits one softmax over the classes (multinomial); a class the train split lacks gets probability 0.
+    model = LogisticRegression(max_iter=1000).fit(x_train, y)
+    probabilities[:, model.classes_] = model.predict_proba(x_holdout)
+    return probabilities
