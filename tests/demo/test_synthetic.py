@@ -15,11 +15,13 @@ import pytest
 import trainpipe
 from trainpipe.demo.synthetic import (
     CLICK_FEATURES,
+    DIGIT_FEATURES,
     MERCHANT_CATEGORIES,
     TRANSACTION_CATEGORICAL_FEATURES,
     TRANSACTION_FEATURES,
     TRANSACTION_REGIONS,
     generate_clicks,
+    generate_digits,
     generate_transactions,
     write_demo_data,
 )
@@ -191,14 +193,17 @@ def test_write_demo_data_round_trips_and_is_idempotent(tmp_path: Path) -> None:
     assert paths == {
         "transactions": str(tmp_path / "transactions" / "transactions.parquet"),
         "clicks": str(tmp_path / "clicks" / "clicks.parquet"),
+        "digits": str(tmp_path / "digits" / "digits.parquet"),
     }
     pd.testing.assert_frame_equal(pd.read_parquet(paths["transactions"]), generate_transactions(end=END))
     pd.testing.assert_frame_equal(pd.read_parquet(paths["clicks"]), generate_clicks(end=END))
+    pd.testing.assert_frame_equal(pd.read_parquet(paths["digits"]), generate_digits(end=END))
 
     stamps = {name: os.stat(path).st_mtime_ns for name, path in paths.items()}
     assert write_demo_data(str(tmp_path), end=END) == paths
     assert {name: os.stat(path).st_mtime_ns for name, path in paths.items()} == stamps
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["clicks", "clicks.parquet", "transactions", "transactions.parquet"]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["clicks", "clicks.parquet", "digits", "digits.parquet",
+                                                           "transactions", "transactions.parquet"]
 
 
 def test_write_demo_data_refuses_different_content_without_force(tmp_path: Path) -> None:
@@ -239,6 +244,7 @@ def test_cli_writes_then_skips_then_refuses(tmp_path: Path) -> None:
     assert first.stdout.splitlines() == [
         f"written     transactions: {tmp_path / 'transactions' / 'transactions.parquet'} (20000 rows, end 2026-01-01)",
         f"written     clicks: {tmp_path / 'clicks' / 'clicks.parquet'} (30000 rows, end 2026-01-01)",
+        f"written     digits: {tmp_path / 'digits' / 'digits.parquet'} (1797 rows, end 2026-01-01)",
     ]
     pd.testing.assert_frame_equal(
         pd.read_parquet(tmp_path / "transactions" / "transactions.parquet"), generate_transactions(end=END)
@@ -261,3 +267,18 @@ def test_cli_rejects_bad_end(tmp_path: Path) -> None:
     result = _run_cli("--out", str(tmp_path), "--end", "01/02/2026")
     assert result.returncode == 2
     assert "--end: expected YYYY-MM-DD, got '01/02/2026'" in result.stderr
+
+
+def test_digits_are_scikit_learns_table_with_every_class_in_any_month() -> None:
+    from sklearn.datasets import load_digits
+
+    digits = generate_digits(end=END)
+    pd.testing.assert_frame_equal(digits, generate_digits(end=END))
+    assert list(digits.columns) == ["event_time", *DIGIT_FEATURES, "digit"]
+    bundled = load_digits()
+    # The same rows (in another order): the real table, not a look-alike.
+    assert sorted(map(tuple, digits[list(DIGIT_FEATURES)].to_numpy())) == sorted(map(tuple, bundled.data))
+    assert sorted(digits["digit"].tolist()) == sorted(bundled.target.tolist())
+    month = digits[digits["event_time"] > pd.Timestamp(END - timedelta(days=30))]
+    assert set(month["digit"]) == set(range(10))
+    assert digits["event_time"].max() <= pd.Timestamp(END)

@@ -1,8 +1,10 @@
-"""Deterministic synthetic data for the two example pipelines.
+"""Deterministic demo data for the example pipelines.
 
 * :func:`generate_transactions`: card transactions for the fraud detector (binary classification).
 * :func:`generate_clicks`: query/document pairs for the search ranker (graded relevance 0..4).
-* :func:`write_demo_data`: writes both as Parquet under a local directory, never silently
+* :func:`generate_digits`: a real table, scikit-learn's bundled handwritten digits (8x8 pixels, classes
+  0..9), with event times, for the digit classifier (multiclass classification).
+* :func:`write_demo_data`: writes them as Parquet under a local directory, never silently
   overwriting a file whose content differs.
 
 Every generator is a pure function of its arguments: the same arguments give the same frame
@@ -62,9 +64,13 @@ CLICK_FEATURES: tuple[str, ...] = (
 )
 """Feature columns of :func:`generate_clicks`, all float64. The label is ``relevance`` (int 0..4)."""
 
+DIGIT_FEATURES: tuple[str, ...] = tuple(f"pixel_{row}_{column}" for row in range(8) for column in range(8))
+"""Feature columns of :func:`generate_digits` (ink 0..16 per pixel, float64). The label is ``digit``."""
+
 DEMO_FILES: dict[str, str] = {
     "transactions": "transactions/transactions.parquet",
     "clicks": "clicks/clicks.parquet",
+    "digits": "digits/digits.parquet",
 }
 """Dataset name -> path relative to the root given to :func:`write_demo_data`."""
 
@@ -163,6 +169,24 @@ def generate_transactions(
             "is_fraud": is_fraud,
         }
     )
+
+
+def generate_digits(*, days: int = 60, end: datetime, seed: int = 11) -> pd.DataFrame:
+    """scikit-learn's 1,797 handwritten digits (UCI, bundled with scikit-learn: nothing downloads) as a table:
+    ``event_time`` spread over ``days`` days before ``end``, the 64 pixels, and ``digit`` (int 0..9)."""
+    import numpy as np
+    import pandas as pd
+    from sklearn.datasets import load_digits
+
+    _check_positive("days", days)
+    digits = load_digits()
+    rng = np.random.default_rng(seed)
+    # Rows in a seeded random order before their times: every window holds every class.
+    order = rng.permutation(len(digits.target))
+    frame = pd.DataFrame(digits.data[order].astype(np.float64), columns=list(DIGIT_FEATURES))
+    frame.insert(0, "event_time", _event_times(rng, len(order), days=days, end=_utc_timestamp(end)))
+    frame["digit"] = digits.target[order].astype(np.int64)
+    return frame
 
 
 def _merchant_categories(rng: np.random.Generator, merchant_risk: np.ndarray) -> np.ndarray:
@@ -344,6 +368,7 @@ def _write_demo_data(
     frames = {
         "transactions": generate_transactions(end=end),
         "clicks": generate_clicks(end=end),
+        "digits": generate_digits(end=end),
     }
     if drift is not None:
         # The transactions only: the drift walkthrough in docs/data-checks.md runs the fraud pipeline.
@@ -364,9 +389,10 @@ def _write_demo_data(
 
 def write_demo_data(root: str | os.PathLike[str] | ObjectStoragePath, *, end: datetime, force: bool = False,
                     drift: str | None = None) -> dict[str, str]:
-    """Write ``transactions/transactions.parquet`` and ``clicks/clicks.parquet`` under ``root``.
+    """Write ``transactions/transactions.parquet``, ``clicks/clicks.parquet`` and ``digits/digits.parquet``
+    under ``root``.
 
-    Both are generated with their default sizes and seeds and the given ``end``; with ``drift``,
+    Each is generated with their default sizes and seeds and the given ``end``; with ``drift``,
     that transactions column drifted (:func:`drift_feature`). A file that
     already holds the same data is left alone; one with different data raises
     :class:`~trainpipe.errors.StorageConflictError` (nothing is written) unless ``force`` is true.
@@ -386,7 +412,7 @@ def _parse_end(text: str) -> datetime:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m trainpipe.demo.synthetic",
-        description="Write the deterministic demo datasets (transactions, clicks) as Parquet.",
+        description="Write the deterministic demo datasets (transactions, clicks, digits) as Parquet.",
     )
     parser.add_argument("--out", required=True, help="local directory to write under")
     parser.add_argument(

@@ -102,7 +102,7 @@ def _label_classes(window: pd.DataFrame, label: str, data: DataPlan) -> list[str
     if label not in window.columns:
         return None
     try:
-        return list(label_class_names(window[label], label=label, source=storage.shown_uri(data.uri)))
+        return list(label_class_names(window[label], label=label, source=data.uri))
     except TrainerDataError:
         return None
 
