@@ -57,8 +57,9 @@ def test_templates_and_paths_among_the_classes_stay_literal_text(tmp_path, monke
     assert plan.trainer.label_classes == (TEMPLATE, "../../etc/passwd", "${HOME}", "7")
     assert PASSWORD not in config and PASSWORD not in json.dumps(plan.to_dict(), default=str)
     # Where they are compared with the data: as text, so a label value "{{ conn.leak.password }}" matches it.
-    from trainpipe_trainer.preprocessing import label_class_indices
     import pandas as pd
+
+    from trainpipe_trainer.preprocessing import label_class_indices
 
     indices = label_class_indices(pd.Series([TEMPLATE, "7", "${HOME}"]), plan.trainer.label_classes,
                                   label="digit", source="test")
