@@ -84,3 +84,25 @@ def test_a_worst_slice_gate_shows_its_slice_value_not_the_overall_metric():
         "worst_slice(auc)  0.402863   -                -       FAIL worst_slice(auc) >= 0.75 (worst slice region=eu "
         "(812 rows))",
     ]
+
+
+def test_a_champion_with_other_classes_leads_the_table_without_a_value_and_the_note_keeps_its_message():
+    # As evaluate returns it for a multiclass champion whose classes differ (its value 0.0 stands for none).
+    difference = "the candidate's classes differ from the champion's: new 'x'; missing 'y'"
+    evaluation = {
+        "candidate": {"macro_f1": 0.8}, "champion": None, "champion_version": 3,
+        "gates": [{"gate": "same classes as the champion", "metric": "classes", "value": 0.0, "baseline": None,
+                   "compared": 0.0, "threshold": 0.0, "passed": False, "note": difference, "reference": "classes"},
+                  {"gate": "macro_f1 >= 0.7", "metric": "macro_f1", "value": 0.8, "baseline": None, "compared": 0.8,
+                   "threshold": 0.7, "passed": True, "note": "absolute"}],
+        "gates_passed": False,
+    }
+    table = gate_table(evaluation)
+
+    assert as_text(table).splitlines() == [
+        "metric    candidate  champion v3  change  gates",
+        f"classes   -          -            -       FAIL same classes as the champion ({difference})",
+        "macro_f1  0.800000   -            -       PASS macro_f1 >= 0.7",
+    ]
+    assert summary(table, consequence="nothing registered") == (
+        f"gates failed (1 of 2): same classes as the champion ({difference}); nothing registered")

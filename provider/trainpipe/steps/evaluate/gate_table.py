@@ -10,6 +10,10 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
+# The ``reference`` of evaluate's outcome that checks the champion's classes (multiclass): it has no value, so
+# its row shows none and the run's note gives its message whole.
+CLASSES_REFERENCE = "classes"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GateVerdict:
@@ -63,19 +67,26 @@ def gate_table(evaluation: dict[str, Any]) -> GateTable:
     champion: dict[str, float] = evaluation.get("champion") or {}
     by_metric: dict[str, list[GateVerdict]] = {}
     extra: dict[str, tuple[float | None, float | None]] = {}
+    leading: set[str] = set()
     for outcome in evaluation.get("gates") or []:
         metric = _row_metric(outcome)
+        value = outcome.get("value")
+        if outcome.get("reference") == CLASSES_REFERENCE:
+            # First in the table: when it fails, nothing else was compared with the champion.
+            value = None
+            leading.add(metric)
         by_metric.setdefault(metric, []).append(
             GateVerdict(gate=outcome["gate"], passed=bool(outcome["passed"]), note=_shown_note(outcome.get("note")),
-                        value=outcome.get("value")))
+                        value=value))
         if metric not in candidate:
-            extra.setdefault(metric, (outcome.get("value"), outcome.get("baseline")))
+            extra.setdefault(metric, (value, outcome.get("baseline")))
     baseline: dict[str, float] = evaluation.get("baseline") or {}
     rows = [MetricRow(metric=m, candidate=v, champion=champion.get(m), gates=tuple(by_metric.get(m, ())),
                       baseline=baseline.get(m))
             for m, v in candidate.items()]
     rows += [MetricRow(metric=m, candidate=value, champion=baseline, gates=tuple(by_metric[m]))
              for m, (value, baseline) in extra.items()]
+    rows.sort(key=lambda row: row.metric not in leading)
     version = evaluation.get("champion_version")
     return GateTable(rows=tuple(rows), champion_version=int(version) if version is not None else None,
                      passed=bool(evaluation.get("gates_passed", all(v.passed for r in rows for v in r.gates))),
@@ -153,6 +164,14 @@ def summary(table: GateTable, *, consequence: str) -> str:
     failed = table.failed
     if not failed:
         return f"gates passed ({table.gate_count}); {consequence}"
-    parts = [f"{v.gate} (got {_number(v.value if v.value is not None else row.candidate)}"
-             f"{', ' + v.note.replace('; ', ', ') if v.note else ''})" for row, v in failed]
-    return f"gates failed ({len(failed)} of {table.gate_count}): {'; '.join(parts)}; {consequence}"
+    return f"gates failed ({len(failed)} of {table.gate_count}): {'; '.join(map(_failure, failed))}; {consequence}"
+
+
+def _failure(failed: tuple[MetricRow, GateVerdict]) -> str:
+    row, verdict = failed
+    value = verdict.value if verdict.value is not None else row.candidate
+    if value is None:
+        # The check of the champion's classes: its message alone, whole ("new 'x'; missing 'y'").
+        return f"{verdict.gate} ({verdict.note})"
+    return (f"{verdict.gate} (got {_number(value)}"
+            f"{', ' + verdict.note.replace('; ', ', ') if verdict.note else ''})")
