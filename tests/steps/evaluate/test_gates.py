@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainpipe.spec.sections.evaluation import EvaluationSpec
-from trainpipe.steps.evaluate.evaluate import check_gate
+from trainpipe.steps.evaluate.evaluate import CLASSES_GATE, check_gate, check_gates
 
 
 def _gate(text: str):
@@ -64,3 +64,22 @@ def test_a_zero_baseline_compares_the_absolute_change_instead_of_dividing_by_zer
     assert check_gate(_gate("rmse >= +0%"), {"rmse": 0.0}, {"rmse": 0.0}).passed
     worse = check_gate(_gate("rmse >= +0%"), {"rmse": 0.25}, {"rmse": 0.0})
     assert worse.compared == pytest.approx(-0.25) and not worse.passed
+
+
+def test_a_champion_with_other_classes_fails_a_check_and_the_gates_that_compare_with_it():
+    gates = tuple(EvaluationSpec(metrics=["macro_f1", "log_loss"],
+                                 gates=["macro_f1 >= +1%", "log_loss <= 0.9", "worst_slice(macro_f1) >= -5%"]).gates)
+    slices = {"region": [{"value": "north", "rows": 40, "candidate": {"macro_f1": 0.6}, "champion": None,
+                          "undefined": {}}]}
+    difference = "the candidate's classes differ from the champion's: new 'x'; missing 'y'"
+
+    outcomes = check_gates(gates, {"candidate": {"macro_f1": 0.8, "log_loss": 0.5}, "champion": None,
+                                   "slices": slices, "classes_differ": difference})
+
+    assert [(o.gate, o.passed) for o in outcomes] == [
+        (CLASSES_GATE, False), ("macro_f1 >= +1% vs champion", False), ("log_loss <= 0.9", True),
+        ("worst_slice(macro_f1) >= -5% vs champion", False)]
+    assert outcomes[0].note == difference and outcomes[0].reference == "classes"
+    # A gate that is not compared shows the value it would have judged: the worst slice's for worst_slice.
+    assert outcomes[1].value == 0.8 and outcomes[3].value == 0.6
+    assert outcomes[1].note == "not compared: the champion's classes differ from the candidate's"

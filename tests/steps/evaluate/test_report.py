@@ -207,6 +207,79 @@ def test_report_text_is_escaped(tmp_path):
     assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
 
 
+def _multiclass_inputs(classes: tuple[str, ...], *, with_champion: bool) -> ReportInputs:
+    rng = np.random.default_rng(11)
+    y_true = rng.choice(classes, 400).astype(object)
+    own = np.asarray([classes.index(name) for name in y_true])
+
+    def probabilities(spread: float) -> np.ndarray:
+        logits = rng.normal(0, spread, (own.size, len(classes)))
+        logits[np.arange(own.size), own] += 2.0
+        return np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+
+    def scores(label: str, values: np.ndarray) -> ModelScores:
+        return ModelScores(label=label, scores=values, metrics=metrics.compute_metrics(
+            "multiclass_classification", ["macro_f1", "log_loss"], y_true=y_true, y_score=values, classes=classes))
+
+    return ReportInputs(title="Evaluation of zoo", task="multiclass_classification", metric_names=("macro_f1", "log_loss"),
+                        y_true=y_true, candidate=scores("candidate", probabilities(1.0)),
+                        champion=scores("champion (version 3)", probabilities(2.0)) if with_champion else None,
+                        decision_threshold=0.5, classes=classes)
+
+
+def test_multiclass_report_draws_the_confusion_matrix_and_a_per_class_table(tmp_path):
+    classes = ("cat", "dog", "owl")
+    inputs = _multiclass_inputs(classes, with_champion=True)
+
+    files = write_report(inputs, tmp_path)
+
+    assert {f.name for f in files} == {"report.html", "confusion_matrix.png"}
+    page = _parse(tmp_path / "report.html")
+    assert ("h2", "Per class") in page.headings
+    embedded = _embedded_files(page)
+    assert set(embedded) == {"confusion_matrix.png"} and embedded["confusion_matrix.png"].startswith(PNG_MAGIC)
+    # One row per class: its support, then precision, recall and F1 of each model, as metrics computes them.
+    assert page.cells[page.cells.index("class"):][:8] == [
+        "class", "support", "precisioncandidate", "recallcandidate", "F1candidate",
+        "precisionchampion (version 3)", "recallchampion (version 3)", "F1champion (version 3)"]
+    for model, offset in ((inputs.candidate, 2), (inputs.champion, 5)):
+        for row in metrics.per_class_metrics(inputs.y_true, model.scores, classes):
+            cells = page.cells[page.cells.index(row["class"]):][:8]
+            assert cells[1] == f"{row['support']:,}"
+            assert cells[offset:offset + 3] == [f"{row[key]:.4f}" for key in ("precision", "recall", "f1")]
+
+
+def test_multiclass_class_names_are_escaped_in_the_page_and_drawn_literally(tmp_path):
+    classes = ("<script>alert(1)</script>", "$\\frac{$", "plain")
+    write_report(_multiclass_inputs(classes, with_champion=False), tmp_path)
+
+    text = (tmp_path / "report.html").read_text()
+    assert "<script>" not in text and "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>" in text
+    assert "<td>$\\frac{$</td>" in text  # not TeX to matplotlib either: the plot was drawn
+    assert (tmp_path / "confusion_matrix.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_multiclass_report_of_many_classes_stays_drawable(tmp_path):
+    classes = tuple(f"class_{index}" for index in range(120))
+    write_report(_multiclass_inputs(classes, with_champion=False), tmp_path)
+
+    page = _parse(tmp_path / "report.html")
+    assert all(name in page.cells for name in classes)
+    assert _embedded_files(page)["confusion_matrix.png"].startswith(PNG_MAGIC)
+
+
+def test_multiclass_slices_of_both_models_lacking_classes(tmp_path):
+    holdout = pd.DataFrame({"label": ["a", "a", "b", "c", "b"], "region": ["x", "x", "y", "y", "y"]})
+    probabilities = np.asarray([[0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.1, 0.7, 0.2], [0.3, 0.3, 0.4], [0.5, 0.4, 0.1]])
+    plan = _plan("multiclass_classification", ("accuracy", "macro_f1"))
+
+    slices = holdout_slices(plan, holdout, probabilities, probabilities[:, [0, 2, 1]], ("a", "b", "c"))
+
+    x, y = slices["region"]
+    assert x["candidate"] == pytest.approx({"accuracy": 0.5, "macro_f1": 1 / 3}) and x["undefined"] == {}
+    assert y["champion"]["accuracy"] == pytest.approx(0.0)  # b and c swapped: rows b, c, b predicted c, b, a
+
+
 # ---------------------------------------------------------------------------------------------
 # slice metrics
 

@@ -1,12 +1,14 @@
 """The ``evaluate`` and ``gate`` steps (``register`` and ``promote``: ``trainpipe.steps.register.model_registry``).
 
 The new model and the current champion are scored on the same holdout of this run's snapshot, so
-relative gates compare like with like.
+relative gates compare like with like. A multiclass champion whose classes differ from the candidate's is
+not compared at all: a failing check in the gates (``classes_outcome``) stops the run at the gate task.
 """
 
 from __future__ import annotations
 
 import logging
+import posixpath
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +19,8 @@ from trainpipe.plan.model import EvaluationPlan, Gate, RegistrationPlan
 from trainpipe.plan.tracking import GATES_PASSED_TAG
 from trainpipe.settings import Settings
 from trainpipe.steps.evaluate import metrics
+from trainpipe.steps.evaluate.gate_table import CLASSES_REFERENCE
+from trainpipe_trainer.config import PREDICTED_LABEL_COLUMN, PROBABILITY_COLUMN_PREFIX
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,20 +31,41 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
+MULTICLASS = "multiclass_classification"
 
 # The evaluation report and its plots sit under this folder of the MLflow run's artifacts.
 REPORT_ARTIFACT_DIR = "evaluation"
 # A slice column with more distinct values than this in the holdout is refused: its slices would be
 # too small to judge and the report unreadable (bucket such a column first).
 MAX_SLICE_VALUES = 50
+# Per-class F1 goes to MLflow (holdout_f1.<class>) for at most this many classes: a chart of more series is not
+# read, and one log_batch takes at most 1000 metrics. The report's per-class table has every class either way.
+MAX_LOGGED_CLASSES = 100
+# MLflow's longest metric key.
+_MAX_METRIC_KEY_LENGTH = 250
+# How many class names a message lists before "and N more".
+_SHOWN_CLASSES = 10
 
 
 class SliceColumnError(TrainpipeError, ValueError):
     """An ``evaluation.slices`` column is missing from the holdout or has too many distinct values."""
 
 
-def predict(hook: MlflowHook, model_uri: str, holdout: pd.DataFrame, evaluation: EvaluationPlan) -> np.ndarray:
+class ModelOutputError(TrainpipeError, ValueError):
+    """A model's predictions are not what its task's evaluation reads: for multiclass a DataFrame with one
+    ``probability_<class>`` column per class, one row per holdout row."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Predictions:
+    """A model's output on the holdout: one score per row, or for multiclass the [N, K] probabilities of
+    ``classes`` (in the order of the model's columns)."""
+
+    scores: np.ndarray
+    classes: tuple[str, ...] = ()
+
+
+def predict(hook: MlflowHook, model_uri: str, holdout: pd.DataFrame, evaluation: EvaluationPlan) -> Predictions:
     import pandas as pd
 
     model = hook.load_pyfunc(model_uri)
@@ -52,25 +77,91 @@ def predict(hook: MlflowHook, model_uri: str, holdout: pd.DataFrame, evaluation:
                if getattr(spec, "name", None) and getattr(getattr(spec, "type", None), "name", None) == "double"}
     widen = {name: "float64" for name in frame.columns if name in doubles
              and (pd.api.types.is_integer_dtype(frame[name]) or pd.api.types.is_bool_dtype(frame[name]))}
-    return pd.Series(model.predict(frame.astype(widen) if widen else frame)).to_numpy(dtype=float).ravel()
+    output = model.predict(frame.astype(widen) if widen else frame)
+    if evaluation.task == MULTICLASS:
+        return class_probabilities(output, model_uri=model_uri, rows=len(holdout))
+    return Predictions(scores=pd.Series(output).to_numpy(dtype=float).ravel())
 
 
-def holdout_metrics(evaluation: EvaluationPlan, holdout: pd.DataFrame, scores: np.ndarray) -> dict[str, float]:
+def class_probabilities(output: Any, *, model_uri: str, rows: int) -> Predictions:
+    """The ``probability_<class>`` columns of a multiclass model's output, in its column order (the class
+    order). Its ``label`` column (the predicted class) is not read: the metrics take the most probable class,
+    which is what it holds, and the baseline, which has no such column, is judged the same way."""
+    import numpy as np
+    import pandas as pd
+
+    columns = [c for c in output.columns if isinstance(c, str)] if isinstance(output, pd.DataFrame) else []
+    probability_columns = [c for c in columns if c.startswith(PROBABILITY_COLUMN_PREFIX)]
+    if len(probability_columns) < 2:
+        returned = (f"a DataFrame with columns {', '.join(map(repr, columns[:_SHOWN_CLASSES]))}"
+                    if isinstance(output, pd.DataFrame) else f"a {type(output).__name__}")
+        raise ModelOutputError(
+            f"{model_uri}: a multiclass model returns a DataFrame with a {PREDICTED_LABEL_COLUMN!r} column and one "
+            f"'{PROBABILITY_COLUMN_PREFIX}<class>' column per class; it returned {returned} (is it a model of "
+            "another task?)")
+    if len(output) != rows:
+        raise ModelOutputError(f"{model_uri}: returned {len(output)} rows for {rows} holdout rows")
+    return Predictions(scores=output[probability_columns].to_numpy(dtype=np.float64),
+                       classes=tuple(c.removeprefix(PROBABILITY_COLUMN_PREFIX) for c in probability_columns))
+
+
+def class_difference(candidate: tuple[str, ...], champion: tuple[str, ...]) -> str | None:
+    """None when the two models have the same classes (in any order), else the message that says how they
+    differ: ``the candidate's classes differ from the champion's: new 'x'; missing 'y'``."""
+    new = [name for name in candidate if name not in set(champion)]
+    missing = [name for name in champion if name not in set(candidate)]
+    if not new and not missing:
+        return None
+    parts = [f"{word} {_class_list(names)}" for word, names in (("new", new), ("missing", missing)) if names]
+    return "the candidate's classes differ from the champion's: " + "; ".join(parts)
+
+
+def _class_list(names: list[str]) -> str:
+    shown = ", ".join(repr(name) for name in names[:_SHOWN_CLASSES])
+    return shown + (f" and {len(names) - _SHOWN_CLASSES} more" if len(names) > _SHOWN_CLASSES else "")
+
+
+def in_class_order(predictions: Predictions, classes: tuple[str, ...]) -> np.ndarray:
+    """``predictions``' probabilities with their columns in the order of ``classes`` (the same set)."""
+    position = {name: index for index, name in enumerate(predictions.classes)}
+    return predictions.scores[:, [position[name] for name in classes]]
+
+
+def holdout_labels(evaluation: EvaluationPlan, holdout: pd.DataFrame) -> np.ndarray:
+    """The label column as the metrics read it: for multiclass each value's class name."""
+    column = holdout[evaluation.label]
+    if evaluation.task != MULTICLASS:
+        return column.to_numpy()
+    from trainpipe_trainer.errors import TrainerDataError
+    from trainpipe_trainer.preprocessing import label_texts
+
+    try:
+        return label_texts(column, label=evaluation.label, source="holdout")
+    except TrainerDataError as error:
+        raise metrics.MetricInputError(str(error)) from None
+
+
+def holdout_metrics(evaluation: EvaluationPlan, holdout: pd.DataFrame, scores: np.ndarray,
+                    classes: tuple[str, ...] = ()) -> dict[str, float]:
+    """``scores``: one per row, or for multiclass the [N, K] probabilities of ``classes``."""
     return metrics.compute_metrics(
         evaluation.task,
         list(evaluation.metrics),
-        y_true=holdout[evaluation.label].to_numpy(),
+        y_true=holdout_labels(evaluation, holdout),
         y_score=scores,
         groups=holdout[evaluation.group_column].to_numpy() if evaluation.group_column else None,
         threshold=evaluation.decision_threshold,
+        classes=classes,
     )
 
 
 def holdout_slices(evaluation: EvaluationPlan, holdout: pd.DataFrame, candidate: np.ndarray,
-                   champion: np.ndarray | None) -> dict[str, list[dict[str, Any]]]:
+                   champion: np.ndarray | None, classes: tuple[str, ...] = ()) -> dict[str, list[dict[str, Any]]]:
     """Column -> ``[{"value", "rows", "candidate": {metric: value}, "champion": {...} | None, "undefined": {...}}]``;
-    a metric a slice cannot give is None, its reason in ``undefined`` (see ``metrics.slice_metrics``)."""
+    a metric a slice cannot give is None, its reason in ``undefined`` (see ``metrics.slice_metrics``). For
+    multiclass both models' scores are the probabilities of ``classes``, in that order."""
     slices: dict[str, list[dict[str, Any]]] = {}
+    labels = holdout_labels(evaluation, holdout) if evaluation.slices else None
     for column in evaluation.slices:
         if column not in holdout.columns:
             raise SliceColumnError(f"evaluation.slices: column {column!r} is not in the holdout; its columns are "
@@ -79,9 +170,9 @@ def holdout_slices(evaluation: EvaluationPlan, holdout: pd.DataFrame, candidate:
         if distinct > MAX_SLICE_VALUES:
             raise SliceColumnError(f"evaluation.slices: column {column!r} has {distinct} distinct values in the holdout, "
                                    f"more than {MAX_SLICE_VALUES}; slice by a coarser column (bucket this one first)")
-        common = dict(y_true=holdout[evaluation.label].to_numpy(), slice_values=holdout[column].to_numpy(),
+        common = dict(y_true=labels, slice_values=holdout[column].to_numpy(),
                       groups=holdout[evaluation.group_column].to_numpy() if evaluation.group_column else None,
-                      threshold=evaluation.decision_threshold)
+                      threshold=evaluation.decision_threshold, classes=classes)
         per_model = {name: metrics.slice_metrics(evaluation.task, list(evaluation.metrics), y_score=scores, **common)
                      for name, scores in (("candidate", candidate), ("champion", champion)) if scores is not None}
         slices[column] = [
@@ -101,12 +192,16 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     report and, given the ``snapshot``, its splits as dataset inputs.
 
     The baseline (``trainpipe.steps.evaluate.baseline``) is fitted on the train split: ``train_uri``, else the
-    snapshot's; without either there is none, and a gate on it fails saying so."""
+    snapshot's; without either there is none, and a gate on it fails saying so.
+
+    Multiclass: the classes are the candidate's (its probability columns); a champion with other classes is
+    not compared, and a failing check among the gates says which classes are new and which are missing."""
     # The snapshot's splits live under the storage root: read them with its connection, as every read of it is.
     conn_id = settings.storage_conn_id
     holdout = storage.read_parquet_uri(holdout_uri, conn_id=conn_id)
-    candidate_scores = predict(hook, model_uri, holdout, evaluation)
-    candidate = holdout_metrics(evaluation, holdout, candidate_scores)
+    candidate_output = predict(hook, model_uri, holdout, evaluation)
+    candidate_scores, classes = candidate_output.scores, candidate_output.classes
+    candidate = holdout_metrics(evaluation, holdout, candidate_scores, classes)
     log.info("candidate on holdout: %s", _fmt(candidate))
     baseline_scores = baseline = None
     train_uri = train_uri or (snapshot.train_uri if snapshot is not None else None)
@@ -115,8 +210,8 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
         from trainpipe.steps.evaluate.baseline import baseline_scores as fit_baseline
 
         baseline_scores = fit_baseline(evaluation.task, evaluation.features, evaluation.label,
-                                       storage.read_parquet_uri(train_uri, conn_id=conn_id), holdout)
-        baseline = holdout_metrics(evaluation, holdout, baseline_scores)
+                                       storage.read_parquet_uri(train_uri, conn_id=conn_id), holdout, classes)
+        baseline = holdout_metrics(evaluation, holdout, baseline_scores, classes)
         log.info("baseline (%s, fitted on the train split) on the same holdout: %s",
                  BASELINE_MODELS[evaluation.task], _fmt(baseline))
     below = below_baseline(candidate, baseline)
@@ -124,20 +219,23 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
         # INFO, not WARNING: a run is not at fault for it; the run's note says it (and a gate may refuse it).
         log.info("the candidate does worse than the baseline on %s", ", ".join(below))
     champion_version = hook.version_by_alias(registration.model_name, registration.alias)
-    champion = champion_scores = None
+    champion = champion_scores = classes_differ = None
     if champion_version is not None:
         champion_uri = f"models:/{registration.model_name}@{registration.alias}"
-        champion_scores = predict(hook, champion_uri, holdout, evaluation)
-        champion = holdout_metrics(evaluation, holdout, champion_scores)
-        log.info("champion (version %s) on the same holdout: %s", champion_version.version, _fmt(champion))
+        champion_scores, classes_differ = _champion_scores(hook, champion_uri, holdout, evaluation, classes)
+        if champion_scores is not None:
+            champion = holdout_metrics(evaluation, holdout, champion_scores, classes)
+            log.info("champion (version %s) on the same holdout: %s", champion_version.version, _fmt(champion))
+        else:
+            log.warning("champion (version %s) not compared: %s", champion_version.version, classes_differ)
     else:
         log.info("no %s of %s yet: relative gates will pass", registration.alias, registration.model_name)
-    slices = holdout_slices(evaluation, holdout, candidate_scores, champion_scores)
+    slices = holdout_slices(evaluation, holdout, candidate_scores, champion_scores, classes)
     for column, entries in slices.items():
         log.info("slices of %s: %s", column, "; ".join(
             f"{entry['value']} ({entry['rows']} rows) {_fmt_optional(entry['candidate'])}" for entry in entries))
     outcomes = check_gates(evaluation.gates, {"candidate": candidate, "champion": champion, "slices": slices,
-                                              "baseline": baseline})
+                                              "baseline": baseline, "classes_differ": classes_differ})
     passed = all(o.passed for o in outcomes)
     from mlflow.entities import RunTag
 
@@ -148,7 +246,8 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
         metrics=_metric_entities({f"holdout_{mlflow_metric_key(k)}": v for k, v in candidate.items()}
                                  | {f"champion_holdout_{mlflow_metric_key(k)}": v for k, v in (champion or {}).items()}
                                  | {f"baseline_holdout_{mlflow_metric_key(k)}": v for k, v in (baseline or {}).items()}
-                                 | _worst_slice_metrics(evaluation, slices)),
+                                 | _worst_slice_metrics(evaluation, slices)
+                                 | _per_class_f1_metrics(evaluation, holdout, candidate_scores, classes)),
         tags=[RunTag(GATES_PASSED_TAG, str(passed).lower())],
     )
     result = {
@@ -165,13 +264,49 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     }
     report_inputs = _report_inputs(evaluation, registration, holdout, result, candidate_scores, champion_scores,
                                    mlflow_run_id=mlflow_run_id, snapshot=snapshot, pipeline_id=pipeline_id,
-                                   baseline_scores=baseline_scores)
+                                   baseline_scores=baseline_scores, classes=classes, classes_differ=classes_differ)
     result["report"] = log_report(hook, mlflow_run_id, report_inputs)
     if snapshot is not None and pipeline_id is not None:
         from trainpipe.state.datasets import log_snapshot_inputs
 
         log_snapshot_inputs(hook, mlflow_run_id, pipeline_id, snapshot, holdout, settings=settings)
     return result
+
+
+def _champion_scores(hook: MlflowHook, champion_uri: str, holdout: pd.DataFrame, evaluation: EvaluationPlan,
+                     classes: tuple[str, ...]) -> tuple[np.ndarray | None, str | None]:
+    """The champion's scores on the holdout (for multiclass its probabilities in the candidate's class order),
+    or None and why it cannot be compared: other classes, or (multiclass) no class probabilities at all."""
+    if evaluation.task != MULTICLASS:
+        return predict(hook, champion_uri, holdout, evaluation).scores, None
+    try:
+        output = predict(hook, champion_uri, holdout, evaluation)
+    except ModelOutputError as error:
+        # A champion of the task before (a binary classifier, say): the run must not crash at every try on it.
+        return None, f"the champion has no class probabilities to compare: {error}"
+    difference = class_difference(classes, output.classes)
+    if difference is not None:
+        return None, difference
+    return in_class_order(output, classes), None
+
+
+def _per_class_f1_metrics(evaluation: EvaluationPlan, holdout: pd.DataFrame, scores: np.ndarray,
+                          classes: tuple[str, ...]) -> dict[str, float]:
+    """``holdout_f1.<class>`` of the candidate, for MLflow's charts across runs. Only a class whose name is a
+    valid key as it is: ``mlflow_metric_key`` would rewrite the others, and two classes could then share a key
+    (``a@b`` and ``a_at_b``). Those, an F1 that is 0/0 and every class past ``MAX_LOGGED_CLASSES`` are in the
+    report's per-class table only."""
+    if evaluation.task != MULTICLASS or len(classes) > MAX_LOGGED_CLASSES:
+        return {}
+    values = {}
+    for row in metrics.per_class_metrics(holdout_labels(evaluation, holdout), scores, classes):
+        key = f"holdout_f1.{row['class']}"
+        valid = (mlflow_metric_key(row["class"]) == row["class"] and len(key) <= _MAX_METRIC_KEY_LENGTH
+                 # MLflow also refuses a key that a path would normalise into another ("a/../b", "x/").
+                 and posixpath.normpath(key) == key)
+        if valid and row["f1"] is not None:
+            values[key] = row["f1"]
+    return values
 
 
 def _baseline_model(evaluation: EvaluationPlan) -> str:
@@ -205,18 +340,24 @@ def _worst_slice_metrics(evaluation: EvaluationPlan, slices: dict[str, list[dict
 def _report_inputs(evaluation: EvaluationPlan, registration: RegistrationPlan, holdout: pd.DataFrame,
                    result: dict[str, Any], candidate_scores: np.ndarray, champion_scores: np.ndarray | None, *,
                    mlflow_run_id: str, snapshot: SnapshotInfo | None, pipeline_id: str | None,
-                   baseline_scores: np.ndarray | None = None) -> ReportInputs:
+                   baseline_scores: np.ndarray | None = None, classes: tuple[str, ...] = (),
+                   classes_differ: str | None = None) -> ReportInputs:
     from trainpipe.steps.evaluate.report import ModelScores, ReportInputs
 
     version = result["champion_version"]
     champion_label = f"{registration.alias} (version {version})"
+    champion_fact = f"version {version} (alias {registration.alias})" if version else "none yet"
+    if classes_differ is not None:
+        champion_fact += f"; not compared: {classes_differ}"
     facts = [("registered model", registration.model_name),
-             ("champion", f"version {version} (alias {registration.alias})" if version else "none yet"),
+             ("champion", champion_fact),
              ("MLflow run", mlflow_run_id),
              ("holdout rows", f"{len(holdout):,}"),
              ("task", evaluation.task)]
     if evaluation.task == "binary_classification":
         facts.append(("decision threshold", f"{evaluation.decision_threshold:g}"))
+    if classes:
+        facts.append(("classes", f"{len(classes)}: {_class_list(list(classes))}"))
     if snapshot is not None:
         facts.append(("snapshot sha256", snapshot.digest))
         if snapshot.window_start or snapshot.window_end:
@@ -231,7 +372,8 @@ def _report_inputs(evaluation: EvaluationPlan, registration: RegistrationPlan, h
         title=f"Evaluation of {pipeline_id or registration.model_name}: candidate vs {registration.alias}",
         task=evaluation.task,
         metric_names=evaluation.metrics,
-        y_true=holdout[evaluation.label].to_numpy(dtype=float),
+        # Multiclass: the class names (text); every other task: numbers.
+        y_true=holdout_labels(evaluation, holdout) if classes else holdout[evaluation.label].to_numpy(dtype=float),
         candidate=ModelScores(label="candidate", scores=candidate_scores, metrics=result["candidate"]),
         champion=ModelScores(label=champion_label, scores=champion_scores, metrics=result["champion"])
         if champion_scores is not None else None,
@@ -239,6 +381,8 @@ def _report_inputs(evaluation: EvaluationPlan, registration: RegistrationPlan, h
                              metrics=result["baseline"]) if baseline_scores is not None else None,
         decision_threshold=evaluation.decision_threshold,
         groups=holdout[evaluation.group_column].to_numpy() if evaluation.group_column else None,
+        classes=classes,
+        without_champion=f"{champion_label}: not compared" if classes_differ is not None else "champion (none yet)",
         slices=result["slices"],
         gates=tuple(result["gates"]),
         facts=tuple(facts),
@@ -276,7 +420,8 @@ class GateOutcome:
     threshold: float
     passed: bool
     note: str
-    # What ``baseline`` is the value of: the champion's (relative and worst_slice gates) or the baseline model's.
+    # What ``baseline`` is the value of: the champion's (relative and worst_slice gates) or the baseline model's;
+    # CLASSES_REFERENCE: the check of the champion's classes, which has no value.
     reference: str = "champion"
 
 
@@ -348,16 +493,52 @@ def _check_worst_slice_gate(gate: Gate, slices: dict[str, list[dict[str, Any]]],
 
 
 def check_gates(gates: tuple[Gate, ...], evaluation: dict[str, Any]) -> list[GateOutcome]:
-    outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"], evaluation.get("slices"),
-                           evaluation.get("baseline")) for g in gates]
+    """Every gate's outcome. With ``classes_differ`` (the champion's classes are not the candidate's) the
+    first outcome is that check, failed, and the gates that compare with the champion fail uncompared."""
+    classes_differ = evaluation.get("classes_differ")
+    if classes_differ is None:
+        outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"], evaluation.get("slices"),
+                               evaluation.get("baseline")) for g in gates]
+    else:
+        outcomes = [classes_outcome(classes_differ)] + [
+            _not_compared(g, evaluation["candidate"], evaluation.get("slices") or {}) if g.relative
+            else check_gate(g, evaluation["candidate"], None, evaluation.get("slices"), evaluation.get("baseline"))
+            for g in gates]
     for outcome in outcomes:
         log_gate(asdict(outcome))
     return outcomes
 
 
+# The check that stands first among the gates when the champion's classes are not the candidate's.
+CLASSES_GATE = "same classes as the champion"
+
+
+def classes_outcome(difference: str) -> GateOutcome:
+    """The failed check of a champion with other classes. It has no value: 0.0 stands for none (the outcome
+    travels as JSON), and ``reference`` tells the gate table and the log to show its note alone."""
+    return GateOutcome(gate=CLASSES_GATE, metric="classes", value=0.0, baseline=None, compared=0.0, threshold=0.0,
+                       passed=False, note=difference, reference=CLASSES_REFERENCE)
+
+
+def _not_compared(gate: Gate, candidate: dict[str, float], slices: dict[str, list[dict[str, Any]]]) -> GateOutcome:
+    """A relative gate when the champion's classes differ: nothing shows the candidate is at least as good."""
+    value = candidate[gate.metric]
+    if gate.worst_slice:
+        worst = metrics.worst_slice(gate.metric, slices, model="candidate")
+        value = worst[1]["candidate"][gate.metric] if worst is not None else 0.0
+    return GateOutcome(gate=str(gate), metric=gate.metric, value=value, baseline=None, compared=0.0,
+                       threshold=gate.threshold, passed=False,
+                       note="not compared: the champion's classes differ from the candidate's")
+
+
 def log_gate(outcome: dict[str, Any], logger: logging.Logger | None = None) -> None:
     """One line per gate: verdict, value, the champion's value when compared (a ``GateOutcome`` as a dict).
     A failed gate is a WARNING."""
+    level = logging.INFO if outcome["passed"] else logging.WARNING
+    if outcome.get("reference") == CLASSES_REFERENCE:
+        (logger or log).log(level, "gate %-4s %s (%s)", "PASS" if outcome["passed"] else "FAIL", outcome["gate"],
+                            outcome["note"])
+        return
     baseline = outcome["baseline"]
     (logger or log).log(logging.INFO if outcome["passed"] else logging.WARNING, "gate %-4s %s: value %.6f%s (%s)",
                         "PASS" if outcome["passed"] else "FAIL", outcome["gate"], outcome["value"],

@@ -4,6 +4,8 @@ The candidate and the champion are drawn side by side on the same holdout. Plots
 
 * binary classification: ROC curve, precision-recall curve, calibration (reliability) curve, and
   the confusion matrix at the decision threshold;
+* multiclass classification: the confusion matrix of the most probable class (and a per-class table of
+  precision, recall, F1 and support);
 * regression: predicted vs actual, residuals vs predicted;
 * ranking: nDCG@k for k = 1 .. max(10, the largest k the spec names).
 
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.steps.evaluate import metrics
+from trainpipe.steps.evaluate.gate_table import CLASSES_REFERENCE
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,6 +37,12 @@ if TYPE_CHECKING:
 REPORT_FILE = "report.html"
 # Scatter plots draw at most this many points: enough to see the shape, cheap on a large holdout.
 _MAX_SCATTER_POINTS = 5_000
+# The multiclass confusion matrix writes each cell's count up to this many classes, names each class up to
+# _MAX_CLASS_TICKS (cut to _CLASS_TICK_CHARS characters), and grows with the classes up to _MAX_MATRIX_INCHES.
+_MAX_ANNOTATED_CLASSES = 15
+_MAX_CLASS_TICKS = 40
+_CLASS_TICK_CHARS = 18
+_MAX_MATRIX_INCHES = 9.0
 _CANDIDATE_COLOR = "#1f77b4"
 _CHAMPION_COLOR = "#ff7f0e"
 _CSS = """
@@ -70,6 +79,10 @@ class ReportInputs:
     # The evaluation's baseline model (trainpipe.steps.evaluate.baseline), shown beside the two in the metrics table.
     baseline: ModelScores | None = None
     groups: np.ndarray | None = None
+    # Multiclass: the class names of the models' probability columns (y_true then holds class names).
+    classes: tuple[str, ...] = ()
+    # The champion's column head when there is no champion to show: none yet, or one that was not compared.
+    without_champion: str = "champion (none yet)"
     # Column -> per value, as trainpipe.steps.evaluate.evaluate builds them (value, rows, candidate, champion, undefined).
     slices: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # GateOutcome dicts.
@@ -109,6 +122,8 @@ def task_plots(inputs: ReportInputs) -> list[Plot]:
     if inputs.task == "binary_classification":
         return [_roc(inputs, models), _precision_recall(inputs, models), _calibration(inputs, models),
                 _confusion_matrices(inputs, models)]
+    if inputs.task == "multiclass_classification":
+        return [_class_confusion_matrices(inputs, models)]
     if inputs.task == "regression":
         return [_predicted_vs_actual(inputs, models), _residuals(inputs, models)]
     return [_ndcg_over_k(inputs, models)]
@@ -202,6 +217,42 @@ def _confusion_matrices(inputs: ReportInputs, models: list[ModelScores]) -> Plot
     figure.suptitle(f"Confusion matrix at threshold {inputs.decision_threshold:g}")
     return Plot(file="confusion_matrix.png",
                 caption=f"Confusion matrix at the decision threshold {inputs.decision_threshold:g}", png=_png(figure))
+
+
+def _class_confusion_matrices(inputs: ReportInputs, models: list[ModelScores]) -> Plot:
+    """Counts by actual (row) and predicted class, coloured by the share of the actual class's rows, so a rare
+    class's errors show as clearly as a frequent one's."""
+    import numpy as np
+
+    classes = inputs.classes
+    size = min(_MAX_MATRIX_INCHES, max(4.2, 0.35 * len(classes) + 2.0))
+    figure, axes = _figure(width=size, height=size, columns=len(models), bottom=0.2, top=0.88)
+    axes_list = list(axes) if len(models) > 1 else [axes]
+    ticks = [_plain_text(name[:_CLASS_TICK_CHARS]) for name in classes] if len(classes) <= _MAX_CLASS_TICKS else []
+    for ax, model in zip(axes_list, models, strict=True):
+        matrix = metrics.class_confusion_matrix(inputs.y_true, model.scores, classes)
+        share = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
+        ax.imshow(share, cmap="Blues", vmin=0.0, vmax=1.0)
+        if len(classes) <= _MAX_ANNOTATED_CLASSES:
+            for (row, column), count in _cells(matrix):
+                ax.text(column, row, f"{count:,}", ha="center", va="center", fontsize="small",
+                        color="white" if share[row, column] > 0.5 else "black")
+        if ticks:
+            ax.set_xticks(range(len(classes)), ticks, rotation=90, fontsize="small")
+            ax.set_yticks(range(len(classes)), ticks, fontsize="small")
+        else:
+            ax.set(xticks=[], yticks=[])
+        ax.set(xlabel="predicted", ylabel="actual", title=_plain_text(model.label))
+    figure.suptitle(f"Confusion matrix ({len(classes)} classes; colour: share of the actual class)")
+    return Plot(file="confusion_matrix.png",
+                caption="Confusion matrix of the most probable class (colour: share of the actual class's rows)",
+                png=_png(figure))
+
+
+def _plain_text(text: str) -> str:
+    """``text`` as matplotlib draws it literally: a class name with two ``$`` would be parsed as math (and
+    fail to draw when it is not valid TeX)."""
+    return text.replace("$", r"\$")
 
 
 def _cells(matrix: np.ndarray) -> list[tuple[tuple[int, int], int]]:
@@ -318,6 +369,12 @@ def render_html(inputs: ReportInputs, plots: list[Plot], slice_plots: dict[str, 
         '<h2 id="plots">Plots</h2>',
         '<div class="plots">' + "".join(_figure_html(plot) for plot in plots) + "</div>",
     ]
+    if inputs.classes:
+        parts.append('<h2 id="classes">Per class</h2>')
+        parts.append("<p>Each class's precision, recall and F1 on the holdout (the predicted class is the most probable "
+                     "one); support is its rows. A blank cell is 0/0: precision of a class never predicted, recall "
+                     "of a class the holdout lacks.</p>")
+        parts.append(_class_table(inputs))
     if inputs.slices:
         parts.append('<h2 id="slices">Slices</h2>')
         parts.append("<p>Every metric on the rows of each slice value. A worst_slice gate takes the lowest value "
@@ -347,8 +404,10 @@ def _number(value: float | None, *, signed: bool = False) -> str:
 
 def _gates_table(gates: tuple[dict[str, Any], ...]) -> str:
     e = html.escape
+    # The check of the champion's classes has no value (its 0.0 stands for none).
     rows = [[e(g["gate"]), f'<td class="{"pass" if g["passed"] else "fail"}">{"PASS" if g["passed"] else "FAIL"}</td>',
-             _number(g["value"]), _number(g["baseline"]), e(g["note"])] for g in gates]
+             _number(None if g.get("reference") == CLASSES_REFERENCE else g["value"]), _number(g["baseline"]),
+             e(g["note"])] for g in gates]
     return _table(["gate", "verdict", "candidate", "champion", "note"], rows)
 
 
@@ -365,7 +424,7 @@ def _metrics_table(inputs: ReportInputs) -> str:
         if inputs.baseline is not None:
             row.append(_number(inputs.baseline.metrics.get(name)))
         rows.append([*row, e(direction)])
-    champion_label = e(champion.label) if champion else "champion (none yet)"
+    champion_label = e(champion.label) if champion else e(inputs.without_champion)
     columns = ["metric", e(inputs.candidate.label), champion_label, "change"]
     if inputs.baseline is not None:
         columns.append(e(inputs.baseline.label))
@@ -392,6 +451,22 @@ def _slice_table(inputs: ReportInputs, entries: list[dict[str, Any]]) -> str:
     if undefined:
         table += '<p class="muted">Blank cells: ' + "; ".join(e(u) for u in undefined) + "</p>"
     return table
+
+
+def _class_table(inputs: ReportInputs) -> str:
+    e = html.escape
+    models = [m for m in (inputs.candidate, inputs.champion) if m is not None]
+    per_model = [metrics.per_class_metrics(inputs.y_true, model.scores, inputs.classes) for model in models]
+    columns = ["class", "support"]
+    for model in models:
+        columns += [f"precision<br>{e(model.label)}", f"recall<br>{e(model.label)}", f"F1<br>{e(model.label)}"]
+    rows = []
+    for index, name in enumerate(inputs.classes):
+        row = [e(name), f'<td class="num">{per_model[0][index]["support"]:,}</td>']
+        for entries in per_model:
+            row += [_number(entries[index][key]) for key in ("precision", "recall", "f1")]
+        rows.append(row)
+    return _table(columns, rows)
 
 
 def _figure_html(plot: Plot) -> str:
