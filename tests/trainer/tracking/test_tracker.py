@@ -32,6 +32,17 @@ def test_flatten_params_records_hyperparameters_but_not_uris_or_tags() -> None:
     assert params["strategy"] == "ddp"
     assert not [k for k in params if k.startswith(("storage_options", "tags"))]
     assert "tracking.tracking_uri" not in params and "tracking.run_id" not in params
+    # Left out like the config's JSON leaves it out: a ranking run's params are what they were.
+    assert not [k for k in params if k.startswith("label_classes")]
+
+
+def test_flatten_params_records_a_multiclass_runs_classes_in_order() -> None:
+    config = TrainingConfig(pipeline_id="p", task="multiclass_classification", label_classes=("10", "2", "7"),
+                            train_data_uri="t.parquet", features=("a",), label="y",
+                            checkpoint=CheckpointConfig(root_uri="file:///unused"), output_uri="o")
+    params = flatten_params(config, world_size=1)
+    assert params["label_classes"] == '["10", "2", "7"]'
+    assert params["label_classes_count"] == "3"
 
 
 class FlakyServer:
