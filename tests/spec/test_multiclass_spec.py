@@ -115,3 +115,13 @@ def test_tuning_takes_the_multiclass_checkpoint_metrics(tmp_path):
     problem, _ = _problem(tmp_path, spec)
     assert problem.field_path == "tuning.metric"
     assert "validation_macro_f1" in problem.message
+
+
+def test_early_stopping_takes_the_multiclass_metrics_and_refuses_others_at_their_line(tmp_path):
+    _, plan = _compile(tmp_path, _digits(early_stopping={"metric": "validation_macro_f1", "patience": 3}))
+    assert plan.trainer.early_stopping.metric == "validation_macro_f1"
+    problem, line = _problem(tmp_path, _digits(early_stopping={"metric": "validation_rmse", "patience": 3}))
+    assert problem.field_path == "training.early_stopping.metric"
+    assert "validation_rmse" in line
+    assert ("a multiclass_classification trainer does not compute validation_rmse; use one of validation_loss, "
+            "validation_accuracy, validation_balanced_accuracy, validation_macro_f1") in problem.message

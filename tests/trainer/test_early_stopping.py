@@ -101,3 +101,37 @@ def test_early_stopping_needs_a_validation_split_and_is_in_the_resume_identity(t
     changes = resume_identity(on, world_size=1).differences(resume_identity(off, world_size=1))
     assert changes == ["early_stopping.metric \"validation_loss\" -> null", "early_stopping.min_delta 0.0 -> null",
                        "early_stopping.patience 3 -> null"]
+
+
+def test_a_metric_that_rises_keeps_its_highest_epoch(
+    tmp_path: Path, overfitting_data: Path, make_config: Callable[..., dict[str, Any]], tracking: Any
+) -> None:
+    from mlflow import MlflowClient
+
+    # The same weak signal as a yes/no label: the validation AUC climbs, then falls as the noise is fitted.
+    frame = pd.read_parquet(overfitting_data)
+    frame["label"] = (frame["label"] > 0).astype("int64")
+    data = tmp_path / "binary.parquet"
+    frame.to_parquet(data)
+    config = _config(make_config, tmp_path / "a", data, task="binary_classification",
+                     early_stopping={"metric": "validation_auc", "patience": 2, "min_delta": 0.0})
+    run = launch(config, tmp_path / "a", nproc=None)
+    assert run.returncode == 0, run.describe()
+    tag = _early_stopping_tag(run.result()["mlflow_run_id"], tracking.uri)
+    history = MlflowClient(tracking.uri).get_metric_history(run.result()["mlflow_run_id"], "epoch_end_validation_auc")
+    values = [point.value for point in sorted(history, key=lambda point: point.step)]
+    assert tag["stopped"] and len(values) == tag["epochs_trained"] < 40
+    # The kept epoch is the highest AUC (the first of equals), and the ones after it are no higher.
+    assert tag["best_value"] == max(values) == values[tag["best_epoch"] - 1]
+    assert all(value <= tag["best_value"] for value in values[tag["best_epoch"]:])
+    assert "validation_auc has not improved by more than 0 for 2 epoch(s)" in run.stdout
+
+
+def test_early_stopping_watches_only_what_the_task_computes() -> None:
+    base = dict(pipeline_id="p", train_data_uri="t.parquet", features=("a",), label="y", output_uri="o",
+                checkpoint=CheckpointConfig(root_uri="r"))
+    TrainingConfig(**base, task="multiclass_classification",
+                   early_stopping=EarlyStoppingConfig(metric="validation_macro_f1"))
+    with pytest.raises(TrainerConfigError, match=r"early_stopping.metric: a regression trainer computes "
+                                                  r"\['validation_loss', 'validation_mae', 'validation_rmse'\]"):
+        TrainingConfig(**base, task="regression", early_stopping=EarlyStoppingConfig(metric="validation_auc"))

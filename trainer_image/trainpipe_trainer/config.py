@@ -180,8 +180,11 @@ class CheckpointConfig:
         _require(0.0 <= self.validation_fraction < 1.0, "checkpoint.validation_fraction: must be in [0, 1)")
 
 
-# What early stopping may watch: the validation loss (every task has one).
-EarlyStoppingMetric = Literal["validation_loss"]
+# What early stopping may watch: a metric the task's trainer computes on the validation split at each
+# checkpoint (CHECKPOINT_METRICS, which also gives its direction); the validation loss exists for every task.
+EarlyStoppingMetric = Literal["validation_loss", "validation_auc", "validation_accuracy",
+                              "validation_balanced_accuracy", "validation_macro_f1", "validation_rmse",
+                              "validation_mae"]
 EARLY_STOPPING_METRICS: tuple[str, ...] = typing.get_args(EarlyStoppingMetric)
 
 
@@ -475,6 +478,11 @@ class TrainingConfig:
         _require(
             self.strategy != "deepspeed" or self.deepspeed is not None,
             "deepspeed: required when strategy is 'deepspeed' (zero_stage, offload)",
+        )
+        _require(
+            self.early_stopping is None or self.early_stopping.metric in CHECKPOINT_METRICS[self.task],
+            f"early_stopping.metric: a {self.task} trainer computes {sorted(CHECKPOINT_METRICS[self.task])} on the "
+            f"validation split, got {self.early_stopping.metric if self.early_stopping else None!r}",
         )
         _require(
             self.early_stopping is None or (self.checkpoint.keep_best and self.checkpoint.validation_fraction > 0),

@@ -26,7 +26,7 @@ from trainpipe_trainer import storage
 from trainpipe_trainer.checkpoint import rng
 from trainpipe_trainer.checkpoint.manager import CheckpointManager, CheckpointStore
 from trainpipe_trainer.checkpoint.state import TrainState
-from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.config import CHECKPOINT_METRICS, TrainingConfig
 from trainpipe_trainer.data import EpochLoader, TrainingData, load_training_data, resident_fits
 from trainpipe_trainer.distributed import (
     DistEnv,
@@ -558,7 +558,9 @@ class Trainer:
         value = self.validation_metrics()[rule.metric]
         step = state.global_step
         self.tracker.log_metric(f"epoch_end_{rule.metric}", value, step=step)
-        if state.best_value is None or value < state.best_value - rule.min_delta:
+        # A loss or error improves downwards, an accuracy, AUC or F1 upwards.
+        sign = 1.0 if CHECKPOINT_METRICS[self.config.task][rule.metric] == "minimize" else -1.0
+        if state.best_value is None or sign * value < sign * state.best_value - rule.min_delta:
             state.best_value, state.best_epoch, state.best_step = value, state.epoch, step
             state.epochs_without_improvement = 0
             # Collective under ZeRO-3 (the parameters are gathered): every rank is here.

@@ -28,7 +28,7 @@ from trainpipe.spec.sections.pipeline import PipelineSpec, bounds_at, overridden
 from trainpipe.spec.sections.training import CATEGORICAL_ONLY_OPTIONS, MAX_LAYER_WIDTH, MAX_LAYERS, NUMERIC_ONLY_OPTIONS
 from trainpipe.spec.sections.tuning import PRUNER_DEFAULTS, TUNABLE_PARAMS, TuningSpec
 from trainpipe.spec.sections.validation import _normalise_expectation
-from trainpipe_trainer.config import CHECKPOINT_METRICS, TASK_TYPES
+from trainpipe_trainer.config import CHECKPOINT_METRICS, EARLY_STOPPING_METRICS, TASK_TYPES
 
 
 def _fields_by_key(model: type[BaseModel]) -> dict[str, Any]:
@@ -148,6 +148,11 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     if task in TASK_TYPES and task != "ranking" and group_column:
         add(("training", "group_column"), f"group_column only applies to task 'ranking', not {task!r}; remove it")
     problems.extend(_label_class_problems(loaded, task))
+    stopping_metric = _get(data, "training", "early_stopping", "metric")
+    if task in TASK_TYPES and isinstance(stopping_metric, str) and stopping_metric not in CHECKPOINT_METRICS[task] \
+            and stopping_metric in EARLY_STOPPING_METRICS:
+        add(("training", "early_stopping", "metric"),
+            f"a {task} trainer does not compute {stopping_metric}; use one of {', '.join(CHECKPOINT_METRICS[task])}")
 
     expectations = _get(data, "validation", "expectations")
     for index, item in enumerate(expectations if isinstance(expectations, list) else []):

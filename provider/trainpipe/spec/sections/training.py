@@ -263,7 +263,9 @@ class EarlyStoppingSpec(SpecModel):
     """Stop training when the validation loss stops improving; the best epoch's weights are the model."""
 
     metric: EarlyStoppingMetric = Field(
-        default="validation_loss", description="What is watched on the validation split at each epoch end.",
+        default="validation_loss", description="What is watched on the validation split at each epoch end: "
+        "validation_loss, or another metric the task's trainer computes (accuracy, auc, macro_f1, rmse, ...; a "
+        "loss or error must fall, the others rise).",
         examples=["validation_loss"],
     )
     patience: int = Field(
@@ -311,7 +313,7 @@ class TrainingSpec(SpecModel):
     learning_rate: float = Field(default=1e-3, gt=0, description="Adam learning rate.", examples=[0.001])
     early_stopping: EarlyStoppingSpec | None = Field(
         default=None,
-        description="Judge the validation loss (on checkpoint.validation_fraction of the train split) at each epoch "
+        description="Judge a validation metric (on checkpoint.validation_fraction of the train split) at each epoch "
         "end; stop after `patience` epochs without an improvement. The weights of the best epoch are the model, "
         "so set a generous `epochs`. Needs checkpoint.keep_best (the validation split).",
         examples=[{"metric": "validation_loss", "patience": 3, "min_delta": 0}],
