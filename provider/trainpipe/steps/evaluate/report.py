@@ -53,7 +53,7 @@ th{background:#f4f6f8}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .pass{color:#116b2f;font-weight:600}.fail{color:#b00020;font-weight:600}.muted{color:#777}
 .verdict{display:inline-block;padding:.2em .6em;border-radius:4px;color:#fff}
 .verdict.pass{background:#1e7e34;color:#fff}.verdict.fail{background:#b00020;color:#fff}
-.plots{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}figure img{max-width:520px;border:1px solid #eee}
+.plots{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.9em;color:#555}
 """
 
@@ -408,7 +408,8 @@ def _gates_table(gates: tuple[dict[str, Any], ...]) -> str:
     rows = [[e(g["gate"]), f'<td class="{"pass" if g["passed"] else "fail"}">{"PASS" if g["passed"] else "FAIL"}</td>',
              _number(None if g.get("reference") == CLASSES_REFERENCE else g["value"]), _number(g["baseline"]),
              e(g["note"])] for g in gates]
-    return _table(["gate", "verdict", "candidate", "champion", "note"], rows)
+    # The reference is the champion's value, or the baseline model's for a gate against the baseline.
+    return _table(["gate", "verdict", "candidate", "champion or baseline", "note"], rows)
 
 
 def _metrics_table(inputs: ReportInputs) -> str:
