@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -177,6 +178,19 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str, runn
 
 def committed_steps(root: Path) -> list[int]:
     return sorted(int(p.name.split("-")[1]) for p in root.glob("step-*") if (p / "manifest.json").exists())
+
+
+def kill_a_rank_after_a_commit(config: dict[str, Any], workdir: Path, *, commit_timeout: float = 120) -> Launch:
+    """Two ranks started, rank 1 SIGKILLed once a checkpoint under ``workdir/checkpoints`` is committed; the
+    launch as it ended (torchrun stops the other rank and fails)."""
+    running = start(config, workdir, nproc=2)
+    try:
+        wait_until(lambda: bool(committed_steps(workdir / "checkpoints")), timeout=commit_timeout, what="a commit",
+                   running=running)
+        os.kill(running.rank_pid(1), signal.SIGKILL)
+        return running.wait(timeout=120)
+    finally:
+        running.stop()
 
 
 def file_digests(directory: Path) -> dict[str, str]:

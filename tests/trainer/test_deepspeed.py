@@ -7,16 +7,21 @@ compile, so no C++ toolchain is needed.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .helpers import BINARY_FEATURES, Datasets, Launch, committed_steps, launch, start, wait_until
+from .helpers import (
+    BINARY_FEATURES,
+    Datasets,
+    Launch,
+    committed_steps,
+    kill_a_rank_after_a_commit,
+    launch,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -103,13 +108,7 @@ def test_zero2_sigkill_of_one_rank_then_a_rerun_resumes_bit_identically(
     config = _deepspeed_config(
         make_config, tmp_path, datasets, 2, optimization={"precision": "bf16"}, fault_injection={"step_delay_seconds": 0.2}
     )
-    running = start(config, tmp_path, nproc=2)
-    try:
-        wait_until(lambda: bool(committed_steps(root)), timeout=180, what="a commit", running=running)
-        os.kill(running.rank_pid(1), signal.SIGKILL)
-        killed = running.wait(timeout=120)
-    finally:
-        running.stop()
+    killed = kill_a_rank_after_a_commit(config, tmp_path, commit_timeout=180)
     assert killed.returncode != 0
     resume_from = committed_steps(root)[-1]
     assert 4 <= resume_from < 18

@@ -32,6 +32,7 @@ from .helpers import (
     Tracking,
     committed_steps,
     file_digests,
+    kill_a_rank_after_a_commit,
     launch,
     start,
     wait_until,
@@ -55,13 +56,7 @@ def test_sigkill_of_one_rank_then_a_rerun_resumes_bit_identically(
         features=BINARY_FEATURES,
         fault_injection={"step_delay_seconds": 0.2},
     )
-    running = start(config, tmp_path, nproc=2)
-    try:
-        wait_until(lambda: bool(committed_steps(root)), timeout=120, what="a commit", running=running)
-        os.kill(running.rank_pid(1), signal.SIGKILL)
-        killed = running.wait(timeout=120)
-    finally:
-        running.stop()
+    killed = kill_a_rank_after_a_commit(config, tmp_path)
     # torchrun saw rank 1 die, stopped rank 0 and failed; nothing was committed after the kill.
     assert killed.returncode != 0
     assert "Signal 9 (SIGKILL) received by PID" in killed.stderr

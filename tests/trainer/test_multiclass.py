@@ -6,8 +6,6 @@ as accurately as a multinomial logistic regression on the same split.
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from .helpers import Launch, committed_steps, launch, start, wait_until
+from .helpers import Launch, committed_steps, kill_a_rank_after_a_commit, launch
 
 pytestmark = pytest.mark.integration
 
@@ -116,13 +114,7 @@ def test_sigkill_of_one_rank_then_a_rerun_resumes_to_the_same_weights(
 ) -> None:
     root = tmp_path / "checkpoints"
     config = _config(make_config, tmp_path, wine, fault_injection={"step_delay_seconds": 0.2})
-    running = start(config, tmp_path, nproc=2)
-    try:
-        wait_until(lambda: bool(committed_steps(root)), timeout=120, what="a commit", running=running)
-        os.kill(running.rank_pid(1), signal.SIGKILL)
-        killed = running.wait(timeout=120)
-    finally:
-        running.stop()
+    killed = kill_a_rank_after_a_commit(config, tmp_path)
     assert killed.returncode != 0
     assert not (tmp_path / "output" / "result.json").exists()
     resume_from = committed_steps(root)[-1]
