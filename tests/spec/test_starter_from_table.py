@@ -39,6 +39,9 @@ def test_sizing_rule_follows_the_table():
     small, large = Sizing.for_table(442, "regression"), Sizing.for_table(1_000_000, "binary_classification")
     assert (small.batch_size, small.learning_rate) == (32, 0.003) and small.epochs == 200
     assert (large.batch_size, large.learning_rate, large.epochs) == (1024, 0.01, 20)
+    # Patience: 100 steps of the small table's 10-step epochs, 5 of the large one's 704-step epochs, and 25 of a
+    # 150-row table's 4-step epochs.
+    assert (small.patience, large.patience, Sizing.for_table(150, "multiclass_classification").patience) == (10, 5, 25)
     assert Sizing.for_table(20_000, "regression").batch_size == 128
 
 
@@ -57,7 +60,7 @@ def test_init_reads_the_table_into_the_spec(tmp_path, monkeypatch, capsys):
     assert training["transforms"] == {"glucose": {"impute": "median", "missing_indicator": True},
                                       "sex": {"type": "categorical", "encode": "one_hot", "max_categories": 20}}
     assert (training["batch_size"], training["learning_rate"], training["epochs"]) == (32, 0.003, 200)
-    assert training["early_stopping"] == {"metric": "validation_loss", "patience": 5, "min_delta": 0}
+    assert training["early_stopping"] == {"metric": "validation_loss", "patience": 10, "min_delta": 0}
     assert "time_column" not in spec["data"]
     assert spec["evaluation"]["gates"][0] == "r2 >= baseline - 0.05"
 
@@ -75,9 +78,20 @@ def test_init_names_a_missing_label_and_table(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "c").exists()
 
 
+def digits_table(n: int, seed: int) -> pd.DataFrame:
+    """A real 10-class table: ``n`` of scikit-learn's bundled handwritten digits (8x8 pixels), shuffled."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits(as_frame=True)
+    frame = digits.data.rename(columns=lambda name: name.replace("pixel_", "p"))
+    frame["digit"] = digits.target
+    return frame.sample(n=n, random_state=seed).reset_index(drop=True)
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize(("task", "label", "make"), [("regression", "progression", regression_table),
-                                                     ("binary_classification", "outcome", classification_table)])
+                                                     ("binary_classification", "outcome", classification_table),
+                                                     ("multiclass_classification", "digit", digits_table)])
 def test_a_starter_spec_passes_its_own_gates_on_the_first_run(task, label, make, tmp_path, monkeypatch):
     from trainpipe.compile.compiler import compile_file
     from trainpipe.hooks.mlflow import MlflowHook
@@ -101,7 +115,7 @@ def test_a_starter_spec_passes_its_own_gates_on_the_first_run(task, label, make,
     settings = Settings.from_env()
     with storage_access(settings):
         snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings,
-                                 logical_date=datetime(2026, 11, 27, tzinfo=UTC))
+                                 logical_date=datetime(2026, 11, 27, tzinfo=UTC), class_label=plan.class_label)
         trained = run_training(plan, snapshot, settings=settings, run=RunContext(
             dag_id=plan.dag_id, airflow_run_id="first", try_number=1, spec_sha256=plan.spec_sha256,
             git_commit=git_commit(plan.source_path)), run_dir=None)
@@ -110,5 +124,6 @@ def test_a_starter_spec_passes_its_own_gates_on_the_first_run(task, label, make,
                           snapshot=snapshot, pipeline_id=plan.dag_id, settings=settings)
 
     assert result["gates_passed"], (result["gates"], result["candidate"], result["baseline"])
-    metric = "r2" if task == "regression" else "auc"
-    assert result["candidate"][metric] >= result["baseline"][metric] - 0.05
+    metric, within = {"regression": ("r2", 0.05), "binary_classification": ("auc", 0.05),
+                      "multiclass_classification": ("accuracy", 0.02)}[task]
+    assert result["candidate"][metric] >= result["baseline"][metric] - within
