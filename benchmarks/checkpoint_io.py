@@ -85,7 +85,7 @@ def build_state(size: str) -> State:
     import torch
 
     from trainpipe_trainer.config import ModelConfig, OptimizationConfig
-    from trainpipe_trainer.model import build_mlp
+    from trainpipe_trainer.models.mlp.network import build_mlp
     from trainpipe_trainer.optim import build_optimizer, build_scheduler
 
     inputs, hidden = SIZES[size]

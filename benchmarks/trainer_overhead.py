@@ -94,7 +94,7 @@ class BareLoop:
         import torch
         from torch.utils.data import DataLoader
 
-        from trainpipe_trainer.model import build_mlp
+        from trainpipe_trainer.models.mlp.network import build_mlp
         from trainpipe_trainer.optim import build_optimizer, build_scheduler
 
         self.torch = torch

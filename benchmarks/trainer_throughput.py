@@ -286,7 +286,7 @@ def _model(shape: Shape, device, total_steps: int):
 
     sys.path.insert(0, str(REPO / "trainer_image"))
     from trainpipe_trainer.config import ModelConfig, OptimizationConfig
-    from trainpipe_trainer.model import build_mlp
+    from trainpipe_trainer.models.mlp.network import build_mlp
     from trainpipe_trainer.optim import build_optimizer, build_scheduler
 
     torch.manual_seed(0)

@@ -80,7 +80,7 @@ def test_bf16_is_the_engines_own_autocast_with_fp32_gradient_reduction() -> None
 def test_the_engine_runs_its_forward_in_bf16_with_no_autocast_around_it(deepspeed_env: object) -> None:
     import torch
 
-    from trainpipe_trainer.model import build_mlp
+    from trainpipe_trainer.models.mlp.network import build_mlp
     from trainpipe_trainer.strategies.deepspeed import DeepSpeedStrategy
     from trainpipe_trainer.trainer import bf16_autocast_applies
 

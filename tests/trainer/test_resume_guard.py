@@ -31,7 +31,7 @@ from trainpipe_trainer.config import (
 )
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import CheckpointMismatchError, ResumeMismatchError
-from trainpipe_trainer.model import build_mlp
+from trainpipe_trainer.models.mlp.network import build_mlp
 from trainpipe_trainer.optim import build_optimizer
 from trainpipe_trainer.resume import (
     NOT_FINGERPRINTED_FIELDS,

@@ -14,10 +14,10 @@ import torch
 from trainpipe.settings import Settings
 from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrainingConfig
 from trainpipe_trainer.data import load_training_data
-from trainpipe_trainer.model import build_mlp
+from trainpipe_trainer.models.mlp.export import write_serving_artifacts
+from trainpipe_trainer.models.mlp.network import build_mlp
+from trainpipe_trainer.models.mlp.scorer import MLPScorer
 from trainpipe_trainer.resume import resume_identity
-from trainpipe_trainer.serving.export import write_serving_artifacts
-from trainpipe_trainer.serving.scorer import MLPScorer
 
 from .helpers import launch
 

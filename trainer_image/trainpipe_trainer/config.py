@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -28,7 +29,10 @@ CONFIG_VERSION = 7
 # the provider's metrics and plan, and the trainer's code paths read them from here.
 TaskType = Literal["binary_classification", "multiclass_classification", "regression", "ranking"]
 TASK_TYPES: tuple[str, ...] = typing.get_args(TaskType)
-ModelType = Literal["mlp"]
+# model.type: a model family's name (trainpipe_trainer.models: the built-ins, and the families installed
+# packages register); a name, never a module or a path.
+MODEL_TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+BUILT_IN_MODEL_TYPES: tuple[str, ...] = ("mlp",)
 RankingLoss = Literal["pointwise", "listwise"]
 RANKING_LOSSES: tuple[str, ...] = typing.get_args(RankingLoss)
 Precision = Literal["fp32", "bf16"]
@@ -91,14 +95,20 @@ def _require(condition: bool, message: str) -> None:
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class ModelConfig:
-    type: ModelType = "mlp"
+    # The model family (trainpipe_trainer.models); hidden_layers and dropout are the mlp family's settings.
+    type: str = "mlp"
     hidden_layers: tuple[int, ...] = (64, 32)
     dropout: float = 0.0
     # Ranking only: pointwise regresses the relevance, listwise optimises a softmax over each query.
     ranking_loss: RankingLoss = "listwise"
+    # The family's own parameters (JSON values), checked by the family before any data is read; left out
+    # of the JSON when empty, so configs from before families stay byte-identical.
+    params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _require(self.type == "mlp", f"model.type: only 'mlp' is built in, got {self.type!r}")
+        _require(isinstance(self.type, str) and re.match(MODEL_TYPE_PATTERN, self.type) is not None,
+                 f"model.type: a model family's name (lowercase letters, digits, _), got {self.type!r}")
+        _require(isinstance(self.params, dict), "model.params: a mapping of parameter names to values")
         _require(all(n > 0 for n in self.hidden_layers), "model.hidden_layers: sizes must be > 0")
         _require(0.0 <= self.dropout < 1.0, "model.dropout: must be in [0, 1)")
         _require(self.ranking_loss in RANKING_LOSSES, f"model.ranking_loss: one of {RANKING_LOSSES}")
@@ -491,9 +501,11 @@ class TrainingConfig:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        # Configs from before multiclass and model families stay byte-identical (and readable by their trainers).
         if not self.label_classes:
-            # Configs of the tasks before multiclass stay byte-identical (and readable by their trainers).
             del data["label_classes"]
+        if not self.model.params:
+            del data["model"]["params"]
         return data
 
     def to_json(self) -> str:

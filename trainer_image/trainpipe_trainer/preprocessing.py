@@ -288,6 +288,11 @@ class FeatureTransformer:
         return tuple(name for e in self.encoders for name in e.output_names)
 
     @property
+    def output_features(self) -> tuple[str, ...]:
+        """The raw feature column of each input column, in the same order."""
+        return tuple(e.feature for e in self.encoders for _ in e.output_names)
+
+    @property
     def width(self) -> int:
         return len(self.output_names)
 

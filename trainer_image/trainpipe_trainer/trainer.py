@@ -18,7 +18,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -45,7 +45,8 @@ from trainpipe_trainer.errors import (
     TrialPrunedError,
 )
 from trainpipe_trainer.losses import LossFn, make_loss_fn
-from trainpipe_trainer.model import build_mlp
+from trainpipe_trainer.models import DataDescription, ModelFamily, load_family
+from trainpipe_trainer.models.family import ExportContext
 from trainpipe_trainer.optim import apply_tf32
 from trainpipe_trainer.outcomes import (
     WORLD_SIZE_HISTORY_TAG,
@@ -56,7 +57,7 @@ from trainpipe_trainer.outcomes import (
 from trainpipe_trainer.preemption import PreemptionWatcher
 from trainpipe_trainer.resume import resume_identity
 from trainpipe_trainer.run_layout import RESULT_FILE
-from trainpipe_trainer.serving.export import log_pyfunc_model, weights_sha256
+from trainpipe_trainer.serving.export import weights_sha256
 from trainpipe_trainer.splits import Splits
 from trainpipe_trainer.strategies import Strategy, build_strategy
 from trainpipe_trainer.tracking.launch_timing import LaunchPhases
@@ -140,6 +141,8 @@ class Trainer:
     data: TrainingData | None = None
     # The launch's read of the split, started before torch loaded (used when ``data`` is not given).
     splits: Future[Splits] | None = None
+    # The model family and its checked parameters (models.family): resolved first, before the data is awaited.
+    family: tuple[ModelFamily, dict[str, Any]] = field(init=False)
     strategy: Strategy = field(init=False)
     loss_fn: LossFn = field(init=False)
     batches: EpochLoader = field(init=False)
@@ -172,6 +175,8 @@ class Trainer:
 
     def __post_init__(self) -> None:
         config, env = self.config, self.env
+        family = load_family(config.model.type)
+        self.family = (family, family.validate_params(config.model.params))
         self.clock = ComputeClock(device=env.device)
         if self.data is None:
             self.data = load_training_data(config, self.splits)
@@ -197,14 +202,18 @@ class Trainer:
             self.trial = TrialReporter.open(config.tuning)
         # Same seed on every rank: identical initial weights (DDP would broadcast rank 0's anyway).
         rng.seed_all(config.seed)
+        # The model family builds the module; everything around it is this harness's (models.family).
+        family, params = self.family
+        transformer = self.data.transformer
+        description = DataDescription(task=config.task, input_names=transformer.output_names,
+                                      input_features=transformer.output_features, classes=self.data.classes)
         self.strategy = build_strategy(
             config,
             env=env,
-            build_module=lambda: build_mlp(n_features=self.data.transformer.width, config=config.model,
-                                           n_outputs=len(self.data.classes) or 1),
+            build_module=lambda: family.build(config.model, params, description),
             total_steps=total_steps,
         )
-        self.loss_fn = make_loss_fn(config)
+        self.loss_fn = family.loss(config.task) or make_loss_fn(config)
         self.step_values = torch.zeros((config.tracking.log_every_n_steps, 2), dtype=torch.float64, device=env.device)
         self.phases.mark("model build")
         # Then one stream per rank, so dropout masks differ between ranks but not between runs.
@@ -711,11 +720,15 @@ class Trainer:
             if self.config.tuning is None:
                 # Every queued metric is in the run before the model (a server outage ends here, or fails).
                 self.tracker.flush()
-                model_uri = log_pyfunc_model(
-                    module, transformer=self.data.transformer, config=self.config,
-                    sample_frame=self.data.sample_frame, target=self.data.target, tracker=self.tracker,
-                    classes=self.data.classes,
-                )
+                family, params = self.family
+                context = ExportContext(config=self.config, transformer=self.data.transformer, target=self.data.target,
+                                        classes=self.data.classes, sample_frame=self.data.sample_frame,
+                                        tracker=self.tracker)
+                model_uri = family.export(module, params, context)
+                if model_uri is None:
+                    from trainpipe_trainer.models.torch_serving import log_torch_model
+
+                    model_uri = log_torch_model(module, params=params, context=context)
             # A tuning trial logs no model: nothing loads it (the final training retrains the best
             # parameters and logs that model), and it cost 0.2-0.5 s of every complete trial. Its
             # weights stay in its final checkpoint, its hash in result.json and the study.

@@ -19,7 +19,7 @@ from trainpipe_trainer.checkpoint.state import TrainState
 from trainpipe_trainer.config import CheckpointConfig, ModelConfig, OptimizationConfig
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import CheckpointMismatchError, CheckpointSaveError, ResumeMismatchError
-from trainpipe_trainer.model import build_mlp
+from trainpipe_trainer.models.mlp.network import build_mlp
 from trainpipe_trainer.optim import build_optimizer, build_scheduler
 from trainpipe_trainer.resume import ResumeIdentity
 from trainpipe_trainer.serving.export import weights_sha256

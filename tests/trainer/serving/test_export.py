@@ -16,16 +16,16 @@ import torch
 from mlflow.utils import requirements_utils
 
 from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrackingConfig, TrainingConfig
-from trainpipe_trainer.model import build_mlp
-from trainpipe_trainer.preprocessing import FeatureTransformer
-from trainpipe_trainer.serving.export import (
+from trainpipe_trainer.models.mlp.export import (
     MODEL_CODE,
-    PACKAGE_DIR,
     SERVED_REQUIREMENTS,
     log_pyfunc_model,
     write_serving_artifacts,
 )
-from trainpipe_trainer.serving.scorer import MLPScorer
+from trainpipe_trainer.models.mlp.network import build_mlp
+from trainpipe_trainer.models.mlp.scorer import MLPScorer
+from trainpipe_trainer.preprocessing import FeatureTransformer
+from trainpipe_trainer.serving.export import PACKAGE_DIR
 from trainpipe_trainer.tracking.mlflow_process import MlflowCalls
 from trainpipe_trainer.tracking.tracker import Tracker
 

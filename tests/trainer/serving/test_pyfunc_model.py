@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrackingConfig, TrainingConfig
-from trainpipe_trainer.model import build_mlp
+from trainpipe_trainer.models.mlp.export import log_pyfunc_model
+from trainpipe_trainer.models.mlp.network import build_mlp
 from trainpipe_trainer.preprocessing import FeatureTransformer
-from trainpipe_trainer.serving.export import log_pyfunc_model
 from trainpipe_trainer.tracking.tracker import Tracker
 
 pytestmark = pytest.mark.integration

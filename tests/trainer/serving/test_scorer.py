@@ -13,10 +13,11 @@ import torch
 from tests.probes import probe
 from trainpipe_trainer.config import FeatureTransform, ModelConfig
 from trainpipe_trainer.errors import TrainerDataError
-from trainpipe_trainer.model import build_mlp
+from trainpipe_trainer.models.mlp.export import write_serving_artifacts
+from trainpipe_trainer.models.mlp.network import build_mlp
+from trainpipe_trainer.models.mlp.scorer import MLPScorer
 from trainpipe_trainer.preprocessing import FeatureTransformer
-from trainpipe_trainer.serving.export import weights_sha256, write_serving_artifacts
-from trainpipe_trainer.serving.scorer import MLPScorer
+from trainpipe_trainer.serving.export import weights_sha256
 
 FEATURES = ("x1", "x2", "x3")
 
@@ -76,7 +77,7 @@ def test_import_boundaries() -> None:
     """The provider imports the config without torch; serving needs neither torch nor mlflow;
     only rank 0 imports mlflow (when it starts tracking), so the training modules must not."""
     code = (
-        "import sys, trainpipe_trainer, trainpipe_trainer.config, trainpipe_trainer.serving.scorer, "
+        "import sys, trainpipe_trainer, trainpipe_trainer.config, trainpipe_trainer.models.mlp.scorer, "
         "trainpipe_trainer.preprocessing, trainpipe_trainer.__main__\n"
         "assert not {'torch', 'mlflow', 'airflow'} & set(sys.modules), 'heavy import'\n"
         "import trainpipe_trainer.trainer\n"

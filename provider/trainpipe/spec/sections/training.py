@@ -13,15 +13,16 @@ from trainpipe.spec.types import Duration, Launcher
 
 # The choice lists the trainer also reads: defined once, in the trainer contract (ADR 0002).
 from trainpipe_trainer.config import (
+    BUILT_IN_MODEL_TYPES,
     MAX_LABEL_CLASSES,
     MAX_SEED,
+    MODEL_TYPE_PATTERN,
     CategoricalEncoding,
     DataPlacement,
     EarlyStoppingMetric,
     FeatureType,
     ImputeStrategy,
     LrSchedule,
-    ModelType,
     NumericTransform,
     Precision,
     RankingLoss,
@@ -38,7 +39,13 @@ MAX_EPOCHS = 100_000
 
 
 class ModelSpec(SpecModel):
-    type: ModelType = Field(default="mlp", description="Built-in model.", examples=["mlp"])
+    type: str = Field(
+        default="mlp", pattern=MODEL_TYPE_PATTERN,
+        description=f"The model family: built in ({', '.join(BUILT_IN_MODEL_TYPES)}), or one an installed package "
+        "registers in the `trainpipe.models` entry-point group (docs/models.md). A name, never a module or a path; "
+        "under a platform policy, one of the team's `models.families`.",
+        examples=["mlp"],
+    )
     # Bounded like every size below: the local launcher trains on a shared Airflow worker, where no pod
     # limit applies, so a model of 10^12 weights would take the worker's memory from every other task.
     hidden_layers: list[Annotated[int, Field(gt=0, le=MAX_LAYER_WIDTH)]] = Field(

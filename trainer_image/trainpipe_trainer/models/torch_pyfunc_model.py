@@ -1,6 +1,5 @@
-"""The MLflow pyfunc, logged as "models from code": MLflow executes this file to build the model.
+"""The MLflow pyfunc of a family served through torch, logged as "models from code" (nothing unpickled).
 
-Logged as a file path instead of a pickled object, so loading the model unpickles nothing.
 Nothing imports this module: ``set_model`` below must run only when MLflow loads the model.
 """
 
@@ -16,15 +15,13 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.pyfunc import PythonModel
 
 from trainpipe_trainer.errors import TrainerDataError
-from trainpipe_trainer.serving.scorer import MLPScorer
+from trainpipe_trainer.models.torch_serving import TorchScorer
 
 
-class TrainpipeMLPModel(PythonModel):
+class TrainpipeTorchModel(PythonModel):
     def load_context(self, context: Any) -> None:
-        self._scorer = MLPScorer.from_artifacts(context.artifacts)
+        self._scorer = TorchScorer.from_artifacts(context.artifacts)
 
-    # pd.DataFrame is a hint MLflow does not validate against: the logged signature stays in charge.
-    # A multiclass model answers a DataFrame (the class, then a probability per class); the others an array.
     def predict(self, context: Any, model_input: pd.DataFrame,
                 params: dict[str, Any] | None = None) -> np.ndarray | pd.DataFrame:
         if not isinstance(model_input, pd.DataFrame):
@@ -32,9 +29,8 @@ class TrainpipeMLPModel(PythonModel):
         try:
             return self._scorer.prediction(model_input)
         except TrainerDataError as err:
-            # An MlflowException's message is what the scoring server answers (HTTP 400, "message"); any
-            # other exception becomes its generic "unexpected error", our line only in the stack trace.
+            # The scoring server answers an MlflowException's message (HTTP 400); anything else is a 500.
             raise MlflowException(str(err), error_code=INVALID_PARAMETER_VALUE) from None
 
 
-set_model(TrainpipeMLPModel())
+set_model(TrainpipeTorchModel())

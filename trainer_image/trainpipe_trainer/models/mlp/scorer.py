@@ -1,4 +1,4 @@
-"""The served model: the trained MLP's forward pass in numpy.
+"""The MLP family's served model: the trained MLP's forward pass in numpy.
 
 Torch-free (and mlflow-free) on purpose: serving images and batch-scoring jobs score with only
 numpy and pandas. The weights travel as an ``.npz`` artifact and the fitted feature transforms as
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from trainpipe_trainer.config import PREDICTED_LABEL_COLUMN, probability_column
 from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
+from trainpipe_trainer.serving.outputs import scores_from_outputs, served_prediction
 
 # 4: a multiclass model's classes ("classes"); 3: a regression model's target scale ("target");
 # 2: declared feature transforms ("transforms"); 1 (a standardizer only) is still read.
@@ -85,29 +85,8 @@ class MLPScorer:
         for weight, bias in self.layers[:-1]:
             hidden = np.maximum(hidden @ weight.T + bias, 0.0)
         weight, bias = self.layers[-1]
-        logits = hidden @ weight.T + bias
-        if self.task == "multiclass_classification":
-            # Stable softmax: the row's largest logit is subtracted first, so no exp overflows.
-            shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-            return shifted / shifted.sum(axis=1, keepdims=True)
-        out = logits[:, 0]
-        if self.task == "binary_classification":
-            # Stable sigmoid: never exponentiates a large positive number.
-            decay = np.exp(-np.abs(out))
-            return np.where(out >= 0, 1.0 / (1.0 + decay), decay / (1.0 + decay))
-        if self.target is not None:
-            return self.target.unscale(out)
-        return out
+        return scores_from_outputs(self.task, hidden @ weight.T + bias, target=self.target)
 
     def prediction(self, frame: pd.DataFrame) -> np.ndarray | pd.DataFrame:
-        """What the served model answers for ``frame``: ``score`` for binary, regression and ranking; for
-        multiclass a DataFrame of the predicted class (``label``, the class name) then each class's
-        probability (``probability_<class>``, in class order)."""
-        scores = self.score(frame)
-        if self.task != "multiclass_classification":
-            return scores
-        # Ties go to the first class in class order (numpy's argmax), as the trainer's accuracy counts them.
-        predicted = np.asarray(self.classes, dtype=object)[scores.argmax(axis=1)]
-        columns = {PREDICTED_LABEL_COLUMN: predicted}
-        columns.update({probability_column(name): scores[:, index] for index, name in enumerate(self.classes)})
-        return pd.DataFrame(columns, index=frame.index)
+        """What the served model answers for ``frame`` (``serving.outputs.served_prediction``)."""
+        return served_prediction(self.task, self.score(frame), classes=self.classes, index=frame.index)

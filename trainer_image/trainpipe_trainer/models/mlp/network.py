@@ -1,4 +1,4 @@
-"""The built-in model: an MLP that maps a feature vector to one score (one logit per class for multiclass)."""
+"""The MLP family's network: a feature vector to one score (one logit per class for multiclass)."""
 
 from __future__ import annotations
 
