@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from datetime import timedelta
 from pathlib import PurePath
@@ -67,6 +68,7 @@ from trainpipe.plan.steps import (
 )
 from trainpipe.plan.tracking import experiment_name
 from trainpipe_trainer.config import (
+    BUILT_IN_MODEL_TYPES,
     CHECKPOINT_METRICS,
     PREEMPTION_GRACE_SECONDS,
     CheckpointConfig,
@@ -83,7 +85,7 @@ from trainpipe_trainer.config import (
 # The spec models (pydantic, 0.1 s to import) are imported where a plan is built, not here: a plan
 # or DAG unpickled from the plan cache needs only this module (ADR 0012).
 if TYPE_CHECKING:
-    from trainpipe.spec.loader import LoadedYaml
+    from trainpipe.spec.loader import FieldPath, LoadedYaml
     from trainpipe.spec.sections.kubernetes import KubernetesSpec
     from trainpipe.spec.sections.pipeline import PipelineSpec
     from trainpipe.spec.sections.training import TrainingSpec
@@ -142,10 +144,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         spec_file=spec_file,
         spec_sha256=hashlib.sha256(spec_text.encode()).hexdigest(),
         spec_relative_path=spec_relative_path or PurePath(spec_file).name,
-        # label_classes only where the spec pins them (the plans of other specs stay as they were).
-        inputs_declared_at={name: loaded.location_of(("training", name)) for name in ("features", "label",
-                            *(("label_classes",) if training.label_classes is not None else ()))}
-        if loaded is not None else {},
+        inputs_declared_at=_inputs_declared_at(spec, loaded) if loaded is not None else {},
         description=spec.description,
         # Under a policy the team owns the DAG, whatever the spec says: the policy always wins.
         owner=team.name if team is not None else spec.owner,
@@ -324,6 +323,19 @@ def _tuning(spec: PipelineSpec) -> TuningPlan | None:
     )
 
 
+def _inputs_declared_at(spec: PipelineSpec, loaded: LoadedYaml) -> dict[str, tuple[str, int | None, int | None]]:
+    """Where the train step's checks before launch point: the snapshot's columns and classes, and a family that is
+    not built in (its lookup and its params, each top-level parameter at its own line). Only what the spec has, so
+    the plans of other specs stay as they were."""
+    training = spec.training
+    names: list[FieldPath] = [("features",), ("label",)]
+    if training.label_classes is not None:
+        names.append(("label_classes",))
+    if training.model.type not in BUILT_IN_MODEL_TYPES:
+        names += [("model", "type"), ("model", "params"), *(("model", "params", key) for key in training.model.params)]
+    return {".".join(name): loaded.location_of(("training", *name)) for name in names}
+
+
 def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
     training = spec.training
     distributed = training.distributed
@@ -341,7 +353,9 @@ def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
         label_classes=tuple(str(name) for name in training.label_classes or ()),
         group_column=training.group_column,
         model=ModelConfig(type=training.model.type, hidden_layers=tuple(training.model.hidden_layers),
-                          dropout=training.model.dropout, ranking_loss=training.model.ranking_loss),
+                          dropout=training.model.dropout, ranking_loss=training.model.ranking_loss,
+                          # The spec's literal values: the family checks them in the train task (never rendered).
+                          params=copy.deepcopy(training.model.params)),
         epochs=training.epochs,
         batch_size=training.batch_size,
         learning_rate=training.learning_rate,

@@ -445,8 +445,9 @@ class PipelinePlan:
     spec_sha256: str
     # The spec file relative to the configs root (the registry's `spec_file` tag: the same on every machine).
     spec_relative_path: str
-    # (file, line, column) of training.features and training.label in the spec: the train step's check
-    # of the snapshot against them (before torchrun starts) points there.
+    # (file, line, column) of training.features and training.label in the spec (and, where the spec has them,
+    # label_classes, and model.type, model.params and each top-level model.params.<name> of a family that is not
+    # built in): the train step's checks before torchrun starts point there.
     inputs_declared_at: dict[str, tuple[str, int | None, int | None]] = dataclasses.field(default_factory=dict)
     description: str
     owner: str

@@ -25,10 +25,16 @@ from trainpipe.spec.sections.evaluation import GateSpec, _parse_gate
 from trainpipe.spec.sections.kubernetes import NAME_PATTERN_MEANINGS
 from trainpipe.spec.sections.params import OVERRIDABLE_PARAMS
 from trainpipe.spec.sections.pipeline import PipelineSpec, bounds_at, overridden_value, param_bounds
-from trainpipe.spec.sections.training import CATEGORICAL_ONLY_OPTIONS, MAX_LAYER_WIDTH, MAX_LAYERS, NUMERIC_ONLY_OPTIONS
+from trainpipe.spec.sections.training import (
+    CATEGORICAL_ONLY_OPTIONS,
+    MAX_LAYER_WIDTH,
+    MAX_LAYERS,
+    NUMERIC_ONLY_OPTIONS,
+    ModelParamsError,
+)
 from trainpipe.spec.sections.tuning import PRUNER_DEFAULTS, TUNABLE_PARAMS, TuningSpec
 from trainpipe.spec.sections.validation import _normalise_expectation
-from trainpipe_trainer.config import CHECKPOINT_METRICS, EARLY_STOPPING_METRICS, TASK_TYPES
+from trainpipe_trainer.config import CHECKPOINT_METRICS, EARLY_STOPPING_METRICS, MODEL_TYPE_PATTERN, TASK_TYPES
 
 
 def _fields_by_key(model: type[BaseModel]) -> dict[str, Any]:
@@ -54,6 +60,14 @@ def _model_at(path: FieldPath) -> type[BaseModel] | None:
     return model
 
 
+def _pydantic_problems(loaded: LoadedYaml, error: ErrorDetails) -> list[SpecProblem]:
+    cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, ModelParamsError):
+        # Each problem of model.params at its own key or item, not all at `params`.
+        return [loaded.problem((*error["loc"], *below), message) for below, message in cause.problems]
+    return [_pydantic_problem(loaded, error)]
+
+
 def _pydantic_problem(loaded: LoadedYaml, error: ErrorDetails) -> SpecProblem:
     path: FieldPath = tuple(error["loc"])
     kind = error["type"]
@@ -69,6 +83,11 @@ def _pydantic_problem(loaded: LoadedYaml, error: ErrorDetails) -> SpecProblem:
     if pattern.startswith("^[A-Za-z]"):
         return loaded.problem(path, "must start with a letter and use only ASCII letters, digits, '_' and '-', "
                                     f"got {error['input']!r}")
+    if pattern == MODEL_TYPE_PATTERN:
+        return loaded.problem(path, (
+            f"{shown_value(error['input'])} is not a model family name (a lowercase letter, then lowercase letters, "
+            "digits or _, at most 64): name a family that is built in or that an installed package registers in the "
+            "'trainpipe.models' entry-point group, never a module or a path"))
     if pattern in NAME_PATTERN_MEANINGS:
         return loaded.problem(path, f"{shown_value(error['input'])} is not {NAME_PATTERN_MEANINGS[pattern]}; rename it")
     message = error["msg"]
@@ -118,6 +137,34 @@ def _get(data: Any, *path: str | int) -> Any:
     return data
 
 
+# The mlp family's settings, written as the spec's own keys before families existed (tuning and run parameters
+# reach the same two).
+_MLP_SETTINGS = ("hidden_layers", "dropout")
+
+
+def _model_family_problems(loaded: LoadedYaml) -> list[SpecProblem]:
+    """model.params belongs to a family that takes parameters; hidden_layers and dropout to the mlp alone."""
+    model = _get(loaded.data, "training", "model")
+    family = model.get("type", "mlp") if isinstance(model, dict) else "mlp"
+    if not isinstance(family, str):
+        return []  # pydantic reports it
+    problems: list[SpecProblem] = []
+    if family == "mlp":
+        if isinstance(model, dict) and model.get("params"):
+            problems.append(loaded.problem(("training", "model", "params"), (
+                "the mlp family takes no params: its settings are training.model.hidden_layers and dropout; remove "
+                "params, or name the family that takes them in training.model.type")))
+        return problems
+    # Another family never reads them: a value written there would look set and change nothing.
+    for path in (*(("training", "model", name) for name in _MLP_SETTINGS),
+                 *(("params", name) for name in _MLP_SETTINGS), *(("tuning", "space", name) for name in _MLP_SETTINGS)):
+        if _get(loaded.data, *path) is not None:
+            problems.append(loaded.problem(path, (
+                f"{path[-1]} is a setting of the mlp family, and training.model.type is {family!r}; put the family's "
+                "own settings in training.model.params (a run parameter or a tuned one cannot reach them yet)")))
+    return problems
+
+
 def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     """Checks across fields, on the raw data, so a file's problems are all reported in one pass."""
     problems: list[SpecProblem] = []
@@ -148,6 +195,7 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     if task in TASK_TYPES and task != "ranking" and group_column:
         add(("training", "group_column"), f"group_column only applies to task 'ranking', not {task!r}; remove it")
     problems.extend(_label_class_problems(loaded, task))
+    problems.extend(_model_family_problems(loaded))
     stopping_metric = _get(data, "training", "early_stopping", "metric")
     if task in TASK_TYPES and isinstance(stopping_metric, str) and stopping_metric not in CHECKPOINT_METRICS[task] \
             and stopping_metric in EARLY_STOPPING_METRICS:
@@ -754,7 +802,7 @@ def validate_loaded(loaded: LoadedYaml) -> PipelineSpec:
     try:
         spec = PipelineSpec.model_validate(loaded.data)
     except ValidationError as err:
-        problems.extend(_pydantic_problem(loaded, e) for e in err.errors())
+        problems.extend(p for e in err.errors() for p in _pydantic_problems(loaded, e))
     reported = {(p.field_path, p.message) for p in problems}
     problems.extend(p for p in _semantic_problems(loaded) if (p.field_path, p.message) not in reported)
     if spec is not None:

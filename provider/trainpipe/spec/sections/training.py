@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import re
 from datetime import timedelta
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
+from trainpipe.errors import shown_value
 from trainpipe.spec.sections.common import SpecModel
 from trainpipe.spec.sections.kubernetes import KubernetesSpec
 from trainpipe.spec.types import Duration, Launcher
@@ -38,6 +41,80 @@ MAX_LAYER_WIDTH = 65_536
 MAX_EPOCHS = 100_000
 
 
+# model.params: a family's parameters, data only (JSON values, never rendered, opened or imported by trainpipe).
+# Names are identifiers at every level, so a family's error path (``layers.0.width``) reads back unambiguously.
+PARAM_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+MAX_PARAMS_DEPTH = 8  # mappings and lists nested below model.params
+MAX_PARAMS_VALUES = 1_000  # keys and list items, at every level together
+MAX_PARAM_TEXT = 4_096  # characters of one string value
+# JSON has no integer bound, but the trainer's families read them into int64 tensors and shapes.
+_MAX_PARAM_INT = 2**63 - 1
+_NAME = re.compile(PARAM_NAME_PATTERN)
+
+
+class ModelParamsError(ValueError):
+    """``model.params`` holds something that is no bounded JSON data; ``problems``: (path below params, message).
+
+    spec.validate places each problem at its own line (pydantic alone would place them all at ``params``)."""
+
+    def __init__(self, problems: list[tuple[tuple[str | int, ...], str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{'.'.join(map(str, path)) or 'params'}: {message}" for path, message in problems))
+
+
+def params_problems(params: Any) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every way ``params`` is not a mapping of parameter names to bounded JSON values, by path below it."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    count = 0
+
+    def walk(value: Any, path: tuple[str | int, ...]) -> None:
+        nonlocal count
+        if len(path) > MAX_PARAMS_DEPTH:
+            problems.append((path, f"nested more than {MAX_PARAMS_DEPTH} levels below model.params; flatten it"))
+            return
+        if isinstance(value, dict):
+            for key, item in value.items():
+                count += 1
+                if not isinstance(key, str) or not _NAME.match(key):
+                    problems.append(((*path, str(key)), f"{shown_value(key)} is no parameter name (a letter or _, then "
+                                     "letters, digits or _, at most 64); rename it"))
+                    continue
+                walk(item, (*path, key))
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                count += 1
+                walk(item, (*path, index))
+        elif isinstance(value, str):
+            if len(value) > MAX_PARAM_TEXT:
+                problems.append((path, f"text of {len(value):,} characters, more than {MAX_PARAM_TEXT:,}; shorten it"))
+        elif isinstance(value, bool) or value is None:
+            pass
+        elif isinstance(value, int):
+            if abs(value) > _MAX_PARAM_INT:
+                problems.append((path, "an integer beyond 64 bits; no family can use it"))
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                problems.append((path, f"{value} is no JSON number; give a finite one"))
+        else:
+            problems.append((path, f"a {type(value).__name__} is no JSON value (text, number, true/false, null, a "
+                                   "list or a mapping); quote it to pass it as text"))
+
+    if not isinstance(params, dict):
+        return [((), "a mapping of parameter names to values (model.params: {depth: 4})")]
+    walk(params, ())
+    if count > MAX_PARAMS_VALUES:
+        problems.append(((), f"{count:,} keys and list items, more than {MAX_PARAMS_VALUES:,}; a family's parameters "
+                             "are settings, not data: read large inputs from the training data"))
+    return problems
+
+
+def _checked_params(params: Any) -> Any:
+    problems = params_problems(params)
+    if problems:
+        raise ModelParamsError(problems)
+    return params
+
+
 class ModelSpec(SpecModel):
     type: str = Field(
         default="mlp", pattern=MODEL_TYPE_PATTERN,
@@ -49,14 +126,27 @@ class ModelSpec(SpecModel):
     # Bounded like every size below: the local launcher trains on a shared Airflow worker, where no pod
     # limit applies, so a model of 10^12 weights would take the worker's memory from every other task.
     hidden_layers: list[Annotated[int, Field(gt=0, le=MAX_LAYER_WIDTH)]] = Field(
-        default_factory=lambda: [64, 32], max_length=MAX_LAYERS, description=f"Hidden layer sizes (at most "
-        f"{MAX_LAYERS} layers of {MAX_LAYER_WIDTH:,} units).", examples=[[64, 32]]
+        default_factory=lambda: [64, 32], max_length=MAX_LAYERS, description=f"The mlp family: hidden layer sizes "
+        f"(at most {MAX_LAYERS} layers of {MAX_LAYER_WIDTH:,} units).", examples=[[64, 32]]
     )
-    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout after each hidden layer.", examples=[0.1])
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="The mlp family: dropout after each hidden "
+                           "layer.", examples=[0.1])
     ranking_loss: RankingLoss = Field(
         default="listwise",
         description="Ranking only: pointwise regresses relevance, listwise optimises a softmax per query.",
         examples=["listwise"],
+    )
+    params: Annotated[dict[str, Any], BeforeValidator(_checked_params), WithJsonSchema({
+        "type": "object", "propertyNames": {"pattern": PARAM_NAME_PATTERN},
+        "additionalProperties": {"type": ["string", "number", "integer", "boolean", "null", "array", "object"]},
+    })] = Field(
+        default_factory=dict,
+        description="The model family's own parameters (not for mlp, whose settings are hidden_layers and dropout): "
+        "names to JSON values (text, numbers, true/false, null, lists and mappings of those; at most "
+        f"{MAX_PARAMS_VALUES:,} keys and items, {MAX_PARAMS_DEPTH} levels, {MAX_PARAM_TEXT:,} characters per text). "
+        "Passed to the family as data: never rendered, opened or imported; the family checks them before any data is "
+        "read.",
+        examples=[{"depth": 4, "width": 128}],
     )
 
 
