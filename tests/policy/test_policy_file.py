@@ -42,6 +42,10 @@ def test_the_published_policy_schema_is_current_and_accepts_the_policies():
     ("costs: {spot_discount: 1.5}\nteams: {a: {}}\n", "costs.spot_discount: Input should be less than or equal to 1"),
     ("teams:\n  a: {folders: ['../other/**']}\n", "teams.a.folders: '../other/**': folders are globs relative"),
     ("teams: [a, b\n", "policy.yaml:2:1: YAML syntax error"),
+    ("teams:\n  a:\n    models: {families: [mlp, acme.models]}\n",
+     "policy.yaml:3:14: teams.a.models.families: 'acme.models': a family is named as specs name it"),
+    ("teams:\n  a:\n    models: {famlies: [mlp]}\n",
+     "policy.yaml:3:14: teams.a.models.famlies: unknown key; did you mean `families`?"),
 ])
 def test_policy_errors_are_located(text: str, expected: str):
     with pytest.raises(PolicyError) as caught:

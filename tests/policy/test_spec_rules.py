@@ -126,6 +126,9 @@ CASES = [
     ("model_name_prefix", {"registration.model_name": "search_ranker"}, "registration.model_name", "search_ranker"),
     ("team tag", {"tags": ["fraud", "team:search"]}, "tags[1]", "team:search"),
     ("team tag", {"tags": ["fraud", " Team:search"]}, "tags[1]", "Team:search"),
+    # A family is code the trainer runs: only those the platform named for the team.
+    ("models.families", {"training.model": {"type": "search_ranknet", "params": {"depth": 2}}}, "training.model.type",
+     "'search_ranknet'"),
 ]
 TUNING = {"n_trials": 4, "max_parallel": 2, "trial_epochs": 1, "space": {"learning_rate": {"log_uniform": [0.0001, 0.1]}}}
 LOCAL = {"training.launcher": "local", "training.kubernetes": _DELETE, "training.distributed.nnodes": 1}
@@ -285,3 +288,46 @@ def test_an_unwritten_cache_age_is_lowered_to_the_team_s_cap(write_spec: Callabl
     path = write_spec(compliant_spec())
     monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
     assert compile_file(path, "risk/spec.yaml", settings=Settings.from_env()).cache.max_age == timedelta(days=7)
+
+
+def _family_problems(write_spec, monkeypatch, family: str | None, name: str = "risk/spec.yaml") -> list[str]:
+    spec = compliant_spec("search_fraud" if name.startswith("search/") else "risk_fraud")
+    if family is not None:
+        spec["training"]["model"] = {"type": family}
+    path = write_spec(spec, name)
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
+    try:
+        compile_file(path, name, settings=Settings.from_env())
+    except SpecError as err:
+        return [f"{p.field_path}: {p.message}" for p in err.problems if "models.families" in p.message]
+    return []
+
+
+def test_a_family_the_platform_named_for_the_team_compiles(write_spec, monkeypatch):
+    assert _family_problems(write_spec, monkeypatch, "risk_tabnet") == []
+    assert _family_problems(write_spec, monkeypatch, "mlp") == []
+
+
+def test_a_team_without_a_models_rule_gets_the_built_in_families_only(write_spec, monkeypatch):
+    [problem] = _family_problems(write_spec, monkeypatch, "risk_tabnet", "search/spec.yaml")
+
+    assert problem == (
+        "training.model.type: not allowed by policy (team search, rule models.families): 'risk_tabnet'; allowed: "
+        "'mlp' (the built-in families; the platform allows others in the team's models.families)")
+
+
+def test_an_empty_families_list_refuses_even_the_default_mlp(tmp_path, write_spec, monkeypatch):
+    text = POLICY.read_text().replace("families: [mlp, risk_tabnet]", "families: []")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text)
+    spec = compliant_spec()
+    del spec["training"]["model"]["type"]
+    path = write_spec(spec)
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(policy))
+    with pytest.raises(SpecError) as raised:
+        compile_file(path, "risk/spec.yaml", settings=Settings.from_env())
+
+    [problem] = [p for p in raised.value.problems if "models.families" in p.message]
+    assert problem.field_path == "training.model.type"
+    assert problem.message == ("not allowed by policy (team risk, rule models.families): 'mlp' (not written in the "
+                               "spec: its default); allowed: nothing (an empty list)")

@@ -87,7 +87,19 @@ def check_spec(spec: PipelineSpec, loaded: LoadedYaml, *, policy: Policy | None,
     _data(judge, spec, rules, storage_root)
     _notify(judge, spec, rules)
     _limits(judge, spec, rules)
+    _models(judge, spec, rules)
     return judge.problems
+
+
+def _models(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
+    family = spec.training.model.type
+    allowed = rules.models.families
+    if family in allowed:
+        return
+    listed = ", ".join(map(repr, allowed)) or "nothing (an empty list)"
+    if "families" not in rules.models.model_fields_set:
+        listed += " (the built-in families; the platform allows others in the team's models.families)"
+    judge.refuse(("training", "model", "type"), "models.families", family, listed)
 
 
 def _self_triggers(spec: PipelineSpec, loaded: LoadedYaml) -> list[SpecProblem]:

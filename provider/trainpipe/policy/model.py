@@ -25,6 +25,7 @@ from trainpipe.settings import POLICY_ENV, Settings
 from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_text, read_spec_text
 from trainpipe.spec.sections.kubernetes import Quantity
 from trainpipe.spec.types import Duration
+from trainpipe_trainer.config import BUILT_IN_MODEL_TYPES, MODEL_TYPE_PATTERN
 
 # What the DAGs' Airflow roles may be given on a DAG (the FAB auth manager's DAG permissions).
 DAG_PERMISSIONS = ("can_read", "can_edit", "can_delete")
@@ -152,6 +153,27 @@ class AirflowRules(_Model):
         return value
 
 
+class ModelRules(_Model):
+    # Unlike the other rules, left out means the built-ins: a family is code the trainer imports and runs on the
+    # platform's workers and nodes, so a team gets another one only when the platform names it.
+    families: list[str] = Field(
+        default_factory=lambda: list(BUILT_IN_MODEL_TYPES),
+        description="Model families (training.model.type) the team may use; left out: the built-in ones "
+        f"({', '.join(BUILT_IN_MODEL_TYPES)}). A family not built in must also be installed where it trains (the "
+        "trainer image, or the Airflow workers for the local launcher).", examples=[["mlp", "acme_tabnet"]])
+
+    @field_validator("families")
+    @classmethod
+    def _family_names(cls, families: list[str]) -> list[str]:
+        import re
+
+        wrong = [name for name in families if not re.match(MODEL_TYPE_PATTERN, name)]
+        if wrong:
+            raise ValueError(f"{', '.join(map(repr, wrong))}: a family is named as specs name it (lowercase letters, "
+                             "digits and _), never a module or a path")
+        return families
+
+
 class TeamPolicy(_Model):
     folders: list[str] = Field(default_factory=list, description="Glob patterns of spec paths relative to the specs "
                                "root (TRAINPIPE_DAG_CONFIGS) that belong to the team.", examples=[["risk/**"]])
@@ -166,6 +188,7 @@ class TeamPolicy(_Model):
     notify: NotifyRules = Field(default_factory=NotifyRules, description="Where messages may go.")
     limits: LimitRules = Field(default_factory=LimitRules, description="Caps on schedule and size.")
     airflow: AirflowRules = Field(default_factory=AirflowRules, description="What each DAG of the team gets.")
+    models: ModelRules = Field(default_factory=ModelRules, description="Which model families the team's specs use.")
 
     @field_validator("folders")
     @classmethod
@@ -244,7 +267,7 @@ class PolicySpec(_Model):
 
 _MODELS: dict[str, type[BaseModel]] = {
     "": PolicySpec, "team": TeamPolicy, "kubernetes": KubernetesRules, "data": DataRules, "notify": NotifyRules,
-    "limits": LimitRules, "airflow": AirflowRules, "costs": CostsPolicy,
+    "limits": LimitRules, "airflow": AirflowRules, "costs": CostsPolicy, "models": ModelRules,
 }
 
 
