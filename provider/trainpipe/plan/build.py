@@ -333,7 +333,7 @@ def _inputs_declared_at(spec: PipelineSpec, loaded: LoadedYaml) -> dict[str, tup
         names.append(("label_classes",))
     if training.model.type not in BUILT_IN_MODEL_TYPES:
         names += [("model", "type"), ("model", "params"), *(("model", "params", key) for key in training.model.params)]
-    return {".".join(name): loaded.location_of(("training", *name)) for name in names}
+    return {".".join(map(str, name)): loaded.location_of(("training", *name)) for name in names}
 
 
 def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
