@@ -306,9 +306,12 @@ class RegisterModelOperator(LineageFacets, _PipelineStepOperator):
         evaluation = context["ti"].xcom_pull(task_ids=EVALUATE.task_id)
         self.skip_identical_weights(context, trained)
         from trainpipe.state.usage import version_usage_tags
+        from trainpipe.steps.register.lineage import model_family_tags
 
-        # What the training cost (gpu_hours, cpu_hours, cost) goes on the version with its lineage.
-        tags = {**self.lineage_tags(context, trained), **version_usage_tags(self.hook.client, trained["mlflow_run_id"])}
+        # What the training cost (gpu_hours, cpu_hours, cost) and which model family it trained go on the version
+        # with its lineage.
+        tags = {**self.lineage_tags(context, trained), **version_usage_tags(self.hook.client, trained["mlflow_run_id"]),
+                **model_family_tags(self.hook.client, trained["mlflow_run_id"])}
         registered = register_candidate(self.plan.registration, model_uri=trained["model_uri"],
                                         mlflow_run_id=trained["mlflow_run_id"], tags=tags,
                                         evaluation=evaluation, hook=self.hook, backtest=backtest is not None)

@@ -6,6 +6,8 @@ import subprocess
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from trainpipe.plan.tracking import MODEL_FAMILY_TAGS
+
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
@@ -37,3 +39,10 @@ def log_spec_text(client: MlflowClient, mlflow_run_id: str, *, spec_relative_pat
     path = spec_artifact_path(spec_relative_path)
     client.log_text(mlflow_run_id, spec_text, path)
     return path
+
+
+def model_family_tags(client: MlflowClient, mlflow_run_id: str) -> dict[str, str]:
+    """The model family tags the train step wrote on the training run, to be copied onto its registered version
+    (reproduce reads them there); a run trained before families were recorded has none."""
+    tags = client.get_run(mlflow_run_id).data.tags
+    return {key: tags[key] for key in MODEL_FAMILY_TAGS if tags.get(key)}

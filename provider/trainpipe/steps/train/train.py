@@ -27,10 +27,15 @@ from trainpipe.plan.tracking import (
     DAG_ID_TAG,
     DATASET_DIGEST_TAG,
     GIT_COMMIT_TAG,
+    MODEL_FAMILY_DISTRIBUTION_TAG,
+    MODEL_FAMILY_SHA256_TAG,
+    MODEL_FAMILY_TAG,
+    MODEL_FAMILY_VERSION_TAG,
     PARAM_OVERRIDES_TAG,
     RUN_ID_TAG,
     SPEC_SHA256_TAG,
     STUDY_RUN_ID_TAG,
+    TRAINER_IMAGE_TAG,
     TRY_NUMBER_TAG,
 )
 from trainpipe.settings import Settings
@@ -198,7 +203,8 @@ def prepare_training_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings
         mlflow_run_id = hook.run_for_dag_run(
             pipeline_id=plan.dag_id, dag_id=run.dag_id, airflow_run_id=run.airflow_run_id,
             tags={DATASET_DIGEST_TAG: snapshot.digest,
-                  PARAM_OVERRIDES_TAG: json.dumps(param_overrides or {}, sort_keys=True), **(run_tags or {})},
+                  PARAM_OVERRIDES_TAG: json.dumps(param_overrides or {}, sort_keys=True),
+                  **model_family_tags(plan, config), **(run_tags or {})},
         )
         if plan.spec_text:
             log_spec_text(hook.client, mlflow_run_id, spec_relative_path=plan.spec_relative_path, spec_text=plan.spec_text)
@@ -234,6 +240,7 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
         return SpecError([SpecProblem(file or plan.spec_file, line, column, f"training.{field}", str(err))])
 
     if plan.launch.launcher != "local":
+        # The family is the trainer image's (the pod resolves it; the trainer reports a missing one).
         if not snapshot.schema:
             return  # a snapshot recorded before schemas were: the trainer checks it
         import pandas as pd
@@ -242,6 +249,7 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
         checks = [("features", lambda: require_columns(frame, config.features, source=source, role="feature")),
                   ("label", lambda: require_columns(frame, [config.label], source=source, role="label"))]
     else:
+        check_model_family(plan, config)
         # The snapshot lies under the storage root: read it with the root's connection, not the bare URI.
         frame = storage.read_parquet_uri(config.train_data_uri, conn_id=settings.storage_conn_id)
         checks = [("features", lambda: FeatureTransformer.fit(frame, config.feature_transforms(), source=source)
@@ -260,6 +268,57 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
             check()
         except TrainerDataError as err:
             raise located(field, err) from None
+
+
+def check_model_family(plan: PipelinePlan, config: TrainingConfig) -> None:
+    """The local launcher's trainer runs in this environment: find the spec's family here and let it check its
+    ``model.params``, before any data is read. A family not installed, or a parameter it refuses, is a located error
+    at the spec's ``training.model.type`` or ``training.model.params.<path>`` (the trainer's exit 2 otherwise, after
+    torchrun and torch started). Imports the family's package: the train task does, never DAG parsing."""
+    from trainpipe.errors import SpecError, SpecProblem
+    from trainpipe_trainer.models import FamilyNotFoundError, FamilyParamsError, load_family
+
+    def located(path: tuple[str, ...], message: str) -> SpecError:
+        # The nearest place the plan recorded: the parameter, its top-level key, params, the type, the file.
+        keys = [".".join(("model", *path[:end])) for end in range(len(path), 0, -1)]
+        found = next((plan.inputs_declared_at[key] for key in keys if key in plan.inputs_declared_at), None)
+        file, line, column = found or (plan.spec_file, None, None)
+        field = f"training.model.{path[0]}" + "".join(f"[{part}]" if part.isdigit() else f".{part}"
+                                                        for part in path[1:])
+        return SpecError([SpecProblem(file or plan.spec_file, line, column, field, message)])
+
+    name = config.model.type
+    try:
+        family = load_family(name)
+    except FamilyNotFoundError as err:
+        raise located(("type",), str(err).removeprefix("model.type: ")) from None
+    except ImportError as err:
+        # The registering package is installed but its module does not import here (a missing dependency).
+        raise located(("type",), f"the model family {name!r} is registered but cannot be imported in this "
+                                 f"environment ({type(err).__name__}: {err}); install what its package needs "
+                                 "beside it on the Airflow workers") from None
+    try:
+        family.validate_params(config.model.params)
+    except FamilyParamsError as err:
+        path = ("params", *err.path.split(".")) if err.path else ("params",)
+        prefix = f"model.params.{err.path}: " if err.path else "model.params: "
+        raise located(path, str(err).removeprefix(prefix)) from None
+
+
+def model_family_tags(plan: PipelinePlan, config: TrainingConfig) -> dict[str, str]:
+    """The DAG run's MLflow tags that say which family it trains and where that came from. The local launcher
+    trains with this environment's family (``family_provenance``: what reproduce compares); a Kubernetes pod with
+    its image's, so there the image reference stands for it (the trainer knows the distribution)."""
+    if plan.launch.launcher != "local":
+        image = plan.kubernetes.image if plan.kubernetes is not None else None
+        return {MODEL_FAMILY_TAG: config.model.type, **({TRAINER_IMAGE_TAG: image} if image else {})}
+    from trainpipe_trainer.models import family_provenance
+
+    provenance = family_provenance(config.model.type)
+    tags = {MODEL_FAMILY_TAG: config.model.type, MODEL_FAMILY_DISTRIBUTION_TAG: provenance["distribution"],
+            MODEL_FAMILY_VERSION_TAG: provenance["version"], MODEL_FAMILY_SHA256_TAG: provenance["sha256"]}
+    # Left out, never made up, when the installation does not say (no wheel hash, no record).
+    return {key: str(value) for key, value in tags.items() if value}
 
 
 def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None:
