@@ -7,7 +7,8 @@ trigger overrode (``trainpipe.param_overrides``, which hold the seed when it was
 weights' sha256. The training runs again with the same launch (world size) in a fresh run folder,
 as its own MLflow run; a training whose world size changed (``trainpipe.world_size_history``) is
 replayed with each size up to the step the next took over. The trainer is deterministic on CPU, so
-equal hashes are expected there.
+equal hashes are expected there. A version trained with another distribution or version of its model family than
+the one installed here is refused before anything is read or trained.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ from trainpipe.plan.model import FaultPlan, PipelinePlan
 from trainpipe.plan.params import apply_run_params, with_trial_params
 from trainpipe.plan.tracking import (
     BEST_PARAMS_TAG,
+    MODEL_FAMILY_DISTRIBUTION_TAG,
+    MODEL_FAMILY_SHA256_TAG,
+    MODEL_FAMILY_TAG,
+    MODEL_FAMILY_TAGS,
+    MODEL_FAMILY_VERSION_TAG,
     PARAM_OVERRIDES_TAG,
     REPRODUCED_MATCH_TAG,
     REPRODUCES_TAG,
@@ -76,6 +82,9 @@ class Lineage:
     world_size_history: tuple[tuple[int, int], ...] = ()
     # A tuned spec's final training ran with its best trial's parameters (None: not tuned).
     tuned_params: dict[str, Any] | None = None
+    # The model family tags of the version (plan.tracking.MODEL_FAMILY_TAGS): empty when registered before
+    # families were recorded.
+    model_family: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def resized(self) -> bool:
@@ -85,6 +94,10 @@ class Lineage:
         held = f" (alias {self.alias})" if self.alias else ""
         sizes = (", world sizes " + ", ".join(f"{size} from step {step}" for step, size in self.world_size_history)
                  if self.resized else "")
+        family = self.model_family
+        if MODEL_FAMILY_VERSION_TAG in family:
+            sizes += (f", model family {family.get(MODEL_FAMILY_TAG, '?')} "
+                      f"({family.get(MODEL_FAMILY_DISTRIBUTION_TAG, '?')} {family[MODEL_FAMILY_VERSION_TAG]})")
         return (f"{self.model_name} version {self.version}{held}: MLflow run {self.mlflow_run_id} of {self.dag_id}, "
                 f"snapshot {self.dataset_digest[:16]}, spec {self.spec_file} (sha256 {self.spec_sha256[:12]}), "
                 f"seed {self.seed}, run parameters {json.dumps(self.param_overrides, sort_keys=True)}{sizes}")
@@ -140,6 +153,7 @@ def read_lineage(client: Any, reference: str) -> Lineage:
         world_size_history=tuple((int(step), int(size))
                                  for step, size in json.loads(run.data.tags.get(WORLD_SIZE_HISTORY_TAG) or "[]")),
         tuned_params=_tuned_params(run.data.tags, version.run_id),
+        model_family={key: tags[key] for key in MODEL_FAMILY_TAGS if tags.get(key)},
     )
 
 
@@ -202,6 +216,37 @@ def plan_for(lineage: Lineage, *, configs_root: Path, settings: Settings) -> Pip
     return dataclasses.replace(plan, testing=FaultPlan())
 
 
+def check_model_family(lineage: Lineage, family: str) -> str | None:
+    """Refuse, before anything is trained, when the installed family is another distribution or version than the one
+    the version was trained with: the rebuilt weights would differ for a reason reproduce cannot show. Returns a
+    warning when only the installed files differ (same version, another build), else None. A version without the
+    record (registered before families were recorded, or trained on Kubernetes by a trainer that did not report
+    it) is not compared."""
+    from trainpipe_trainer.models import FamilyNotFoundError, family_provenance
+
+    recorded_version = lineage.model_family.get(MODEL_FAMILY_VERSION_TAG)
+    if recorded_version is None:
+        return None
+    recorded_distribution = lineage.model_family.get(MODEL_FAMILY_DISTRIBUTION_TAG, "an unrecorded distribution")
+    trained = f"{recorded_distribution} {recorded_version}"
+    try:
+        installed = family_provenance(family)
+    except FamilyNotFoundError as err:
+        raise ReproduceError(f"{lineage.model_name} version {lineage.version} was trained with model family {family!r} "
+                             f"from {trained}, which is not installed here ({err}); install "
+                             f"{recorded_distribution}=={recorded_version} to reproduce it") from None
+    here = f"{installed['distribution']} {installed['version']}"
+    if (installed["distribution"], installed["version"]) != (recorded_distribution, recorded_version):
+        raise ReproduceError(f"{lineage.model_name} version {lineage.version} was trained with model family {family!r} "
+                             f"from {trained}; this environment has {here}: the weights would differ; install "
+                             f"{recorded_distribution}=={recorded_version} to reproduce it")
+    recorded_sha256 = lineage.model_family.get(MODEL_FAMILY_SHA256_TAG)
+    if recorded_sha256 and installed["sha256"] and recorded_sha256 != installed["sha256"]:
+        return (f"model family {family!r}: {here} is installed, as recorded, but from another build (sha256 "
+                f"{installed['sha256'][:12]}, recorded {recorded_sha256[:12]}); the weights may differ")
+    return None
+
+
 def _sized(plan: PipelinePlan, world_size: int) -> PipelinePlan:
     nproc = world_size // plan.launch.nnodes
     return dataclasses.replace(plan, launch=with_nproc_per_node(plan.launch, nproc))
@@ -239,6 +284,10 @@ def reproduce(reference: str, *, configs_root: Path, settings: Settings, hook: M
     say = on_line or log.info
     say(f"reproducing {lineage.describe()}")
     plan = plan_for(lineage, configs_root=configs_root, settings=settings)
+    # Before the snapshot is read or anything trained.
+    build = check_model_family(lineage, plan.trainer.model.type)
+    if build is not None:
+        say(build)
     snapshot = snapshot_by_digest(plan.dag_id, lineage.dataset_digest, settings=settings)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     run = RunContext(dag_id=plan.dag_id, airflow_run_id=f"reproduce__{lineage.model_name}_v{lineage.version}__{stamp}",
