@@ -11,11 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -287,3 +291,89 @@ def test_deepspeed_zero2_resumes_a_killed_run_bit_identically(
     reference = launch(_config(reference_dir, data, **settings), reference_dir, nproc=2)
     workdir = tmp_path_factory.mktemp("acme_zero2_killed")
     _resumes_to(reference, _config(workdir, data, **settings), workdir)
+
+
+# -- the example spec through dag.test() -------------------------------------------------------------------------
+
+END = datetime(2026, 10, 1, tzinfo=UTC)
+PIPELINE = "fraud_two_tower"
+
+
+@pytest.fixture(scope="module")
+def configs(acme_installed: Installed, state_dir: Path, airflow_db: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from trainpipe.demo.synthetic import generate_transactions
+
+    data = state_dir / "storage" / "acme" / "transactions.parquet"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    generate_transactions(rows=8000, end=END).to_parquet(data, index=False)
+    text = (EXAMPLE / "fraud_two_tower.yaml").read_text()
+    for old, new in (("uri: demo/transactions/transactions.parquet", "uri: acme/transactions.parquet"),
+                     ("retries: 1", "retries: 0")):
+        assert old in text, old
+        text = text.replace(old, new)
+    folder = tmp_path_factory.mktemp("acme_configs")
+    (folder / f"{PIPELINE}.yaml").write_text(text)
+    return folder
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _served_by_mlflow_models_serve(model_uri: str, rows: pd.DataFrame, workdir: Path) -> list[float]:
+    """``mlflow models serve`` of ``model_uri`` on 127.0.0.1 (the environment's PYTHONPATH reaches it), asked once."""
+    port = _free_port()
+    log = workdir / "serve.log"
+    bin_dir = Path(sys.executable).parent
+    # As from an activated environment: mlflow execs the scoring server (uvicorn) by name.
+    env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])}
+    with open(log, "w") as output:
+        server = subprocess.Popen(
+            [str(bin_dir / "mlflow"), "models", "serve", "-m", model_uri, "--env-manager", "local", "--host",
+             "127.0.0.1", "-p", str(port)], cwd=workdir, env=env, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, log.read_text()[-4000:]
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "mlflow models serve did not answer /ping:\n" + log.read_text()
+                time.sleep(0.5)
+        body = json.dumps({"dataframe_split": json.loads(rows.to_json(orient="split", index=False))}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return json.loads(answer.read())["predictions"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_the_example_spec_trains_registers_and_serves_through_dag_test(
+        configs: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import mlflow
+    from sklearn.metrics import roc_auc_score
+
+    from tests.support import load_dag, run_dag
+
+    dag_run, states = run_dag(load_dag(configs, PIPELINE, monkeypatch), logical_date=END)
+    assert dag_run.state == "success" and states["promote"] == "success", states
+    client = mlflow.MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
+    version = client.get_model_version_by_alias(PIPELINE, "champion")
+    assert int(version.version) == 1
+
+    # The champion answers a fraud probability for raw rows (the spec's features, nothing encoded).
+    frame = pd.read_parquet(state_dir / "storage" / "acme" / "transactions.parquet").tail(500)
+    rows = frame.drop(columns=["transaction_id", "event_time", "region", "is_fraud"])
+    served = np.asarray(mlflow.pyfunc.load_model(f"models:/{PIPELINE}@champion").predict(rows))
+    assert served.shape == (500,) and ((served > 0) & (served < 1)).all()
+    assert roc_auc_score(frame["is_fraud"], served) > 0.8
+
+    # And the scoring server gives the same answer for the same rows.
+    over_http = _served_by_mlflow_models_serve(f"models:/{PIPELINE}@champion", rows.head(5), tmp_path)
+    np.testing.assert_allclose(over_http, served[:5], rtol=1e-6)
