@@ -95,7 +95,7 @@ _LONGEST_FIRST = (_AIRFLOW_SERVERS_GROUP, "tests/launchers/test_preemption_relau
                   "tests/e2e/test_tuned_pipeline.py", "tests/e2e/test_model_lifecycle.py", "tests/fleet/",
                   "tests/trainer/test_fault_tolerance.py", "tests/commands/test_train.py", "tests/e2e/test_drift_stop.py",
                   "e2e fraud_run", "e2e small_run", "tests/e2e/test_run_notes.py", "tests/trainer/test_preemption.py",
-                  "tests/trainer/test_deepspeed.py")
+                  "tests/trainer/test_deepspeed.py", "tests/examples/test_acme_family.py")
 
 
 def _group(nodeid: str) -> str:

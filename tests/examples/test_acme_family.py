@@ -355,7 +355,8 @@ def _served_by_mlflow_models_serve(model_uri: str, rows: pd.DataFrame, workdir: 
 
 
 def test_the_example_spec_trains_registers_and_serves_through_dag_test(
-        configs: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        configs: Path, acme_installed: Installed, state_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
     import mlflow
     from sklearn.metrics import roc_auc_score
 
@@ -366,6 +367,10 @@ def test_the_example_spec_trains_registers_and_serves_through_dag_test(
     client = mlflow.MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
     version = client.get_model_version_by_alias(PIPELINE, "champion")
     assert int(version.version) == 1
+    # Which family, from which wheel, trained the version: what `trainpipe reproduce` compares.
+    assert {key: value for key, value in version.tags.items() if key.startswith("trainpipe.model_family")} == {
+        "trainpipe.model_family": FAMILY, "trainpipe.model_family_distribution": "acme-trainpipe-families",
+        "trainpipe.model_family_version": "0.1.0", "trainpipe.model_family_sha256": acme_installed.wheel.sha256}
 
     # The champion answers a fraud probability for raw rows (the spec's features, nothing encoded).
     frame = pd.read_parquet(state_dir / "storage" / "acme" / "transactions.parquet").tail(500)
