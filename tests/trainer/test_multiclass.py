@@ -79,10 +79,18 @@ def test_ddp_trains_and_logs_the_multiclass_validation_metrics(ddp_run: Launch, 
 
     result = _ok(ddp_run)
     assert result["global_step"] == EPOCHS * 4
-    metrics = MlflowClient(tracking.uri).get_run(result["mlflow_run_id"]).data.metrics
+    run = MlflowClient(tracking.uri).get_run(result["mlflow_run_id"])
+    metrics = run.data.metrics
     for name in ("validation_loss", "validation_accuracy", "validation_balanced_accuracy", "validation_macro_f1"):
         assert name in metrics, sorted(metrics)
     assert metrics["validation_accuracy"] > 0.9
+    # The trainer records the family it trained as installed where it ran (a pod's own record on Kubernetes).
+    from importlib.metadata import version
+
+    assert run.data.tags["trainpipe.model_family"] == "mlp"
+    assert run.data.tags["trainpipe.model_family_distribution"] == "trainpipe-trainer"
+    assert run.data.tags["trainpipe.model_family_version"] == version("trainpipe-trainer")
+    assert len(run.data.tags["trainpipe.model_family_sha256"]) == 64
 
 
 def test_the_served_model_is_as_accurate_as_logistic_regression(ddp_run: Launch, wine: Wine, use_tracking: str) -> None:

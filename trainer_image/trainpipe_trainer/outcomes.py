@@ -48,6 +48,21 @@ def is_trial_pruned(trial_number: int, reason: str) -> bool:
 
 # The MLflow run tag (JSON) with TrainingResult.world_size_history; `trainpipe reproduce` replays it.
 WORLD_SIZE_HISTORY_TAG = "trainpipe.world_size_history"
+# The model family a run trained (trainpipe_trainer.models.family_provenance): its name, the distribution that
+# registers it, that distribution's version and the sha256 of its wheel (else of its installed files' record).
+# The trainer writes them where it trains (on Kubernetes, the image's family); the local launcher's train step
+# writes the same before launch. Register copies them onto the version; reproduce compares them.
+MODEL_FAMILY_TAG = "trainpipe.model_family"
+MODEL_FAMILY_DISTRIBUTION_TAG = "trainpipe.model_family_distribution"
+MODEL_FAMILY_VERSION_TAG = "trainpipe.model_family_version"
+MODEL_FAMILY_SHA256_TAG = "trainpipe.model_family_sha256"
+
+
+def model_family_tags(provenance: dict[str, str | None]) -> dict[str, str]:
+    """The run tags of a family's provenance; a value the installation does not give is left out, never made up."""
+    tags = {MODEL_FAMILY_TAG: provenance.get("family"), MODEL_FAMILY_DISTRIBUTION_TAG: provenance.get("distribution"),
+            MODEL_FAMILY_VERSION_TAG: provenance.get("version"), MODEL_FAMILY_SHA256_TAG: provenance.get("sha256")}
+    return {key: str(value) for key, value in tags.items() if value}
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

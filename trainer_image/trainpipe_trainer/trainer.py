@@ -45,12 +45,13 @@ from trainpipe_trainer.errors import (
     TrialPrunedError,
 )
 from trainpipe_trainer.losses import LossFn, make_loss_fn
-from trainpipe_trainer.models import DataDescription, ModelFamily, load_family
+from trainpipe_trainer.models import DataDescription, ModelFamily, family_provenance, load_family
 from trainpipe_trainer.models.family import ExportContext
 from trainpipe_trainer.optim import apply_tf32
 from trainpipe_trainer.outcomes import (
     WORLD_SIZE_HISTORY_TAG,
     TrainingResult,
+    model_family_tags,
     preempted_message,
     trial_pruned_message,
 )
@@ -242,6 +243,8 @@ class Trainer:
         bf16 = config.optimization.precision == "bf16"
         if bf16 and env.is_main and env.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             print("warning: precision bf16 is not supported by this GPU; training in fp32", file=sys.stderr)
+        # Where the family came from, as installed where it trains (the only record on Kubernetes).
+        self.tracker.set_tags(model_family_tags(family_provenance(config.model.type)))
         self.tracker.log_params(
             {
                 "train_rows": str(self.data.n_rows),

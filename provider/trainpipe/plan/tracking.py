@@ -5,6 +5,14 @@ read them. The trainer's own tags (trials, failures, world sizes) are its packag
 
 from __future__ import annotations
 
+# The model family tags are the trainer contract's: the trainer writes them where it trains, and so do the steps.
+from trainpipe_trainer.outcomes import (
+    MODEL_FAMILY_DISTRIBUTION_TAG,
+    MODEL_FAMILY_SHA256_TAG,
+    MODEL_FAMILY_TAG,
+    MODEL_FAMILY_VERSION_TAG,
+)
+
 # Each pipeline's runs are in the experiment ``trainpipe/<pipeline id>``.
 EXPERIMENT_PREFIX = "trainpipe/"
 
@@ -46,14 +54,6 @@ TUNING_BEST_TRIAL_TAG = "trainpipe.tuning.best_trial"
 TUNING_BEST_VALUE_TAG = "trainpipe.tuning.best_value"
 BEST_PARAMS_TAG = "trainpipe.tuning.best_params"
 TUNING_PARENT_RUN_TAG = "trainpipe.tuning.parent_run_id"
-# The model family a run trained (trainpipe_trainer.models.family_provenance): its name, the distribution that
-# registers it, that distribution's version and the sha256 of its wheel (else of its installed files' record).
-# The local launcher's train step writes all four before launch; on Kubernetes the family is the trainer image's,
-# so the step writes the name and TRAINER_IMAGE_TAG. Register copies each onto the version; reproduce compares.
-MODEL_FAMILY_TAG = "trainpipe.model_family"
-MODEL_FAMILY_DISTRIBUTION_TAG = "trainpipe.model_family_distribution"
-MODEL_FAMILY_VERSION_TAG = "trainpipe.model_family_version"
-MODEL_FAMILY_SHA256_TAG = "trainpipe.model_family_sha256"
 # The trainer image reference of a Kubernetes training, as the spec wrote it: a digest only when it pins one
 # (`...@sha256:...`); the operators do not read back what the node pulled.
 TRAINER_IMAGE_TAG = "trainpipe.trainer_image"

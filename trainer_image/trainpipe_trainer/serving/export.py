@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    pass
-
 # The whole trainer package travels with a logged model (code_paths).
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-TORCH_MODEL_CODE = Path(__file__).resolve().with_name("torch_model.py")
 
 
 def weights_sha256(model: nn.Module) -> str:

@@ -27,10 +27,7 @@ from trainpipe.plan.tracking import (
     DAG_ID_TAG,
     DATASET_DIGEST_TAG,
     GIT_COMMIT_TAG,
-    MODEL_FAMILY_DISTRIBUTION_TAG,
-    MODEL_FAMILY_SHA256_TAG,
     MODEL_FAMILY_TAG,
-    MODEL_FAMILY_VERSION_TAG,
     PARAM_OVERRIDES_TAG,
     RUN_ID_TAG,
     SPEC_SHA256_TAG,
@@ -308,17 +305,14 @@ def check_model_family(plan: PipelinePlan, config: TrainingConfig) -> None:
 def model_family_tags(plan: PipelinePlan, config: TrainingConfig) -> dict[str, str]:
     """The DAG run's MLflow tags that say which family it trains and where that came from. The local launcher
     trains with this environment's family (``family_provenance``: what reproduce compares); a Kubernetes pod with
-    its image's, so there the image reference stands for it (the trainer knows the distribution)."""
+    its image's: there the step writes the name and the image reference, and the trainer the rest."""
     if plan.launch.launcher != "local":
         image = plan.kubernetes.image if plan.kubernetes is not None else None
         return {MODEL_FAMILY_TAG: config.model.type, **({TRAINER_IMAGE_TAG: image} if image else {})}
     from trainpipe_trainer.models import family_provenance
+    from trainpipe_trainer.outcomes import model_family_tags as provenance_tags
 
-    provenance = family_provenance(config.model.type)
-    tags = {MODEL_FAMILY_TAG: config.model.type, MODEL_FAMILY_DISTRIBUTION_TAG: provenance["distribution"],
-            MODEL_FAMILY_VERSION_TAG: provenance["version"], MODEL_FAMILY_SHA256_TAG: provenance["sha256"]}
-    # Left out, never made up, when the installation does not say (no wheel hash, no record).
-    return {key: str(value) for key, value in tags.items() if value}
+    return provenance_tags(family_provenance(config.model.type))
 
 
 def check_resumable(run_dir, config: TrainingConfig, *, world_size: int) -> None:
