@@ -81,7 +81,7 @@ test-fast: $(DEV_STAMP)
 
 # Static checks: ruff, the import contracts (.importlinter), mypy on the typed packages ([tool.mypy]).
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check provider trainer_image tests benchmarks tools dags
+	$(BIN)/ruff check provider trainer_image tests benchmarks tools dags examples
 	$(BIN)/lint-imports
 	$(BIN)/mypy -p trainpipe.spec -p trainpipe.plan -p trainpipe.compile -m trainpipe_trainer.config \
 		-m trainpipe_trainer.run_layout -m trainpipe_trainer.outcomes -m trainpipe_trainer.resume
