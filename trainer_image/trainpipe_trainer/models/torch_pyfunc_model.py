@@ -5,32 +5,9 @@ Nothing imports this module: ``set_model`` below must run only when MLflow loads
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-import pandas as pd
-from mlflow.exceptions import MlflowException
 from mlflow.models import set_model
-from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
-from mlflow.pyfunc import PythonModel
 
-from trainpipe_trainer.errors import TrainerDataError
 from trainpipe_trainer.models.torch_serving import TorchScorer
+from trainpipe_trainer.serving.pyfunc import ScorerModel
 
-
-class TrainpipeTorchModel(PythonModel):
-    def load_context(self, context: Any) -> None:
-        self._scorer = TorchScorer.from_artifacts(context.artifacts)
-
-    def predict(self, context: Any, model_input: pd.DataFrame,
-                params: dict[str, Any] | None = None) -> np.ndarray | pd.DataFrame:
-        if not isinstance(model_input, pd.DataFrame):
-            model_input = pd.DataFrame(model_input)
-        try:
-            return self._scorer.prediction(model_input)
-        except TrainerDataError as err:
-            # The scoring server answers an MlflowException's message (HTTP 400); anything else is a 500.
-            raise MlflowException(str(err), error_code=INVALID_PARAMETER_VALUE) from None
-
-
-set_model(TrainpipeTorchModel())
+set_model(ScorerModel(TorchScorer.from_artifacts))
