@@ -32,7 +32,7 @@ TASK_TYPES: tuple[str, ...] = typing.get_args(TaskType)
 # model.type: a model family's name (trainpipe_trainer.models: the built-ins, and the families installed
 # packages register); a name, never a module or a path.
 MODEL_TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
-BUILT_IN_MODEL_TYPES: tuple[str, ...] = ("mlp",)
+BUILT_IN_MODEL_TYPES: tuple[str, ...] = ("mlp", "text_bag")
 RankingLoss = Literal["pointwise", "listwise"]
 RANKING_LOSSES: tuple[str, ...] = typing.get_args(RankingLoss)
 Precision = Literal["fp32", "bf16"]
@@ -64,7 +64,7 @@ Direction = Literal["minimize", "maximize"]
 # successive_halving is Optuna's SuccessiveHalvingPruner: asynchronous (ASHA), so it suits parallel trials.
 PrunerName = Literal["hyperband", "successive_halving", "median", "none"]
 PRUNERS: tuple[str, ...] = typing.get_args(PrunerName)
-FeatureType = Literal["numeric", "categorical"]
+FeatureType = Literal["numeric", "categorical", "text"]
 FEATURE_TYPES: tuple[str, ...] = typing.get_args(FeatureType)
 ImputeStrategy = Literal["mean", "median", "constant"]
 IMPUTE_STRATEGIES: tuple[str, ...] = typing.get_args(ImputeStrategy)
@@ -72,6 +72,12 @@ NumericTransform = Literal["log1p"]
 NUMERIC_TRANSFORMS: tuple[str, ...] = typing.get_args(NumericTransform)
 CategoricalEncoding = Literal["one_hot", "hashing"]
 CATEGORICAL_ENCODINGS: tuple[str, ...] = typing.get_args(CategoricalEncoding)
+# Text: hashed word (and bigram) ids travel in the float32 input matrix, exact only below 2**24.
+MAX_TEXT_HASH_BUCKETS = 2**24 - 2
+DEFAULT_TEXT_HASH_BUCKETS = 2**18
+DEFAULT_TEXT_MAX_TOKENS = 256
+MAX_TEXT_MAX_TOKENS = 4096
+TEXT_NGRAMS: tuple[int, ...] = (1, 2)
 
 # torchrun forwards a SIGTERM to its workers (a preemption notice, trainpipe_trainer.outcomes) and kills
 # them this many seconds later; the local launcher waits as long before it kills torchrun (a Pod uses
@@ -222,7 +228,9 @@ class FeatureTransform:
     log1p, standardise, in that order; ``missing_indicator`` adds a 0/1 input that marks imputed
     rows. Categorical: ``one_hot`` (the ``max_categories`` most frequent values of the train rows,
     plus one "other" input for the rest and for values first seen at serving) or ``hashing`` into
-    ``hash_buckets`` inputs. A missing categorical value is the category "<missing>".
+    ``hash_buckets`` inputs. A missing categorical value is the category "<missing>". Text: lower-cased
+    words (and, with ``ngrams: 2``, word pairs) hashed into ``hash_buckets`` ids, the first ``max_tokens``
+    of them, one input each (0 pads); only a family that reads token ids (``text_bag``) takes them.
     """
 
     feature: str
@@ -237,6 +245,9 @@ class FeatureTransform:
     encode: CategoricalEncoding = "one_hot"
     max_categories: int = 20
     hash_buckets: int = 32
+    # Text only (dropped from the config's JSON for the other types, which stays byte-identical).
+    max_tokens: int = DEFAULT_TEXT_MAX_TOKENS
+    ngrams: int = 2
 
     def __post_init__(self) -> None:
         where = f"transforms[{self.feature!r}]"
@@ -254,7 +265,12 @@ class FeatureTransform:
         _require(self.encode in CATEGORICAL_ENCODINGS, f"{where}.encode: one of {CATEGORICAL_ENCODINGS}")
         _require(self.max_categories >= 1, f"{where}.max_categories: must be >= 1")
         _require(self.hash_buckets >= 2, f"{where}.hash_buckets: must be >= 2")
-        if self.type == "categorical":
+        _require(1 <= self.max_tokens <= MAX_TEXT_MAX_TOKENS, f"{where}.max_tokens: between 1 and {MAX_TEXT_MAX_TOKENS}")
+        _require(self.ngrams in TEXT_NGRAMS, f"{where}.ngrams: one of {TEXT_NGRAMS}")
+        if self.type == "text":
+            _require(self.hash_buckets <= MAX_TEXT_HASH_BUCKETS,
+                     f"{where}.hash_buckets: at most {MAX_TEXT_HASH_BUCKETS} for text (ids are exact in float32)")
+        if self.type in ("categorical", "text"):
             numeric_only = self.impute is not None or self.clip_min is not None or self.clip_max is not None \
                 or self.transform is not None or not self.standardize
             _require(not numeric_only, f"{where}: impute, clip, transform and standardize apply to numeric features")
@@ -506,6 +522,9 @@ class TrainingConfig:
             del data["label_classes"]
         if not self.model.params:
             del data["model"]["params"]
+        for transform in data["transforms"]:
+            if transform["type"] != "text":
+                del transform["max_tokens"], transform["ngrams"]
         return data
 
     def to_json(self) -> str:
