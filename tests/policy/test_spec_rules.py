@@ -313,7 +313,23 @@ def test_a_team_without_a_models_rule_gets_the_built_in_families_only(write_spec
 
     assert problem == (
         "training.model.type: not allowed by policy (team search, rule models.families): 'risk_tabnet'; allowed: "
-        "'mlp' (the built-in families; the platform allows others in the team's models.families)")
+        "'mlp', 'text_bag' (the built-in families; the platform allows others in the team's models.families)")
+
+
+def test_a_built_in_family_the_team_s_list_leaves_out_is_refused_at_its_line(write_spec, monkeypatch):
+    """text_bag is built in, but the risk team's models.families names mlp and risk_tabnet only."""
+    spec = compliant_spec()
+    spec["training"]["model"] = {"type": "text_bag"}
+    path = write_spec(spec)
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(POLICY))
+    with pytest.raises(SpecError) as raised:
+        compile_file(path, "risk/spec.yaml", settings=Settings.from_env())
+
+    [problem] = [p for p in raised.value.problems if "models.families" in p.message]
+    assert problem.field_path == "training.model.type"
+    assert "'text_bag'" in problem.message and "allowed: 'mlp', 'risk_tabnet'" in problem.message
+    loaded = load_yaml_file(path, "risk/spec.yaml")
+    assert (problem.line, problem.column) == loaded.location_of(("training", "model", "type"))[1:]
 
 
 def test_an_empty_families_list_refuses_even_the_default_mlp(tmp_path, write_spec, monkeypatch):
