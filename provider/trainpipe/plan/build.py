@@ -70,6 +70,7 @@ from trainpipe.plan.tracking import experiment_name
 from trainpipe_trainer.config import (
     BUILT_IN_MODEL_TYPES,
     CHECKPOINT_METRICS,
+    DEFAULT_TEXT_HASH_BUCKETS,
     PREEMPTION_GRACE_SECONDS,
     CheckpointConfig,
     DeepSpeedConfig,
@@ -183,6 +184,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
             ),
             drift=_drift(spec.validation.drift) if spec.validation.drift is not None else None,
             features=tuple(training.features),
+            text_features=_text_features(spec),
         ),
         trainer=_trainer_template(spec),
         launch=launch,
@@ -198,6 +200,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
                         for g in spec.evaluation.gates),
             on_gate_failure=spec.evaluation.on_gate_failure,
             slices=tuple(spec.evaluation.slices),
+            text_features=_text_features(spec),
         ),
         registration=RegistrationPlan(model_name=spec.registration.model_name, alias=spec.registration.alias,
                                       challenger_alias=spec.registration.challenger_alias,
@@ -324,15 +327,17 @@ def _tuning(spec: PipelineSpec) -> TuningPlan | None:
 
 
 def _inputs_declared_at(spec: PipelineSpec, loaded: LoadedYaml) -> dict[str, tuple[str, int | None, int | None]]:
-    """Where the train step's checks before launch point: the snapshot's columns and classes, and a family that is
-    not built in (its lookup and its params, each top-level parameter at its own line). Only what the spec has, so
-    the plans of other specs stay as they were."""
+    """Where the train step's checks before launch point: the snapshot's columns and classes, a family's params
+    (each top-level parameter at its own line; the mlp takes none) and the lookup of a family that is not built
+    in. Only what the spec has, so the plans of other specs stay as they were."""
     training = spec.training
     names: list[FieldPath] = [("features",), ("label",)]
     if training.label_classes is not None:
         names.append(("label_classes",))
     if training.model.type not in BUILT_IN_MODEL_TYPES:
-        names += [("model", "type"), ("model", "params"), *(("model", "params", key) for key in training.model.params)]
+        names.append(("model", "type"))
+    if training.model.type != "mlp":
+        names += [("model", "params"), *(("model", "params", key) for key in training.model.params)]
     return {".".join(map(str, name)): loaded.location_of(("training", *name)) for name in names}
 
 
@@ -398,6 +403,12 @@ def _drift(section: DriftSpec) -> DriftPlan:
     )
 
 
+def _text_features(spec: PipelineSpec) -> tuple[str, ...]:
+    """The features declared ``type: text``, in feature order."""
+    transforms = spec.training.transforms
+    return tuple(name for name in spec.training.features if name in transforms and transforms[name].type == "text")
+
+
 def _feature_transforms(spec: PipelineSpec) -> tuple[FeatureTransform, ...]:
     """The declared transforms in feature order; undeclared features keep the trainer's default."""
     transforms = []
@@ -405,7 +416,13 @@ def _feature_transforms(spec: PipelineSpec) -> tuple[FeatureTransform, ...]:
         declared = spec.training.transforms.get(name)
         if declared is None:
             continue
-        if declared.resolved_type == "categorical":
+        if declared.resolved_type == "text":
+            # The trainer's hash_buckets default (32) is categorical's: text passes its own.
+            transforms.append(FeatureTransform(
+                feature=name, type="text",
+                hash_buckets=declared.hash_buckets if declared.hash_buckets is not None else DEFAULT_TEXT_HASH_BUCKETS,
+                **{k: v for k, v in (("max_tokens", declared.max_tokens), ("ngrams", declared.ngrams)) if v is not None}))
+        elif declared.resolved_type == "categorical":
             # Options left out keep the trainer's defaults (one_hot, 20 categories, 32 buckets).
             options: dict[str, Any] = {"encode": declared.encode, "max_categories": declared.max_categories,
                                        "hash_buckets": declared.hash_buckets}

@@ -200,6 +200,8 @@ class ValidationPlan:
     drift: DriftPlan | None = None
     # The columns compared for drift: the features.
     features: tuple[str, ...] = ()
+    # Those declared text (training.transforms): compared on their words per row, every text being unique.
+    text_features: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,6 +236,8 @@ class EvaluationPlan:
     slices: tuple[str, ...] = ()
     # "skip": a failed gate short-circuits registration and the run succeeds; "fail": the run fails.
     on_gate_failure: str = "skip"
+    # Features declared text (training.transforms): the baseline reads them as TF-IDF of words and word pairs.
+    text_features: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -446,8 +450,8 @@ class PipelinePlan:
     # The spec file relative to the configs root (the registry's `spec_file` tag: the same on every machine).
     spec_relative_path: str
     # (file, line, column) of training.features and training.label in the spec (and, where the spec has them,
-    # label_classes, and model.type, model.params and each top-level model.params.<name> of a family that is not
-    # built in): the train step's checks before torchrun starts point there.
+    # label_classes, model.params and each top-level model.params.<name> of a family other than the mlp, and
+    # model.type of one that is not built in): the train step's checks before torchrun starts point there.
     inputs_declared_at: dict[str, tuple[str, int | None, int | None]] = dataclasses.field(default_factory=dict)
     description: str
     owner: str
@@ -492,4 +496,8 @@ class PipelinePlan:
         del out["source_path"], out["spec_text"]
         out["trainer"] = self.trainer.to_dict()
         out["start_date"] = self.start_date.isoformat()
+        # Plans of specs without text columns stay byte-identical to those from before them.
+        for section in ("validation", "evaluation"):
+            if not out[section]["text_features"]:
+                del out[section]["text_features"]
         return out

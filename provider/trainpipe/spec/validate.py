@@ -27,14 +27,24 @@ from trainpipe.spec.sections.params import OVERRIDABLE_PARAMS
 from trainpipe.spec.sections.pipeline import PipelineSpec, bounds_at, overridden_value, param_bounds
 from trainpipe.spec.sections.training import (
     CATEGORICAL_ONLY_OPTIONS,
+    MAX_HASH_BUCKETS,
     MAX_LAYER_WIDTH,
     MAX_LAYERS,
     NUMERIC_ONLY_OPTIONS,
+    TEXT_ONLY_OPTIONS,
+    TEXT_OPTIONS,
     ModelParamsError,
+    params_problems,
 )
 from trainpipe.spec.sections.tuning import PRUNER_DEFAULTS, TUNABLE_PARAMS, TuningSpec
 from trainpipe.spec.sections.validation import _normalise_expectation
-from trainpipe_trainer.config import CHECKPOINT_METRICS, EARLY_STOPPING_METRICS, MODEL_TYPE_PATTERN, TASK_TYPES
+from trainpipe_trainer.config import (
+    CHECKPOINT_METRICS,
+    EARLY_STOPPING_METRICS,
+    MAX_TEXT_HASH_BUCKETS,
+    MODEL_TYPE_PATTERN,
+    TASK_TYPES,
+)
 
 
 def _fields_by_key(model: type[BaseModel]) -> dict[str, Any]:
@@ -162,7 +172,25 @@ def _model_family_problems(loaded: LoadedYaml) -> list[SpecProblem]:
             problems.append(loaded.problem(path, (
                 f"{path[-1]} is a setting of the mlp family, and training.model.type is {family!r}; put the family's "
                 "own settings in training.model.params (a run parameter or a tuned one cannot reach them yet)")))
+    params = model.get("params", {}) if isinstance(model, dict) else {}
+    if family == "text_bag" and isinstance(params, dict) and not params_problems(params):
+        problems.extend(_text_bag_params_problems(loaded, params))
     return problems
+
+
+def _text_bag_params_problems(loaded: LoadedYaml, params: dict[str, Any]) -> list[SpecProblem]:
+    """A built-in family's params are checked here, torch-free, by the family's own check (the train step
+    checks them again before launch); only params that are bounded JSON data, pydantic reports the rest."""
+    from trainpipe_trainer.models.family import FamilyParamsError
+    from trainpipe_trainer.models.text_bag.params import validate_text_bag_params
+
+    try:
+        validate_text_bag_params(params)
+    except FamilyParamsError as err:
+        below = tuple(int(part) if part.isdigit() else part for part in err.path.split(".")) if err.path else ()
+        prefix = f"model.params.{err.path}: " if err.path else "model.params: "
+        return [loaded.problem(("training", "model", "params", *below), str(err).removeprefix(prefix))]
+    return []
 
 
 def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
@@ -400,6 +428,13 @@ def _transform_problems(loaded: LoadedYaml, features: Any, label: Any) -> list[S
         if not isinstance(options, dict):
             continue  # pydantic reports it
         declared = options.get("type")
+        if declared == "text":
+            problems.extend(_text_transform_problems(loaded, here, name, options))
+            continue
+        # Text is never inferred: its own options on another type are refused, not taken as a declaration.
+        for key in TEXT_ONLY_OPTIONS:
+            if key in options:
+                add((*here, key), f"{key} applies to text features; set type: text or remove it")
         categorical = declared == "categorical" or (declared is None and any(k in options for k in CATEGORICAL_ONLY_OPTIONS))
         if declared == "numeric":
             for key in CATEGORICAL_ONLY_OPTIONS:
@@ -429,6 +464,31 @@ def _transform_problems(loaded: LoadedYaml, features: Any, label: Any) -> list[S
             (clip if isinstance(clip, list) and len(clip) == 2 else (None, None))
         if isinstance(low, int | float) and isinstance(high, int | float) and low > high:
             add((*here, "clip"), f"min {low:g} is above max {high:g}; swap them")
+    return problems
+
+
+def _text_transform_problems(loaded: LoadedYaml, here: FieldPath, name: Any, options: dict[str, Any]) -> list[SpecProblem]:
+    """A ``type: text`` transform: text's options only, ids exact in float32, and a family that reads them."""
+    problems = []
+    for key in (*NUMERIC_ONLY_OPTIONS, *CATEGORICAL_ONLY_OPTIONS):
+        if key in options and key not in TEXT_OPTIONS:
+            kind = "numeric" if key in NUMERIC_ONLY_OPTIONS else "categorical"
+            problems.append(loaded.problem((*here, key), (
+                f"{key} applies to {kind} features, and {name!r} is text (its words become hashed token ids; a "
+                f"missing text has none); remove it, or set type: {kind}")))
+    buckets = options.get("hash_buckets")
+    # Above MAX_HASH_BUCKETS pydantic refuses it already, at the same line.
+    if _number(buckets) is not None and MAX_TEXT_HASH_BUCKETS < buckets <= MAX_HASH_BUCKETS:
+        problems.append(loaded.problem((*here, "hash_buckets"), (
+            f"at most {MAX_TEXT_HASH_BUCKETS:,} for text (token ids travel as float32, exact below 2^24), got "
+            f"{shown_value(buckets)}; lower it")))
+    family = _get(loaded.data, "training", "model", "type")
+    family = "mlp" if family is None else family
+    if family == "mlp":
+        # The mlp takes one number per input; a token id is a hash, not a quantity.
+        problems.append(loaded.problem((*here, "type"), (
+            f"{name!r} is text, whose token ids the mlp family (training.model.type, by default mlp) does not read; "
+            "set training.model.type: text_bag (or a family that reads token ids), or drop the feature")))
     return problems
 
 
@@ -503,6 +563,9 @@ def _slice_problems(loaded: LoadedYaml, *, label: Any, group_column: Any, task: 
         elif task == "ranking" and column == group_column:
             problems.append(loaded.problem(here, f"{column!r} is the query id: every query would be its own slice; "
                                                  "slice by a column that groups queries (market, device, ...)"))
+        elif _get(loaded.data, "training", "transforms", column, "type") == "text":
+            problems.append(loaded.problem(here, f"{column!r} is text: nearly every row would be its own slice; "
+                                                 "slice by a column that groups rows (language, source, ...)"))
         seen.add(column)
     return problems
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
@@ -17,8 +17,12 @@ from trainpipe.spec.types import Duration, Launcher
 # The choice lists the trainer also reads: defined once, in the trainer contract (ADR 0002).
 from trainpipe_trainer.config import (
     BUILT_IN_MODEL_TYPES,
+    DEFAULT_TEXT_HASH_BUCKETS,
+    DEFAULT_TEXT_MAX_TOKENS,
     MAX_LABEL_CLASSES,
     MAX_SEED,
+    MAX_TEXT_HASH_BUCKETS,
+    MAX_TEXT_MAX_TOKENS,
     MODEL_TYPE_PATTERN,
     CategoricalEncoding,
     DataPlacement,
@@ -277,8 +281,14 @@ def _normalise_clip(value: Any) -> Any:
     return value
 
 
+# The options each type takes; spec.validate refuses the others at their own line. hash_buckets is also
+# text's, and alone (without type) still means categorical: text is never inferred.
 CATEGORICAL_ONLY_OPTIONS: tuple[str, ...] = ("encode", "max_categories", "hash_buckets")
 NUMERIC_ONLY_OPTIONS: tuple[str, ...] = ("impute", "fill_value", "missing_indicator", "clip", "transform", "standardize")
+TEXT_ONLY_OPTIONS: tuple[str, ...] = ("max_tokens", "ngrams")
+TEXT_OPTIONS: tuple[str, ...] = ("hash_buckets", *TEXT_ONLY_OPTIONS)
+# Categorical hashing's bound; text's is MAX_TEXT_HASH_BUCKETS, just below (spec.validate checks it).
+MAX_HASH_BUCKETS = 2**24
 
 
 class TransformSpec(SpecModel):
@@ -286,9 +296,11 @@ class TransformSpec(SpecModel):
 
     type: FeatureType | None = Field(
         default=None,
-        description="numeric, or categorical (values compared as text). Omitted: categorical when encode, "
-        "max_categories or hash_buckets is given, else numeric.",
-        examples=["categorical"],
+        description="numeric, categorical (values compared as text), or text (free text: lower-cased words, and "
+        "word pairs with ngrams: 2, hashed into hash_buckets token ids; read only by a family that reads token "
+        "ids, such as training.model.type: text_bag). Omitted: categorical when encode, max_categories or "
+        "hash_buckets is given, else numeric; text is never inferred, only declared.",
+        examples=["categorical", "text"],
     )
     impute: ImputeStrategy | None = Field(
         default=None,
@@ -326,8 +338,23 @@ class TransformSpec(SpecModel):
         default=None, ge=1, le=100_000, description="Categorical, one_hot: categories kept (default 20).", examples=[20]
     )
     hash_buckets: int | None = Field(
-        default=None, ge=2, le=16_777_216, description="Categorical, hashing: number of buckets (default 32).",
-        examples=[32]
+        default=None, ge=2, le=MAX_HASH_BUCKETS,
+        description=f"Categorical, hashing: number of buckets (default 32, at most {MAX_HASH_BUCKETS:,}). Text: "
+        f"number of token ids words and word pairs are hashed into (default {DEFAULT_TEXT_HASH_BUCKETS:,}, at most "
+        f"{MAX_TEXT_HASH_BUCKETS:,}: ids travel as float32, exact below 2^24); the text_bag family keeps an "
+        "embedding per id.",
+        examples=[32, DEFAULT_TEXT_HASH_BUCKETS],
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=MAX_TEXT_MAX_TOKENS,
+        description=f"Text: token ids kept per row, the first ones (default {DEFAULT_TEXT_MAX_TOKENS}); each is one "
+        "model input, a shorter text is padded.",
+        examples=[DEFAULT_TEXT_MAX_TOKENS],
+    )
+    ngrams: Literal[1, 2] | None = Field(
+        default=None,
+        description="Text: 1, words only; 2 (the default), words and pairs of adjacent words.",
+        examples=[2],
     )
 
     @property
@@ -385,7 +412,8 @@ class TrainingSpec(SpecModel):
     transforms: dict[str, TransformSpec] = Field(
         default_factory=dict,
         description="Per feature (by column name), how it becomes model inputs when not plain numeric: impute, "
-        "clip, log1p, standardize; or categorical one_hot/hashing. Fitted on the train split, shipped in the model.",
+        "clip, log1p, standardize; categorical one_hot/hashing; or text, hashed word ids for a family that reads "
+        "them (text_bag). Fitted on the train split, shipped in the model.",
         examples=[{"merchant_category": {"type": "categorical", "encode": "one_hot", "max_categories": 20},
                    "income": {"impute": "median", "missing_indicator": True, "transform": "log1p"}}],
     )
