@@ -206,14 +206,14 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     baseline_scores = baseline = None
     train_uri = train_uri or (snapshot.train_uri if snapshot is not None else None)
     if train_uri:
-        from trainpipe.steps.evaluate.baseline import BASELINE_MODELS
         from trainpipe.steps.evaluate.baseline import baseline_scores as fit_baseline
 
         baseline_scores = fit_baseline(evaluation.task, evaluation.features, evaluation.label,
-                                       storage.read_parquet_uri(train_uri, conn_id=conn_id), holdout, classes)
+                                       storage.read_parquet_uri(train_uri, conn_id=conn_id), holdout, classes,
+                                       text_features=evaluation.text_features)
         baseline = holdout_metrics(evaluation, holdout, baseline_scores, classes)
         log.info("baseline (%s, fitted on the train split) on the same holdout: %s",
-                 BASELINE_MODELS[evaluation.task], _fmt(baseline))
+                 _baseline_model(evaluation), _fmt(baseline))
     below = below_baseline(candidate, baseline)
     if below:
         # INFO, not WARNING: a run is not at fault for it; the run's note says it (and a gate may refuse it).
@@ -310,9 +310,9 @@ def _per_class_f1_metrics(evaluation: EvaluationPlan, holdout: pd.DataFrame, sco
 
 
 def _baseline_model(evaluation: EvaluationPlan) -> str:
-    from trainpipe.steps.evaluate.baseline import BASELINE_MODELS
+    from trainpipe.steps.evaluate.baseline import baseline_model
 
-    return BASELINE_MODELS[evaluation.task]
+    return baseline_model(evaluation.task, evaluation.text_features)
 
 
 def below_baseline(candidate: dict[str, float], baseline: dict[str, float] | None) -> list[str]:
