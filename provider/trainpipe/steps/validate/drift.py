@@ -10,7 +10,8 @@
   ``bins`` is cut at the reference's quantiles; one with fewer (a flag, a count) and a categorical
   (string, bool, category) feature get one bin per reference value. Missing values have a bin of
   their own, and values the reference never had (a new category, a flag that became 0.3) fall in an
-  "other" bin, so both show up as drift.
+  "other" bin, so both show up as drift. A text feature (every text unique: one bin per value would
+  drift on every new version) is compared on its number of words per row, as a numeric feature.
 
 PSI = sum over bins of ``(p_new - p_ref) * ln(p_new / p_ref)``, each share floored at
 :data:`PSI_FLOOR` so that an empty bin counts as a large change instead of an infinite one.
@@ -42,6 +43,8 @@ PSI_FLOOR = 1e-4
 MISSING_BIN = "<missing>"
 OTHER_BIN = "<other>"
 Verdict = Literal["pass", "warn", "fail"]
+# What a text feature's statistics measure, as the report names it.
+TEXT_MEASURE = "words per row"
 _VERDICT_ORDER = {"pass": 0, "warn": 1, "fail": 2}
 
 
@@ -198,10 +201,16 @@ def binning_for(reference: pd.Series, *, bins: int) -> Binning:
     return Binning(kind="values", values=tuple(ordered))
 
 
+def words_per_row(series: pd.Series) -> pd.Series:
+    """A text column as the number of words (runs of letters, digits or _) in each row; missing stays missing."""
+    return series.astype("string").str.count(r"\w+").astype(float)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FeatureDrift:
     feature: str
-    kind: Literal["numeric", "categorical"]
+    # text: the statistics are of its words per row (TEXT_MEASURE).
+    kind: Literal["numeric", "categorical", "text"]
     psi: float | None
     ks: float | None
     ks_pvalue: float | None
@@ -210,6 +219,10 @@ class FeatureDrift:
     reasons: tuple[str, ...] = ()
     # For the report: bin label -> (reference share, current share).
     bins: tuple[tuple[str, float, float], ...] = field(default=(), repr=False)
+
+    @property
+    def shown_kind(self) -> str:
+        return f"text ({TEXT_MEASURE})" if self.kind == "text" else self.kind
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -242,9 +255,11 @@ def _verdict(value: float | None, statistic: str, levels: Any) -> tuple[Verdict,
 
 
 def feature_drift(feature: str, reference: pd.Series, current: pd.Series, *, bins: int,
-                  psi_levels: Any = None, ks_levels: Any = None) -> FeatureDrift:
+                  psi_levels: Any = None, ks_levels: Any = None, text: bool = False) -> FeatureDrift:
     """PSI (and KS for a numeric feature) of ``current`` against ``reference``, judged by the levels
-    (objects with ``warn`` and ``fail``, or None for no judgement)."""
+    (objects with ``warn`` and ``fail``, or None for no judgement). ``text``: of their words per row."""
+    if text:
+        reference, current = words_per_row(reference), words_per_row(current)
     numeric = is_numeric(reference) and is_numeric(current)
     binning = binning_for(reference, bins=bins)
     if binning.kind == "quantiles" and not is_numeric(current):
@@ -257,7 +272,8 @@ def feature_drift(feature: str, reference: pd.Series, current: pd.Series, *, bin
     judged = [_verdict(psi_value, "psi", psi_levels), _verdict(ks_value, "ks", ks_levels)]
     verdict = max((v for v, _ in judged), key=_VERDICT_ORDER.__getitem__)
     return FeatureDrift(
-        feature=feature, kind="numeric" if numeric else "categorical", psi=psi_value, ks=ks_value, ks_pvalue=ks_p,
+        feature=feature, kind="text" if text else "numeric" if numeric else "categorical", psi=psi_value,
+        ks=ks_value, ks_pvalue=ks_p,
         verdict=verdict, reasons=tuple(reason for _, reason in judged if reason),
         bins=tuple((label, float(e), float(a)) for label, e, a in zip(binning.labels(), expected, actual, strict=True)),
     )
@@ -287,7 +303,7 @@ class DriftReport:
         """A fixed-width table, one row per feature: kind, PSI, KS, verdict and why."""
         header = ("feature", "kind", "psi", "ks", "verdict", "why")
         rows = [
-            (f.feature, f.kind, _number(f.psi), _number(f.ks), f.verdict.upper(), "; ".join(f.reasons))
+            (f.feature, f.shown_kind, _number(f.psi), _number(f.ks), f.verdict.upper(), "; ".join(f.reasons))
             for f in self.features
         ]
         widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
@@ -329,7 +345,7 @@ class DriftReport:
         colour = {"pass": "#dff5e1", "warn": "#fff3cd", "fail": "#f8d7da"}
         summary = "".join(
             f"<tr style='background:{colour[f.verdict]}'><td><a href='#{esc(f.feature)}'>{esc(f.feature)}</a></td>"
-            f"<td>{f.kind}</td><td>{_number(f.psi)}</td><td>{_number(f.ks)}</td><td>{_number(f.ks_pvalue)}</td>"
+            f"<td>{f.shown_kind}</td><td>{_number(f.psi)}</td><td>{_number(f.ks)}</td><td>{_number(f.ks_pvalue)}</td>"
             f"<td>{f.verdict.upper()}</td><td>{esc('; '.join(f.reasons))}</td></tr>"
             for f in self.features
         )
@@ -341,7 +357,7 @@ class DriftReport:
                 f"<div style='background:#e07b39;height:8px;width:{200 * cur:.0f}px'></div></td></tr>"
                 for label, ref, cur in f.bins
             )
-            details.append(f"<h3 id='{esc(f.feature)}'>{esc(f.feature)} ({f.kind})</h3>"
+            details.append(f"<h3 id='{esc(f.feature)}'>{esc(f.feature)} ({f.shown_kind})</h3>"
                            "<table><tr><th>bin</th><th>reference share</th><th>current share</th><th></th></tr>"
                            f"{rows}</table>")
         skipped = f"<p>Not compared (missing on one side): {esc(', '.join(self.skipped))}</p>" if self.skipped else ""
@@ -354,7 +370,7 @@ class DriftReport:
             f"{esc(self.current_digest[:16])} ({self.current_rows} rows). Overall: <b>{self.verdict.upper()}</b>. "
             "PSI over bins from the reference (quantiles, or its values; missing and unseen values in bins of "
             f"their own; shares floored at {PSI_FLOOR:g}); KS: two-sample Kolmogorov-Smirnov statistic on "
-            "non-missing values of numeric features.</p>"
+            f"non-missing values of numeric features. A text feature is compared on its {TEXT_MEASURE}.</p>"
             "<table><tr><th>feature</th><th>kind</th><th>PSI</th><th>KS</th><th>KS p-value</th><th>verdict</th>"
             f"<th>why</th></tr>{summary}</table>{skipped}{''.join(details)}</body></html>"
         )
@@ -367,8 +383,10 @@ def _number(value: float | None) -> str:
 
 
 def compare(reference: pd.DataFrame, current: pd.DataFrame, plan: DriftPlan, *, features: Iterable[str],
-            reference_digest: str, current_digest: str) -> DriftReport:
-    """Every feature of ``features`` present in both frames, judged by the plan's thresholds."""
+            reference_digest: str, current_digest: str, text_features: Iterable[str] = ()) -> DriftReport:
+    """Every feature of ``features`` present in both frames, judged by the plan's thresholds; those of
+    ``text_features`` on their words per row."""
+    text = set(text_features)
     results = []
     skipped = []
     for feature in features:
@@ -379,10 +397,15 @@ def compare(reference: pd.DataFrame, current: pd.DataFrame, plan: DriftPlan, *, 
         if levels.ignore:
             continue
         results.append(feature_drift(feature, reference[feature], current[feature], bins=plan.bins,
-                                     psi_levels=levels.psi, ks_levels=levels.ks))
+                                     psi_levels=levels.psi, ks_levels=levels.ks, text=feature in text))
     return DriftReport(reference_digest=reference_digest, current_digest=current_digest,
                        reference_rows=len(reference), current_rows=len(current),
                        features=tuple(results), skipped=tuple(skipped))
+
+
+def _named(feature: FeatureDrift) -> str:
+    """A feature as a message names it: a text feature by what was compared."""
+    return f"{feature.feature}'s {TEXT_MEASURE}" if feature.kind == "text" else feature.feature
 
 
 def note_text(report: DriftReport) -> str:
@@ -394,13 +417,13 @@ def note_text(report: DriftReport) -> str:
             statistic, value, _, level, threshold = reason.split()  # "psi 6.8400 >= fail 0.25"
             if level == "fail":
                 crossed.append(f"{statistic.upper()} {float(value):.3g} >= {threshold}")
-        parts.append(f"{feature.feature} ({', '.join(crossed)})")
+        parts.append(f"{_named(feature)} ({', '.join(crossed)})")
     return "drift in " + ", ".join(parts)
 
 
 def failure_message(report: DriftReport) -> str:
     """``distribution drift in amount (psi 0.81 >= fail 0.25; ks ...), ...``"""
-    parts = [f"{f.feature} ({'; '.join(r for r in f.reasons if 'fail' in r)})" for f in report.failed()]
+    parts = [f"{_named(f)} ({'; '.join(r for r in f.reasons if 'fail' in r)})" for f in report.failed()]
     return (f"distribution drift vs version {report.reference_digest[:16]} in " + ", ".join(parts))
 
 

@@ -143,7 +143,8 @@ def _check_drift(pipeline_id: str, validation: ValidationPlan, snapshot: Snapsho
         reference_digest, reference_uri = pinned.digest, pinned.uri
     reference = _read_version_frame(settings, reference_uri)
     report = drift.compare(reference, frame, plan, features=validation.features,
-                           reference_digest=reference_digest, current_digest=snapshot.digest)
+                           reference_digest=reference_digest, current_digest=snapshot.digest,
+                           text_features=validation.text_features)
     log.info("drift check %s vs version %s (%d rows -> %d rows):\n%s", report.verdict.upper(), reference_digest[:16],
              report.reference_rows, report.current_rows, report.table())
     for feature in report.warned():
