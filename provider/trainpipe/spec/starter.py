@@ -74,8 +74,7 @@ validation:
 training:
   task: {task}
   model:
-    type: mlp
-    hidden_layers: [64, 32]
+{model}
   features: {features}
 {transforms}  label: {label}
 {extra_training}  # {sizing}
@@ -117,6 +116,15 @@ _PLACEHOLDER_TRANSFORMS = """\
   #   feature_a: {impute: median, missing_indicator: true, transform: log1p}
   #   feature_b: {type: categorical, encode: one_hot, max_categories: 20}
 """
+_MLP_MODEL = "    type: mlp\n    hidden_layers: [64, 32]"
+_TEXT_MODEL = ("    type: text_bag              # free text: each text's hashed words and word pairs, embedded and "
+               "averaged (fastText-style)\n"
+               "    params: {embedding_dim: 64, hidden_layers: []}   # an empty list: a linear head")
+# A string column is free text when its values average at least this many words and this share of them differ
+# (a category repeats; a sentence seldom does). Judged on at most TEXT_SAMPLE present values.
+TEXT_MIN_WORDS = 4
+TEXT_MIN_DISTINCT = 0.5
+TEXT_SAMPLE = 10_000
 # Without a table the sizing assumes this many rows.
 _ASSUMED_ROWS = 100_000
 PATIENCE = 5
@@ -174,6 +182,8 @@ class TableProfile:
     with_missing: tuple[str, ...]
     label: str
     time_column: str | None
+    # String columns of free text (is_free_text): type: text, and the text_bag family.
+    text: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, frame: pd.DataFrame, *, label: str, task: str, source: str) -> TableProfile:
@@ -195,8 +205,19 @@ class TableProfile:
             (numeric if pd.api.types.is_numeric_dtype(kind) or pd.api.types.is_bool_dtype(kind)
              else categorical).append(str(column))
         missing = tuple(c for c in numeric if frame[c].isna().any())
-        return cls(rows=len(frame), numeric=tuple(numeric), categorical=tuple(categorical), with_missing=missing,
-                   label=label, time_column=str(times[0]) if times else None)
+        text = tuple(c for c in categorical if is_free_text(frame[c]))
+        return cls(rows=len(frame), numeric=tuple(numeric), categorical=tuple(c for c in categorical if c not in text),
+                   with_missing=missing, label=label, time_column=str(times[0]) if times else None, text=text)
+
+
+def is_free_text(column: pd.Series) -> bool:
+    """Strings that average ``TEXT_MIN_WORDS`` words and are mostly distinct (``TEXT_MIN_DISTINCT``)."""
+    present = column.dropna()
+    if present.empty or not all(isinstance(value, str) for value in present.head(100)):
+        return False
+    sample = present.sample(n=TEXT_SAMPLE, random_state=0) if len(present) > TEXT_SAMPLE else present
+    words = sample.astype("string").str.count(r"\w+")
+    return bool(words.mean() >= TEXT_MIN_WORDS and sample.nunique() >= TEXT_MIN_DISTINCT * len(sample))
 
 
 def _yaml_name(name: str) -> str:
@@ -214,8 +235,10 @@ def starter_spec_text(name: str, *, task: str, schema_ref: str, profile: TablePr
               "logical_date]\n")
     not_null = "event_time"
     transforms = _PLACEHOLDER_TRANSFORMS
+    model = _MLP_MODEL
     if profile is not None:
-        parts["features"] = "[" + ", ".join(_yaml_name(c) for c in (*profile.numeric, *profile.categorical)) + "]"
+        parts["features"] = "[" + ", ".join(_yaml_name(c) for c in (*profile.numeric, *profile.categorical,
+                                                                     *profile.text)) + "]"
         parts["label"] = _yaml_name(profile.label)
         window = (f"  time_column: {_yaml_name(profile.time_column)}\n  window: 30d                   # rows in "
                   "(logical_date - 30d, logical_date]\n") if profile.time_column else \
@@ -224,12 +247,16 @@ def starter_spec_text(name: str, *, task: str, schema_ref: str, profile: TablePr
         declared = [f"    {_yaml_name(c)}: {{impute: median, missing_indicator: true}}" for c in profile.with_missing]
         declared += [f"    {_yaml_name(c)}: {{type: categorical, encode: one_hot, max_categories: 20}}"
                      for c in profile.categorical]
-        transforms = ("  transforms:                   # from the table: missing values imputed, text columns one-hot\n"
+        declared += [f"    {_yaml_name(c)}: {{type: text}}" for c in profile.text]
+        said = "missing values imputed, text columns one-hot" + (", free text as hashed words" if profile.text else "")
+        transforms = (f"  transforms:                   # from the table: {said}\n"
                       + "\n".join(declared) + "\n") if declared else ""
+        if profile.text:
+            model = _TEXT_MODEL
     sizing_note = (f"sized for {sizing.rows:,} rows (trainpipe init's rule, docs/cli.md)" if profile is not None
                    else f"sized for about {sizing.rows:,} rows; `trainpipe init --data` sizes it from the table")
     return _TEMPLATE.format(name=name, task=task, schema=schema_ref, data_uri=data_uri or f"{name}/data.parquet",
-                            window=window, not_null=not_null, transforms=transforms, sizing=sizing_note,
+                            window=window, not_null=not_null, transforms=transforms, model=model, sizing=sizing_note,
                             epochs=sizing.epochs, batch_size=sizing.batch_size, learning_rate=sizing.learning_rate,
                             patience=sizing.patience, **parts)
 
@@ -237,8 +264,9 @@ def starter_spec_text(name: str, *, task: str, schema_ref: str, profile: TablePr
 def write_starter_spec(name: str, *, task: str, directory: Path, data: str | None = None,
                        label: str | None = None, table: pd.DataFrame | None = None) -> Path:
     """``data`` (the URI the spec reads), its rows as ``table`` (the CLI reads them: the spec stage
-    touches no storage) and its ``label`` column: the columns become features (text columns one-hot,
-    numeric columns with missing values imputed) and the rows size the training."""
+    touches no storage) and its ``label`` column: the columns become features (text columns one-hot, free text
+    ``type: text`` with the text_bag family, numeric columns with missing values imputed) and the rows size the
+    training."""
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", name):
         raise SpecError(f"name: {name!r} must start with a letter and use only letters, digits, '_' and '-'")
     if (data is None) != (label is None) or (data is None) != (table is None):
