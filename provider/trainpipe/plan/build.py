@@ -418,10 +418,12 @@ def _feature_transforms(spec: PipelineSpec) -> tuple[FeatureTransform, ...]:
             continue
         if declared.resolved_type == "text":
             # The trainer's hash_buckets default (32) is categorical's: text passes its own.
+            default = FeatureTransform(feature=name, type="text", hash_buckets=DEFAULT_TEXT_HASH_BUCKETS)
             transforms.append(FeatureTransform(
                 feature=name, type="text",
-                hash_buckets=declared.hash_buckets if declared.hash_buckets is not None else DEFAULT_TEXT_HASH_BUCKETS,
-                **{k: v for k, v in (("max_tokens", declared.max_tokens), ("ngrams", declared.ngrams)) if v is not None}))
+                hash_buckets=default.hash_buckets if declared.hash_buckets is None else declared.hash_buckets,
+                max_tokens=default.max_tokens if declared.max_tokens is None else declared.max_tokens,
+                ngrams=default.ngrams if declared.ngrams is None else declared.ngrams))
         elif declared.resolved_type == "categorical":
             # Options left out keep the trainer's defaults (one_hot, 20 categories, 32 buckets).
             options: dict[str, Any] = {"encode": declared.encode, "max_categories": declared.max_categories,

@@ -476,9 +476,9 @@ def _text_transform_problems(loaded: LoadedYaml, here: FieldPath, name: Any, opt
             problems.append(loaded.problem((*here, key), (
                 f"{key} applies to {kind} features, and {name!r} is text (its words become hashed token ids; a "
                 f"missing text has none); remove it, or set type: {kind}")))
-    buckets = options.get("hash_buckets")
+    buckets = _number(options.get("hash_buckets"))
     # Above MAX_HASH_BUCKETS pydantic refuses it already, at the same line.
-    if _number(buckets) is not None and MAX_TEXT_HASH_BUCKETS < buckets <= MAX_HASH_BUCKETS:
+    if buckets is not None and MAX_TEXT_HASH_BUCKETS < buckets <= MAX_HASH_BUCKETS:
         problems.append(loaded.problem((*here, "hash_buckets"), (
             f"at most {MAX_TEXT_HASH_BUCKETS:,} for text (token ids travel as float32, exact below 2^24), got "
             f"{shown_value(buckets)}; lower it")))
