@@ -9,6 +9,8 @@ the same ``transform``.
 from __future__ import annotations
 
 import hashlib
+import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,7 +259,69 @@ class HashingEncoder:
         return {"kind": "hashing", "feature": self.feature, "buckets": self.buckets}
 
 
-Encoder = NumericEncoder | OneHotEncoder | HashingEncoder
+# A word: a run of letters, digits or underscores in any script (after NFKC and lower-casing).
+_WORD = re.compile(r"\w+")
+# Token id 0 pads a text's inputs; a hashed token is 1 + its bucket.
+PAD_TOKEN_ID = 0
+
+
+def text_tokens(text: str, *, ngrams: int) -> list[str]:
+    """A text's tokens in reading order: each word, then (ngrams 2) the pair it ends; deterministic."""
+    words = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+    if ngrams == 1:
+        return words
+    tokens: list[str] = []
+    for index, word in enumerate(words):
+        tokens.append(word)
+        if index:
+            tokens.append(f"{words[index - 1]} {word}")
+    return tokens
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TextEncoder:
+    """``max_tokens`` inputs: the ids (``1 + stable_bucket``) of a text's first tokens, 0 after its end.
+
+    Nothing to fit: the hash replaces a vocabulary, so a word first seen at serving has an id too. The ids
+    are whole numbers below 2**24, exact in the float32 input matrix; only a family that reads token ids
+    (``ModelFamily.reads_token_ids``) is given a text column.
+    """
+
+    feature: str
+    buckets: int
+    max_tokens: int
+    ngrams: int
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(f"{self.feature}@{i}" for i in range(self.max_tokens))
+
+    @property
+    def vocabulary_size(self) -> int:
+        """Ids a module must embed: the buckets and the padding id."""
+        return self.buckets + 1
+
+    def encode(self, frame: pd.DataFrame, *, source: str) -> np.ndarray:
+        column = frame[self.feature]
+        out = np.zeros((len(column), self.max_tokens), dtype=np.float64)
+        ids: dict[str, int] = {}  # a token's id, hashed once per call
+        for row, value in enumerate(column.to_numpy(dtype=object)):
+            if value is None or (isinstance(value, float) and np.isnan(value)):
+                continue  # a missing text has no tokens
+            tokens = text_tokens(value if isinstance(value, str) else str(value), ngrams=self.ngrams)
+            for position, token in enumerate(tokens[:self.max_tokens]):
+                token_id = ids.get(token)
+                if token_id is None:
+                    token_id = ids[token] = 1 + stable_bucket(token, self.buckets)
+                out[row, position] = token_id
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "text", "feature": self.feature, "buckets": self.buckets, "max_tokens": self.max_tokens,
+                "ngrams": self.ngrams}
+
+
+Encoder = NumericEncoder | OneHotEncoder | HashingEncoder | TextEncoder
 
 
 def _encoder_from_dict(raw: dict[str, Any]) -> Encoder:
@@ -268,6 +332,8 @@ def _encoder_from_dict(raw: dict[str, Any]) -> Encoder:
         return OneHotEncoder(feature=fields["feature"], categories=tuple(fields["categories"]))
     if raw["kind"] == "hashing":
         return HashingEncoder(**fields)
+    if raw["kind"] == "text":
+        return TextEncoder(**fields)
     raise ValueError(f"unknown feature encoder {raw['kind']!r}")
 
 
@@ -296,6 +362,11 @@ class FeatureTransformer:
     def width(self) -> int:
         return len(self.output_names)
 
+    @property
+    def vocabularies(self) -> dict[str, int]:
+        """Each text feature's number of token ids (padding included), in feature order."""
+        return {e.feature: e.vocabulary_size for e in self.encoders if isinstance(e, TextEncoder)}
+
     @classmethod
     def fit(cls, frame: pd.DataFrame, transforms: tuple[FeatureTransform, ...], *, source: str) -> FeatureTransformer:
         """Fitted on ``frame``: the trainer passes the rows it trains on, never validation or holdout rows."""
@@ -304,6 +375,9 @@ class FeatureTransformer:
         for transform in transforms:
             if transform.type == "numeric":
                 encoders.append(NumericEncoder.fit(frame, transform, source=source))
+            elif transform.type == "text":
+                encoders.append(TextEncoder(feature=transform.feature, buckets=transform.hash_buckets,
+                                            max_tokens=transform.max_tokens, ngrams=transform.ngrams))
             elif transform.encode == "one_hot":
                 encoders.append(OneHotEncoder.fit(frame, transform))
             else:

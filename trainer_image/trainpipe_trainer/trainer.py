@@ -45,7 +45,13 @@ from trainpipe_trainer.errors import (
     TrialPrunedError,
 )
 from trainpipe_trainer.losses import LossFn, make_loss_fn
-from trainpipe_trainer.models import DataDescription, ModelFamily, family_provenance, load_family
+from trainpipe_trainer.models import (
+    DataDescription,
+    ModelFamily,
+    check_family_inputs,
+    family_provenance,
+    load_family,
+)
 from trainpipe_trainer.models.family import ExportContext
 from trainpipe_trainer.optim import apply_tf32
 from trainpipe_trainer.outcomes import (
@@ -178,6 +184,7 @@ class Trainer:
         config, env = self.config, self.env
         family = load_family(config.model.type)
         self.family = (family, family.validate_params(config.model.params))
+        check_family_inputs(family, config)
         self.clock = ComputeClock(device=env.device)
         if self.data is None:
             self.data = load_training_data(config, self.splits)
@@ -206,8 +213,7 @@ class Trainer:
         # The model family builds the module; everything around it is this harness's (models.family).
         family, params = self.family
         transformer = self.data.transformer
-        description = DataDescription(task=config.task, input_names=transformer.output_names,
-                                      input_features=transformer.output_features, classes=self.data.classes)
+        description = DataDescription.of(config.task, transformer, self.data.classes)
         self.strategy = build_strategy(
             config,
             env=env,

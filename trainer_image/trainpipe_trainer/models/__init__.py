@@ -11,14 +11,17 @@ import hashlib
 import json
 import re
 from importlib import import_module, metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainpipe_trainer.config import BUILT_IN_MODEL_TYPES, MODEL_TYPE_PATTERN
 from trainpipe_trainer.errors import TrainerInputError
 from trainpipe_trainer.models.family import DataDescription, FamilyParamsError, ModelFamily
 
+if TYPE_CHECKING:
+    from trainpipe_trainer.config import TrainingConfig
+
 __all__ = ["BUILT_IN_FAMILIES", "ENTRY_POINT_GROUP", "DataDescription", "FamilyNotFoundError", "FamilyParamsError",
-           "ModelFamily", "family_provenance", "load_family"]
+           "ModelFamily", "check_family_inputs", "family_provenance", "load_family"]
 
 ENTRY_POINT_GROUP = "trainpipe.models"
 # name (config.BUILT_IN_MODEL_TYPES) -> "module:class" of this package; an entry point never overrides one.
@@ -47,6 +50,15 @@ def load_family(name: str) -> ModelFamily:
             f"model.type: {name!r} is registered by {_distribution_name(entry_point)} as {entry_point.value}, which "
             "is not a trainpipe_trainer.models.ModelFamily")
     return instance
+
+
+def check_family_inputs(family: ModelFamily, config: TrainingConfig) -> None:
+    """A family that does not read token ids is never given a text column: it would take the ids for numbers."""
+    text = [t.feature for t in config.transforms if t.type == "text"]
+    if text and not family.reads_token_ids:
+        raise TrainerInputError(
+            f"model.type: the {config.model.type!r} family does not read text columns, and transforms declare "
+            f"{', '.join(map(repr, text))} as text; set model.type: text_bag (or a family that reads token ids)")
 
 
 def _entry_point(name: str) -> metadata.EntryPoint:

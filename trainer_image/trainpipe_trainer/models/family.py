@@ -8,7 +8,9 @@ of the spec for every family.
 
 The inputs a module receives are the harness's: the feature columns after ``training.transforms`` (fitted
 on the rows trained on, applied the same way when serving), as a float32 tensor ``[..., n_inputs]``. The
-encoding is done once per split, deterministically, on the CPU: it is the family's collate, shared. A module
+encoding is done once per split, deterministically, on the CPU: it is the family's collate, shared. A text
+feature's inputs are token ids (whole numbers, 0 for padding; ``DataDescription.vocabularies``), given only to
+a family with ``reads_token_ids``. A module
 returns ``[..., n_outputs]`` (one score, or one logit per class for multiclass); for listwise ranking the
 leading dimensions are ``[queries, documents]``.
 """
@@ -16,7 +18,7 @@ leading dimensions are ``[queries, documents]``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainpipe_trainer.errors import TrainerInputError
@@ -54,6 +56,14 @@ class DataDescription:
     input_features: tuple[str, ...]
     # Multiclass: the class of each output, in output order; () for the other tasks.
     classes: tuple[str, ...] = ()
+    # Each text feature's number of token ids (0 pads). Its inputs (``inputs_of``) hold ids, not numbers.
+    vocabularies: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, task: str, transformer: FeatureTransformer, classes: tuple[str, ...] = ()) -> DataDescription:
+        """The description of the inputs ``transformer`` makes."""
+        return cls(task=task, input_names=transformer.output_names, input_features=transformer.output_features,
+                   classes=classes, vocabularies=transformer.vocabularies)
 
     @property
     def n_inputs(self) -> int:
@@ -84,6 +94,10 @@ class ExportContext:
 class ModelFamily:
     """Subclass, implement ``build``, and register the class under the ``trainpipe.models`` entry-point group
     (its entry-point name is the spec's ``model.type``). The rest has working defaults."""
+
+    # Whether the module reads text columns' token ids (``DataDescription.vocabularies``); a family that does not
+    # is never given a text column (it would take the ids for numbers).
+    reads_token_ids: bool = False
 
     def validate_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """``model.params``, checked and with defaults filled, before any data is read; raise

@@ -80,8 +80,7 @@ class TorchScorer:
         model = ModelConfig(**{**meta["model"], "hidden_layers": tuple(meta["model"]["hidden_layers"])})
         transformer = FeatureTransformer.from_dict(meta["transforms"])
         classes = tuple(meta["classes"])
-        description = DataDescription(task=meta["task"], input_names=transformer.output_names,
-                                      input_features=transformer.output_features, classes=classes)
+        description = DataDescription.of(meta["task"], transformer, classes)
         module = load_family(model.type).build(model, meta["params"], description)
         module.load_state_dict(torch.load(artifacts[WEIGHTS_ARTIFACT], weights_only=True))
         module.eval()
