@@ -17,11 +17,13 @@ from trainpipe.demo.synthetic import (
     CLICK_FEATURES,
     DIGIT_FEATURES,
     MERCHANT_CATEGORIES,
+    TICKET_QUEUES,
     TRANSACTION_CATEGORICAL_FEATURES,
     TRANSACTION_FEATURES,
     TRANSACTION_REGIONS,
     generate_clicks,
     generate_digits,
+    generate_tickets,
     generate_transactions,
     write_demo_data,
 )
@@ -194,16 +196,19 @@ def test_write_demo_data_round_trips_and_is_idempotent(tmp_path: Path) -> None:
         "transactions": str(tmp_path / "transactions" / "transactions.parquet"),
         "clicks": str(tmp_path / "clicks" / "clicks.parquet"),
         "digits": str(tmp_path / "digits" / "digits.parquet"),
+        "tickets": str(tmp_path / "tickets" / "tickets.parquet"),
     }
     pd.testing.assert_frame_equal(pd.read_parquet(paths["transactions"]), generate_transactions(end=END))
     pd.testing.assert_frame_equal(pd.read_parquet(paths["clicks"]), generate_clicks(end=END))
     pd.testing.assert_frame_equal(pd.read_parquet(paths["digits"]), generate_digits(end=END))
+    pd.testing.assert_frame_equal(pd.read_parquet(paths["tickets"]), generate_tickets(end=END))
 
     stamps = {name: os.stat(path).st_mtime_ns for name, path in paths.items()}
     assert write_demo_data(str(tmp_path), end=END) == paths
     assert {name: os.stat(path).st_mtime_ns for name, path in paths.items()} == stamps
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["clicks", "clicks.parquet", "digits", "digits.parquet",
-                                                           "transactions", "transactions.parquet"]
+                                                           "tickets", "tickets.parquet", "transactions",
+                                                           "transactions.parquet"]
 
 
 def test_write_demo_data_refuses_different_content_without_force(tmp_path: Path) -> None:
@@ -245,6 +250,7 @@ def test_cli_writes_then_skips_then_refuses(tmp_path: Path) -> None:
         f"written     transactions: {tmp_path / 'transactions' / 'transactions.parquet'} (20000 rows, end 2026-01-01)",
         f"written     clicks: {tmp_path / 'clicks' / 'clicks.parquet'} (30000 rows, end 2026-01-01)",
         f"written     digits: {tmp_path / 'digits' / 'digits.parquet'} (1797 rows, end 2026-01-01)",
+        f"written     tickets: {tmp_path / 'tickets' / 'tickets.parquet'} (4000 rows, end 2026-01-01)",
     ]
     pd.testing.assert_frame_equal(
         pd.read_parquet(tmp_path / "transactions" / "transactions.parquet"), generate_transactions(end=END)
@@ -282,3 +288,23 @@ def test_digits_are_scikit_learns_table_with_every_class_in_any_month() -> None:
     month = digits[digits["event_time"] > pd.Timestamp(END - timedelta(days=30))]
     assert set(month["digit"]) == set(range(10))
     assert digits["event_time"].max() <= pd.Timestamp(END)
+
+
+def test_tickets_are_deterministic_text_whose_words_tell_the_queue() -> None:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import train_test_split
+    from sklearn.pipeline import make_pipeline
+
+    tickets = generate_tickets(end=END)
+    pd.testing.assert_frame_equal(tickets, generate_tickets(end=END))
+    assert list(tickets.columns) == ["event_time", "subject", "body", "channel", "queue"]
+    assert set(tickets["queue"]) == set(TICKET_QUEUES)
+    assert tickets["body"].str.split().str.len().between(8, 120).all()
+    text = tickets["subject"] + " " + tickets["body"]
+    train_text, test_text, train_queue, test_queue = train_test_split(
+        text, tickets["queue"], test_size=0.3, random_state=0)
+    words = make_pipeline(TfidfVectorizer(), LogisticRegression(max_iter=2000)).fit(train_text, train_queue)
+    accuracy = float((words.predict(test_text) == test_queue).mean())
+    # Learnable, and not trivially: about 3% of the queues are a triage team's mistakes.
+    assert 0.85 < accuracy < 0.99, accuracy

@@ -4,6 +4,9 @@
 * :func:`generate_clicks`: query/document pairs for the search ranker (graded relevance 0..4).
 * :func:`generate_digits`: a real table, scikit-learn's bundled handwritten digits (8x8 pixels, classes
   0..9), with event times, for the digit classifier (multiclass classification).
+* :func:`generate_tickets`: support tickets (subject and body text, a channel) and the queue that
+  resolved them, for the ticket router (text, multiclass). Synthetic: no public text table ships with
+  the packages trainpipe installs, so ``benchmarks/text_accuracy.py`` measures on real ones.
 * :func:`write_demo_data`: writes them as Parquet under a local directory, never silently
   overwriting a file whose content differs.
 
@@ -67,10 +70,14 @@ CLICK_FEATURES: tuple[str, ...] = (
 DIGIT_FEATURES: tuple[str, ...] = tuple(f"pixel_{row}_{column}" for row in range(8) for column in range(8))
 """Feature columns of :func:`generate_digits` (ink 0..16 per pixel, float64). The label is ``digit``."""
 
+TICKET_QUEUES: tuple[str, ...] = ("account", "billing", "shipping", "technical")
+"""Values of the label ``queue`` of :func:`generate_tickets`."""
+
 DEMO_FILES: dict[str, str] = {
     "transactions": "transactions/transactions.parquet",
     "clicks": "clicks/clicks.parquet",
     "digits": "digits/digits.parquet",
+    "tickets": "tickets/tickets.parquet",
 }
 """Dataset name -> path relative to the root given to :func:`write_demo_data`."""
 
@@ -187,6 +194,71 @@ def generate_digits(*, days: int = 60, end: datetime, seed: int = 11) -> pd.Data
     frame.insert(0, "event_time", _event_times(rng, len(order), days=days, end=_utc_timestamp(end)))
     frame["digit"] = digits.target[order].astype(np.int64)
     return frame
+
+
+# Words each queue's tickets use more than the others do; phrases are word pairs that tell queues apart where
+# their words alone do not ("charged twice" is billing, "shipped twice" shipping).
+_TICKET_WORDS: dict[str, tuple[str, ...]] = {
+    "account": ("password", "login", "locked", "username", "email", "profile", "reset", "verify", "account",
+                "sign", "two-factor", "code", "access", "delete", "settings"),
+    "billing": ("invoice", "charged", "refund", "card", "payment", "subscription", "price", "receipt", "billing",
+                "discount", "tax", "plan", "renewal", "credit", "fee"),
+    "shipping": ("package", "delivery", "tracking", "courier", "address", "shipped", "parcel", "arrived", "late",
+                 "box", "damaged", "warehouse", "shipping", "carrier", "return"),
+    "technical": ("error", "crash", "app", "bug", "update", "screen", "slow", "install", "browser", "sync",
+                  "feature", "version", "freezes", "loading", "server"),
+}
+_TICKET_PHRASES: dict[str, tuple[str, ...]] = {
+    "account": ("cannot login", "reset password", "account locked", "change email"),
+    "billing": ("charged twice", "refund please", "cancel subscription", "wrong amount"),
+    "shipping": ("shipped twice", "wrong address", "never arrived", "where is"),
+    "technical": ("keeps crashing", "error message", "does not", "after update"),
+}
+_TICKET_FILLER: tuple[str, ...] = (
+    "hi", "hello", "i", "my", "the", "a", "is", "it", "this", "please", "help", "thanks", "again", "today",
+    "yesterday", "still", "not", "working", "problem", "issue", "order", "need", "can", "you", "we", "with", "and",
+    "for", "was", "have", "been", "week", "time", "urgent", "team", "twice", "wrong", "again", "new", "old",
+)
+
+
+def generate_tickets(*, rows: int = 4_000, days: int = 60, end: datetime, seed: int = 13) -> pd.DataFrame:
+    """Support tickets: ``event_time``, ``subject`` and ``body`` (text), ``channel`` (email, chat, phone) and
+    ``queue`` (the label: account, billing, shipping, technical; about 3% of them are the wrong queue, as a
+    triage team's labels are)."""
+    import numpy as np
+    import pandas as pd
+
+    _check_positive("rows", rows)
+    _check_positive("days", days)
+    rng = np.random.default_rng(seed)
+    queues = rng.choice(len(TICKET_QUEUES), size=rows, p=[0.2, 0.3, 0.3, 0.2])
+
+    def text(queue: int, low: int, high: int) -> str:
+        words: list[str] = []
+        for _ in range(int(rng.integers(low, high))):
+            draw = rng.random()
+            if draw < 0.18:  # a word of its own queue
+                words.append(str(rng.choice(_TICKET_WORDS[TICKET_QUEUES[queue]])))
+            elif draw < 0.26:  # a word of another queue: tickets mention other things
+                words.append(str(rng.choice(_TICKET_WORDS[TICKET_QUEUES[int(rng.integers(len(TICKET_QUEUES)))]])))
+            elif draw < 0.32:
+                words.append(str(rng.choice(_TICKET_PHRASES[TICKET_QUEUES[queue]])))
+            else:
+                words.append(str(rng.choice(_TICKET_FILLER)))
+        return " ".join(words)
+
+    subjects = [text(int(q), 2, 7).capitalize() for q in queues]
+    bodies = [text(int(q), 8, 60) for q in queues]
+    labels = queues.copy()
+    relabelled = rng.random(rows) < 0.03
+    labels[relabelled] = rng.integers(len(TICKET_QUEUES), size=int(relabelled.sum()))
+    return pd.DataFrame({
+        "event_time": _event_times(rng, rows, days=days, end=_utc_timestamp(end)),
+        "subject": subjects,
+        "body": bodies,
+        "channel": rng.choice(["email", "chat", "phone"], size=rows, p=[0.5, 0.35, 0.15]).astype(object),
+        "queue": np.asarray(TICKET_QUEUES, dtype=object)[labels],
+    })
 
 
 def _merchant_categories(rng: np.random.Generator, merchant_risk: np.ndarray) -> np.ndarray:
@@ -369,6 +441,7 @@ def _write_demo_data(
         "transactions": generate_transactions(end=end),
         "clicks": generate_clicks(end=end),
         "digits": generate_digits(end=end),
+        "tickets": generate_tickets(end=end),
     }
     if drift is not None:
         # The transactions only: the drift walkthrough in docs/data-checks.md runs the fraud pipeline.
@@ -389,8 +462,8 @@ def _write_demo_data(
 
 def write_demo_data(root: str | os.PathLike[str] | ObjectStoragePath, *, end: datetime, force: bool = False,
                     drift: str | None = None) -> dict[str, str]:
-    """Write ``transactions/transactions.parquet``, ``clicks/clicks.parquet`` and ``digits/digits.parquet``
-    under ``root``.
+    """Write ``transactions/transactions.parquet``, ``clicks/clicks.parquet``, ``digits/digits.parquet`` and
+    ``tickets/tickets.parquet`` under ``root``.
 
     Each is generated with their default sizes and seeds and the given ``end``; with ``drift``,
     that transactions column drifted (:func:`drift_feature`). A file that
@@ -412,7 +485,7 @@ def _parse_end(text: str) -> datetime:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m trainpipe.demo.synthetic",
-        description="Write the deterministic demo datasets (transactions, clicks, digits) as Parquet.",
+        description="Write the deterministic demo datasets (transactions, clicks, digits, tickets) as Parquet.",
     )
     parser.add_argument("--out", required=True, help="local directory to write under")
     parser.add_argument(
