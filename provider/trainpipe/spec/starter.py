@@ -118,7 +118,7 @@ _PLACEHOLDER_TRANSFORMS = """\
 """
 _MLP_MODEL = "    type: mlp\n    hidden_layers: [64, 32]"
 _TEXT_MODEL = ("    type: text_bag              # free text: each text's hashed words and word pairs, embedded and "
-               "averaged (fastText-style)\n"
+               "pooled (fastText-style)\n"
                "    params: {embedding_dim: 64, hidden_layers: []}   # an empty list: a linear head")
 # A string column is free text when its values average at least this many words and this share of them differ
 # (a category repeats; a sentence seldom does). Judged on at most TEXT_SAMPLE present values.

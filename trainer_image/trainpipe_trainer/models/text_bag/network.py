@@ -1,4 +1,10 @@
-"""The ``text_bag`` module: mean of token embeddings per text column, then a linear or MLP head."""
+"""The ``text_bag`` module: each text column's token embeddings pooled, then a linear or MLP head.
+
+The pool is the sum over a text's tokens divided by the square root of their number: a long text's vector
+does not grow with its length (as a sum's would), nor are its few telling words drowned by the many common
+ones (as in a mean); TF-IDF's l2 normalisation has the same effect. On the tickets and the Rotten Tomatoes
+snippets it scored 1-3 points above the mean (benchmarks/text_accuracy.py).
+"""
 
 from __future__ import annotations
 
@@ -17,8 +23,8 @@ class TextBagNetwork(nn.Module):
         self.bags = nn.ModuleList()
         text_positions: list[list[int]] = []
         for feature, vocabulary in data.vocabularies.items():
-            bag = nn.EmbeddingBag(vocabulary, embedding_dim, mode="mean", padding_idx=PAD_TOKEN_ID)
-            # fastText's initialisation: small, so a text's mean starts near zero whatever its length.
+            bag = nn.EmbeddingBag(vocabulary, embedding_dim, mode="sum", padding_idx=PAD_TOKEN_ID)
+            # fastText's initialisation: small, so a text's vector starts near zero whatever its length.
             nn.init.uniform_(bag.weight, -1.0 / embedding_dim, 1.0 / embedding_dim)
             with torch.no_grad():
                 bag.weight[PAD_TOKEN_ID].zero_()
@@ -44,7 +50,10 @@ class TextBagNetwork(nn.Module):
         # Leading dimensions are rows, or [queries, documents] for listwise ranking.
         leading = inputs.shape[:-1]
         flat = inputs.reshape(-1, inputs.shape[-1])
-        parts = [bag(flat.index_select(1, getattr(self, f"text_positions_{index}")).long())
-                 for index, bag in enumerate(self.bags)]
+        parts = []
+        for index, bag in enumerate(self.bags):
+            ids = flat.index_select(1, getattr(self, f"text_positions_{index}")).long()
+            tokens = (ids != PAD_TOKEN_ID).sum(dim=1, keepdim=True).clamp(min=1).to(flat.dtype)
+            parts.append(bag(ids) / tokens.sqrt())
         parts.append(flat.index_select(1, self.other_positions))
         return self.head(torch.cat(parts, dim=1)).reshape(*leading, self.n_outputs)
