@@ -43,6 +43,7 @@ class Tickets:
 @pytest.fixture(scope="module")
 def tickets(tmp_path_factory: pytest.TempPathFactory) -> Tickets:
     from sklearn.model_selection import train_test_split
+
     from trainpipe.demo.synthetic import TICKET_QUEUES, generate_tickets
 
     frame = generate_tickets(rows=1_200, end=datetime(2026, 1, 1, tzinfo=UTC)).drop(columns="event_time")
