@@ -1,6 +1,6 @@
 """task multiclass_classification end to end: scikit-learn's wine table (3 classes, bundled, no download)
-trained under torchrun with 2 CPU ranks, by DDP and by DeepSpeed ZeRO-2; a rank killed after a commit
-resumes to the uninterrupted run's weights; the logged model serves a class and a probability per class,
+trained under torchrun with 2 CPU ranks, by DDP and by DeepSpeed ZeRO-2; under each, a rank killed after a
+commit resumes to the uninterrupted run's weights; the logged model serves a class and a probability per class,
 as accurately as a multinomial logistic regression on the same split.
 """
 
@@ -135,17 +135,30 @@ def test_sigkill_of_one_rank_then_a_rerun_resumes_to_the_same_weights(
     assert result["weights_sha256"] == _ok(ddp_run)["weights_sha256"]
 
 
-def test_deepspeed_zero2_trains_a_multiclass_model(
-    tmp_path: Path, wine: Wine, make_config: Callable[..., Any], use_tracking: str
+def test_deepspeed_zero2_trains_a_multiclass_model_and_resumes_a_killed_run_bit_identically(
+    tmp_path_factory: pytest.TempPathFactory, wine: Wine, make_config: Callable[..., Any], use_tracking: str
 ) -> None:
     pytest.importorskip("deepspeed", reason="pip install 'trainpipe-trainer[deepspeed]'")
     import mlflow
 
-    config = _config(make_config, tmp_path, wine, epochs=3, strategy="deepspeed", deepspeed={"zero_stage": 2})
-    result = _ok(launch(config, tmp_path, nproc=2))
-    assert result["global_step"] == 3 * 4
+    epochs = 10
+    settings = {"epochs": epochs, "strategy": "deepspeed", "deepspeed": {"zero_stage": 2}}
+    reference_dir = tmp_path_factory.mktemp("multiclass-zero2")
+    result = _ok(launch(_config(make_config, reference_dir, wine, **settings), reference_dir, nproc=2))
+    assert result["global_step"] == epochs * 4
     # The engine's module (the exported one, gathered from the ZeRO shards) has an output per class.
     served = mlflow.pyfunc.load_model(result["model_uri"]).predict(
         pd.read_parquet(wine.holdout, columns=list(wine.features)).head(5))
     assert list(served.columns) == ["label", *(f"probability_{name}" for name in wine.classes)]
     assert set(served["label"]) <= set(wine.classes)
+
+    workdir = tmp_path_factory.mktemp("multiclass-zero2-killed")
+    config = _config(make_config, workdir, wine, **settings)
+    killed = kill_a_rank_after_a_commit({**config, "fault_injection": {"step_delay_seconds": 0.2}}, workdir)
+    assert killed.returncode != 0
+    resume_from = committed_steps(workdir / "checkpoints")[-1]
+    assert CHECKPOINT_EVERY <= resume_from < epochs * 4
+    rerun = launch(config, workdir, nproc=2)
+    resumed = _ok(rerun)
+    assert f"resumed from step {resume_from}" in rerun.stdout
+    assert resumed["weights_sha256"] == result["weights_sha256"]
