@@ -62,6 +62,31 @@ class Shape:
         sizes = (self.features, *self.hidden, 1)
         return sum(a * b + b for a, b in pairwise(sizes))
 
+    @property
+    def title(self) -> str:
+        return f"MLP {self.features}-{'-'.join(map(str, self.hidden))}-1"
+
+
+@dataclass(frozen=True)
+class TextShape:
+    """The text_bag family over one free-text column: hashed words and word pairs, a linear head."""
+
+    buckets: int
+    max_tokens: int
+    embedding_dim: int
+    batch: int
+    rows: int
+    epochs: int
+
+    @property
+    def params(self) -> int:
+        return (self.buckets + 1) * self.embedding_dim + self.embedding_dim + 1
+
+    @property
+    def title(self) -> str:
+        return (f"text_bag over {self.max_tokens} token ids ({self.buckets:,} buckets, words and pairs), "
+                f"embedding {self.embedding_dim}, linear head")
+
 
 SHAPES = {
     # Issue 31's CPU shape: data-bound (small MLP, large batch).
@@ -77,16 +102,25 @@ SHAPES = {
     # Next to no compute per step: the trainer's ratio is its per-step host work against the bare
     # loop's, which on a GPU is what a small model's step waits on (the host launching kernels).
     "host": Shape(features=16, hidden=(32,), batch=256, rows=262_144, epochs=1),
+    # Issue 52's text shape: 20-60 words a row, so 128 ids hold every word and pair. 2**16 buckets (4.2M
+    # parameters, ticket_router's body column) keep a CPU step short; the dense AdamW step over the whole
+    # table is most of it, in the bare loop as in the trainer.
+    "cpu-text": TextShape(buckets=2**16, max_tokens=128, embedding_dim=64, batch=512, rows=65_536, epochs=4),
 }
 MODES = ("fp32", "bf16", "deepspeed-bf16")
 TARGETS = {"cpu": {"fp32": 0.85, "bf16": 0.75, "deepspeed-bf16": None},
            "gpu": {"fp32": 0.80, "bf16": 0.80, "deepspeed-bf16": 0.70}}
 
 
-def write_data(path: Path, shape: Shape) -> list[str]:
+TEXT_COLUMN = "body"
+
+
+def write_data(path: Path, shape: Shape | TextShape) -> list[str]:
     import numpy as np
     import pandas as pd
 
+    if isinstance(shape, TextShape):
+        return write_text_data(path, shape)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(shape.rows, shape.features)).astype(np.float32)
     columns = [f"f{i}" for i in range(shape.features)]
@@ -96,12 +130,38 @@ def write_data(path: Path, shape: Shape) -> list[str]:
     return columns
 
 
+def write_text_data(path: Path, shape: TextShape) -> list[str]:
+    """20-60 made-up words a row from 4,900 two-syllable words at Zipf frequencies, as in real text; the label
+    is whether a row has more of 40 "positive" words than of 40 "negative" ones (ties at random)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+    vocabulary = np.array([a + b for a in syllables for b in syllables])
+    frequency = 1.0 / np.arange(1, len(vocabulary) + 1)
+    lengths = rng.integers(20, 61, size=shape.rows)
+    words = rng.choice(len(vocabulary), size=int(lengths.sum()), p=frequency / frequency.sum())
+    rows = np.split(words, np.cumsum(lengths)[:-1])
+    # Mid-frequency words (ranks 100-179): a few per row, so neither class is rare.
+    score = np.array([np.isin(row, np.arange(100, 140)).sum() - np.isin(row, np.arange(140, 180)).sum() for row in rows])
+    frame = pd.DataFrame({TEXT_COLUMN: [" ".join(vocabulary[row]) for row in rows]})
+    frame["label"] = (score + rng.uniform(-0.5, 0.5, size=shape.rows) > 0).astype(np.int64)
+    frame.to_parquet(path)
+    return [TEXT_COLUMN]
+
+
+def text_transform(shape: TextShape) -> dict:
+    return {"feature": TEXT_COLUMN, "type": "text", "hash_buckets": shape.buckets, "max_tokens": shape.max_tokens,
+            "ngrams": 2}
+
+
 # The issue's GPU measurement checkpointed every 50 steps; 0 means the spec's default (none between epochs).
 CHECKPOINT_EVERY = 50
 
 
-def trainer_config(work: Path, data: Path, columns: list[str], shape: Shape, mode: str, *, crash_after: int | None = None,
-                   checkpoint_every: int = CHECKPOINT_EVERY):
+def trainer_config(work: Path, data: Path, columns: list[str], shape: Shape | TextShape, mode: str, *,
+                   crash_after: int | None = None, checkpoint_every: int = CHECKPOINT_EVERY):
     config = {
         "pipeline_id": "bench", "task": "binary_classification", "train_data_uri": str(data),
         "features": columns, "label": "label",
@@ -117,6 +177,9 @@ def trainer_config(work: Path, data: Path, columns: list[str], shape: Shape, mod
                      "log_every_n_steps": 10},
         "output_uri": str(work / "output"),
     }
+    if isinstance(shape, TextShape):
+        config["model"] = {"type": "text_bag", "params": {"embedding_dim": shape.embedding_dim}}
+        config["transforms"] = [text_transform(shape)]
     if mode.startswith("deepspeed"):
         config["deepspeed"] = {"zero_stage": 2}
     if crash_after is not None:
@@ -204,9 +267,10 @@ def _batch_of(config: Path) -> int:
     return json.loads(config.read_text())["batch_size"]
 
 
-def bare_loops_in_process(data: Path, shape: Shape, mode: str, *, threads: int, steps: int, repeats: int) -> dict[str, float]:
+def bare_loops_in_process(data: Path, columns: list[str], shape_name: str, mode: str, *, threads: int, steps: int,
+                          repeats: int) -> dict[str, float]:
     """``bare_loops`` in a fresh process (see MALLOC_ENV), as the trainer runs."""
-    request = {"data": str(data), "shape": list(shape.__dict__.values()), "mode": mode, "threads": threads,
+    request = {"data": str(data), "columns": columns, "shape": shape_name, "mode": mode, "threads": threads,
                "steps": steps, "repeats": repeats}
     env = {**os.environ, **MALLOC_ENV, "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run([sys.executable, __file__, "--bare-worker", json.dumps(request)], env=env,
@@ -218,14 +282,11 @@ def bare_loops_in_process(data: Path, shape: Shape, mode: str, *, threads: int, 
 
 def _bare_worker(raw: str) -> None:
     request = json.loads(raw)
-    features, hidden, batch, rows, epochs = request["shape"]
-    shape = Shape(features=features, hidden=tuple(hidden), batch=batch, rows=rows, epochs=epochs)
-    columns = [f"f{i}" for i in range(shape.features)]
-    print(json.dumps(bare_loops(Path(request["data"]), columns, shape, request["mode"], threads=request["threads"],
-                                steps=request["steps"], repeats=request["repeats"])))
+    print(json.dumps(bare_loops(Path(request["data"]), request["columns"], SHAPES[request["shape"]], request["mode"],
+                                threads=request["threads"], steps=request["steps"], repeats=request["repeats"])))
 
 
-def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threads: int, steps: int,
+def bare_loops(data: Path, columns: list[str], shape: Shape | TextShape, mode: str, *, threads: int, steps: int,
                repeats: int) -> dict[str, float]:
     """samples/s of the resident loop (median of ``repeats`` runs of ``steps`` steps) and of the
     DataLoader loop (one run of ``steps // 2``), each after 5 warm-up steps."""
@@ -237,14 +298,25 @@ def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threa
     torch.set_num_threads(threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     frame = pd.read_parquet(data)
-    # Row-major, as the trainer holds its split (a frame's to_numpy may be column-major: slow gathers).
-    x = torch.from_numpy(np.ascontiguousarray(frame[columns].to_numpy(dtype="float32")))
+    transformer = None
+    if isinstance(shape, TextShape):
+        sys.path.insert(0, str(REPO / "trainer_image"))
+        from trainpipe_trainer.config import FeatureTransform
+        from trainpipe_trainer.preprocessing import FeatureTransformer
+
+        # The trainer's shared preprocessing (tokenising, hashing), done once per split before its loop
+        # as here: outside both timings. float32 ids, row-major, as the trainer holds them (splits._arrays).
+        transformer = FeatureTransformer.fit(frame, (FeatureTransform(**text_transform(shape)),), source=str(data))
+        x = torch.from_numpy(transformer.transform(frame, source=str(data)).astype(np.float32))
+    else:
+        # Row-major, as the trainer holds its split (a frame's to_numpy may be column-major: slow gathers).
+        x = torch.from_numpy(np.ascontiguousarray(frame[columns].to_numpy(dtype="float32")))
     y = torch.from_numpy(frame["label"].to_numpy(dtype="float32", copy=True))
     bf16 = "bf16" in mode
     results: dict[str, list[float]] = {"resident": [], "dataloader": []}
     for name in ["resident"] * repeats + ["dataloader"]:
         timed = steps if name == "resident" else steps // 2
-        model, optimizer, scheduler = _model(shape, device, timed + 5)
+        model, optimizer, scheduler = _model(shape, device, timed + 5, transformer)
         if name == "resident":
             xs, ys = x.to(device), y.to(device)
 
@@ -281,16 +353,24 @@ def bare_loops(data: Path, columns: list[str], shape: Shape, mode: str, *, threa
     return {name: statistics.median(rates) for name, rates in results.items()}
 
 
-def _model(shape: Shape, device, total_steps: int):
+def _model(shape: Shape | TextShape, device, total_steps: int, transformer=None):
     import torch
 
     sys.path.insert(0, str(REPO / "trainer_image"))
     from trainpipe_trainer.config import ModelConfig, OptimizationConfig
+    from trainpipe_trainer.models import DataDescription, load_family
     from trainpipe_trainer.models.mlp.network import build_mlp
     from trainpipe_trainer.optim import build_optimizer, build_scheduler
 
     torch.manual_seed(0)
-    model = build_mlp(n_features=shape.features, config=ModelConfig(hidden_layers=shape.hidden)).to(device)
+    if isinstance(shape, TextShape):
+        # The family's own module, built as the trainer builds it (trainer.py: family.build).
+        family = load_family("text_bag")
+        params = family.validate_params({"embedding_dim": shape.embedding_dim})
+        module = family.build(ModelConfig(type="text_bag"), params, DataDescription.of("binary_classification", transformer))
+    else:
+        module = build_mlp(n_features=shape.features, config=ModelConfig(hidden_layers=shape.hidden))
+    model = module.to(device)
     optimization = OptimizationConfig(gradient_clip_norm=1.0, lr_schedule="cosine", warmup_steps=10)
     optimizer = build_optimizer(model.parameters(), learning_rate=1e-3, config=optimization)
     return model, optimizer, build_scheduler(optimizer, config=optimization, total_steps=total_steps)
@@ -303,7 +383,7 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def determinism(work: Path, data: Path, columns: list[str], shape: Shape, mode: str, *, threads: int,
+def determinism(work: Path, data: Path, columns: list[str], shape: Shape | TextShape, mode: str, *, threads: int,
                 trainer_path: Path) -> str:
     steps_per_epoch = math.ceil(shape.rows / shape.batch)
     digests = []
@@ -367,8 +447,7 @@ def main() -> int:
             shape = SHAPES[shape_name]
             data = work / f"{shape_name}.parquet"
             columns = write_data(data, shape)
-            print(f"\nshape {shape_name}: MLP {shape.features}-{'-'.join(map(str, shape.hidden))}-1 "
-                  f"({shape.params / 1e6:.2f}M params), batch {shape.batch}, {shape.rows:,} rows, {shape.epochs} epochs")
+            print(f"\nshape {shape_name}: {shape.title} ({shape.params / 1e6:.2f}M params), batch {shape.batch}, {shape.rows:,} rows, {shape.epochs} epochs")
             last_launch: tuple[str, str] | None = None
             for mode in modes:
                 # The trainer and the resident loop alternate: this shared machine's speed drifts by
@@ -383,8 +462,8 @@ def main() -> int:
                     if run.returncode != 0:
                         break
                     runs.append(run)
-                    bares.append(bare_loops_in_process(data, shape, mode, threads=args.threads, steps=args.bare_steps,
-                                                       repeats=args.repeats))
+                    bares.append(bare_loops_in_process(data, columns, shape_name, mode, threads=args.threads,
+                                                       steps=args.bare_steps, repeats=args.repeats))
                 if run.returncode != 0:
                     print(f"  {mode:15s} trainer FAILED (exit {run.returncode}):\n{run.output[-3000:]}")
                     continue

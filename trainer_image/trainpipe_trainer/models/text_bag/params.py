@@ -15,6 +15,12 @@ MAX_HIDDEN_LAYERS = 8
 DEFAULTS: dict[str, Any] = {"embedding_dim": DEFAULT_EMBEDDING_DIM, "hidden_layers": [], "dropout": 0.0}
 
 
+def _shown(value: Any) -> str:
+    # A message stays one short line whatever a spec wrote there.
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:60]}... ({len(text)} characters)"
+
+
 def validate_text_bag_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """``embedding_dim`` (ids -> this many numbers, averaged per text column), ``hidden_layers`` (the head's
     widths; empty: a linear head, as fastText) and ``dropout`` (after each hidden layer)."""
@@ -24,14 +30,14 @@ def validate_text_bag_params(params: Mapping[str, Any]) -> dict[str, Any]:
     checked = {**DEFAULTS, **params}
     dim = checked["embedding_dim"]
     if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= MAX_EMBEDDING_DIM:
-        raise FamilyParamsError("embedding_dim", f"a whole number from 1 to {MAX_EMBEDDING_DIM}, got {dim!r}")
+        raise FamilyParamsError("embedding_dim", f"a whole number from 1 to {MAX_EMBEDDING_DIM}, got {_shown(dim)}")
     layers = checked["hidden_layers"]
     if not isinstance(layers, list | tuple) or len(layers) > MAX_HIDDEN_LAYERS:
-        raise FamilyParamsError("hidden_layers", f"a list of at most {MAX_HIDDEN_LAYERS} widths, got {layers!r}")
+        raise FamilyParamsError("hidden_layers", f"a list of at most {MAX_HIDDEN_LAYERS} widths, got {_shown(layers)}")
     for index, width in enumerate(layers):
         if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_HIDDEN_WIDTH:
-            raise FamilyParamsError(f"hidden_layers.{index}", f"a width from 1 to {MAX_HIDDEN_WIDTH}, got {width!r}")
+            raise FamilyParamsError(f"hidden_layers.{index}", f"a width from 1 to {MAX_HIDDEN_WIDTH}, got {_shown(width)}")
     dropout = checked["dropout"]
     if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
-        raise FamilyParamsError("dropout", f"a fraction in [0, 1), got {dropout!r}")
+        raise FamilyParamsError("dropout", f"a fraction in [0, 1), got {_shown(dropout)}")
     return {"embedding_dim": dim, "hidden_layers": [int(w) for w in layers], "dropout": float(dropout)}
