@@ -38,6 +38,19 @@ def run_dag(dag: DAG, **test_arguments: Any) -> tuple[Any, dict[str, str]]:
     return dag_run, {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
 
 
+def task_result(dag_run: Any, task_id: str) -> Any:
+    """What task ``task_id`` of ``dag_run`` returned (its ``return_value`` XCom)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(select(XComModel).where(
+            XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id, XComModel.task_id == task_id,
+            XComModel.key == "return_value")).one()
+        return XComModel.deserialize_value(row)
+
+
 def spec_with(tmp_path: Path, old: str, new: str, *, example: str = "fraud_detector.yaml",
               name: str = "variant.yaml") -> Path:
     """The example spec ``example`` with ``old`` replaced by ``new``, written as ``tmp_path / name``.
@@ -48,6 +61,16 @@ def spec_with(tmp_path: Path, old: str, new: str, *, example: str = "fraud_detec
     path = tmp_path / name
     path.write_text(text.replace(old, new))
     return path
+
+
+def edited_spec(path: Path, replacements: tuple[tuple[str, str], ...]) -> str:
+    """The spec at ``path`` with each ``(old, new)`` replaced; each ``old`` must occur (else a test would silently
+    run the unchanged example)."""
+    text = path.read_text()
+    for old, new in replacements:
+        assert old in text, f"{old!r} is not in {path.name}"
+        text = text.replace(old, new)
+    return text
 
 
 def copy_airflow_db(template: Path, target: Path) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.scenarios import SMALL, SMALL_END, small_spec
-from tests.support import load_dag, run_dag
+from tests.support import load_dag, run_dag, task_result
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -60,15 +60,7 @@ def _baseline(pipeline_id: str) -> str:
 
 def _mlflow_run(client, dag_run):
     """The DAG run's MLflow run, as train reported it."""
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        row = session.scalars(select(XComModel).where(
-            XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id, XComModel.task_id == "train",
-            XComModel.key == "return_value")).one()
-        return client.get_run(XComModel.deserialize_value(row)["mlflow_run_id"])
+    return client.get_run(task_result(dag_run, "train")["mlflow_run_id"])
 
 
 def _today_then_past(small_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backtest: str):

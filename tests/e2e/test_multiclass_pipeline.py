@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, load_dag, run_dag
+from tests.support import REPO, edited_spec, load_dag, run_dag, task_result
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,14 +32,10 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
 
 
 def _shipped_spec() -> str:
-    text = (REPO / "dag_configs" / "digit_classifier.yaml").read_text()
-    for old, new in (("pipeline_id: digit_classifier", f"pipeline_id: {PIPELINE}"),
-                     ("model_name: digit_classifier", f"model_name: {PIPELINE}"),
-                     ("uri: demo/digits/digits.parquet", "uri: multiclass/digits.parquet"),
-                     ("retries: 1", "retries: 0")):
-        assert old in text, old
-        text = text.replace(old, new)
-    return text
+    return edited_spec(REPO / "dag_configs" / "digit_classifier.yaml", (
+        ("pipeline_id: digit_classifier", f"pipeline_id: {PIPELINE}"),
+        ("model_name: digit_classifier", f"model_name: {PIPELINE}"),
+        ("uri: demo/digits/digits.parquet", "uri: multiclass/digits.parquet"), ("retries: 1", "retries: 0")))
 
 
 def _run(configs: Path, monkeypatch: pytest.MonkeyPatch, logical_date: datetime, conf: dict | None = None):
@@ -54,18 +50,6 @@ def _note(dag_run) -> str:
         return DagRun.find(dag_id=dag_run.dag_id, run_id=dag_run.run_id, session=session)[0].note or ""
 
 
-def _evaluation(dag_run) -> dict:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        row = session.scalars(select(XComModel).where(
-            XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id, XComModel.task_id == "evaluate",
-            XComModel.key == "return_value")).one()
-        return XComModel.deserialize_value(row)
-
-
 def test_digits_register_serve_and_a_worse_or_different_candidate_stops_at_the_gate(
         configs: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import mlflow
@@ -75,7 +59,7 @@ def test_digits_register_serve_and_a_worse_or_different_candidate_stops_at_the_g
 
     first, states = _run(configs, monkeypatch, END)
     assert first.state == "success" and states["promote"] == "success", (states, _note(first))
-    evaluation = _evaluation(first)
+    evaluation = task_result(first, "evaluate")
     candidate, baseline = evaluation["candidate"], evaluation["baseline"]
     # The trainer's MLP against multinomial logistic regression on the same split (the spec's own gate too).
     assert candidate["accuracy"] >= baseline["accuracy"] - 0.02, evaluation
@@ -116,6 +100,6 @@ def test_digits_register_serve_and_a_worse_or_different_candidate_stops_at_the_g
     assert states["train"] == "success" and states["register"] == "skipped", states
     note = _note(fewer)
     assert "the candidate's classes differ from the champion's: missing '9'" in note, note
-    evaluation = _evaluation(fewer)
+    evaluation = task_result(fewer, "evaluate")
     assert "champion" not in evaluation or not evaluation["champion"], evaluation
     assert int(client.get_model_version_by_alias(PIPELINE, "champion").version) == 1

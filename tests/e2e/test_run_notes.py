@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import load_dag, run_dag
+from tests.support import load_dag, run_dag, task_result
 from trainpipe.demo.synthetic import drift_feature, generate_transactions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -111,29 +111,17 @@ def _note(dag_run) -> str:
     return reason
 
 
-def _xcom(dag_run, task_id: str):
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        row = session.scalars(select(XComModel).where(
-            XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id, XComModel.task_id == task_id,
-            XComModel.key == "return_value")).one()
-        return XComModel.deserialize_value(row)
-
-
 def test_promotions_then_a_drift_stop_then_a_volume_and_schema_stop(configs, state_dir, monkeypatch):
     dag_id = "notes_lifecycle"
     first, states = _run(configs, monkeypatch, dag_id)
     assert first.state == "success" and states["promote"] == "success", states
-    auc_1 = _xcom(first, "evaluate")["candidate"]["auc"]
+    auc_1 = task_result(first, "evaluate")["candidate"]["auc"]
     assert _note(first) == f"promoted: {dag_id} version 1 is champion; auc {auc_1:.6f} (no previous champion)"
 
     # The same rows again: the same dataset version, a second model, compared with the first on the holdout.
     second, states = _run(configs, monkeypatch, dag_id, END + timedelta(days=1), conf={"seed": 1})
     assert second.state == "success" and states["promote"] == "success", states
-    evaluation = _xcom(second, "evaluate")
+    evaluation = task_result(second, "evaluate")
     auc_2, champion_auc = evaluation["candidate"]["auc"], evaluation["champion"]["auc"]
     assert _note(second) == (f"promoted: {dag_id} version 2 is champion; auc {auc_2:.6f} vs {champion_auc:.6f} of "
                              f"version 1 ({auc_2 - champion_auc:+.6f})")
@@ -175,7 +163,7 @@ def test_a_slice_gate_note_gives_the_worst_slice_value(configs, monkeypatch):
     dag_run, states = _run(configs, monkeypatch, "notes_slice")
 
     assert dag_run.state == "success" and states["register"] == "skipped", states
-    evaluation = _xcom(dag_run, "evaluate")
+    evaluation = task_result(dag_run, "evaluate")
     [slice_gate] = [g for g in evaluation["gates"] if g["gate"] == "worst_slice(auc) >= 0.99"]
     assert slice_gate["value"] != evaluation["candidate"]["auc"]  # else the test could not tell them apart
     region = slice_gate["note"].split("worst slice region=")[1].split(" ")[0]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, load_dag, run_dag
+from tests.support import REPO, edited_spec, load_dag, run_dag, task_result
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -26,28 +26,12 @@ def configs(state_dir: Path, airflow_db: Path, tmp_path_factory: pytest.TempPath
     data = state_dir / "storage" / "text" / "tickets.parquet"
     data.parent.mkdir(parents=True, exist_ok=True)
     generate_tickets(end=END).to_parquet(data, index=False)
-    text = (REPO / "dag_configs" / "ticket_router.yaml").read_text()
-    for old, new in (("pipeline_id: ticket_router", f"pipeline_id: {PIPELINE}"),
-                     ("model_name: ticket_router", f"model_name: {PIPELINE}"),
-                     ("uri: demo/tickets/tickets.parquet", "uri: text/tickets.parquet"),
-                     ("retries: 1", "retries: 0")):
-        assert old in text, old
-        text = text.replace(old, new)
+    text = edited_spec(REPO / "dag_configs" / "ticket_router.yaml", (
+        ("pipeline_id: ticket_router", f"pipeline_id: {PIPELINE}"), ("model_name: ticket_router", f"model_name: {PIPELINE}"),
+        ("uri: demo/tickets/tickets.parquet", "uri: text/tickets.parquet"), ("retries: 1", "retries: 0")))
     folder = tmp_path_factory.mktemp("text_configs")
     (folder / f"{PIPELINE}.yaml").write_text(text)
     return folder
-
-
-def _evaluation(dag_run) -> dict:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        row = session.scalars(select(XComModel).where(
-            XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id, XComModel.task_id == "evaluate",
-            XComModel.key == "return_value")).one()
-        return XComModel.deserialize_value(row)
 
 
 def test_tickets_train_from_text_register_and_the_champion_takes_raw_text(
@@ -59,7 +43,7 @@ def test_tickets_train_from_text_register_and_the_champion_takes_raw_text(
     dag_run, states = run_dag(load_dag(configs, PIPELINE, monkeypatch), logical_date=END)
     assert dag_run.state == "success" and states["promote"] == "success", states
 
-    evaluation = _evaluation(dag_run)
+    evaluation = task_result(dag_run, "evaluate")
     candidate, baseline = evaluation["candidate"], evaluation["baseline"]
     assert "TF-IDF" in evaluation["baseline_model"], evaluation
     assert candidate["accuracy"] >= baseline["accuracy"] - 0.03, evaluation

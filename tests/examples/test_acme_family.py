@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, edited_spec
 from tests.trainer.helpers import Launch, binary_frame, committed_steps, kill_a_rank_after_a_commit, launch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -307,11 +307,8 @@ def configs(acme_installed: Installed, state_dir: Path, airflow_db: Path,
     data = state_dir / "storage" / "acme" / "transactions.parquet"
     data.parent.mkdir(parents=True, exist_ok=True)
     generate_transactions(rows=8000, end=END).to_parquet(data, index=False)
-    text = (EXAMPLE / "fraud_two_tower.yaml").read_text()
-    for old, new in (("uri: demo/transactions/transactions.parquet", "uri: acme/transactions.parquet"),
-                     ("retries: 1", "retries: 0")):
-        assert old in text, old
-        text = text.replace(old, new)
+    text = edited_spec(EXAMPLE / "fraud_two_tower.yaml", (
+        ("uri: demo/transactions/transactions.parquet", "uri: acme/transactions.parquet"), ("retries: 1", "retries: 0")))
     folder = tmp_path_factory.mktemp("acme_configs")
     (folder / f"{PIPELINE}.yaml").write_text(text)
     return folder
