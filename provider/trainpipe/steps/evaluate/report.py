@@ -226,7 +226,7 @@ def _class_confusion_matrices(inputs: ReportInputs, models: list[ModelScores]) -
 
     classes = inputs.classes
     size = min(_MAX_MATRIX_INCHES, max(4.2, 0.35 * len(classes) + 2.0))
-    figure, axes = _figure(width=size, height=size, columns=len(models), bottom=0.2, top=0.88)
+    figure, axes = _figure(width=size, height=size, columns=len(models), bottom=0.2, top=0.84)
     axes_list = list(axes) if len(models) > 1 else [axes]
     ticks = [_plain_text(name[:_CLASS_TICK_CHARS]) for name in classes] if len(classes) <= _MAX_CLASS_TICKS else []
     for ax, model in zip(axes_list, models, strict=True):
@@ -243,7 +243,8 @@ def _class_confusion_matrices(inputs: ReportInputs, models: list[ModelScores]) -
         else:
             ax.set(xticks=[], yticks=[])
         ax.set(xlabel="predicted", ylabel="actual", title=_plain_text(model.label))
-    figure.suptitle(f"Confusion matrix ({len(classes)} classes; colour: share of the actual class)")
+    # Two lines: one line is wider than a small matrix's figure and was cut at both ends.
+    figure.suptitle(f"Confusion matrix, {len(classes)} classes\n(colour: share of the actual class)", fontsize="medium")
     return Plot(file="confusion_matrix.png",
                 caption="Confusion matrix of the most probable class (colour: share of the actual class's rows)",
                 png=_png(figure))
