@@ -2,8 +2,8 @@
 
 The pool is the sum over a text's tokens divided by the square root of their number: a long text's vector
 does not grow with its length (as a sum's would), nor are its few telling words drowned by the many common
-ones (as in a mean); TF-IDF's l2 normalisation has the same effect. On the tickets and the Rotten Tomatoes
-snippets it scored 1-3 points above the mean (benchmarks/text_accuracy.py).
+ones (as in a mean); TF-IDF's l2 normalisation has the same effect. On the demo's tickets it scored 1.4 to
+3.3 points above the mean (2**18 and 4,096 buckets), which fell 4.5 points short of TF-IDF + logistic regression.
 """
 
 from __future__ import annotations
