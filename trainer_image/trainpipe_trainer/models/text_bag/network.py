@@ -2,8 +2,8 @@
 
 The pool is the sum over a text's tokens divided by the square root of their number: a long text's vector
 does not grow with its length (as a sum's would), nor are its few telling words drowned by the many common
-ones (as in a mean); TF-IDF's l2 normalisation has the same effect. On the demo's tickets it scored 1.4 to
-3.3 points above the mean (2**18 and 4,096 buckets), which fell 4.5 points short of TF-IDF + logistic regression.
+ones (as in a mean); TF-IDF's l2 normalisation has the same effect. On 1,200 of the demo's tickets it scored
+0.936 where the mean scored 0.922 (2**18 buckets; TF-IDF + logistic regression 0.950).
 """
 
 from __future__ import annotations
