@@ -120,6 +120,27 @@ def _grown(quantity: str, factor: float, ceiling: str) -> str:
     return ceiling if grown >= top else min(format_memory(grown), ceiling, key=quantity_bytes)
 
 
+# The trainer's container in the pods both operators build (KubernetesPodOperator's base container).
+TRAINER_CONTAINER = "base"
+# How container runtimes prefix a status's imageID (dockershim; containerd and CRI-O write none).
+_IMAGE_ID_SCHEMES = ("docker-pullable://", "docker://")
+
+
+def pulled_images(pods: Sequence[Any]) -> tuple[str, ...]:
+    """The images the trainer containers of ``pods`` ran, as their nodes resolved them (status ``imageID``:
+    ``repo@sha256:...``), each once, sorted: what a tag in the spec meant when it trained."""
+    images = set()
+    for pod in pods:
+        status = getattr(pod, "status", None)
+        for container in (status.container_statuses or ()) if status is not None else ():
+            if container.name == TRAINER_CONTAINER and container.image_id:
+                image = container.image_id
+                for scheme in _IMAGE_ID_SCHEMES:
+                    image = image.removeprefix(scheme)
+                images.add(image)
+    return tuple(sorted(images))
+
+
 def failed_try_end(pods: Sequence[Any]) -> tuple[str, str | None]:
     """How a failed try ended, from its pods (``kubernetes.client`` V1Pod objects): (outcome, reason).
 

@@ -32,6 +32,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 from trainpipe.kubernetes import builders
 from trainpipe.operators.context import TaskSettings
 from trainpipe.operators.literal import LiteralFields
+from trainpipe.plan.tracking import TRAINER_IMAGE_DIGEST_TAG
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -129,6 +130,7 @@ def finish(operator: Any, context: Context) -> dict[str, Any]:
     run_dir = run_dir_for(operator.plan.dag_id, settings, context["run_id"])
     result = read_training_result(run_dir)
     log_trained(operator.log, result)
+    record_pulled_images(operator, result.mlflow_run_id)
     account_kubernetes_try(operator.plan, context, settings=settings, outcome="succeeded",
                            mlflow_run_id=result.mlflow_run_id,
                            resources=_try_resources_of(operator, context))
@@ -137,6 +139,34 @@ def finish(operator: Any, context: Context) -> dict[str, Any]:
     # do_xcom_push stays False (it would add the provider's XCom sidecar): push the result ourselves.
     context["ti"].xcom_push(key="return_value", value=value)
     return value
+
+
+def record_pulled_images(operator: Any, mlflow_run_id: str | None) -> None:
+    """Tag the run with the images the nodes ran (read from the pods before they were deleted): the digest a
+    tag in the spec resolved to, for reproduce and audits. Never raises: the training succeeded."""
+    images = operator.pulled_images
+    if not images or mlflow_run_id is None:
+        return
+    if len(images) > 1:
+        operator.log.warning("the nodes of this training ran different images (a tag moved between pulls): %s",
+                             ", ".join(images))
+    try:
+        from trainpipe.hooks.mlflow import MlflowHook
+
+        MlflowHook(operator.settings).client.set_tag(mlflow_run_id, TRAINER_IMAGE_DIGEST_TAG, ",".join(images))
+    except Exception as err:
+        operator.log.warning("could not record the trainer image's digest on the MLflow run: %s: %s",
+                             type(err).__name__, err)
+
+
+def read_pulled_images(operator: Any, pods: Any) -> None:
+    """``operator.pulled_images`` from ``pods`` (a callable); a failed read leaves it empty with a warning."""
+    from trainpipe.kubernetes.tries import pulled_images
+
+    try:
+        operator.pulled_images = pulled_images(pods())
+    except Exception as err:
+        operator.log.warning("could not read which image the pods ran: %s: %s", type(err).__name__, err)
 
 
 def account_kubernetes_try(plan: PipelinePlan, context: Context, *, settings: Settings, outcome: str,
@@ -229,6 +259,8 @@ class KubernetesTrainPodOperator(TaskSettings, LiteralFields, KubernetesPodOpera
     """Single-node training in one pod: ``torchrun --nproc_per_node=<gpus> -m trainpipe_trainer``."""
 
     ui_color = "#fde9c9"
+    # The images the trainer containers ran, read when the training succeeded (``finish`` tags the run).
+    pulled_images: tuple[str, ...] = ()
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
         options = {
@@ -252,11 +284,13 @@ class KubernetesTrainPodOperator(TaskSettings, LiteralFields, KubernetesPodOpera
     def execute(self, context: Context) -> Any:
         self.bind_launch(*prepare_launch(self, context))
         super().execute(context)  # defers; returns here only when not deferrable
+        read_pulled_images(self, lambda: [self.pod] if self.pod is not None else [])
         return finish(self, context)
 
     def trigger_reentry(self, context: Context, event: dict[str, Any]) -> Any:
         with failed_try_accounted(self, context, lambda: [self.pod] if self.pod is not None else []):
             super().trigger_reentry(context, event)  # raises if the pod failed, re-defers while it runs
+        read_pulled_images(self, lambda: [self.pod] if self.pod is not None else [])
         return finish(self, context)
 
 
@@ -291,6 +325,8 @@ class KubernetesTrainJobOperator(TaskSettings, LiteralFields, KubernetesJobOpera
     ui_color = "#fde9c9"
     # The running try's context, for the status written while the Job waits for quota.
     _launch_context: Any = None
+
+    pulled_images: tuple[str, ...] = ()
 
     def __init__(self, *, plan: PipelinePlan, **kwargs: Any) -> None:
         options = {**builders.static_operator_kwargs(plan), **builders.job_operator_kwargs(plan), **kwargs}
@@ -349,6 +385,7 @@ class KubernetesTrainJobOperator(TaskSettings, LiteralFields, KubernetesJobOpera
             account_failed_try(self, context, lambda: self._pods_of_job(self.job))
             self.delete_job_and_service(succeeded=False)
             raise
+        read_pulled_images(self, lambda: self._pods_of_job(self.job))
         self.delete_job_and_service(succeeded=True)
         return finish(self, context)
 
@@ -451,6 +488,7 @@ class KubernetesTrainJobOperator(TaskSettings, LiteralFields, KubernetesJobOpera
             with failed_try_accounted(self, context,
                                       lambda: self._pods_of_job(None, event["name"], event["namespace"])):
                 super().execute_complete(context, event, **kwargs)
+            read_pulled_images(self, lambda: self._pods_of_job(None, event["name"], event["namespace"]))
         finally:
             self.delete_job_and_service(name=event["name"], namespace=event["namespace"],
                                         succeeded=event["status"] == "success")

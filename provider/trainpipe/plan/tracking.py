@@ -54,11 +54,13 @@ TUNING_BEST_TRIAL_TAG = "trainpipe.tuning.best_trial"
 TUNING_BEST_VALUE_TAG = "trainpipe.tuning.best_value"
 BEST_PARAMS_TAG = "trainpipe.tuning.best_params"
 TUNING_PARENT_RUN_TAG = "trainpipe.tuning.parent_run_id"
-# The trainer image reference of a Kubernetes training, as the spec wrote it: a digest only when it pins one
-# (`...@sha256:...`); the operators do not read back what the node pulled.
+# The trainer image reference of a Kubernetes training, as the spec wrote it (a tag may move), and the image the
+# nodes ran, read back from the pods' status when training succeeded (`repo@sha256:...`; comma-separated when
+# the nodes of one training ran different images).
 TRAINER_IMAGE_TAG = "trainpipe.trainer_image"
+TRAINER_IMAGE_DIGEST_TAG = "trainpipe.trainer_image_digest"
 MODEL_FAMILY_TAGS = (MODEL_FAMILY_TAG, MODEL_FAMILY_DISTRIBUTION_TAG, MODEL_FAMILY_VERSION_TAG, MODEL_FAMILY_SHA256_TAG,
-                     TRAINER_IMAGE_TAG)
+                     TRAINER_IMAGE_TAG, TRAINER_IMAGE_DIGEST_TAG)
 # On the reproducing run: which version it reproduces, and whether the weights matched.
 REPRODUCES_TAG = "trainpipe.reproduces"
 REPRODUCED_MATCH_TAG = "trainpipe.reproduced_weights_match"
