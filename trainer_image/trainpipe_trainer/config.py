@@ -27,12 +27,12 @@ CONFIG_VERSION = 7
 
 # The names both sides use, each choice list once: the spec models' fields (and so the JSON Schema),
 # the provider's metrics and plan, and the trainer's code paths read them from here.
-TaskType = Literal["binary_classification", "multiclass_classification", "regression", "ranking"]
+TaskType = Literal["binary_classification", "multiclass_classification", "regression", "ranking", "causal_lm"]
 TASK_TYPES: tuple[str, ...] = typing.get_args(TaskType)
 # model.type: a model family's name (trainpipe_trainer.models: the built-ins, and the families installed
 # packages register); a name, never a module or a path.
 MODEL_TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
-BUILT_IN_MODEL_TYPES: tuple[str, ...] = ("mlp", "text_bag")
+BUILT_IN_MODEL_TYPES: tuple[str, ...] = ("mlp", "text_bag", "transformer")
 RankingLoss = Literal["pointwise", "listwise"]
 RANKING_LOSSES: tuple[str, ...] = typing.get_args(RankingLoss)
 Precision = Literal["fp32", "bf16"]
@@ -110,8 +110,14 @@ class ModelConfig:
     # The family's own parameters (JSON values), checked by the family before any data is read; left out
     # of the JSON when empty, so configs from before families stay byte-identical.
     params: dict[str, Any] = field(default_factory=dict)
+    # A family that starts from pretrained weights (transformer): the ``save_pretrained`` folder's URI, resolved
+    # and allowed by the provider (the storage root, a policy's data.uris; ``hf://`` only where models.hub
+    # allows it). Left out of the JSON when None.
+    pretrained_uri: str | None = None
 
     def __post_init__(self) -> None:
+        _require(self.pretrained_uri is None or (isinstance(self.pretrained_uri, str) and bool(self.pretrained_uri)),
+                 "model.pretrained_uri: a URI, or left out")
         _require(isinstance(self.type, str) and re.match(MODEL_TYPE_PATTERN, self.type) is not None,
                  f"model.type: a model family's name (lowercase letters, digits, _), got {self.type!r}")
         _require(isinstance(self.params, dict), "model.params: a mapping of parameter names to values")
@@ -200,7 +206,7 @@ class CheckpointConfig:
 # checkpoint (CHECKPOINT_METRICS, which also gives its direction); the validation loss exists for every task.
 EarlyStoppingMetric = Literal["validation_loss", "validation_auc", "validation_accuracy",
                               "validation_balanced_accuracy", "validation_macro_f1", "validation_rmse",
-                              "validation_mae"]
+                              "validation_mae", "validation_perplexity", "validation_token_accuracy"]
 EARLY_STOPPING_METRICS: tuple[str, ...] = typing.get_args(EarlyStoppingMetric)
 
 
@@ -313,6 +319,10 @@ CHECKPOINT_METRICS: dict[str, dict[str, str]] = {
                                   "validation_balanced_accuracy": "maximize", "validation_macro_f1": "maximize"},
     "regression": {"validation_loss": "minimize", "validation_rmse": "minimize", "validation_mae": "minimize"},
     "ranking": {"validation_loss": "minimize"},
+    # Token-weighted over the target tokens (a completion's, or every next token): loss is the mean
+    # cross-entropy, perplexity its exp.
+    "causal_lm": {"validation_loss": "minimize", "validation_perplexity": "minimize",
+                  "validation_token_accuracy": "maximize"},
 }
 TUNING_METRICS: tuple[str, ...] = tuple(sorted({m for metrics in CHECKPOINT_METRICS.values() for m in metrics}))
 # The keyword arguments each pruner takes from a plan (Optuna's names; the resource is in percent).
@@ -474,6 +484,8 @@ class TrainingConfig:
         _require(self.data_placement in DATA_PLACEMENTS, f"data_placement: one of {DATA_PLACEMENTS}")
         _require(len(self.features) > 0, "features: list at least one feature column")
         _require(self.label not in self.features, f"label: {self.label!r} is also listed as a feature")
+        # causal_lm: the label is the completion column (the loss on it only), or empty (every next token).
+        _require(bool(self.label) or self.task == "causal_lm", "label: name the label column")
         declared = [t.feature for t in self.transforms]
         _require(len(set(declared)) == len(declared), "transforms: one transform per feature")
         unknown = [name for name in declared if name not in self.features]
@@ -522,6 +534,8 @@ class TrainingConfig:
             del data["label_classes"]
         if not self.model.params:
             del data["model"]["params"]
+        if self.model.pretrained_uri is None:
+            del data["model"]["pretrained_uri"]
         for transform in data["transforms"]:
             if transform["type"] != "text":
                 del transform["max_tokens"], transform["ngrams"]
