@@ -43,7 +43,7 @@ $(BIN)/uv:
 
 $(STAMP): pyproject.toml trainer_image/pyproject.toml requirements.lock | $(BIN)/uv
 	@echo "installing into $(VENV) (a minute or two on a fresh machine; log: $(TRAINPIPE_HOME)/install.log)"
-	@$(UV) "torch==2.13.0" $(AIRFLOW_QUIET) -e "./trainer_image[deepspeed,tracking,tuning]" \
+	@$(UV) "torch==2.13.0" $(AIRFLOW_QUIET) -e "./trainer_image[deepspeed,tracking,tuning,transformers]" \
 		-e ".[kubernetes,amazon,tuning]" >> $(TRAINPIPE_HOME)/install.log 2>&1 \
 		|| { tail -40 $(TRAINPIPE_HOME)/install.log; exit 1; }
 	touch $(STAMP)
@@ -51,7 +51,7 @@ $(STAMP): pyproject.toml trainer_image/pyproject.toml requirements.lock | $(BIN)
 # What only `make test` and `make stack` need: test tools and the stack's Celery/Postgres clients. The
 # benchmark extra (dag-factory) is installed by hand (benchmarks/parse_specs.py), never by make.
 $(DEV_STAMP): $(STAMP)
-	@$(UV) "torch==2.13.0" -e "./trainer_image[deepspeed,tracking,tuning]" -e ".[kubernetes,amazon,tuning,dev,stack]" \
+	@$(UV) "torch==2.13.0" -e "./trainer_image[deepspeed,tracking,tuning,transformers]" -e ".[kubernetes,amazon,tuning,dev,stack]" \
 		>> $(TRAINPIPE_HOME)/install.log 2>&1 || { tail -40 $(TRAINPIPE_HOME)/install.log; exit 1; }
 	touch $(DEV_STAMP)
 
