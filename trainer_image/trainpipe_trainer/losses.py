@@ -8,6 +8,7 @@ import torch
 from torch.nn import functional as F
 
 from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.preprocessing import IGNORED_TARGET
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
@@ -40,7 +41,26 @@ def listnet_loss(scores: torch.Tensor, relevance: torch.Tensor, mask: torch.Tens
     return per_query.mean()
 
 
+def token_cross_entropy_sums(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """causal_lm: the summed cross-entropy over the target tokens (``targets`` != ``IGNORED_TARGET``) of
+    ``[rows, length, vocabulary]`` logits, and their number (float32 tensors)."""
+    flat = targets.reshape(-1).long()
+    total = F.cross_entropy(logits.reshape(flat.numel(), -1).float(), flat, ignore_index=IGNORED_TARGET,
+                            reduction="sum")
+    return total, (flat != IGNORED_TARGET).sum().to(total.dtype)
+
+
+def token_cross_entropy_loss(scores: torch.Tensor, labels: torch.Tensor,
+                             mask: torch.Tensor | None = None) -> torch.Tensor:
+    """causal_lm: the mean cross-entropy over the batch's target tokens (0 for a batch without any, which then
+    trains nothing: a mean over no tokens would be NaN and stop the run)."""
+    total, count = token_cross_entropy_sums(scores, labels)
+    return total / count.clamp(min=1)
+
+
 def make_loss_fn(config: TrainingConfig) -> LossFn:
+    if config.task == "causal_lm":
+        return token_cross_entropy_loss
     if config.task == "binary_classification":
         return bce_loss
     if config.task == "multiclass_classification":

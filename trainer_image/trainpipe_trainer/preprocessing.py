@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -263,6 +263,8 @@ class HashingEncoder:
 _WORD = re.compile(r"\w+")
 # Token id 0 pads a text's inputs; a hashed token is 1 + its bucket.
 PAD_TOKEN_ID = 0
+# causal_lm: the next-token target of a position that is not trained on (a prompt's, the padding).
+IGNORED_TARGET = -1
 
 
 def text_tokens(text: str, *, ngrams: int) -> list[str]:
@@ -321,7 +323,50 @@ class TextEncoder:
                 "ngrams": self.ngrams}
 
 
-Encoder = NumericEncoder | OneHotEncoder | HashingEncoder | TextEncoder
+class TextTokenizer(Protocol):
+    """A model family's own tokenizer (``ModelFamily.text_tokenizer``): a text column's inputs are the ids + 1 of
+    its first ``max_length`` tokens (0 pads), deterministic; used instead of the hashed ``TextEncoder``."""
+
+    max_length: int
+
+    @property
+    def vocabulary_size(self) -> int: ...
+
+    def encode(self, texts: np.ndarray) -> np.ndarray: ...
+
+    def sequences(self, texts: np.ndarray, completions: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class PretrainedTextEncoder:
+    """``max_length`` inputs: a text's token ids + 1 from its family's tokenizer (0 after its end).
+
+    Its tokenizer comes with the pretrained weights (a file of the run, not JSON): a model with such a column
+    is served by its family's own export, which ships the tokenizer (``to_dict`` records what it was)."""
+
+    feature: str
+    tokenizer: TextTokenizer = field(compare=False, repr=False)
+
+    @property
+    def max_tokens(self) -> int:
+        return self.tokenizer.max_length
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(f"{self.feature}@{i}" for i in range(self.max_tokens))
+
+    @property
+    def vocabulary_size(self) -> int:
+        return self.tokenizer.vocabulary_size
+
+    def encode(self, frame: pd.DataFrame, *, source: str) -> np.ndarray:
+        return self.tokenizer.encode(frame[self.feature].to_numpy(dtype=object))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "pretrained_text", "feature": self.feature, "max_tokens": self.max_tokens}
+
+
+Encoder = NumericEncoder | OneHotEncoder | HashingEncoder | TextEncoder | PretrainedTextEncoder
 
 
 def _encoder_from_dict(raw: dict[str, Any]) -> Encoder:
@@ -334,6 +379,9 @@ def _encoder_from_dict(raw: dict[str, Any]) -> Encoder:
         return HashingEncoder(**fields)
     if raw["kind"] == "text":
         return TextEncoder(**fields)
+    if raw["kind"] == "pretrained_text":
+        raise ValueError(f"feature {raw['feature']!r} was tokenised by its model family's own tokenizer: the model is "
+                         "served by that family's export, which ships the tokenizer")
     raise ValueError(f"unknown feature encoder {raw['kind']!r}")
 
 
@@ -365,16 +413,26 @@ class FeatureTransformer:
     @property
     def vocabularies(self) -> dict[str, int]:
         """Each text feature's number of token ids (padding included), in feature order."""
-        return {e.feature: e.vocabulary_size for e in self.encoders if isinstance(e, TextEncoder)}
+        return {e.feature: e.vocabulary_size for e in self.encoders
+                if isinstance(e, TextEncoder | PretrainedTextEncoder)}
+
+    @property
+    def text_tokenizer(self) -> TextTokenizer | None:
+        """The family's tokenizer its text columns were encoded with (None: hashed words, or no text)."""
+        return next((e.tokenizer for e in self.encoders if isinstance(e, PretrainedTextEncoder)), None)
 
     @classmethod
-    def fit(cls, frame: pd.DataFrame, transforms: tuple[FeatureTransform, ...], *, source: str) -> FeatureTransformer:
-        """Fitted on ``frame``: the trainer passes the rows it trains on, never validation or holdout rows."""
+    def fit(cls, frame: pd.DataFrame, transforms: tuple[FeatureTransform, ...], *, source: str,
+            text_tokenizer: TextTokenizer | None = None) -> FeatureTransformer:
+        """Fitted on ``frame``: the trainer passes the rows it trains on, never validation or holdout rows.
+        ``text_tokenizer``: the model family's (``ModelFamily.text_tokenizer``), for its text columns."""
         require_columns(frame, [t.feature for t in transforms], source=source, role="feature")
         encoders: list[Encoder] = []
         for transform in transforms:
             if transform.type == "numeric":
                 encoders.append(NumericEncoder.fit(frame, transform, source=source))
+            elif transform.type == "text" and text_tokenizer is not None:
+                encoders.append(PretrainedTextEncoder(feature=transform.feature, tokenizer=text_tokenizer))
             elif transform.type == "text":
                 encoders.append(TextEncoder(feature=transform.feature, buckets=transform.hash_buckets,
                                             max_tokens=transform.max_tokens, ngrams=transform.ngrams))

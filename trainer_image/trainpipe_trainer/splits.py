@@ -17,10 +17,11 @@ import pandas as pd
 
 from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainingConfig
-from trainpipe_trainer.errors import TrainerDataError
+from trainpipe_trainer.errors import TrainerDataError, TrainerInputError
 from trainpipe_trainer.preprocessing import (
     FeatureTransformer,
     TargetScaler,
+    TextTokenizer,
     label_class_names,
     label_values,
     require_columns,
@@ -136,8 +137,27 @@ def validation_mask(frame: pd.DataFrame, config: TrainingConfig) -> np.ndarray:
     return np.isin(units, chosen)
 
 
+def lm_sequences(frame: pd.DataFrame, config: TrainingConfig, tokenizer: TextTokenizer,
+                 source: str) -> tuple[np.ndarray, np.ndarray]:
+    """causal_lm: one token sequence per row, the text (prompt) then the completion (``label``; none: every next
+    token is a target), cut to the tokenizer's ``max_length``: float32 inputs (ids + 1, 0 pads) and int64
+    next-token targets (``IGNORED_TARGET`` at the prompt's positions and the padding)."""
+    columns = [*config.features, *([config.label] if config.label else [])]
+    require_columns(frame, columns, source=source, role="text")
+    completions = frame[config.label].to_numpy(dtype=object) if config.label else None
+    inputs, targets = tokenizer.sequences(frame[config.features[0]].to_numpy(dtype=object), completions)
+    if not (targets >= 0).any():
+        raise TrainerDataError(
+            f"{source}: no row has a token to train on within model.params.max_length ({tokenizer.max_length}): "
+            + ("the completions are empty or the prompts fill every position; raise max_length or shorten the "
+               f"prompts in {config.features[0]!r}" if config.label else "the texts are empty"))
+    return inputs.astype(np.float32), targets.astype(np.int64)
+
+
 def _arrays(frame: pd.DataFrame, config: TrainingConfig, transformer: FeatureTransformer, source: str,
             target: TargetScaler | None = None, classes: tuple[str, ...] = ()) -> tuple[np.ndarray, ...]:
+    if config.task == "causal_lm":
+        return lm_sequences(frame, config, transformer.text_tokenizer, source)
     features = transformer.transform(frame, source=source).astype(np.float32)
     labels = label_vector(frame, config, source=source, classes=classes)
     if config.task != "multiclass_classification":
@@ -146,6 +166,31 @@ def _arrays(frame: pd.DataFrame, config: TrainingConfig, transformer: FeatureTra
     if is_listwise(config):
         return pad_queries(frame[config.group_column], features, labels)
     return features, labels
+
+
+def family_text_tokenizer(config: TrainingConfig) -> TextTokenizer | None:
+    """The model family's tokenizer for text columns (``ModelFamily.text_tokenizer``), or None for hashed words.
+
+    Asked only when there is text to tokenise (a text transform, or causal_lm), so a numeric run never loads
+    its family here. causal_lm needs one: its inputs are token sequences."""
+    if config.task != "causal_lm" and not any(t.type == "text" for t in config.transforms):
+        return None
+    from trainpipe_trainer.models import load_family
+
+    family = load_family(config.model.type)
+    params = family.validate_params(config.model.params)
+    tokenizer = family.text_tokenizer(config.model, params, storage_options=config.storage_options)
+    if config.task == "causal_lm":
+        if tokenizer is None:
+            raise TrainerInputError(f"task: causal_lm needs a model family that tokenises text (model.type: "
+                                    f"transformer); the {config.model.type!r} family does not")
+        text = [t.feature for t in config.feature_transforms() if t.type == "text"]
+        if len(config.features) != 1 or len(text) != 1:
+            raise TrainerInputError(
+                f"features: causal_lm reads one text column (the prompt, or the whole text) declared as "
+                f"transforms: {{type: text}}, got features {', '.join(map(repr, config.features))}"
+                f"{' (none declared text)' if not text else ''}; put the completion in label")
+    return tokenizer
 
 
 def read_splits(config: TrainingConfig) -> Splits:
@@ -160,6 +205,8 @@ def read_splits(config: TrainingConfig) -> Splits:
         if frame[config.group_column].isna().any():
             raise TrainerDataError(f"{source}: group column {config.group_column!r} has missing query ids")
     classes = label_classes(frame, config, source=source)
+    # A family's own tokenizer for its text columns (None: hashed words); loaded only for text or causal_lm.
+    tokenizer = family_text_tokenizer(config)
     held_out = validation_mask(frame, config)
     if not held_out.any():
         # Nothing held out: the split is the whole file, fitted and checked in one pass.
@@ -169,7 +216,7 @@ def read_splits(config: TrainingConfig) -> Splits:
         validation_frame = frame.loc[held_out].reset_index(drop=True)
     try:
         # Fitted on the rows trained on; the validation rows are transformed the way serving will transform them.
-        transformer = FeatureTransformer.fit(train_frame, transforms, source=source)
+        transformer = FeatureTransformer.fit(train_frame, transforms, source=source, text_tokenizer=tokenizer)
         target = (TargetScaler.fit(label_vector(train_frame, config, source=source))
                   if config.task == "regression" and config.scale_target else None)
         train = _arrays(train_frame, config, transformer, source, target, classes)
@@ -179,8 +226,9 @@ def read_splits(config: TrainingConfig) -> Splits:
         if train_frame is frame:
             raise
         # Say it of the whole file (counts, values), not of one split of it: check the file as one.
-        FeatureTransformer.fit(frame, transforms, source=source).transform(frame, source=source)
-        label_vector(frame, config, source=source, classes=classes)
+        FeatureTransformer.fit(frame, transforms, source=source, text_tokenizer=tokenizer).transform(frame, source=source)
+        if config.task != "causal_lm":
+            label_vector(frame, config, source=source, classes=classes)
         raise
     sample = serving_sample(frame, transforms)
     return Splits(

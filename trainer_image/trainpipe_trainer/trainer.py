@@ -221,6 +221,7 @@ class Trainer:
             total_steps=total_steps,
         )
         self.loss_fn = family.loss(config.task) or make_loss_fn(config)
+        self.tracker.set_tags(family.run_tags(config.model, params, description))
         self.step_values = torch.zeros((config.tracking.log_every_n_steps, 2), dtype=torch.float64, device=env.device)
         self.phases.mark("model build")
         # Then one stream per rank, so dropout masks differ between ranks but not between runs.
@@ -606,6 +607,8 @@ class Trainer:
         validation = self.data.validation
         if validation is None:
             return None
+        if self.config.task == "causal_lm":
+            return self._token_validation_metrics()
         self.strategy.eval()
         module = self.strategy.forward_module()
         size = max(self.config.batch_size, 256)
@@ -636,6 +639,32 @@ class Trainer:
                 # The loss stays on the scaled target (what is trained); rmse and mae in the label's units.
                 scores, labels = scores * target.std + target.mean, labels * target.std + target.mean
             metrics.update(task_metrics(self.config.task, scores, labels))
+        return metrics
+
+    @torch.no_grad()
+    def _token_validation_metrics(self) -> dict[str, float]:
+        """causal_lm, token-weighted: each target token's cross-entropy and whether it was the most probable
+        token, in batches of ``batch_size`` rows (the logits are ``[rows, length, vocabulary]``)."""
+        validation = self.data.validation
+        self.strategy.eval()
+        module = self.strategy.forward_module()
+        losses, hits = [], []
+        try:
+            for begin in range(0, len(validation), self.config.batch_size):
+                features, targets = (t[begin : begin + self.config.batch_size].to(self.env.device)
+                                     for t in validation.tensors)
+                with self.autocast:
+                    logits = module(features)
+                trained = targets >= 0
+                logits, targets = logits[trained].float(), targets[trained]
+                losses.append(torch.nn.functional.cross_entropy(logits, targets, reduction="none").double())
+                hits.append((logits.argmax(dim=-1) == targets).double())
+        finally:
+            self.strategy.train()
+        token_losses, token_hits = torch.cat(losses).cpu(), torch.cat(hits).cpu()
+        # Summed in float64 in token order, as a running sum would.
+        metrics = {"validation_loss": float(token_losses.sum()) / max(token_losses.numel(), 1)}
+        metrics.update(task_metrics("causal_lm", token_losses, token_hits))
         return metrics
 
     def _data_device(self) -> torch.device:

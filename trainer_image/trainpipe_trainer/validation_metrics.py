@@ -56,7 +56,8 @@ def multiclass_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, 
 def task_metrics(task: str, scores: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
     """The task's metrics besides the loss (``CHECKPOINT_METRICS[task]``) from validation scores
     (logits for binary classification, ``[N, classes]`` logits for multiclass, predictions for
-    regression) and labels (class indices for multiclass); a metric that is undefined on this split
+    regression, each target token's cross-entropy for causal_lm) and labels (class indices for multiclass,
+    1 where the most probable token was the target for causal_lm); a metric that is undefined on this split
     (AUC on one class) is left out."""
     found: dict[str, float] = {}
     if task == "binary_classification":
@@ -67,6 +68,11 @@ def task_metrics(task: str, scores: torch.Tensor, labels: torch.Tensor) -> dict[
         found["validation_accuracy"] = float(((scores > 0).double() == (labels > 0.5).double()).double().mean())
     elif task == "multiclass_classification":
         found.update(multiclass_metrics(scores, labels))
+    elif task == "causal_lm":
+        # Per target token: ``scores`` its cross-entropy, ``labels`` 1 where it was the most probable token.
+        if scores.numel():
+            found["validation_perplexity"] = math.exp(min(float(scores.double().mean()), 700.0))
+            found["validation_token_accuracy"] = float(labels.double().mean())
     elif task == "regression":
         errors = (scores.double() - labels.double()).flatten()
         found["validation_rmse"] = math.sqrt(float((errors**2).mean()))

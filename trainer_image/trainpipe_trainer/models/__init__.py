@@ -26,8 +26,8 @@ __all__ = ["BUILT_IN_FAMILIES", "ENTRY_POINT_GROUP", "DataDescription", "FamilyN
 ENTRY_POINT_GROUP = "trainpipe.models"
 # name (config.BUILT_IN_MODEL_TYPES) -> "module:class" of this package; an entry point never overrides one.
 _BUILT_IN: dict[str, str] = {"mlp": "trainpipe_trainer.models.mlp:MLPFamily",
-                             "transformer": "trainpipe_trainer.models.transformer:TransformerFamily",
-                             "text_bag": "trainpipe_trainer.models.text_bag:TextBagFamily"}
+                             "text_bag": "trainpipe_trainer.models.text_bag:TextBagFamily",
+                             "transformer": "trainpipe_trainer.models.transformer:TransformerFamily"}
 BUILT_IN_FAMILIES: tuple[str, ...] = BUILT_IN_MODEL_TYPES
 # What a family name may be (the spec's model.type checks it too): a name, never a module path.
 FAMILY_NAME = re.compile(MODEL_TYPE_PATTERN)

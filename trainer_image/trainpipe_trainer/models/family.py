@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from trainpipe_trainer.config import ModelConfig, TrainingConfig
-    from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
+    from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler, TextTokenizer
     from trainpipe_trainer.tracking.tracker import Tracker
 
 # ``loss(scores, labels, mask)``; mask only for listwise ranking batches (trainpipe_trainer.losses).
@@ -58,12 +58,14 @@ class DataDescription:
     classes: tuple[str, ...] = ()
     # Each text feature's number of token ids (0 pads). Its inputs (``inputs_of``) hold ids, not numbers.
     vocabularies: Mapping[str, int] = field(default_factory=dict)
+    # The family's own tokenizer the text columns were encoded with (``ModelFamily.text_tokenizer``), else None.
+    text_tokenizer: TextTokenizer | None = None
 
     @classmethod
     def of(cls, task: str, transformer: FeatureTransformer, classes: tuple[str, ...] = ()) -> DataDescription:
         """The description of the inputs ``transformer`` makes."""
         return cls(task=task, input_names=transformer.output_names, input_features=transformer.output_features,
-                   classes=classes, vocabularies=transformer.vocabularies)
+                   classes=classes, vocabularies=transformer.vocabularies, text_tokenizer=transformer.text_tokenizer)
 
     @property
     def n_inputs(self) -> int:
@@ -104,6 +106,18 @@ class ModelFamily:
         :class:`FamilyParamsError` naming the parameter. The default: a family without parameters."""
         if params:
             raise FamilyParamsError(next(iter(params)), "this model family takes no parameters; remove it")
+        return {}
+
+    def text_tokenizer(self, model: ModelConfig, params: dict[str, Any], *,
+                       storage_options: Mapping[str, Any]) -> TextTokenizer | None:
+        """The tokenizer of this family's text columns, used instead of the harness's hashed words: a text's inputs
+        are the ids + 1 of its first ``max_length`` tokens (0 pads), and for causal_lm each row is one token
+        sequence (``preprocessing.TextTokenizer``). Called once per process, before the data is encoded
+        (``storage_options`` reads ``model.pretrained_uri``). None, the default: the harness's hashed words."""
+        return None
+
+    def run_tags(self, model: ModelConfig, params: dict[str, Any], data: DataDescription) -> dict[str, str]:
+        """Tags for the training run (what the weights started from, say), set by rank 0 after the build."""
         return {}
 
     def build(self, model: ModelConfig, params: dict[str, Any], data: DataDescription) -> nn.Module:
