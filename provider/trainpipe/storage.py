@@ -62,30 +62,32 @@ def resolve_uri(uri: str, settings: Settings, conn_id: str | None = None) -> Obj
     return storage_root(settings) if relative == "." else storage_root(settings) / relative
 
 
-def require_allowed(uri: str, path: ObjectStoragePath, patterns: tuple[str, ...], settings: Settings) -> None:
+def require_allowed(uri: str, path: ObjectStoragePath, patterns: tuple[str, ...], settings: Settings, *,
+                    field: str = "data.uri") -> None:
     """Refuse, before any read, a data path outside the team's allowed URIs (the policy's data.uris):
     the spec's URI as resolved against this worker's storage root and, for a local path, where its
     symlinks really lead; for a local folder, also where each file a read of it opens really leads. A
-    URI with userinfo is refused first: the connection it names is not the one the policy judged."""
+    URI with userinfo is refused first: the connection it names is not the one the policy judged. ``field``: the
+    spec field that wrote ``uri`` (pretrained weights are read as data is)."""
     from trainpipe.policy import globs
 
     problem = uris.userinfo_problem(uri)
     if problem is not None:
-        raise UnsupportedUriError(f"data.uri {problem}; nothing was read")
+        raise UnsupportedUriError(f"{field} {problem}; nothing was read")
     if not globs.uri_allowed(uri, patterns, settings.storage_root):
-        raise PolicyViolationError(f"data.uri {uri!r} resolves outside {_allowed_text(patterns)}")
+        raise PolicyViolationError(f"{field} {uri!r} resolves outside {_allowed_text(patterns)}")
     if path.protocol != "file":
         return
     refused = _first_real_path_refused(path, lambda real: _real_path_allowed(real, patterns, settings))
     if refused == "":
-        raise PolicyViolationError(f"data.uri {uri!r} resolves outside {_allowed_text(patterns)}")
+        raise PolicyViolationError(f"{field} {uri!r} resolves outside {_allowed_text(patterns)}")
     if refused is not None:
         # Only the member's own name is shown: its target is none of the team's business.
-        raise PolicyViolationError(f"data.uri {uri!r} holds {refused!r}, which resolves outside "
+        raise PolicyViolationError(f"{field} {uri!r} holds {refused!r}, which resolves outside "
                                    f"{_allowed_text(patterns)}")
 
 
-def require_inside_root(uri: str, path: ObjectStoragePath, settings: Settings) -> None:
+def require_inside_root(uri: str, path: ObjectStoragePath, settings: Settings, *, field: str = "data.uri") -> None:
     """Without a policy, refuse before any read a local data path whose real path (links followed, each
     file of a folder too) is outside the storage root: the worker's own files (/etc/passwd,
     /proc/self/environ, the Airflow home) would be copied into a snapshot. Object stores are read by their
@@ -102,7 +104,7 @@ def require_inside_root(uri: str, path: ObjectStoragePath, settings: Settings) -
 
     refused = _first_real_path_refused(path, inside)
     if refused is not None:
-        refusal = (f"data.uri {uri!r} is a local path outside the storage root; nothing was read: "
+        refusal = (f"{field} {uri!r} is a local path outside the storage root; nothing was read: "
                    f"{uris.LOCAL_DATA_RULE}; {uris.LOCAL_DATA_FIX}")
         raise OutsideStorageRootError(refusal + (f" ({refused!r} of the folder leads there)" if refused else ""))
 

@@ -90,6 +90,41 @@ def _split_userinfo(uri: str) -> tuple[str, str, str] | None:
 _ALLOWED = " or ".join(f"{scheme}://" for scheme in STORAGE_SCHEMES)
 
 
+def spec_uri_problem(uri: str) -> str | None:
+    """Why a storage URI a spec writes (``data.uri``, ``training.model.pretrained``) is refused by its text alone:
+    another scheme, userinfo, a relative path that climbs out of the storage root. One rule for every such field;
+    where it may lead (the storage root, a policy's ``data.uris``) is judged by ``trainpipe.policy.check``."""
+    problem = scheme_problem(uri)
+    if problem is not None:
+        return problem
+    if climbs_out_of_root(uri):
+        return f"{uri!r} leads outside the storage root; {OUTSIDE_ROOT_FIX}"
+    return None
+
+
+# A Hugging Face Hub model, as ``training.model.pretrained`` names it: ``hf://owner/name`` (the Hub's own rules
+# for a repository id: letters, digits, '-', '_', '.', never '..' nor a leading or trailing '.'/'-'). Only the
+# pretrained weights may come from the Hub, and only where the platform's policy sets ``models.hub: true``.
+HUB_SCHEME = "hf"
+_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9])?"
+_HUB_ID = re.compile(rf"^hf://(?P<id>{_HUB_PART}/{_HUB_PART})\Z")
+
+
+def is_hub(uri: str) -> bool:
+    """Whether ``uri`` is written as a Hub reference (``hf:...``, any case): judged as one, never as storage."""
+    match = _ANY_SCHEME.match(uri)
+    return match is not None and match.group(1).lower() == HUB_SCHEME
+
+
+def hub_problem(uri: str) -> str | None:
+    """Why an ``hf:`` reference is not a plain ``hf://owner/name`` (None when it is)."""
+    match = _HUB_ID.match(uri)
+    if match is None or ".." in match.group("id"):
+        return (f"{uri!r} is not a Hugging Face Hub model id: write hf://owner/name (letters, digits, '-', '_' and "
+                "'.'; no revision, path or query)")
+    return None
+
+
 def is_absolute(uri: str) -> bool:
     """``scheme://...`` or ``/path``; anything else is relative to the storage root."""
     return bool(_SCHEME.match(uri)) or uri.startswith("/")

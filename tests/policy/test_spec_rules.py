@@ -313,7 +313,8 @@ def test_a_team_without_a_models_rule_gets_the_built_in_families_only(write_spec
 
     assert problem == (
         "training.model.type: not allowed by policy (team search, rule models.families): 'risk_tabnet'; allowed: "
-        "'mlp', 'text_bag' (the built-in families; the platform allows others in the team's models.families)")
+        "'mlp', 'text_bag', 'transformer' (the built-in families; the platform allows others in the team's "
+        "models.families)")
 
 
 def test_a_built_in_family_the_team_s_list_leaves_out_is_refused_at_its_line(write_spec, monkeypatch):

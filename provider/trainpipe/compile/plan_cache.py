@@ -64,8 +64,8 @@ def _package_sources() -> list[Path]:
     package = _PACKAGE
     files = sorted(p for p in package.rglob("*") if p.suffix in (".py", ".json") and "__pycache__" not in p.parts)
     config = Path(trainpipe_trainer.config.__file__).resolve()
-    # Spec validation also runs the text_bag family's params check; found by path, not imported, at parse time.
-    return [*files, config, config.parent / "models" / "text_bag" / "params.py"]
+    # Spec validation also runs the built-in families' params checks; found by path, not imported, at parse time.
+    return [*files, config, *(config.parent / "models" / family / "params.py" for family in ("text_bag", "transformer"))]
 
 
 @functools.cache

@@ -170,7 +170,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
         validation=ValidationPlan(
             expectations=tuple((e.name, dict(e.kwargs)) for e in spec.validation.expectations),
             required_columns=tuple(dict.fromkeys((
-                *training.features, training.label, *([training.group_column] if training.group_column else []),
+                *training.features, *_label(spec), *([training.group_column] if training.group_column else []),
                 *spec.evaluation.slices))),
             max_volume_change=spec.validation.max_volume_change,
             schema=SchemaPolicy(
@@ -178,7 +178,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
                 removed_columns=spec.validation.schema_.removed_columns,
                 retyped_columns=spec.validation.schema_.retyped_columns,
                 used_columns=tuple(dict.fromkeys(
-                    (*training.features, training.label,
+                    (*training.features, *_label(spec),
                      *([training.group_column] if training.group_column else []),
                      *([spec.data.time_column] if spec.data.time_column else [])))),
             ),
@@ -338,6 +338,8 @@ def _inputs_declared_at(spec: PipelineSpec, loaded: LoadedYaml) -> dict[str, tup
         names.append(("model", "type"))
     if training.model.type != "mlp":
         names += [("model", "params"), *(("model", "params", key) for key in training.model.params)]
+    if training.model.pretrained is not None:
+        names.append(("model", "pretrained"))
     return {".".join(map(str, name)): loaded.location_of(("training", *name)) for name in names}
 
 
@@ -360,7 +362,10 @@ def _trainer_template(spec: PipelineSpec) -> TrainingConfig:
         model=ModelConfig(type=training.model.type, hidden_layers=tuple(training.model.hidden_layers),
                           dropout=training.model.dropout, ranking_loss=training.model.ranking_loss,
                           # The spec's literal values: the family checks them in the train task (never rendered).
-                          params=copy.deepcopy(training.model.params)),
+                          params=copy.deepcopy(training.model.params),
+                          # As the spec wrote it; the train step resolves a storage path against its worker's root
+                          # and checks it again, as the snapshot step does data.uri (steps.train.pretrained_uri).
+                          pretrained_uri=training.model.pretrained),
         epochs=training.epochs,
         batch_size=training.batch_size,
         learning_rate=training.learning_rate,
@@ -401,6 +406,11 @@ def _drift(section: DriftSpec) -> DriftPlan:
         features=tuple((name, FeatureDriftLevels(psi=_feature_levels(f.psi), ks=_feature_levels(f.ks), ignore=f.ignore))
                        for name, f in section.features.items()),
     )
+
+
+def _label(spec: PipelineSpec) -> tuple[str, ...]:
+    """The label column, if any: a causal_lm spec without one learns every next token of its text."""
+    return (spec.training.label,) if spec.training.label else ()
 
 
 def _text_features(spec: PipelineSpec) -> tuple[str, ...]:

@@ -70,7 +70,8 @@ def check_spec(spec: PipelineSpec, loaded: LoadedYaml, *, policy: Policy | None,
                or testing.step_delay_seconds > 0)
     loops = _self_triggers(spec, loaded)
     if policy is None or team is None:
-        problems = [*loops, *_local_data_outside_root(spec, loaded, storage_root)]
+        problems = [*loops, *_local_outside_root(spec.data.uri, ("data", "uri"), loaded, storage_root)]
+        problems.extend(_pretrained_without_policy(spec, loaded, storage_root))
         if injects and not fault_injection:
             problems.append(loaded.problem(("training", "testing"), (
                 "fault injection is for trainpipe's own tests and is off on this platform; remove training.testing "
@@ -87,19 +88,46 @@ def check_spec(spec: PipelineSpec, loaded: LoadedYaml, *, policy: Policy | None,
     _data(judge, spec, rules, storage_root)
     _notify(judge, spec, rules)
     _limits(judge, spec, rules)
-    _models(judge, spec, rules)
+    _models(judge, spec, rules, storage_root)
     return judge.problems
 
 
-def _models(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy) -> None:
+PRETRAINED = ("training", "model", "pretrained")
+
+
+def _models(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy, storage_root: str) -> None:
     family = spec.training.model.type
     allowed = rules.models.families
-    if family in allowed:
+    if family not in allowed:
+        listed = ", ".join(map(repr, allowed)) or "nothing (an empty list)"
+        if "families" not in rules.models.model_fields_set:
+            listed += " (the built-in families; the platform allows others in the team's models.families)"
+        judge.refuse(("training", "model", "type"), "models.families", family, listed)
+    pretrained = spec.training.model.pretrained
+    if pretrained is None:
         return
-    listed = ", ".join(map(repr, allowed)) or "nothing (an empty list)"
-    if "families" not in rules.models.model_fields_set:
-        listed += " (the built-in families; the platform allows others in the team's models.families)"
-    judge.refuse(("training", "model", "type"), "models.families", family, listed)
+    if uris.is_hub(pretrained):
+        if not rules.models.hub:
+            judge.refuse(PRETRAINED, "models.hub", pretrained, "no Hugging Face Hub model (the team's models.hub is "
+                         "false): a save_pretrained folder the team may read (data.uris), or the platform sets "
+                         "models.hub: true")
+        return
+    # Weights in storage are read as data is: the same rule, judged the same way.
+    _allowed_uri(judge, PRETRAINED, pretrained, rules, storage_root)
+
+
+def _pretrained_without_policy(spec: PipelineSpec, loaded: LoadedYaml, storage_root: str) -> list[SpecProblem]:
+    """Without a policy, pretrained weights follow data.uri's rule (local folders under the storage root), and
+    a Hub model is refused: only a platform policy can allow downloads from outside (models.hub)."""
+    pretrained = spec.training.model.pretrained
+    if pretrained is None:
+        return []
+    if uris.is_hub(pretrained):
+        return [loaded.problem(PRETRAINED, (
+            f"{pretrained!r} is a Hugging Face Hub model, which the trainer would download from outside the platform; "
+            "without a platform policy none is allowed: a platform policy must set models.hub: true for the team "
+            "(TRAINPIPE_POLICY), or put the save_pretrained folder under the storage root and name its path"))]
+    return _local_outside_root(pretrained, PRETRAINED, loaded, storage_root)
 
 
 def _self_triggers(spec: PipelineSpec, loaded: LoadedYaml) -> list[SpecProblem]:
@@ -116,11 +144,11 @@ def _self_triggers(spec: PipelineSpec, loaded: LoadedYaml) -> list[SpecProblem]:
         for index, uri in enumerate(schedule.assets) if asset_key(uri) in own]
 
 
-def _local_data_outside_root(spec: PipelineSpec, loaded: LoadedYaml, storage_root: str) -> list[SpecProblem]:
-    """Without a policy, local data lies under the storage root: a path anywhere else on the worker
-    (/etc/passwd, /proc/self/environ, the Airflow home) would be copied into a snapshot and its first line
-    shown as "columns present". A policy's data.uris may allow other local paths (judged in _data)."""
-    uri = spec.data.uri
+def _local_outside_root(uri: str, at: FieldPath, loaded: LoadedYaml, storage_root: str) -> list[SpecProblem]:
+    """Without a policy, local data (and pretrained weights, read as data) lies under the storage root: a path
+    anywhere else on the worker (/etc/passwd, /proc/self/environ, the Airflow home) would be copied into a
+    snapshot and its first line shown as "columns present". A policy's data.uris may allow other local paths
+    (judged in _allowed_uri)."""
     if not uris.is_absolute(uri):
         return []  # relative: inside the root (the spec stage refuses one that climbs out)
     canonical = globs.canonical_uri(uri, storage_root)
@@ -131,7 +159,7 @@ def _local_data_outside_root(spec: PipelineSpec, loaded: LoadedYaml, storage_roo
     path = canonical.removeprefix("file://") if canonical is not None else None
     if root is not None and path is not None and (path == root or path.startswith(root + "/")):
         return []
-    return [loaded.problem(("data", "uri"), (
+    return [loaded.problem(at, (
         f"{uri!r} is a local path outside the storage root; {uris.LOCAL_DATA_RULE}: {uris.LOCAL_DATA_FIX}"))]
 
 
@@ -263,13 +291,17 @@ def _placement(judge: _Judge, at: FieldPath, node_selector: dict[str, str], tole
                     glob=True)
 
 
+def _allowed_uri(judge: _Judge, at: FieldPath, uri: str, rules: TeamPolicy, storage_root: str) -> None:
+    """A storage URI the team reads (data.uri, training.model.pretrained) inside its data.uris."""
+    if rules.data.uris is not None and not globs.uri_allowed(uri, rules.data.uris, storage_root):
+        resolved = globs.canonical_uri(uri, storage_root) or uri
+        judge.refuse(at, "data.uris", uri, f"{', '.join(map(repr, rules.data.uris)) or 'nothing'} (resolved: "
+                     f"{resolved!r} against the storage root)")
+
+
 def _data(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy, storage_root: str) -> None:
     data = spec.data
-    if rules.data.uris is not None and not globs.uri_allowed(data.uri, rules.data.uris, storage_root):
-        resolved = globs.canonical_uri(data.uri, storage_root) or data.uri
-        judge.refuse(("data", "uri"), "data.uris", data.uri,
-                     f"{', '.join(map(repr, rules.data.uris)) or 'nothing'} (resolved: {resolved!r} against the "
-                     "storage root)")
+    _allowed_uri(judge, ("data", "uri"), data.uri, rules, storage_root)
     conn_ids = rules.data.conn_ids
     if conn_ids is None:
         return

@@ -161,6 +161,12 @@ class ModelRules(_Model):
         description="Model families (training.model.type) the team may use; left out: the built-in ones "
         f"({', '.join(BUILT_IN_MODEL_TYPES)}). A family not built in must also be installed where it trains (the "
         "trainer image, or the Airflow workers for the local launcher).", examples=[["mlp", "acme_tabnet"]])
+    hub: bool = Field(
+        default=False,
+        description="training.model.pretrained may name a Hugging Face Hub model (hf://owner/name), which the "
+        "trainer then downloads: code and weights from outside the platform. Off by default; without a policy a "
+        "Hub model is always refused. A pretrained folder in storage follows data.uris instead.",
+        examples=[False])
 
     @field_validator("families")
     @classmethod
@@ -188,7 +194,8 @@ class TeamPolicy(_Model):
     notify: NotifyRules = Field(default_factory=NotifyRules, description="Where messages may go.")
     limits: LimitRules = Field(default_factory=LimitRules, description="Caps on schedule and size.")
     airflow: AirflowRules = Field(default_factory=AirflowRules, description="What each DAG of the team gets.")
-    models: ModelRules = Field(default_factory=ModelRules, description="Which model families the team's specs use.")
+    models: ModelRules = Field(default_factory=ModelRules, description="Which model families the team's specs use, "
+                               "and whether pretrained weights may come from the Hugging Face Hub.")
 
     @field_validator("folders")
     @classmethod

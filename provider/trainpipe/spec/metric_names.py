@@ -17,19 +17,23 @@ _PLAIN_METRICS: dict[str, tuple[str, ...]] = {
     "multiclass_classification": ("accuracy", "balanced_accuracy", "macro_f1", "log_loss"),
     "regression": ("rmse", "mae", "r2"),
     "ranking": (),
+    # Token-weighted over the holdout's target tokens (a completion's, or every next token): perplexity is
+    # exp(loss), loss the mean cross-entropy, token_accuracy the share of tokens the model ranks first.
+    "causal_lm": ("perplexity", "token_accuracy", "loss"),
 }
 _AT_K_METRICS: dict[str, tuple[str, ...]] = {
     "binary_classification": (),
     "multiclass_classification": (),
     "regression": (),
     "ranking": ("ndcg", "map", "mrr"),
+    "causal_lm": (),
 }
 # A name of another task that has a counterpart here which spelling alone would not suggest: a binary
 # classifier's f1 and recall are, averaged over the classes, macro_f1 and balanced_accuracy.
 _COUNTERPARTS: dict[str, dict[str, str]] = {
     "multiclass_classification": {"f1": "macro_f1", "recall": "balanced_accuracy"},
 }
-_LOWER_IS_BETTER = frozenset({"log_loss", "rmse", "mae"})
+_LOWER_IS_BETTER = frozenset({"log_loss", "rmse", "mae", "perplexity", "loss"})
 _AT_K = re.compile(r"^(?P<base>[a-z_]+)@(?P<k>[1-9][0-9]*)$")
 _DEFAULT_K = 10
 
@@ -119,7 +123,8 @@ def check_metric(task: str, name: str, *, field_path: str = "metric") -> None:
 
 
 def higher_is_better(name: str) -> bool:
-    """True unless ``name`` is ``log_loss``, ``rmse`` or ``mae``; any task's metric is accepted."""
+    """True unless ``name`` is ``log_loss``, ``rmse``, ``mae``, ``perplexity`` or ``loss``; any task's metric is
+    accepted."""
     if _task_of(name) is None:
         every = sorted({m for task in TASK_TYPES for m in metric_names(task)})
         raise SpecError(f"unknown metric {name!r}; valid: {', '.join(every)}")

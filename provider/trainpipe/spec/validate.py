@@ -173,19 +173,86 @@ def _model_family_problems(loaded: LoadedYaml) -> list[SpecProblem]:
                 f"{path[-1]} is a setting of the mlp family, and training.model.type is {family!r}; put the family's "
                 "own settings in training.model.params (a run parameter or a tuned one cannot reach them yet)")))
     params = model.get("params", {}) if isinstance(model, dict) else {}
-    if family == "text_bag" and isinstance(params, dict) and not params_problems(params):
-        problems.extend(_text_bag_params_problems(loaded, params))
+    if family in _BUILT_IN_PARAMS_CHECKS and isinstance(params, dict) and not params_problems(params):
+        problems.extend(_built_in_params_problems(loaded, family, params))
+    pretrained = ("training", "model", "pretrained")
+    if family == "transformer":
+        if not isinstance(model, dict) or model.get("pretrained") is None:
+            problems.append(loaded.problem(("training", "model"), (
+                "the transformer family starts from pretrained weights: add training.model.pretrained, a "
+                "save_pretrained folder (a path relative to the storage root or an s3:// URI; hf://owner/name where "
+                "the platform policy sets models.hub: true)")))
+        problems.extend(_transformer_input_problems(loaded))
+    elif isinstance(model, dict) and model.get("pretrained") is not None:
+        problems.append(loaded.problem(pretrained, (
+            f"pretrained weights are read by the transformer family only, and training.model.type is {family!r}; "
+            "remove pretrained, or set training.model.type: transformer")))
     return problems
 
 
-def _text_bag_params_problems(loaded: LoadedYaml, params: dict[str, Any]) -> list[SpecProblem]:
+# The families built in whose params spec validation checks, torch-free, with the family's own check:
+# family -> (module, function) of trainpipe_trainer.
+_BUILT_IN_PARAMS_CHECKS = {
+    "text_bag": ("trainpipe_trainer.models.text_bag.params", "validate_text_bag_params"),
+    "transformer": ("trainpipe_trainer.models.transformer.params", "validate_transformer_params"),
+}
+# The tasks the transformer family trains, and how many text features each reads.
+_TRANSFORMER_TEXTS = {"binary_classification": (1, 2), "multiclass_classification": (1, 2), "regression": (1, 2),
+                      "causal_lm": (1, 1)}
+
+
+def _transformer_input_problems(loaded: LoadedYaml) -> list[SpecProblem]:
+    """The transformer reads text only, through its pretrained tokenizer: every feature declared ``type: text``,
+    one or two of them (exactly one for causal_lm), and a task it trains."""
+    problems: list[SpecProblem] = []
+    task = _get(loaded.data, "training", "task")
+    if task in TASK_TYPES and task not in _TRANSFORMER_TEXTS:
+        problems.append(loaded.problem(("training", "task"), (
+            f"the transformer family does not train {task!r}; it trains {', '.join(_TRANSFORMER_TEXTS)}: set one of "
+            "those, or another training.model.type")))
+        return problems
+    features = _get(loaded.data, "training", "features")
+    transforms = _get(loaded.data, "training", "transforms")
+    transforms = transforms if isinstance(transforms, dict) else {}
+    if not isinstance(features, list):
+        return problems  # pydantic reports it
+    for index, name in enumerate(features):
+        if not isinstance(name, str):
+            continue
+        declared = transforms.get(name)
+        kind = declared.get("type") if isinstance(declared, dict) else None
+        if kind == "text":
+            continue
+        fix = (f"declare it text (training.transforms: {{{name}: {{type: text}}}}), or drop the feature; numeric "
+               "and categorical columns need another family (text_bag reads both)")
+        if isinstance(declared, dict) and "type" in declared:
+            problems.append(loaded.problem(("training", "transforms", name, "type"), (
+                f"{name!r} is {shown_value(kind)}, and the transformer family reads text columns only; {fix}")))
+        else:
+            problems.append(loaded.problem(("training", "features", index), (
+                f"{name!r} is not declared text, and the transformer family reads text columns only; {fix}")))
+    low, high = _TRANSFORMER_TEXTS.get(task, (1, 2))
+    count = len([name for name in features if isinstance(name, str)])
+    if not problems and not low <= count <= high:
+        wanted = "exactly one text feature (the prompt or the text to learn)" if task == "causal_lm" else \
+            "one or two text features (a text, or a pair such as question and passage)"
+        problems.append(loaded.problem(("training", "features"), (
+            f"{count} features, and the transformer family reads {wanted} for {task}; "
+            + ("put the completion in training.label" if task == "causal_lm" else "keep one or two")
+            + " or join texts into one column before training")))
+    return problems
+
+
+def _built_in_params_problems(loaded: LoadedYaml, family: str, params: dict[str, Any]) -> list[SpecProblem]:
     """A built-in family's params are checked here, torch-free, by the family's own check (the train step
     checks them again before launch); only params that are bounded JSON data, pydantic reports the rest."""
-    from trainpipe_trainer.models.family import FamilyParamsError
-    from trainpipe_trainer.models.text_bag.params import validate_text_bag_params
+    import importlib
 
+    from trainpipe_trainer.models.family import FamilyParamsError
+
+    module, function = _BUILT_IN_PARAMS_CHECKS[family]
     try:
-        validate_text_bag_params(params)
+        getattr(importlib.import_module(module), function)(params)
     except FamilyParamsError as err:
         below = tuple(int(part) if part.isdigit() else part for part in err.path.split(".")) if err.path else ()
         prefix = f"model.params.{err.path}: " if err.path else "model.params: "
@@ -224,6 +291,15 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
         add(("training", "group_column"), f"group_column only applies to task 'ranking', not {task!r}; remove it")
     problems.extend(_label_class_problems(loaded, task))
     problems.extend(_model_family_problems(loaded))
+    training = _get(data, "training")
+    if task in TASK_TYPES and task != "causal_lm" and isinstance(training, dict) and "label" not in training:
+        add(("training", "label"), "required field is missing; add it")
+    family = _get(data, "training", "model", "type")
+    if task == "causal_lm" and (family or "mlp") != "transformer" and isinstance(family, str | None):
+        add(("training", "task"), (
+            f"causal_lm (a language model's next tokens) trains with the transformer family only, and "
+            f"training.model.type is {family or 'mlp'!r}{'' if family else ' (the default)'}: set "
+            "training.model.type: transformer with training.model.pretrained"))
     stopping_metric = _get(data, "training", "early_stopping", "metric")
     if task in TASK_TYPES and isinstance(stopping_metric, str) and stopping_metric not in CHECKPOINT_METRICS[task] \
             and stopping_metric in EARLY_STOPPING_METRICS:
@@ -484,6 +560,14 @@ def _text_transform_problems(loaded: LoadedYaml, here: FieldPath, name: Any, opt
             f"{shown_value(buckets)}; lower it")))
     family = _get(loaded.data, "training", "model", "type")
     family = "mlp" if family is None else family
+    if family == "transformer":
+        # Hashed token ids are text_bag's; the transformer tokenises with its pretrained tokenizer.
+        for key in TEXT_OPTIONS:
+            if key in options:
+                problems.append(loaded.problem((*here, key), (
+                    f"{key} sets the hashed token ids of families such as text_bag, and the transformer family "
+                    "tokenises text with its pretrained tokenizer; remove it (a text's length in tokens is "
+                    "training.model.params.max_length)")))
     if family == "mlp":
         # The mlp takes one number per input; a token id is a hash, not a quantity.
         problems.append(loaded.problem((*here, "type"), (

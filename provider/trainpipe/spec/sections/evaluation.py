@@ -33,7 +33,7 @@ class GateSpec(SpecModel):
     worst_slice: bool = Field(
         default=False,
         description="Apply the gate to the worst value over every slice of evaluation.slices (the lowest, or the "
-        "highest for log_loss, rmse and mae) instead of the whole holdout.",
+        "highest for log_loss, rmse, mae, perplexity and loss) instead of the whole holdout.",
         examples=[False],
     )
     baseline: bool = Field(
@@ -71,7 +71,7 @@ def _parse_gate(value: Any) -> Any:
         if wrong_slice:
             raise ValueError(
                 f"cannot read gate {value!r}: write '{WORST_SLICE}({wrong_slice[2]}) OP VALUE'; the worst slice is "
-                "the lowest value, or the highest for log_loss, rmse and mae"
+                "the lowest value, or the highest for log_loss, rmse, mae, perplexity and loss"
             )
         raise ValueError(
             f"cannot read gate {value!r}: write 'METRIC OP VALUE' such as 'auc >= 0.80', a relative "
@@ -123,7 +123,7 @@ class EvaluationSpec(SpecModel):
         description="All must pass before the model is registered: 'auc >= 0.80' (absolute), "
         "'auc >= +0.1%' (relative to the current champion; the sign is required), 'auc >= baseline + 0.01' "
         "(against the baseline model fitted on the same split), or 'worst_slice(auc) >= 0.75' (the worst slice "
-        "of evaluation.slices: the lowest value, the highest for log_loss, rmse and mae).",
+        "of evaluation.slices: the lowest value, the highest for log_loss, rmse, mae, perplexity and loss).",
         examples=[["auc >= 0.80", "auc >= +0.1%", "auc >= baseline + 0.01", "worst_slice(auc) >= 0.75"]],
     )
     slices: Annotated[

@@ -7,8 +7,9 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
+from trainpipe import uris
 from trainpipe.errors import shown_value
 from trainpipe.spec.sections.common import SpecModel
 from trainpipe.spec.sections.kubernetes import KubernetesSpec
@@ -54,6 +55,8 @@ MAX_PARAM_TEXT = 4_096  # characters of one string value
 # JSON has no integer bound, but the trainer's families read them into int64 tensors and shapes.
 _MAX_PARAM_INT = 2**63 - 1
 _NAME = re.compile(PARAM_NAME_PATTERN)
+# Jinja's delimiters: a value holding one was written to be rendered, which trainpipe never does.
+TEMPLATE_MARK = re.compile(r"\{\{|\{%|\{#")
 
 
 class ModelParamsError(ValueError):
@@ -140,6 +143,15 @@ class ModelSpec(SpecModel):
         description="Ranking only: pointwise regresses relevance, listwise optimises a softmax per query.",
         examples=["listwise"],
     )
+    pretrained: str | None = Field(
+        default=None, min_length=1, max_length=2048,
+        description="The transformer family (required there, refused for the others): the pretrained weights, a "
+        "`save_pretrained` folder (model and tokenizer) read as data.uri is: a path relative to the storage root or "
+        "an s3:// URI, under a platform policy inside the team's data.uris, without one local folders only under "
+        "the storage root. `hf://owner/name` downloads a Hugging Face Hub model, only where the platform policy "
+        "sets models.hub: true. Never rendered: a template is refused.",
+        examples=["models/distilgpt2", "s3://ml-models/base/gpt2-small/"],
+    )
     params: Annotated[dict[str, Any], BeforeValidator(_checked_params), WithJsonSchema({
         "type": "object", "propertyNames": {"pattern": PARAM_NAME_PATTERN},
         "additionalProperties": {"type": ["string", "number", "integer", "boolean", "null", "array", "object"]},
@@ -152,6 +164,23 @@ class ModelSpec(SpecModel):
         "read.",
         examples=[{"depth": 4, "width": 128}],
     )
+
+    @field_validator("pretrained")
+    @classmethod
+    def _pretrained_location(cls, value: str | None) -> str | None:
+        # By its text alone, with data.uri's rule (the spec stage reads no storage); where it leads is the
+        # policy check's (trainpipe.policy.check), and a Hub id is allowed only there.
+        if value is None:
+            return None
+        if TEMPLATE_MARK.search(value):
+            raise ValueError(f"{shown_value(value)} holds template markup; a weights location is read literally, "
+                             "never rendered: write the folder's path or URI itself")
+        problem = uris.hub_problem(value) if uris.is_hub(value) else uris.spec_uri_problem(value)
+        if problem is not None:
+            if problem.startswith("scheme "):
+                problem += "; a Hugging Face Hub model is written hf://owner/name"
+            raise ValueError(problem)
+        return value
 
 
 class ElasticSpec(SpecModel):
@@ -417,7 +446,11 @@ class TrainingSpec(SpecModel):
         examples=[{"merchant_category": {"type": "categorical", "encode": "one_hot", "max_categories": 20},
                    "income": {"impute": "median", "missing_indicator": True, "transform": "log1p"}}],
     )
-    label: str = Field(description="Label column (relevance grade for ranking).", examples=["is_fraud"])
+    # Required for every task but causal_lm (spec.validate says so at the training section, as pydantic would).
+    label: str = Field(
+        default="", description="Label column (relevance grade for ranking). Required, except for causal_lm: "
+        "there the completion column (the loss is on its tokens, after the feature's text), or left out to learn "
+        "every next token of the feature's text.", examples=["is_fraud"])
     # Data, never code: each class is compared with the label's values as text and shown escaped.
     label_classes: list[Annotated[str, Field(min_length=1, max_length=MAX_CLASS_NAME_LENGTH)] | int] | None = Field(
         default=None, min_length=2, max_length=MAX_LABEL_CLASSES,

@@ -94,6 +94,8 @@ def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settin
     template = plan.trainer
     return dataclasses.replace(
         template,
+        model=dataclasses.replace(template.model, pretrained_uri=pretrained_uri(plan, settings))
+        if template.model.pretrained_uri is not None else template.model,
         label_classes=run_label_classes(plan, snapshot, settings=settings),
         stop_after_step=stop_after_step,
         train_data_uri=snapshot.train_uri,
@@ -111,6 +113,31 @@ def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settin
             **({GIT_COMMIT_TAG: run.git_commit} if run.git_commit else {}),
         },
     )
+
+
+def pretrained_uri(plan: PipelinePlan, settings: Settings) -> str | None:
+    """The absolute URI the trainer loads the pretrained weights from: the spec's ``training.model.pretrained``
+    resolved against this worker's storage root and checked again as the snapshot step checks data.uri (the
+    policy's data.uris, else local folders only under the storage root, links followed), before anything is
+    launched. A Hub id (``hf://owner/name``) passes as written: the spec stage allowed it under the policy's
+    ``models.hub``."""
+    from trainpipe import uris
+    from trainpipe.errors import PolicyViolationError, SpecError, SpecProblem
+
+    written = plan.trainer.model.pretrained_uri
+    if written is None or uris.is_hub(written):
+        return written
+    try:
+        path = storage.resolve_uri(written, settings)
+        if plan.data.allowed_uris is not None:
+            storage.require_allowed(written, path, plan.data.allowed_uris, settings, field="training.model.pretrained")
+        else:
+            storage.require_inside_root(written, path, settings, field="training.model.pretrained")
+    except (ValueError, PolicyViolationError) as err:
+        file, line, column = plan.inputs_declared_at.get("model.pretrained", (plan.spec_file, None, None))
+        raise SpecError([SpecProblem(file or plan.spec_file, line, column, "training.model.pretrained",
+                                     str(err))]) from None
+    return storage.fsspec_uri(path)
 
 
 def run_label_classes(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings) -> tuple[str, ...]:
@@ -231,6 +258,8 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
     from trainpipe_trainer.preprocessing import FeatureTransformer, label_class_names, label_values, require_columns
 
     source = f"the snapshot's train split ({snapshot.digest[:16]})"
+    # causal_lm without a label learns every next token of its text: no label column.
+    labels = [config.label] if config.label else []
 
     def located(field: str, err: TrainerDataError) -> SpecError:
         file, line, column = plan.inputs_declared_at.get(field, (plan.spec_file, None, None))
@@ -244,7 +273,13 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
 
         frame = pd.DataFrame(columns=[name for name, _ in snapshot.schema])
         checks = [("features", lambda: require_columns(frame, config.features, source=source, role="feature")),
-                  ("label", lambda: require_columns(frame, [config.label], source=source, role="label"))]
+                  ("label", lambda: require_columns(frame, labels, source=source, role="label"))]
+    elif config.task == "causal_lm":
+        # Text in, text to predict: the columns are the check (the trainer reads them as text).
+        check_model_family(plan, config)
+        frame = storage.read_parquet_uri(config.train_data_uri, conn_id=settings.storage_conn_id)
+        checks = [("features", lambda: require_columns(frame, config.features, source=source, role="feature")),
+                  ("label", lambda: require_columns(frame, labels, source=source, role="label"))]
     else:
         check_model_family(plan, config)
         # The snapshot lies under the storage root: read it with the root's connection, not the bare URI.
