@@ -329,6 +329,11 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
         if isinstance(metric_names, list) and gate.metric not in metric_names:
             add(("evaluation", "gates", index), _gate_metric_problem(str(gate), gate.metric, metric_names,
                                                                      task if known_task else None))
+        if gate.baseline and task == "causal_lm":
+            add(("evaluation", "gates", index), (
+                f"gate '{gate}' compares with the baseline model, and a causal_lm evaluation has none (no linear "
+                f"model predicts tokens); compare with the champion (a relative gate such as '{gate.metric} >= -1%': at "
+                "most 1% worse) or with a number"))
         if gate.worst_slice and not _get(data, "evaluation", "slices"):
             add(("evaluation", "gates", index),
                 f"gate '{gate}' is on the worst slice, but evaluation.slices names no column; add e.g. "

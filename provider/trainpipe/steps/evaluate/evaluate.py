@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MULTICLASS = "multiclass_classification"
+CAUSAL_LM = "causal_lm"
+# What the evaluation asks a causal LM's served pyfunc for: per holdout row, the summed cross-entropy of its target
+# tokens, their number, and how many of them the model ranked first. Read by ``token_scores`` alone.
+TOKEN_SCORE_PARAMS = {"score": "token_loss"}
+TOKEN_SCORE_COLUMNS = ("loss_sum", "tokens", "correct")
 
 # The evaluation report and its plots sit under this folder of the MLflow run's artifacts.
 REPORT_ARTIFACT_DIR = "evaluation"
@@ -69,6 +74,11 @@ def predict(hook: MlflowHook, model_uri: str, holdout: pd.DataFrame, evaluation:
     import pandas as pd
 
     model = hook.load_pyfunc(model_uri)
+    if evaluation.task == CAUSAL_LM:
+        # The raw text: the feature (the prompt, or the text to learn) and the completion when there is one.
+        columns = [*evaluation.features, *([evaluation.label] if evaluation.label else [])]
+        output = model.predict(holdout[columns], params=dict(TOKEN_SCORE_PARAMS))
+        return Predictions(scores=token_scores(output, model_uri=model_uri, rows=len(holdout)))
     frame = holdout[list(evaluation.features)]
     # A model logged from float samples declares its numeric inputs double, and MLflow refuses int64 there
     # ("can not safely convert"): integer columns of the table are widened to what the signature asks.
@@ -81,6 +91,32 @@ def predict(hook: MlflowHook, model_uri: str, holdout: pd.DataFrame, evaluation:
     if evaluation.task == MULTICLASS:
         return class_probabilities(output, model_uri=model_uri, rows=len(holdout))
     return Predictions(scores=pd.Series(output).to_numpy(dtype=float).ravel())
+
+
+def token_scores(output: Any, *, model_uri: str, rows: int) -> np.ndarray:
+    """A causal LM's answer to ``TOKEN_SCORE_PARAMS`` as the [N, 3] array the metrics read: per holdout row the
+    summed token cross-entropy, the number of target tokens, the number of them predicted right. The one place
+    that knows the served model's column names (``TOKEN_SCORE_COLUMNS``)."""
+    import numpy as np
+    import pandas as pd
+
+    columns = [c for c in output.columns if isinstance(c, str)] if isinstance(output, pd.DataFrame) else []
+    missing = [name for name in TOKEN_SCORE_COLUMNS if name not in columns]
+    if missing:
+        returned = (f"a DataFrame with columns {', '.join(map(repr, columns[:_SHOWN_CLASSES]))}"
+                    if isinstance(output, pd.DataFrame) else f"a {type(output).__name__}")
+        raise ModelOutputError(
+            f"{model_uri}: a causal language model answers params {TOKEN_SCORE_PARAMS} with a DataFrame of columns "
+            f"{', '.join(TOKEN_SCORE_COLUMNS)} per row; it returned {returned} (is it a model of another task?)")
+    if len(output) != rows:
+        raise ModelOutputError(f"{model_uri}: returned {len(output)} rows for {rows} holdout rows")
+    try:
+        scores = output[list(TOKEN_SCORE_COLUMNS)].to_numpy(dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ModelOutputError(f"{model_uri}: token scores that are not numbers ({error})") from None
+    if not np.all(np.isfinite(scores)) or np.any(scores < 0) or np.any(scores[:, 2] > scores[:, 1]):
+        raise ModelOutputError(f"{model_uri}: token scores must be finite, >= 0, with correct <= tokens per row")
+    return scores
 
 
 def class_probabilities(output: Any, *, model_uri: str, rows: int) -> Predictions:
@@ -129,6 +165,11 @@ def in_class_order(predictions: Predictions, classes: tuple[str, ...]) -> np.nda
 
 def holdout_labels(evaluation: EvaluationPlan, holdout: pd.DataFrame) -> np.ndarray:
     """The label column as the metrics read it: for multiclass each value's class name."""
+    if evaluation.task == CAUSAL_LM:
+        import numpy as np
+
+        # The targets are tokens, scored by the model itself (token_scores): no label value per row.
+        return np.zeros(len(holdout))
     column = holdout[evaluation.label]
     if evaluation.task != MULTICLASS:
         return column.to_numpy()
@@ -205,7 +246,9 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     log.info("candidate on holdout: %s", _fmt(candidate))
     baseline_scores = baseline = None
     train_uri = train_uri or (snapshot.train_uri if snapshot is not None else None)
-    if train_uri:
+    # A causal LM has no linear baseline (the spec stage refuses a baseline gate for it): the champion is its
+    # reference, and the report says there is none.
+    if train_uri and evaluation.task != CAUSAL_LM:
         from trainpipe.steps.evaluate.baseline import baseline_scores as fit_baseline
 
         baseline_scores = fit_baseline(evaluation.task, evaluation.features, evaluation.label,
@@ -234,8 +277,12 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     for column, entries in slices.items():
         log.info("slices of %s: %s", column, "; ".join(
             f"{entry['value']} ({entry['rows']} rows) {_fmt_optional(entry['candidate'])}" for entry in entries))
+    perplexities = None
+    if evaluation.task == CAUSAL_LM and champion_scores is not None:
+        perplexities = (token_perplexity(candidate_scores), token_perplexity(champion_scores))
     outcomes = check_gates(evaluation.gates, {"candidate": candidate, "champion": champion, "slices": slices,
-                                              "baseline": baseline, "classes_differ": classes_differ})
+                                              "baseline": baseline, "classes_differ": classes_differ,
+                                              "perplexities": perplexities})
     passed = all(o.passed for o in outcomes)
     from mlflow.entities import RunTag
 
@@ -277,6 +324,12 @@ def _champion_scores(hook: MlflowHook, champion_uri: str, holdout: pd.DataFrame,
                      classes: tuple[str, ...]) -> tuple[np.ndarray | None, str | None]:
     """The champion's scores on the holdout (for multiclass its probabilities in the candidate's class order),
     or None and why it cannot be compared: other classes, or (multiclass) no class probabilities at all."""
+    if evaluation.task == CAUSAL_LM:
+        try:
+            return predict(hook, champion_uri, holdout, evaluation).scores, None
+        except ModelOutputError as error:
+            # A champion of another task: not compared, and the run stops at its gate saying why.
+            return None, f"the champion gives no token scores to compare: {error}"
     if evaluation.task != MULTICLASS:
         return predict(hook, champion_uri, holdout, evaluation).scores, None
     try:
@@ -364,6 +417,9 @@ def _report_inputs(evaluation: EvaluationPlan, registration: RegistrationPlan, h
             facts.append(("data window", f"{snapshot.window_start} .. {snapshot.window_end}"))
     if evaluation.slices:
         facts.append(("sliced by", ", ".join(evaluation.slices)))
+    if evaluation.task == CAUSAL_LM:
+        facts.append(("baseline", "none: a causal language model is compared with its champion (perplexity on the "
+                                  "same holdout)"))
     if result["baseline"] is not None:
         facts.append(("baseline", f"{result['baseline_model']}, fitted on the train split"))
         if result["below_baseline"]:
@@ -373,7 +429,8 @@ def _report_inputs(evaluation: EvaluationPlan, registration: RegistrationPlan, h
         task=evaluation.task,
         metric_names=evaluation.metrics,
         # Multiclass: the class names (text); every other task: numbers.
-        y_true=holdout_labels(evaluation, holdout) if classes else holdout[evaluation.label].to_numpy(dtype=float),
+        y_true=holdout_labels(evaluation, holdout) if classes or evaluation.task == CAUSAL_LM
+        else holdout[evaluation.label].to_numpy(dtype=float),
         candidate=ModelScores(label="candidate", scores=candidate_scores, metrics=result["candidate"]),
         champion=ModelScores(label=champion_label, scores=champion_scores, metrics=result["champion"])
         if champion_scores is not None else None,
@@ -496,6 +553,7 @@ def check_gates(gates: tuple[Gate, ...], evaluation: dict[str, Any]) -> list[Gat
     """Every gate's outcome. With ``classes_differ`` (the champion's classes are not the candidate's) the
     first outcome is that check, failed, and the gates that compare with the champion fail uncompared."""
     classes_differ = evaluation.get("classes_differ")
+    perplexities = evaluation.get("perplexities")
     if classes_differ is None:
         outcomes = [check_gate(g, evaluation["candidate"], evaluation["champion"], evaluation.get("slices"),
                                evaluation.get("baseline")) for g in gates]
@@ -504,9 +562,31 @@ def check_gates(gates: tuple[Gate, ...], evaluation: dict[str, Any]) -> list[Gat
             _not_compared(g, evaluation["candidate"], evaluation.get("slices") or {}) if g.relative
             else check_gate(g, evaluation["candidate"], None, evaluation.get("slices"), evaluation.get("baseline"))
             for g in gates]
+    if perplexities is not None:
+        outcomes.insert(0, perplexity_outcome(*perplexities))
     for outcome in outcomes:
         log_gate(asdict(outcome))
     return outcomes
+
+
+# The check that stands first among a causal LM's gates when it has a champion.
+PERPLEXITY_GATE = "perplexity no worse than the champion's"
+
+
+def token_perplexity(scores: np.ndarray) -> float:
+    """exp(summed token loss / tokens) of ``token_scores``' array (the holdout's perplexity)."""
+    return metrics.compute_metrics(CAUSAL_LM, ["perplexity"], y_true=[], y_score=scores)["perplexity"]
+
+
+def perplexity_outcome(candidate: float, champion: float) -> GateOutcome:
+    """A causal LM never replaces a champion it is worse than, whatever the spec's gates say: the champion's
+    perplexity on the same holdout is the bar (a tie passes). The note gives both values."""
+    passed = candidate <= champion
+    verdict = "no worse than" if passed else "worse than"
+    return GateOutcome(gate=PERPLEXITY_GATE, metric="perplexity", value=candidate, baseline=champion,
+                       compared=candidate, threshold=champion, passed=passed,
+                       note=f"the candidate's holdout perplexity {candidate:.4f} is {verdict} the champion's "
+                            f"{champion:.4f}")
 
 
 # The check that stands first among the gates when the champion's classes are not the candidate's.

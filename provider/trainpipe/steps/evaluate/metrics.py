@@ -110,6 +110,8 @@ def compute_metrics(
 
     if task == "multiclass_classification":
         return _multiclass(names, *class_inputs(y_true, y_score, classes))
+    if task == "causal_lm":
+        return _causal_lm(names, y_score)
     true = _as_1d("y_true", y_true, np.float64)
     score = _as_1d("y_score", y_score, np.float64)
     if true.shape != score.shape:
@@ -167,6 +169,28 @@ def _binary(names: Sequence[str], true: np.ndarray, score: np.ndarray, threshold
 
 # How far a row of class probabilities may sum from 1 (float32 softmax outputs); rows are then rescaled.
 _PROBABILITY_SUM_TOLERANCE = 1e-3
+
+
+def _causal_lm(names: Sequence[str], token_scores: ArrayLike) -> dict[str, float]:
+    """Token-weighted over every row's target tokens: ``token_scores`` is [N, 3], per row the summed token
+    cross-entropy, the number of target tokens and how many the model ranked first (what the served model
+    answers, ``evaluate.token_scores``). ``loss`` is the mean token cross-entropy, ``perplexity`` its exp,
+    ``token_accuracy`` the share of tokens predicted right; rows without a target token weigh nothing."""
+    import numpy as np
+
+    try:
+        scores = np.asarray(token_scores, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise MetricInputError(f"y_score: cannot be read as token scores ({error})") from None
+    if scores.ndim != 2 or scores.shape[1] != 3:
+        raise MetricInputError(f"y_score: causal_lm takes [N, 3] token scores (loss_sum, tokens, correct), got shape "
+                               f"{scores.shape}")
+    loss_sum, tokens, correct = scores.sum(axis=0)
+    if tokens <= 0:
+        raise MetricInputError("no target token in these rows: a causal_lm metric is per token")
+    loss = float(loss_sum / tokens)
+    values = {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "token_accuracy": float(correct / tokens)}
+    return {name: values[name] for name in names}
 
 
 def class_inputs(y_true: ArrayLike, y_score: ArrayLike, classes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -126,6 +126,8 @@ def task_plots(inputs: ReportInputs) -> list[Plot]:
         return [_class_confusion_matrices(inputs, models)]
     if inputs.task == "regression":
         return [_predicted_vs_actual(inputs, models), _residuals(inputs, models)]
+    if inputs.task == "causal_lm":
+        return []  # token-weighted numbers, in the metrics table (and per slice); no curve to draw
     return [_ndcg_over_k(inputs, models)]
 
 
@@ -379,7 +381,7 @@ def render_html(inputs: ReportInputs, plots: list[Plot], slice_plots: dict[str, 
     if inputs.slices:
         parts.append('<h2 id="slices">Slices</h2>')
         parts.append("<p>Every metric on the rows of each slice value. A worst_slice gate takes the lowest value "
-                     "over every slice (the highest for log_loss, rmse and mae); a blank cell is a metric the "
+                     "over every slice (the highest for log_loss, rmse, mae, perplexity and loss); a blank cell is a metric the "
                      "slice cannot give.</p>")
         for column, entries in inputs.slices.items():
             parts.append(f'<h3 id="slice-{e(_safe_name(column))}">{e(column)}</h3>')
