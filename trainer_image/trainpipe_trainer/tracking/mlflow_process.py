@@ -261,8 +261,10 @@ class MlflowCalls:
             self._client(uri).set_terminated(run_id, status=status)
 
     def log_model(self, uri: str, run_id: str, *, name: str, python_model: str, artifacts: dict[str, str],
-                  code_paths: list[str], pip_requirements: list[str], sample_frame: Any, prediction: Any) -> str:
-        """Log a pyfunc model into ``run_id``; its ``models:/...`` URI."""
+                  code_paths: list[str], pip_requirements: list[str], sample_frame: Any, prediction: Any,
+                  params: dict[str, Any] | None = None) -> str:
+        """Log a pyfunc model into ``run_id``; its ``models:/...`` URI. ``params``: the predict params the model
+        takes, with their defaults (the signature's params schema; without one MLflow drops them)."""
         from mlflow.models import infer_signature
 
         self._fluent(uri)
@@ -274,7 +276,7 @@ class MlflowCalls:
         with no_installed_package_scan((*pip_requirements, "mlflow")):
             info = self.mlflow.pyfunc.log_model(
                 name=name, python_model=python_model, artifacts=artifacts, code_paths=code_paths,
-                pip_requirements=pip_requirements, signature=infer_signature(sample_frame, prediction),
+                pip_requirements=pip_requirements, signature=infer_signature(sample_frame, prediction, params=params),
                 input_example=sample_frame.head(3))
         return str(info.model_uri)
 
