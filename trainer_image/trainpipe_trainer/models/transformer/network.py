@@ -7,6 +7,7 @@ The inputs are the harness's float matrix of token ids + 1 (0 pads); the module 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -107,5 +108,11 @@ def _trainable(model: Any, params: dict[str, Any], *, causal: bool) -> Any:
         config = peft.LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                                  target_modules=lora["target_modules"],
                                  task_type="CAUSAL_LM" if causal else "SEQ_CLS")
-        return peft.get_peft_model(model, config)
+        with warnings.catch_warnings():
+            # peft's notes on its own choices (GPT-2's Conv1D layers take fan_in_fan_out; a transformers
+            # attribute renamed in v5), not the user's: a task log carries no foreign warnings.
+            warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False", category=UserWarning)
+            warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated",
+                                    category=FutureWarning)
+            return peft.get_peft_model(model, config)
     return model
