@@ -159,6 +159,10 @@ def _model_family_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     if not isinstance(family, str):
         return []  # pydantic reports it
     problems: list[SpecProblem] = []
+    if family != "transformer" and isinstance(model, dict) and model.get("pretrained") is not None:
+        problems.append(loaded.problem(("training", "model", "pretrained"), (
+            f"pretrained weights are read by the transformer family only, and training.model.type is {family!r}; "
+            "remove pretrained, or set training.model.type: transformer")))
     if family == "mlp":
         if isinstance(model, dict) and model.get("params"):
             problems.append(loaded.problem(("training", "model", "params"), (
@@ -175,7 +179,6 @@ def _model_family_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     params = model.get("params", {}) if isinstance(model, dict) else {}
     if family in _BUILT_IN_PARAMS_CHECKS and isinstance(params, dict) and not params_problems(params):
         problems.extend(_built_in_params_problems(loaded, family, params))
-    pretrained = ("training", "model", "pretrained")
     if family == "transformer":
         if not isinstance(model, dict) or model.get("pretrained") is None:
             problems.append(loaded.problem(("training", "model"), (
@@ -183,10 +186,6 @@ def _model_family_problems(loaded: LoadedYaml) -> list[SpecProblem]:
                 "save_pretrained folder (a path relative to the storage root or an s3:// URI; hf://owner/name where "
                 "the platform policy sets models.hub: true)")))
         problems.extend(_transformer_input_problems(loaded))
-    elif isinstance(model, dict) and model.get("pretrained") is not None:
-        problems.append(loaded.problem(pretrained, (
-            f"pretrained weights are read by the transformer family only, and training.model.type is {family!r}; "
-            "remove pretrained, or set training.model.type: transformer")))
     return problems
 
 
