@@ -228,3 +228,17 @@ def test_the_perplexity_check_is_a_gate_outcome_like_the_others():
                                               "perplexities": (9.0, 8.0)})]
     assert outcome == perplexity_outcome(9.0, 8.0) and not outcome.passed
     assert perplexity_outcome(8.0, 8.0).passed  # a tie keeps the run going
+
+
+def test_the_trainer_s_served_column_names_are_read_too_and_accuracy_needs_its_counts(tmp_path, monkeypatch):
+    """The trainer's served model (models.transformer.served) answers token_loss and target_tokens, without the
+    right-token count: perplexity and loss are computed; token_accuracy is refused, naming what is missing."""
+    holdout = _holdout()
+    output = served(1.0, len(holdout)).rename(columns={"loss_sum": "token_loss", "tokens": "target_tokens"})
+    output = output.drop(columns="correct")
+    scores = token_scores(output, model_uri=CANDIDATE_URI, rows=len(holdout))
+    assert metrics.compute_metrics("causal_lm", ["perplexity", "loss"], y_true=[], y_score=scores) == \
+        pytest.approx({"perplexity": math.e, "loss": 1.0})
+
+    with pytest.raises(metrics.MetricInputError, match="no 'correct' column"):
+        _evaluate(tmp_path, _Hook({CANDIDATE_URI: output}), _plan([]), holdout, monkeypatch)
