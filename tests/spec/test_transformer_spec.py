@@ -81,6 +81,11 @@ def test_a_transformer_classifier_compiles_to_its_trainer_config(tmp_path):
     assert [(t["feature"], t["type"]) for t in config["transforms"]] == [("subject", "text"), ("body", "text")]
     assert TrainingConfig.from_json(plan.trainer.to_json()) == plan.trainer  # the trainer reads it back
     assert plan.evaluation.text_features == plan.validation.text_features == ("subject", "body")
+    # Evaluated as text_bag is: the served model takes the raw text, the baseline reads it as TF-IDF.
+    from trainpipe.steps.evaluate.baseline import baseline_model
+
+    assert baseline_model(plan.evaluation.task, plan.evaluation.text_features) == \
+        "TF-IDF + multinomial logistic regression"
     assert plan.inputs_declared_at["model.pretrained"][1] == _line(tmp_path, "pretrained:")
 
 

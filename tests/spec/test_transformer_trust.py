@@ -226,3 +226,16 @@ def test_a_causal_lm_label_that_is_no_column_of_its_own_is_refused_at_its_line(t
 
     assert any(message in problem for _, _, problem in problems), problems
     _clean(" ".join(problem for _, _, problem in problems), _secrets)
+
+
+# models.families -------------------------------------------------------------------------------------------
+
+def test_the_transformer_is_a_built_in_family_a_team_s_list_can_leave_out(tmp_path, monkeypatch, _secrets):
+    _policy(tmp_path, monkeypatch)  # no models.families: the built-in ones, the transformer among them
+    assert _compile(tmp_path, classifier()).trainer.model.type == "transformer"
+
+    _policy(tmp_path, monkeypatch, {"families": ["mlp", "text_bag"], "hub": True})
+    [(path, line, problem)] = _refused(tmp_path, classifier())
+    assert (path, line) == ("training.model.type", _line(tmp_path, "type: transformer"))
+    assert problem == ("not allowed by policy (team nlp, rule models.families): 'transformer'; allowed: 'mlp', "
+                       "'text_bag'")
