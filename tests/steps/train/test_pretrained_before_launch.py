@@ -101,3 +101,33 @@ def test_the_run_s_trainer_config_carries_the_resolved_uri(tmp_path, root):
 
     assert config.model.pretrained_uri == f"file://{root}/models/tiny-gpt2"
     assert config.model.params == plan.trainer.model.params
+
+
+@pytest.mark.parametrize("label", [None, "completion"])
+def test_a_causal_lm_s_inputs_are_its_text_columns_before_launch(tmp_path, root, label):
+    """No label to check for a plain language model; a missing completion column is located at the label."""
+    import pandas as pd
+
+    from tests.spec.test_transformer_spec import language_model
+    from trainpipe.steps.train.train import check_training_inputs, trainer_config_for_run
+
+    plan = _plan(tmp_path, "", spec=language_model(label=label))
+    train = tmp_path / "train.parquet"
+    pd.DataFrame({"prompt": ["which queue takes a refund?", "where is my parcel?"]}).to_parquet(train)
+    from types import SimpleNamespace
+
+    from airflow.sdk import ObjectStoragePath
+
+    from trainpipe.steps.train.train import RunContext
+
+    snapshot = SimpleNamespace(train_uri=f"file://{train}", digest="d" * 64, label_classes=None, schema=None)
+    run = RunContext(dag_id="ticket_router", airflow_run_id="r", try_number=1, spec_sha256="s", git_commit=None)
+    config = trainer_config_for_run(plan, snapshot, settings=Settings.from_env(), run=run,  # type: ignore[arg-type]
+                                    mlflow_run_id=None, run_dir=ObjectStoragePath(f"file://{tmp_path}/run"))
+    if label is None:
+        check_training_inputs(plan, config, snapshot, settings=Settings.from_env())  # type: ignore[arg-type]
+        return
+    with pytest.raises(SpecError) as raised:
+        check_training_inputs(plan, config, snapshot, settings=Settings.from_env())  # type: ignore[arg-type]
+    [problem] = raised.value.problems
+    assert problem.field_path == "training.label" and "completion" in problem.message
