@@ -100,6 +100,17 @@ def test_the_fingerprint_covers_the_plan_and_spec_sources():
     assert len(code_fingerprint()) == 64
 
 
+def test_the_fingerprint_covers_the_built_in_families_params_checks():
+    """Spec validation runs them (text_bag's, the transformer's): a tightened check must not reuse old plans."""
+    import trainpipe_trainer.models.text_bag.params
+    import trainpipe_trainer.models.transformer.params
+
+    sources = _package_sources()
+    for module in (trainpipe_trainer.models.text_bag.params, trainpipe_trainer.models.transformer.params):
+        assert Path(module.__file__).resolve() in sources
+        assert Path(module.__file__).resolve().is_file()
+
+
 def _corrupt_garbage(bundle: Path) -> None:
     bundle.write_bytes(os.urandom(4096))
 
