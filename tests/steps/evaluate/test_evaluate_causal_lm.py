@@ -242,3 +242,41 @@ def test_the_trainer_s_served_column_names_are_read_too_and_accuracy_needs_its_c
 
     with pytest.raises(metrics.MetricInputError, match="no 'correct' column"):
         _evaluate(tmp_path, _Hook({CANDIDATE_URI: output}), _plan([]), holdout, monkeypatch)
+
+
+@pytest.mark.integration  # imports transformers and loads a model: ~10 s
+def test_the_trainer_s_own_served_causal_lm_is_evaluated(tmp_path, monkeypatch):
+    """The trainer's served model (models.transformer.served) over a tiny GPT-2 written here, untrained: the
+    evaluation asks it for token scores of the raw text and gets a perplexity from them. What it does not count
+    (right tokens) leaves token_accuracy out: the spec here asks for perplexity and loss only."""
+    pytest.importorskip("transformers")
+    import json as jsonlib
+
+    from trainpipe_trainer.models.transformer.served import FORMAT_VERSION, TransformerScorer
+    from trainpipe_trainer.models.transformer.tiny import write_tiny_model
+
+    holdout = _holdout(rows=12)
+    folder = write_tiny_model(tmp_path / "tiny", [*holdout["prompt"], *holdout["completion"]], seed=0,
+                              vocab_size=300, n_positions=64)
+    meta = tmp_path / "trainpipe.json"
+    meta.write_text(jsonlib.dumps({
+        "format_version": FORMAT_VERSION, "task": "causal_lm", "features": ["prompt"], "label": "completion",
+        "classes": [], "target": None, "max_length": 16, "max_new_tokens": 4, "trainable": "all",
+        "pretrained": {"uri": folder.as_uri(), "sha256": ""}}))
+    scorer = TransformerScorer.from_artifacts({"model": str(folder), "meta": str(meta)})
+
+    class _Served(_Model):
+        def predict(self, frame: pd.DataFrame, params: dict[str, Any] | None = None) -> Any:
+            self.calls.append((list(frame.columns), params))
+            return scorer.prediction(frame, params)
+
+    hook = _Hook({})
+    hook.models[CANDIDATE_URI] = _Served(None)
+    plan = EvaluationPlan(task="causal_lm", features=("prompt",), label="completion", group_column=None,
+                          metrics=("perplexity", "loss"), decision_threshold=0.5, text_features=("prompt",), gates=())
+
+    result = _evaluate(tmp_path, hook, plan, holdout, monkeypatch)
+
+    # Untrained over a vocabulary of ~300: about as perplexed as a uniform guess, and exp(loss) either way.
+    assert 10 < result["candidate"]["perplexity"] < 2000
+    assert result["candidate"]["perplexity"] == pytest.approx(math.exp(result["candidate"]["loss"]))
