@@ -239,3 +239,22 @@ def test_the_transformer_is_a_built_in_family_a_team_s_list_can_leave_out(tmp_pa
     assert (path, line) == ("training.model.type", _line(tmp_path, "type: transformer"))
     assert problem == ("not allowed by policy (team nlp, rule models.families): 'transformer'; allowed: 'mlp', "
                        "'text_bag'")
+
+
+def test_under_data_conn_ids_weights_in_an_object_store_are_refused_as_data_without_a_connection(
+        tmp_path, monkeypatch, _secrets):
+    """pretrained has no conn_id: the trainer would read an s3:// folder with the worker's own credentials, which
+    data.conn_ids refuses for data too. A folder under the storage root is read through the root's connection."""
+    file = tmp_path / "policy.yaml"
+    file.write_text(yaml.safe_dump({"default_team": None, "teams": {"nlp": {"folders": ["**"], "data": {
+        "uris": ["demo/**", "models/**", "s3://nlp-models/**"], "conn_ids": ["aws_nlp"]}}}}))
+    monkeypatch.setenv("TRAINPIPE_POLICY", str(file))
+    spec = classifier(pretrained="s3://nlp-models/gpt2")
+    spec["data"]["conn_id"] = "aws_nlp"
+
+    [(path, line, problem)] = _refused(tmp_path, spec)
+
+    assert (path, line) == ("training.model.pretrained", _line(tmp_path, "pretrained:"))
+    assert problem.startswith("not allowed by policy (team nlp, rule data.conn_ids): \"the worker's own credentials")
+    spec["training"]["model"]["pretrained"] = "models/tiny-gpt2"
+    assert _compile(tmp_path, spec).trainer.model.pretrained_uri == "models/tiny-gpt2"

@@ -112,8 +112,10 @@ def _models(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy, storage_root: 
                          "false): a save_pretrained folder the team may read (data.uris), or the platform sets "
                          "models.hub: true")
         return
-    # Weights in storage are read as data is: the same rule, judged the same way.
+    # Weights in storage are read as data is: the same rules, judged the same way. The trainer reads them with no
+    # connection of the spec's (pretrained has no conn_id): under data.conn_ids only the storage root's folders.
     _allowed_uri(judge, PRETRAINED, pretrained, rules, storage_root)
+    _own_credentials(judge, PRETRAINED, pretrained, rules, storage_root)
 
 
 def _pretrained_without_policy(spec: PipelineSpec, loaded: LoadedYaml, storage_root: str) -> list[SpecProblem]:
@@ -307,10 +309,18 @@ def _data(judge: _Judge, spec: PipelineSpec, rules: TeamPolicy, storage_root: st
         return
     if data.conn_id is not None:
         judge.names(("data", "conn_id"), "data.conn_ids", data.conn_id, conn_ids)
-    elif uris.is_absolute(data.uri) and not (globs.canonical_uri(data.uri, storage_root) or "").startswith("file://"):
-        # An object store read with no connection uses the worker's own credentials (its role, its
-        # environment): the platform's, not the team's. A relative URI is read through the storage root's.
-        judge.refuse(("data", "conn_id"), "data.conn_ids", "the worker's own credentials (no conn_id)",
+    else:
+        _own_credentials(judge, ("data", "conn_id"), data.uri, rules, storage_root)
+
+
+def _own_credentials(judge: _Judge, at: FieldPath, uri: str, rules: TeamPolicy, storage_root: str) -> None:
+    """Under data.conn_ids, an object store read with no connection uses the worker's own credentials (its role,
+    its environment): the platform's, not the team's. A relative URI is read through the storage root's."""
+    conn_ids = rules.data.conn_ids
+    if conn_ids is None:
+        return
+    if uris.is_absolute(uri) and not (globs.canonical_uri(uri, storage_root) or "").startswith("file://"):
+        judge.refuse(at, "data.conn_ids", "the worker's own credentials (no conn_id)",
                      f"a conn_id of {', '.join(map(repr, conn_ids)) or 'nothing'}")
 
 
