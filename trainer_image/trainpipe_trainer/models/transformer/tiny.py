@@ -43,3 +43,26 @@ def write_tiny_model(folder: Path, texts: Iterable[str], *, seed: int = 0, vocab
     model.save_pretrained(folder, safe_serialization=True)
     fast.save_pretrained(folder)
     return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainpipe_trainer.models.transformer.tiny --texts FILE.json --out DIR``: what ``trainpipe
+    demo-data`` runs in a process of its own (the provider imports no torch)."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m trainpipe_trainer.models.transformer.tiny",
+                                     description="Write a tiny GPT-2 and a tokenizer trained on the given texts.")
+    parser.add_argument("--texts", type=Path, required=True, help="a JSON list of the texts to train the tokenizer on")
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write (save_pretrained)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vocab-size", type=int, default=512)
+    parser.add_argument("--n-embd", type=int, default=32)
+    args = parser.parse_args(argv)
+    texts = json.loads(args.texts.read_text(encoding="utf-8"))
+    write_tiny_model(args.out, texts, seed=args.seed, vocab_size=args.vocab_size, n_embd=args.n_embd)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
