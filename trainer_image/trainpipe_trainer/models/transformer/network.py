@@ -85,7 +85,12 @@ def build_network(folder: str, params: dict[str, Any], data: DataDescription) ->
         config.use_cache = False
     model = _trainable(model, params, causal=causal)
     if params["gradient_checkpointing"]:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # Non-reentrant: works under DDP and with frozen inputs. transformers 5.24 renamed the method.
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return TransformerNetwork(model, pad_token_id=pad, causal=causal)
 
 
