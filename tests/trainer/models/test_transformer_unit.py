@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -195,3 +196,18 @@ def test_the_family_imports_without_transformers_and_says_how_to_install_it(tmp_
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
     assert out.strip() == ("TrainerInputError model.type: transformer needs Hugging Face transformers in the trainer's "
                            "environment: pip install 'trainpipe-trainer[transformers]'")
+
+
+def test_the_pretrained_folder_is_copied_from_object_storage_and_hashed(tiny: Path, s3_bucket: Any) -> None:
+    from trainpipe_trainer import storage
+    from trainpipe_trainer.models.transformer.pretrained import folder_sha256, pretrained_folder
+
+    fs, _ = storage.url_to_fs(s3_bucket.uri("models/tiny"), s3_bucket.storage_options)
+    for path in sorted(tiny.iterdir()):
+        fs.put_file(str(path), f"{s3_bucket.bucket}/models/tiny/{path.name}")
+    copied = pretrained_folder(s3_bucket.uri("models/tiny"), s3_bucket.storage_options)
+    assert file_digests(copied.path) == file_digests(tiny)
+    assert copied.sha256 == folder_sha256(tiny)
+    assert copied.uri == s3_bucket.uri("models/tiny")
+    with pytest.raises(TrainerInputError, match=r"model.pretrained_uri: s3://.*/models/none is not a folder"):
+        pretrained_folder(s3_bucket.uri("models/none"), s3_bucket.storage_options)
