@@ -170,3 +170,26 @@ def test_the_causal_lm_under_zero3_serves_a_completion_and_token_losses(
 def test_a_zero3_causal_lm_rank_killed_after_a_commit_resumes_to_the_uninterrupted_weights(
         causal_lm_run: Launch, tmp_path: Path, tables: Tables, make_config: Callable[..., Any]) -> None:
     _resumes_to(causal_lm_run, _causal_lm(make_config, tmp_path, tables), tmp_path)
+
+
+def test_lora_under_zero2_in_bf16_trains_a_binary_classifier_served_without_peft(
+        tmp_path: Path, tables: Tables, make_config: Callable[..., Any], use_tracking: str) -> None:
+    pytest.importorskip("deepspeed", reason="pip install 'trainpipe-trainer[deepspeed]'")
+    import mlflow
+
+    frame = pd.read_parquet(tables.tickets)
+    binary = tmp_path / "binary.parquet"
+    frame.assign(label=(frame["label"] == "billing").astype("int64")).to_parquet(binary)
+    config = {**_classifier(make_config, tmp_path, tables), "task": "binary_classification",
+              "train_data_uri": str(binary), "strategy": "deepspeed", "deepspeed": {"zero_stage": 2},
+              "optimization": {"precision": "bf16"}, "learning_rate": 0.01,
+              "model": {"type": "transformer", "pretrained_uri": tables.pretrained.as_uri(),
+                        "params": {"max_length": MAX_LENGTH, "trainable": "lora", "lora": {"r": 4}}}}
+    del config["label_classes"]
+    result = _ok(launch(config, tmp_path, nproc=2))
+    model = mlflow.pyfunc.load_model(result["model_uri"])
+    served = model.predict(frame[["subject", "body"]].head(30))
+    assert served.shape == (30,) and ((served > 0) & (served < 1)).all()
+    # The adapters are merged: the served folder is a plain model, no adapter files.
+    folder = Path(mlflow.artifacts.download_artifacts(result["model_uri"])) / "artifacts" / "model"
+    assert (folder / "model.safetensors").is_file() and not list(folder.glob("adapter_*"))
