@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainpipe_trainer.models.family import DataDescription, ExportContext, ModelFamily
+from trainpipe_trainer.models.family import DataDescription, ExportContext, LossFn, ModelFamily
 from trainpipe_trainer.models.transformer.params import validate_transformer_params
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class TransformerFamily(ModelFamily):
                                     "{<column>: {type: text}}) tokenised by its pretrained folder's tokenizer")
         return build_network(str(folder), params, data)
 
-    def loss(self, task: str) -> Any:
+    def loss(self, task: str) -> LossFn | None:
         if task == "causal_lm":
             from trainpipe_trainer.losses import token_cross_entropy_loss
 

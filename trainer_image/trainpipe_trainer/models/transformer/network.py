@@ -42,11 +42,6 @@ class TransformerNetwork(nn.Module):
         return self.model(input_ids=input_ids, attention_mask=present.long()).logits
 
 
-def hf_model(network: nn.Module) -> Any:
-    """The Hugging Face model inside a built module (the LoRA wrapper's base model merged by the caller)."""
-    return network.model
-
-
 def build_network(folder: str, params: dict[str, Any], data: DataDescription) -> TransformerNetwork:
     """From the folder ``save_pretrained`` wrote; a new head (classification) from torch's generator, which the
     harness seeded: every rank builds the same weights."""
