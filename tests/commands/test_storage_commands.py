@@ -71,16 +71,23 @@ def test_demo_data_writes_to_the_s3_root_and_no_local_folder(endpoint, tmp_path)
     done = _trainpipe(["demo-data", "--drift", "amount", "--force", "--end", "2026-06-30"], env, work)
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[:4] == [
+    assert done.stdout.splitlines()[:6] == [
         f"transactions: {ROOT}/demo/transactions/transactions.parquet (connection {CONN_ID})",
         f"clicks: {ROOT}/demo/clicks/clicks.parquet (connection {CONN_ID})",
         f"digits: {ROOT}/demo/digits/digits.parquet (connection {CONN_ID})",
         f"tickets: {ROOT}/demo/tickets/tickets.parquet (connection {CONN_ID})",
+        f"instructions: {ROOT}/demo/instructions/instructions.parquet (connection {CONN_ID})",
+        f"tiny-lm: {ROOT}/demo/models/tiny-lm (connection {CONN_ID})",
     ]
     assert set(_objects(endpoint, "storage/demo/")) == {"storage/demo/transactions/transactions.parquet",
                                                         "storage/demo/clicks/clicks.parquet",
                                                         "storage/demo/digits/digits.parquet",
-                                                        "storage/demo/tickets/tickets.parquet"}
+                                                        "storage/demo/tickets/tickets.parquet",
+                                                        "storage/demo/instructions/instructions.parquet",
+                                                        *(f"storage/demo/models/tiny-lm/{name}" for name in (
+                                                            "config.json", "generation_config.json",
+                                                            "model.safetensors", "tokenizer.json",
+                                                            "tokenizer_config.json"))}
     assert list(work.iterdir()) == []  # no folder named "s3:"
     # The stored data is the drifted day: the same bytes a local run writes.
     local = _trainpipe(["demo-data", "--drift", "amount", "--end", "2026-06-30", "--out", str(tmp_path / "local")],

@@ -23,6 +23,7 @@ from trainpipe.demo.synthetic import (
     TRANSACTION_REGIONS,
     generate_clicks,
     generate_digits,
+    generate_instructions,
     generate_tickets,
     generate_transactions,
     write_demo_data,
@@ -197,28 +198,46 @@ def test_write_demo_data_round_trips_and_is_idempotent(tmp_path: Path) -> None:
         "clicks": str(tmp_path / "clicks" / "clicks.parquet"),
         "digits": str(tmp_path / "digits" / "digits.parquet"),
         "tickets": str(tmp_path / "tickets" / "tickets.parquet"),
+        "instructions": str(tmp_path / "instructions" / "instructions.parquet"),
+        "tiny-lm": str(tmp_path / "models" / "tiny-lm"),
     }
     pd.testing.assert_frame_equal(pd.read_parquet(paths["transactions"]), generate_transactions(end=END))
     pd.testing.assert_frame_equal(pd.read_parquet(paths["clicks"]), generate_clicks(end=END))
     pd.testing.assert_frame_equal(pd.read_parquet(paths["digits"]), generate_digits(end=END))
     pd.testing.assert_frame_equal(pd.read_parquet(paths["tickets"]), generate_tickets(end=END))
+    pd.testing.assert_frame_equal(pd.read_parquet(paths["instructions"]), generate_instructions(end=END))
+    model_files = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                   "tokenizer_config.json"]
+    assert sorted(p.name for p in Path(paths["tiny-lm"]).iterdir()) == model_files
 
-    stamps = {name: os.stat(path).st_mtime_ns for name, path in paths.items()}
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    stamps = {path: os.stat(path).st_mtime_ns for path in written}
     assert write_demo_data(str(tmp_path), end=END) == paths
-    assert {name: os.stat(path).st_mtime_ns for name, path in paths.items()} == stamps
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["clicks", "clicks.parquet", "digits", "digits.parquet",
-                                                           "tickets", "tickets.parquet", "transactions",
-                                                           "transactions.parquet"]
+    # The same bytes again (the model's weights and tokenizer included): nothing is rewritten.
+    assert {path: os.stat(path).st_mtime_ns for path in written} == stamps
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted([
+        "clicks", "clicks.parquet", "digits", "digits.parquet", "instructions", "instructions.parquet", "models",
+        "tickets", "tickets.parquet", "tiny-lm", "transactions", "transactions.parquet", *model_files])
+
+
+def test_the_instruction_pairs_ask_for_each_tickets_queue() -> None:
+    tickets, instructions = generate_tickets(end=END), generate_instructions(end=END)
+    assert len(instructions) == len(tickets)
+    assert list(instructions.columns) == ["event_time", "prompt", "completion"]
+    assert (instructions["completion"] == " " + tickets["queue"] + ".").all()
+    assert all(prompt.startswith(f"Ticket: {subject}. ")
+               for prompt, subject in zip(instructions["prompt"], tickets["subject"], strict=True))
+    assert instructions["prompt"].str.endswith("\nWhich team handles it?").all()
 
 
 def test_write_demo_data_refuses_different_content_without_force(tmp_path: Path) -> None:
     paths = write_demo_data(tmp_path, end=END)
-    before = {name: Path(path).read_bytes() for name, path in paths.items()}
+    before = {name: Path(path).read_bytes() for name, path in paths.items() if Path(path).is_file()}
     later = END + timedelta(days=1)
 
     with pytest.raises(StorageConflictError, match=r"transactions\.parquet: already exists with different content; pass --force"):
         write_demo_data(tmp_path, end=later)
-    assert {name: Path(path).read_bytes() for name, path in paths.items()} == before
+    assert {name: Path(path).read_bytes() for name, path in paths.items() if Path(path).is_file()} == before
 
     write_demo_data(tmp_path, end=later, force=True)
     pd.testing.assert_frame_equal(pd.read_parquet(paths["transactions"]), generate_transactions(end=later))
@@ -251,6 +270,8 @@ def test_cli_writes_then_skips_then_refuses(tmp_path: Path) -> None:
         f"written     clicks: {tmp_path / 'clicks' / 'clicks.parquet'} (30000 rows, end 2026-01-01)",
         f"written     digits: {tmp_path / 'digits' / 'digits.parquet'} (1797 rows, end 2026-01-01)",
         f"written     tickets: {tmp_path / 'tickets' / 'tickets.parquet'} (4000 rows, end 2026-01-01)",
+        f"written     instructions: {tmp_path / 'instructions' / 'instructions.parquet'} (4000 rows, end 2026-01-01)",
+        f"written     tiny-lm: {tmp_path / 'models' / 'tiny-lm'} (5 files)",
     ]
     pd.testing.assert_frame_equal(
         pd.read_parquet(tmp_path / "transactions" / "transactions.parquet"), generate_transactions(end=END)
@@ -266,7 +287,10 @@ def test_cli_writes_then_skips_then_refuses(tmp_path: Path) -> None:
 
     forced = _run_cli("--out", str(tmp_path), "--end", "2026-01-02", "--force")
     assert forced.returncode == 0
-    assert all(line.startswith("overwritten ") for line in forced.stdout.splitlines())
+    *tables, model = forced.stdout.splitlines()
+    assert all(line.startswith("overwritten ") for line in tables)
+    # The tickets' words do not depend on the end date: the model trained on them is the same.
+    assert model.startswith("unchanged   tiny-lm: ")
 
 
 def test_cli_rejects_bad_end(tmp_path: Path) -> None:

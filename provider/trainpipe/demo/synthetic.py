@@ -7,6 +7,10 @@
 * :func:`generate_tickets`: support tickets (subject and body text, a channel) and the queue that
   resolved them, for the ticket router (text, multiclass). Synthetic: no public text table ships with
   the packages trainpipe installs, so ``benchmarks/text_accuracy.py`` measures on real ones.
+* :func:`generate_instructions`: the tickets as an instruction table (a ``prompt`` asking which team handles a
+  ticket, the ``completion`` naming its queue), for the instruction fine-tune (``task: causal_lm``).
+* :func:`tiny_model_files`: a small language model (a two-layer GPT-2, randomly initialised, and a tokenizer
+  trained on the tickets' text): the ``model.pretrained`` folder of the transformer examples. Nothing downloads.
 * :func:`write_demo_data`: writes them as Parquet under a local directory, never silently
   overwriting a file whose content differs.
 
@@ -20,8 +24,13 @@ numpy and pandas are imported inside the functions so importing this module stay
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib.util
+import json
 import os
+import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -78,8 +87,13 @@ DEMO_FILES: dict[str, str] = {
     "clicks": "clicks/clicks.parquet",
     "digits": "digits/digits.parquet",
     "tickets": "tickets/tickets.parquet",
+    "instructions": "instructions/instructions.parquet",
 }
 """Dataset name -> path relative to the root given to :func:`write_demo_data`."""
+
+DEMO_MODEL = "models/tiny-lm"
+"""The small language model's folder (``save_pretrained``: weights and tokenizer), relative to the same root."""
+_DEMO_MODEL_NAME = "tiny-lm"
 
 _SECONDS_PER_DAY = 86_400
 _DOC_CORPUS_SIZE = 1_000_000
@@ -367,6 +381,54 @@ def drift_feature(frame: pd.DataFrame, feature: str, *, seed: int = 0) -> pd.Dat
     return out
 
 
+def generate_instructions(*, end: datetime) -> pd.DataFrame:
+    """Instruction pairs, one per ticket of :func:`generate_tickets`: ``event_time``, ``prompt`` (the ticket's
+    subject and the start of its body, with the question) and ``completion`` (a space and its queue, then a full
+    stop): what the instruction fine-tune of a small language model learns to answer."""
+    return instructions_from_tickets(generate_tickets(end=end))
+
+
+def instructions_from_tickets(tickets: pd.DataFrame) -> pd.DataFrame:
+    """The instruction pairs of :func:`generate_instructions`, from a tickets frame."""
+    openings = tickets["body"].str.split().str[:12].str.join(" ")
+    return tickets.assign(
+        prompt="Ticket: " + tickets["subject"] + ". " + openings + "\nWhich team handles it?",
+        completion=" " + tickets["queue"] + ".",
+    )[["event_time", "prompt", "completion"]]
+
+
+# Each model written in this process, by its inputs: tests and a long-lived caller pay the trainer's start once.
+_TINY_MODELS: dict[str, dict[str, bytes]] = {}
+
+
+def tiny_model_files(texts: list[str], *, seed: int = 0) -> dict[str, bytes] | None:
+    """The files of a small causal language model whose tokenizer is trained on ``texts`` (a byte-level BPE of
+    1,024 tokens, a two-layer GPT-2 64 wide, initialised from ``seed``): file name -> bytes, the same bytes for
+    the same arguments. None where the trainer's ``[transformers]`` extra is not installed.
+
+    The trainer writes it, in a process of its own: the provider imports no torch.
+    """
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("trainpipe_trainer") is None:
+        return None
+    key = hashlib.sha256(json.dumps([seed, texts]).encode()).hexdigest()
+    if key not in _TINY_MODELS:
+        _TINY_MODELS[key] = _write_tiny_model(texts, seed=seed)
+    return dict(_TINY_MODELS[key])
+
+
+def _write_tiny_model(texts: list[str], *, seed: int) -> dict[str, bytes]:
+    with tempfile.TemporaryDirectory(prefix="trainpipe-tiny-lm-") as work:
+        texts_file, folder = Path(work) / "texts.json", Path(work) / "model"
+        texts_file.write_text(json.dumps(texts), encoding="utf-8")
+        done = subprocess.run(
+            [sys.executable, "-m", "trainpipe_trainer.models.transformer.tiny", "--texts", str(texts_file),
+             "--out", str(folder), "--seed", str(seed), "--vocab-size", "1024", "--n-embd", "64"],
+            capture_output=True, text=True, check=False, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+        if done.returncode != 0:
+            raise RuntimeError(f"writing the demo language model failed: {done.stderr.strip()[-2000:]}")
+        return {path.name: path.read_bytes() for path in sorted(folder.iterdir()) if path.is_file()}
+
+
 WriteStatus = Literal["written", "unchanged", "overwritten"]
 
 
@@ -443,27 +505,40 @@ def _write_demo_data(
         "digits": generate_digits(end=end),
         "tickets": generate_tickets(end=end),
     }
+    frames["instructions"] = instructions_from_tickets(frames["tickets"])
     if drift is not None:
         # The transactions only: the drift walkthrough in docs/data-checks.md runs the fraud pipeline.
         frames["transactions"] = drift_feature(frames["transactions"], drift)
     encoded = {name: _parquet_bytes(df) for name, df in frames.items()}
-    results: dict[str, tuple[str, WriteStatus, int]] = {}
+    tickets, instructions = frames["tickets"], frames["instructions"]
+    model = tiny_model_files([*tickets["subject"], *tickets["body"], *instructions["prompt"],
+                              *instructions["completion"]])
+    targets = [(root_path / DEMO_FILES[name], data) for name, data in encoded.items()]
+    if model is not None:
+        targets += [(root_path / DEMO_MODEL / file_name, data) for file_name, data in model.items()]
     # Check every target before writing any, so a conflict leaves the directory as it was.
     if not force:
-        for name, data in encoded.items():
-            path = root_path / DEMO_FILES[name]
+        for path, data in targets:
             if path.exists() and not _same_content(path, data):
                 raise _conflict(path)
+    results: dict[str, tuple[str, WriteStatus, int]] = {}
     for name, data in encoded.items():
         path = root_path / DEMO_FILES[name]
         results[name] = (_shown(path), _write_file(path, data, force=force), len(frames[name]))
+    if model is not None:
+        statuses = {_write_file(root_path / DEMO_MODEL / file_name, data, force=force)
+                    for file_name, data in model.items()}
+        status: WriteStatus = "overwritten" if "overwritten" in statuses else \
+            "written" if "written" in statuses else "unchanged"
+        results[_DEMO_MODEL_NAME] = (_shown(root_path / DEMO_MODEL), status, len(model))
     return results
 
 
 def write_demo_data(root: str | os.PathLike[str] | ObjectStoragePath, *, end: datetime, force: bool = False,
                     drift: str | None = None) -> dict[str, str]:
-    """Write ``transactions/transactions.parquet``, ``clicks/clicks.parquet``, ``digits/digits.parquet`` and
-    ``tickets/tickets.parquet`` under ``root``.
+    """Write ``transactions/transactions.parquet``, ``clicks/clicks.parquet``, ``digits/digits.parquet``,
+    ``tickets/tickets.parquet`` and ``instructions/instructions.parquet`` under ``root``, and the small language
+    model's folder ``models/tiny-lm`` where the trainer's ``[transformers]`` extra is installed.
 
     Each is generated with their default sizes and seeds and the given ``end``; with ``drift``,
     that transactions column drifted (:func:`drift_feature`). A file that
@@ -485,7 +560,8 @@ def _parse_end(text: str) -> datetime:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m trainpipe.demo.synthetic",
-        description="Write the deterministic demo datasets (transactions, clicks, digits, tickets) as Parquet.",
+        description="Write the deterministic demo datasets (transactions, clicks, digits, tickets, instructions) as "
+                    "Parquet, and a small language model's folder.",
     )
     parser.add_argument("--out", required=True, help="local directory to write under")
     parser.add_argument(
@@ -502,8 +578,9 @@ def main(argv: list[str] | None = None) -> int:
     except StorageConflictError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    for name, (path, status, rows) in results.items():
-        print(f"{status:<11} {name}: {path} ({rows} rows, end {end:%Y-%m-%d})")
+    for name, (path, status, count) in results.items():
+        what = f"{count} files" if name == _DEMO_MODEL_NAME else f"{count} rows, end {end:%Y-%m-%d}"
+        print(f"{status:<11} {name}: {path} ({what})")
     return 0
 
 
