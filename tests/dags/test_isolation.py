@@ -130,7 +130,8 @@ def test_a_dag_that_fails_to_build_is_its_spec_files_error(configs_with_one_brok
     result = register_dags(namespace, configs_with_one_broken, settings=Settings.from_env())
 
     assert set(namespace) == {"digit_classifier", "fraud_detector", "fraud_detector_approval",
-                              "fraud_detector_multinode", "fraud_detector_tuned", "search_ranker_nightly", "ticket_router"}
+                              "fraud_detector_multinode", "fraud_detector_tuned", "search_ranker_nightly", "ticket_assistant",
+                              "ticket_intent", "ticket_router"}
     assert set(result.errors) == {"dag_configs/broken_one.yaml", "dag_configs/search_ranker_gpu.yaml"}
     assert str(result.errors["dag_configs/search_ranker_gpu.yaml"]) == (
         "dag_configs/search_ranker_gpu.yaml:1:1: trainpipe could not compile this file (ValueError: bad schedule for "

@@ -14,7 +14,8 @@ from .helpers import SPECS, AirflowClient, RunningStack, spec_yaml, wait_for
 pytestmark = pytest.mark.stack
 
 EXAMPLES = {"digit_classifier", "fraud_detector", "fraud_detector_approval", "fraud_detector_multinode",
-            "fraud_detector_tuned", "search_ranker_gpu", "search_ranker_nightly", "ticket_router"}
+            "fraud_detector_tuned", "search_ranker_gpu", "search_ranker_nightly", "ticket_assistant", "ticket_intent",
+            "ticket_router"}
 # The dag-processor re-reads the DAG files every 10 s (AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL
 # in tools/stack/trainpipe_stack.py); this bound only says "it cannot hang", docs/operations.md states the measured figure.
 DROP_BOUND_SECONDS = 60
