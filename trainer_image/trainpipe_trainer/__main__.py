@@ -52,11 +52,12 @@ def main(argv: list[str] | None = None) -> int:
 def _run(config_uri: str, watcher: PreemptionWatcher, phases: LaunchPhases) -> int:
     try:
         config = load_config(config_uri)
+        from trainpipe_trainer.models import text_tokenizer_of
         from trainpipe_trainer.splits import read_in_background
 
         # Read while torch imports: the parquet decode and array work release the GIL (about 1 s of
         # a 2-core launch). Torch is imported only now: a bad config fails fast, before it loads.
-        splits = read_in_background(config)
+        splits = read_in_background(config, text_tokenizer_of)
         if os.environ.get("RANK", "0") == "0":
             # Rank 0 tracks: MLflow starts in its own process now, on another core while torch imports.
             from trainpipe_trainer.tracking.mlflow_process import MlflowStore

@@ -20,6 +20,7 @@ from torch.utils.data import Sampler, TensorDataset
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import TrainerDataError
+from trainpipe_trainer.models import text_tokenizer_of
 from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
 from trainpipe_trainer.splits import Splits, read_splits
 
@@ -69,7 +70,7 @@ class TrainingData:
 def load_training_data(config: TrainingConfig, pending: Future[Splits] | None = None) -> TrainingData:
     """The config's training data as tensors: from ``pending`` (read in the background since the launch
     began) or read now."""
-    return TrainingData(split=pending.result() if pending is not None else read_splits(config))
+    return TrainingData(split=pending.result() if pending is not None else read_splits(config, text_tokenizer_of))
 
 
 class GlobalOrderSampler(Sampler[int]):

@@ -8,6 +8,7 @@ imports of the launch (``data`` then wraps the arrays as tensors without a copy)
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,9 @@ from trainpipe_trainer.preprocessing import (
     label_values,
     require_columns,
 )
+
+# The model family's tokenizer for a config's text columns, or None (``models.text_tokenizer_of``).
+TokenizerOf = Callable[[TrainingConfig], TextTokenizer | None]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -48,14 +52,17 @@ class Splits:
     classes: tuple[str, ...] = ()
 
 
-def read_in_background(config: TrainingConfig) -> Future[Splits]:
+def read_in_background(config: TrainingConfig, text_tokenizer: TokenizerOf | None = None) -> Future[Splits]:
     """``read_splits`` in a daemon thread; its error (a ``TrainerDataError``) is raised where the result
-    is taken, as if read there. Daemon: a launch that fails before taking it does not wait for it."""
+    is taken, as if read there. Daemon: a launch that fails before taking it does not wait for it.
+
+    A family's tokenizer (``text_tokenizer``) is loaded in the thread too: its folder's copy overlaps the
+    launch's imports (it imports torch itself, only for a family that has one)."""
     future: Future[Splits] = Future()
 
     def read() -> None:
         try:
-            future.set_result(read_splits(config))
+            future.set_result(read_splits(config, text_tokenizer))
         except BaseException as err:  # handed to the thread that takes the result
             future.set_exception(err)
 
@@ -168,33 +175,12 @@ def _arrays(frame: pd.DataFrame, config: TrainingConfig, transformer: FeatureTra
     return features, labels
 
 
-def family_text_tokenizer(config: TrainingConfig) -> TextTokenizer | None:
-    """The model family's tokenizer for text columns (``ModelFamily.text_tokenizer``), or None for hashed words.
+def read_splits(config: TrainingConfig, text_tokenizer: TokenizerOf | None = None) -> Splits:
+    """The training (and validation) split as arrays, with the transforms fitted on the rows trained on.
 
-    Asked only when there is text to tokenise (a text transform, or causal_lm), so a numeric run never loads
-    its family here. causal_lm needs one: its inputs are token sequences."""
-    if config.task != "causal_lm" and not any(t.type == "text" for t in config.transforms):
-        return None
-    from trainpipe_trainer.models import load_family
-
-    family = load_family(config.model.type)
-    params = family.validate_params(config.model.params)
-    tokenizer = family.text_tokenizer(config.model, params, storage_options=config.storage_options)
-    if config.task == "causal_lm":
-        if tokenizer is None:
-            raise TrainerInputError(f"task: causal_lm needs a model family that tokenises text (model.type: "
-                                    f"transformer); the {config.model.type!r} family does not")
-        text = [t.feature for t in config.feature_transforms() if t.type == "text"]
-        if len(config.features) != 1 or len(text) != 1:
-            raise TrainerInputError(
-                f"features: causal_lm reads one text column (the prompt, or the whole text) declared as "
-                f"transforms: {{type: text}}, got features {', '.join(map(repr, config.features))}"
-                f"{' (none declared text)' if not text else ''}; put the completion in label")
-    return tokenizer
-
-
-def read_splits(config: TrainingConfig) -> Splits:
-    """The training (and validation) split as arrays, with the transforms fitted on the rows trained on."""
+    ``text_tokenizer``: how to find the model family's own tokenizer for text columns
+    (``models.text_tokenizer_of``, passed in by the caller: this module imports no family, as no torch); None
+    or its None: the hashed words of ``preprocessing.TextEncoder``."""
     source = config.train_data_uri
     frame = read_parquet(source, config.storage_options)
     if frame.empty:
@@ -205,8 +191,11 @@ def read_splits(config: TrainingConfig) -> Splits:
         if frame[config.group_column].isna().any():
             raise TrainerDataError(f"{source}: group column {config.group_column!r} has missing query ids")
     classes = label_classes(frame, config, source=source)
-    # A family's own tokenizer for its text columns (None: hashed words); loaded only for text or causal_lm.
-    tokenizer = family_text_tokenizer(config)
+    # A family's own tokenizer for its text columns (None: hashed words).
+    tokenizer = text_tokenizer(config) if text_tokenizer is not None else None
+    if config.task == "causal_lm" and tokenizer is None:
+        raise TrainerInputError(f"task: causal_lm needs a model family that tokenises text (model.type: "
+                                f"transformer); the {config.model.type!r} family does not")
     held_out = validation_mask(frame, config)
     if not held_out.any():
         # Nothing held out: the split is the whole file, fitted and checked in one pass.

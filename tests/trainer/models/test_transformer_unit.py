@@ -19,7 +19,7 @@ from tests.trainer.helpers import file_digests
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.errors import TrainerDataError, TrainerInputError
 from trainpipe_trainer.losses import make_loss_fn, token_cross_entropy_loss
-from trainpipe_trainer.models import DataDescription, FamilyParamsError, load_family
+from trainpipe_trainer.models import DataDescription, FamilyParamsError, load_family, text_tokenizer_of
 from trainpipe_trainer.models.transformer import TransformerFamily
 from trainpipe_trainer.models.transformer.params import validate_transformer_params
 from trainpipe_trainer.models.transformer.tiny import write_tiny_model
@@ -74,7 +74,7 @@ def test_causal_lm_sequences_train_on_the_completion_only(tmp_path: Path, tiny: 
     frame = pd.DataFrame({"prompt": ["my invoice", "the app", "refund", "login"],
                           "answer": [" billing", " tech", " billing", None]})
     split = read_splits(_config(tmp_path, tiny, frame, checkpoint={"root_uri": (tmp_path / "ck").as_uri(),
-                                                                   "keep_best": False}))
+                                                                   "keep_best": False}), text_tokenizer_of)
     inputs, targets = split.train
     assert inputs.shape == targets.shape == (4, 16) and inputs.dtype == np.float32 and targets.dtype == np.int64
     tokenizer = split.transformer.text_tokenizer.tokenizer
@@ -96,7 +96,7 @@ def test_plain_lm_trains_on_every_next_token_and_long_texts_are_cut(tmp_path: Pa
     frame = pd.DataFrame({"text": ["refund my invoice", long]})
     config = _config(tmp_path, tiny, frame, features=["text"], label="", transforms=[{"feature": "text", "type": "text"}],
                      checkpoint={"root_uri": (tmp_path / "ck").as_uri(), "keep_best": False})
-    inputs, targets = read_splits(config).train
+    inputs, targets = read_splits(config, text_tokenizer_of).train
     n = int((inputs[0] > 0).sum())
     np.testing.assert_array_equal(targets[0, :n - 1], inputs[0, 1:n] - 1)
     assert (targets[0, n - 1:] == IGNORED_TARGET).all()
@@ -107,13 +107,13 @@ def test_prompts_that_fill_max_length_leave_nothing_to_train_on(tmp_path: Path, 
     frame = pd.DataFrame({"prompt": [" ".join(TEXTS[:4])] * 4, "answer": [" billing"] * 4})
     with pytest.raises(TrainerDataError, match=r"no row has a token to train on within model.params.max_length "
                                                r"\(16\).*raise max_length or shorten the prompts in 'prompt'"):
-        read_splits(_config(tmp_path, tiny, frame))
+        read_splits(_config(tmp_path, tiny, frame), text_tokenizer_of)
 
 
 def test_causal_lm_needs_a_family_that_tokenises(tmp_path: Path, tiny: Path) -> None:
     frame = pd.DataFrame({"prompt": ["a b"], "answer": ["c"]})
     with pytest.raises(TrainerInputError, match=r"task: causal_lm needs a model family that tokenises text"):
-        read_splits(_config(tmp_path, tiny, frame, model={"type": "text_bag"}))
+        read_splits(_config(tmp_path, tiny, frame, model={"type": "text_bag"}), text_tokenizer_of)
 
 
 def test_the_token_loss_is_the_mean_over_target_tokens_only() -> None:
@@ -144,7 +144,7 @@ def _description(tmp_path: Path, tiny: Path, **overrides) -> tuple[TrainingConfi
                      label="label", transforms=[{"feature": "subject", "type": "text"},
                                                 {"feature": "body", "type": "text"}],
                      checkpoint={"root_uri": (tmp_path / "ck").as_uri(), "keep_best": False}, **overrides)
-    split = read_splits(config)
+    split = read_splits(config, text_tokenizer_of)
     return config, DataDescription.of(config.task, split.transformer, split.classes)
 
 

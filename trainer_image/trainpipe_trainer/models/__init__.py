@@ -19,9 +19,10 @@ from trainpipe_trainer.models.family import DataDescription, FamilyParamsError, 
 
 if TYPE_CHECKING:
     from trainpipe_trainer.config import TrainingConfig
+    from trainpipe_trainer.preprocessing import TextTokenizer
 
 __all__ = ["BUILT_IN_FAMILIES", "ENTRY_POINT_GROUP", "DataDescription", "FamilyNotFoundError", "FamilyParamsError",
-           "ModelFamily", "check_family_inputs", "family_provenance", "load_family"]
+           "ModelFamily", "check_family_inputs", "family_provenance", "load_family", "text_tokenizer_of"]
 
 ENTRY_POINT_GROUP = "trainpipe.models"
 # name (config.BUILT_IN_MODEL_TYPES) -> "module:class" of this package; an entry point never overrides one.
@@ -60,6 +61,26 @@ def check_family_inputs(family: ModelFamily, config: TrainingConfig) -> None:
         raise TrainerInputError(
             f"model.type: the {config.model.type!r} family does not read text columns, and transforms declare "
             f"{', '.join(map(repr, text))} as text; set model.type: text_bag (or a family that reads token ids)")
+
+
+def text_tokenizer_of(config: TrainingConfig) -> TextTokenizer | None:
+    """The model family's tokenizer for text columns (``ModelFamily.text_tokenizer``), or None for hashed words.
+
+    Asked only when there is text to tokenise (a text transform, or causal_lm), so a numeric run never loads
+    its family here. causal_lm needs one: its inputs are token sequences."""
+    if config.task != "causal_lm" and not any(t.type == "text" for t in config.transforms):
+        return None
+    family = load_family(config.model.type)
+    params = family.validate_params(config.model.params)
+    tokenizer = family.text_tokenizer(config.model, params, storage_options=config.storage_options)
+    if config.task == "causal_lm" and tokenizer is not None:
+        text = [t.feature for t in config.feature_transforms() if t.type == "text"]
+        if len(config.features) != 1 or len(text) != 1:
+            raise TrainerInputError(
+                f"features: causal_lm reads one text column (the prompt, or the whole text) declared as "
+                f"transforms: {{type: text}}, got features {', '.join(map(repr, config.features))}"
+                f"{' (none declared text)' if not text else ''}; put the completion in label")
+    return tokenizer
 
 
 def _entry_point(name: str) -> metadata.EntryPoint:
