@@ -142,6 +142,15 @@ def leave_usage_note(context: Any, plan: PipelinePlan, settings: Settings, resul
         leave_note(context["ti"], usage_note(usage, samples_per_second=result.samples_per_second))
 
 
+def run_training_key(inputs: TrainInputs) -> str:
+    """The run's training key (``state.training_cache``), the pretrained weights' fingerprint included."""
+    from trainpipe.state.training_cache import training_key
+    from trainpipe.steps.train.train import pretrained_fingerprint
+
+    return training_key(inputs.plan, inputs.snapshot, param_overrides=inputs.param_overrides,
+                        pretrained=pretrained_fingerprint(inputs.plan, task_settings()))
+
+
 def training_key_unless_cached(plan: PipelinePlan, context: Any, inputs: TrainInputs, *, client: Any, log: Any) -> str:
     """The run's training key (register tags the version with it); when a registered version already carries it
     (``training.cache``), leave the note and skip: evaluate, gate, register and promote follow. Every launcher
@@ -150,9 +159,9 @@ def training_key_unless_cached(plan: PipelinePlan, context: Any, inputs: TrainIn
 
     from trainpipe.errors import SpecError
     from trainpipe.state.run_notes import inputs_unchanged_note, leave_note
-    from trainpipe.state.training_cache import cached_version, forced, training_key
+    from trainpipe.state.training_cache import cached_version, forced
 
-    key = training_key(inputs.plan, inputs.snapshot, param_overrides=inputs.param_overrides)
+    key = run_training_key(inputs)
     try:
         force = forced(getattr(context.get("dag_run"), "conf", None))
     except SpecError as err:

@@ -102,11 +102,9 @@ def prepare_launch(operator: Any, context: Context) -> tuple[builders.TrainerLau
 
 def _training_key(plan: PipelinePlan, context: Context) -> str:
     """The run's training key again (``finish`` may run in another process than ``prepare_launch``)."""
-    from trainpipe.operators.context import train_inputs
-    from trainpipe.state.training_cache import training_key
+    from trainpipe.operators.context import run_training_key, train_inputs
 
-    inputs = train_inputs(plan, context)
-    return training_key(inputs.plan, inputs.snapshot, param_overrides=inputs.param_overrides)
+    return run_training_key(train_inputs(plan, context))
 
 
 def resources_for_try(plan: PipelinePlan, *, settings: Settings, airflow_run_id: str, try_number: int) -> TryResources:

@@ -43,8 +43,10 @@ class CachedVersion:
     trained_at: str
 
 
-def training_key(plan: PipelinePlan, snapshot: SnapshotInfo, *, param_overrides: dict[str, Any]) -> str:
-    """sha256 of the snapshot, the resume identity, the trainer's version or image, and the overrides."""
+def training_key(plan: PipelinePlan, snapshot: SnapshotInfo, *, param_overrides: dict[str, Any],
+                 pretrained: str | None = None) -> str:
+    """sha256 of the snapshot, the resume identity, the trainer's version or image, the overrides and, for a
+    family that starts from pretrained weights, their fingerprint (``steps.train.pretrained_fingerprint``)."""
     import trainpipe_trainer
     from trainpipe_trainer.resume import resume_identity
 
@@ -54,6 +56,8 @@ def training_key(plan: PipelinePlan, snapshot: SnapshotInfo, *, param_overrides:
                "image": plan.kubernetes.image if plan.kubernetes is not None else None}
     record = {"snapshot": snapshot.digest, "identity": identity.settings, "trainer": trainer,
               "overrides": param_overrides}
+    if pretrained is not None:  # absent otherwise: the versions already registered keep their keys
+        record["pretrained"] = pretrained
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -131,3 +131,31 @@ def test_a_causal_lm_s_inputs_are_its_text_columns_before_launch(tmp_path, root,
         check_training_inputs(plan, config, snapshot, settings=Settings.from_env())  # type: ignore[arg-type]
     [problem] = raised.value.problems
     assert problem.field_path == "training.label" and "completion" in problem.message
+
+
+def test_new_weights_in_the_same_folder_change_the_training_key(tmp_path, root):
+    """Unchanged inputs train nothing; new weights written where the spec points are new inputs."""
+    from trainpipe.state.datasets import SnapshotInfo
+    from trainpipe.state.training_cache import training_key
+    from trainpipe.steps.train.train import pretrained_fingerprint
+
+    plan = _plan(tmp_path, "models/tiny-gpt2")
+    snapshot = SnapshotInfo(digest="d" * 64, uri="file:///snapshot", train_uri="file:///snapshot/train.parquet",
+                            holdout_uri="file:///snapshot/holdout.parquet", rows=10, train_rows=8, holdout_rows=2,
+                            window_start=None, window_end=None, source_uri="file:///source.parquet")
+    settings = Settings.from_env()
+
+    def key() -> str:
+        return training_key(plan, snapshot, param_overrides={}, pretrained=pretrained_fingerprint(plan, settings))
+
+    first = key()
+    assert key() == first
+    weights = root / "models" / "tiny-gpt2" / "model.safetensors"
+    weights.write_bytes(b"weights")
+    second = key()
+    assert second != first
+    os.utime(weights, ns=(1, 1))  # rewritten (a copy of other weights), the same size
+    assert key() not in {first, second}
+    # A family without pretrained weights keeps the key it had before fingerprints existed.
+    assert training_key(plan, snapshot, param_overrides={}) == training_key(plan, snapshot, param_overrides={},
+                                                                            pretrained=None)

@@ -140,6 +140,27 @@ def pretrained_uri(plan: PipelinePlan, settings: Settings) -> str | None:
     return storage.fsspec_uri(path)
 
 
+def pretrained_fingerprint(plan: PipelinePlan, settings: Settings) -> str | None:
+    """What identifies the pretrained weights for the training key (None without them): each file of the folder
+    by its path, size and ETag (an object store) or modification time (a local folder), so new weights written to
+    the same folder train again. A Hub id is its name: copy a revision into storage to pin it."""
+    import hashlib
+
+    from trainpipe import uris
+
+    uri = pretrained_uri(plan, settings)
+    if uri is None or uris.is_hub(uri):
+        return uri
+    folder = storage.resolve_uri(uri, settings)
+    prefix = len(str(folder).rstrip("/")) + 1
+    entries = []
+    for path in sorted(folder.rglob("*"), key=str):
+        info = path.stat()
+        if info.get("type") == "file":
+            entries.append([str(path)[prefix:], info.get("size"), info.get("ETag") or info.get("mtime")])
+    return hashlib.sha256(json.dumps([uri, entries], default=str).encode()).hexdigest()
+
+
 def run_label_classes(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settings) -> tuple[str, ...]:
     """A multiclass run's classes: pinned in the spec, else those its dataset version recorded (a version
     recorded before classes were, or by a non-multiclass spec: read off its train and holdout splits)."""
