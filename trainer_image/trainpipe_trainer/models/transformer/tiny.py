@@ -20,7 +20,12 @@ def write_tiny_model(folder: Path, texts: Iterable[str], *, seed: int = 0, vocab
     """Write a tokenizer trained on ``texts`` and a randomly initialised GPT-2 causal LM into ``folder``."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from trainpipe_trainer.models.transformer.loading import import_transformers, quiet_transformers
+
+    transformers = import_transformers()
+    GPT2Config, GPT2LMHeadModel = transformers.GPT2Config, transformers.GPT2LMHeadModel
+    PreTrainedTokenizerFast = transformers.PreTrainedTokenizerFast
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -40,8 +45,9 @@ def write_tiny_model(folder: Path, texts: Iterable[str], *, seed: int = 0, vocab
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = GPT2LMHeadModel(config)
-    model.save_pretrained(folder, safe_serialization=True)
-    fast.save_pretrained(folder)
+    with quiet_transformers():  # no progress bar in a demo's or a test's output
+        model.save_pretrained(folder, safe_serialization=True)
+        fast.save_pretrained(folder)
     return folder
 
 
