@@ -157,14 +157,14 @@ def test_the_causal_lm_under_zero3_serves_a_completion_and_token_losses(
     pd.testing.assert_frame_equal(model.predict(prompts), generated)  # greedy: the same every time
     rows = prompts.assign(answer=[" billing", " tech"])
     scored = model.predict(rows, params={"score": "token_loss"})
-    assert list(scored.columns) == ["token_loss", "target_tokens"]
-    assert (scored["token_loss"] > 0).all()
+    assert list(scored.columns) == ["loss_sum", "tokens", "correct"]
+    assert (scored["loss_sum"] > 0).all() and (scored["correct"] <= scored["tokens"]).all()
     # The completion's tokens and the end token are the targets.
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tables.pretrained)
     expected = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) + 1 for a in rows["answer"]]
-    assert scored["target_tokens"].tolist() == expected
+    assert scored["tokens"].tolist() == expected
 
 
 def test_a_zero3_causal_lm_rank_killed_after_a_commit_resumes_to_the_uninterrupted_weights(

@@ -3,9 +3,11 @@
 Classifiers answer as every family's served model (``serving.outputs``): P(label = 1) for binary, the value for
 regression, ``label`` and ``probability_<class>`` for multiclass. A causal LM answers ``completion``: the greedy
 continuation (at most ``max_new_tokens`` tokens, deterministic) of the text column; with the predict param
-``{"score": "token_loss"}`` it answers, per row of text (and completion, the label column), ``token_loss``
-(the summed next-token cross-entropy over the row's target tokens, in nats) and ``target_tokens`` (their
-number): the holdout perplexity of a model is ``exp(sum(token_loss) / sum(target_tokens))``.
+``{"score": "token_loss"}`` it answers, per row of text (and completion, the label column), ``loss_sum`` (the
+summed next-token cross-entropy over the row's target tokens, in nats), ``tokens`` (their number) and
+``correct`` (how many of them were the most probable token): the issue's agreed names, what the evaluate step
+reads. A holdout perplexity is ``exp(sum(loss_sum) / sum(tokens))``, its token accuracy
+``sum(correct) / sum(tokens)``.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ FORMAT_VERSION = 1
 MODEL_ARTIFACT = "model"  # the save_pretrained folder (weights, config, tokenizer)
 META_ARTIFACT = "meta"  # trainpipe.json: task, columns, classes, lengths, where the weights started from
 COMPLETION_COLUMN = "completion"
-TOKEN_LOSS_COLUMN = "token_loss"
-TARGET_TOKENS_COLUMN = "target_tokens"
+LOSS_SUM_COLUMN = "loss_sum"
+TOKENS_COLUMN = "tokens"
+CORRECT_COLUMN = "correct"
 # Predict params (MLflow pyfunc ``params``): what a causal LM answers.
 SCORE_PARAM = "score"
 SCORES = ("completion", "token_loss")
@@ -101,6 +104,7 @@ class TransformerScorer:
         completions = frame[label].to_numpy(dtype=object) if label else None
         inputs, targets = self.tokenizer.sequences(frame[self.meta["features"][0]].to_numpy(dtype=object), completions)
         losses = np.zeros(len(frame), dtype=np.float64)
+        correct = np.zeros(len(frame), dtype=np.int64)
         with torch.no_grad():
             for begin in range(0, len(inputs), BATCH_ROWS):
                 batch = torch.from_numpy(inputs[begin:begin + BATCH_ROWS].astype(np.float32))
@@ -110,8 +114,11 @@ class TransformerScorer:
                     logits.reshape(-1, logits.shape[-1]), wanted.reshape(-1), ignore_index=IGNORED_TARGET,
                     reduction="none").reshape(wanted.shape)
                 losses[begin:begin + len(batch)] = per_token.double().sum(dim=1).numpy()
+                right = (logits.argmax(dim=-1) == wanted) & (wanted != IGNORED_TARGET)
+                correct[begin:begin + len(batch)] = right.sum(dim=1).numpy()
         counts = (targets != IGNORED_TARGET).sum(axis=1).astype(np.int64)
-        return pd.DataFrame({TOKEN_LOSS_COLUMN: losses, TARGET_TOKENS_COLUMN: counts}, index=frame.index)
+        return pd.DataFrame({LOSS_SUM_COLUMN: losses, TOKENS_COLUMN: counts, CORRECT_COLUMN: correct},
+                            index=frame.index)
 
     def _generate(self, frame: pd.DataFrame) -> pd.DataFrame:
         tokenizer, model = self.tokenizer, self.network.model
