@@ -40,6 +40,12 @@ PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 # A multiclass model's served output: the predicted class, then one probability per class (in class order).
 PREDICTED_LABEL_COLUMN = "label"
 PROBABILITY_COLUMN_PREFIX = "probability_"
+# A causal LM's served answers: its completion by default; with the predict params TOKEN_SCORE_PARAMS, per row the
+# summed cross-entropy of its target tokens (nats), their number, and how many of them it ranked first (what the
+# evaluate step's holdout perplexity and token accuracy are summed from).
+COMPLETION_COLUMN = "completion"
+TOKEN_SCORE_PARAMS: dict[str, str] = {"score": "token_loss"}
+TOKEN_SCORE_COLUMNS: tuple[str, str, str] = ("loss_sum", "tokens", "correct")
 # How many classes a multiclass label may have: a class is a softmax output and a row of the confusion matrix.
 MAX_LABEL_CLASSES = 1000
 

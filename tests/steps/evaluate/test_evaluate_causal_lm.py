@@ -230,25 +230,20 @@ def test_the_perplexity_check_is_a_gate_outcome_like_the_others():
     assert perplexity_outcome(8.0, 8.0).passed  # a tie keeps the run going
 
 
-def test_the_trainer_s_served_column_names_are_read_too_and_accuracy_needs_its_counts(tmp_path, monkeypatch):
-    """The trainer's served model (models.transformer.served) answers token_loss and target_tokens, without the
-    right-token count: perplexity and loss are computed; token_accuracy is refused, naming what is missing."""
+def test_an_answer_without_the_right_token_count_is_refused_naming_the_columns(tmp_path, monkeypatch):
+    """Every served causal LM answers loss_sum, tokens and correct (trainpipe_trainer.config.TOKEN_SCORE_COLUMNS):
+    one without the right-token count is not a model of this trainer, and the run stops saying what it lacks."""
     holdout = _holdout()
-    output = served(1.0, len(holdout)).rename(columns={"loss_sum": "token_loss", "tokens": "target_tokens"})
-    output = output.drop(columns="correct")
-    scores = token_scores(output, model_uri=CANDIDATE_URI, rows=len(holdout))
-    assert metrics.compute_metrics("causal_lm", ["perplexity", "loss"], y_true=[], y_score=scores) == \
-        pytest.approx({"perplexity": math.e, "loss": 1.0})
+    output = served(1.0, len(holdout)).drop(columns="correct")
 
-    with pytest.raises(metrics.MetricInputError, match="no 'correct' column"):
+    with pytest.raises(ModelOutputError, match="columns loss_sum, tokens, correct per row"):
         _evaluate(tmp_path, _Hook({CANDIDATE_URI: output}), _plan([]), holdout, monkeypatch)
 
 
 @pytest.mark.integration  # imports transformers and loads a model: ~10 s
 def test_the_trainer_s_own_served_causal_lm_is_evaluated(tmp_path, monkeypatch):
     """The trainer's served model (models.transformer.served) over a tiny GPT-2 written here, untrained: the
-    evaluation asks it for token scores of the raw text and gets a perplexity from them. What it does not count
-    (right tokens) leaves token_accuracy out: the spec here asks for perplexity and loss only."""
+    evaluation asks it for token scores of the raw text and gets its perplexity, loss and token accuracy."""
     pytest.importorskip("transformers")
     import json as jsonlib
 
@@ -273,10 +268,12 @@ def test_the_trainer_s_own_served_causal_lm_is_evaluated(tmp_path, monkeypatch):
     hook = _Hook({})
     hook.models[CANDIDATE_URI] = _Served(None)
     plan = EvaluationPlan(task="causal_lm", features=("prompt",), label="completion", group_column=None,
-                          metrics=("perplexity", "loss"), decision_threshold=0.5, text_features=("prompt",), gates=())
+                          metrics=("perplexity", "loss", "token_accuracy"), decision_threshold=0.5,
+                          text_features=("prompt",), gates=())
 
     result = _evaluate(tmp_path, hook, plan, holdout, monkeypatch)
 
     # Untrained over a vocabulary of ~300: about as perplexed as a uniform guess, and exp(loss) either way.
     assert 10 < result["candidate"]["perplexity"] < 2000
     assert result["candidate"]["perplexity"] == pytest.approx(math.exp(result["candidate"]["loss"]))
+    assert 0 <= result["candidate"]["token_accuracy"] < 0.5

@@ -20,7 +20,12 @@ from trainpipe.plan.tracking import GATES_PASSED_TAG
 from trainpipe.settings import Settings
 from trainpipe.steps.evaluate import metrics
 from trainpipe.steps.evaluate.gate_table import CLASSES_REFERENCE
-from trainpipe_trainer.config import PREDICTED_LABEL_COLUMN, PROBABILITY_COLUMN_PREFIX
+from trainpipe_trainer.config import (
+    PREDICTED_LABEL_COLUMN,
+    PROBABILITY_COLUMN_PREFIX,
+    TOKEN_SCORE_COLUMNS,
+    TOKEN_SCORE_PARAMS,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,13 +38,6 @@ log = logging.getLogger(__name__)
 
 MULTICLASS = "multiclass_classification"
 CAUSAL_LM = "causal_lm"
-# What the evaluation asks a causal LM's served pyfunc for: per holdout row, the summed cross-entropy of its target
-# tokens, their number, and how many of them the model ranked first. Read by ``token_scores`` alone. Each quantity
-# by the issue's agreed column name, then the trainer's served model's own (models.transformer.served: token_loss,
-# target_tokens); ``correct`` may be missing (token_accuracy is then undefined, and said so).
-TOKEN_SCORE_PARAMS = {"score": "token_loss"}
-TOKEN_SCORE_COLUMNS: dict[str, tuple[str, ...]] = {"loss_sum": ("loss_sum", "token_loss"),
-                                                   "tokens": ("tokens", "target_tokens"), "correct": ("correct",)}
 
 # The evaluation report and its plots sit under this folder of the MLflow run's artifacts.
 REPORT_ARTIFACT_DIR = "evaluation"
@@ -98,30 +96,25 @@ def predict(hook: MlflowHook, model_uri: str, holdout: pd.DataFrame, evaluation:
 
 def token_scores(output: Any, *, model_uri: str, rows: int) -> np.ndarray:
     """A causal LM's answer to ``TOKEN_SCORE_PARAMS`` as the [N, 3] array the metrics read: per holdout row the
-    summed token cross-entropy, the number of target tokens, the number of them predicted right (NaN where the
-    model does not say). The one place that knows the served model's column names (``TOKEN_SCORE_COLUMNS``)."""
+    summed token cross-entropy, the number of target tokens, the number of them predicted right
+    (``TOKEN_SCORE_COLUMNS``, the trainer's contract)."""
     import numpy as np
     import pandas as pd
 
     columns = [c for c in output.columns if isinstance(c, str)] if isinstance(output, pd.DataFrame) else []
-    found = {name: next((c for c in spellings if c in columns), None) for name, spellings in TOKEN_SCORE_COLUMNS.items()}
-    if found["loss_sum"] is None or found["tokens"] is None:
+    if not set(TOKEN_SCORE_COLUMNS) <= set(columns):
         returned = (f"a DataFrame with columns {', '.join(map(repr, columns[:_SHOWN_CLASSES]))}"
                     if isinstance(output, pd.DataFrame) else f"a {type(output).__name__}")
-        wanted = ", ".join(" or ".join(spellings) for spellings in TOKEN_SCORE_COLUMNS.values())
         raise ModelOutputError(
             f"{model_uri}: a causal language model answers params {TOKEN_SCORE_PARAMS} with a DataFrame of columns "
-            f"{wanted} per row; it returned {returned} (is it a model of another task?)")
+            f"{', '.join(TOKEN_SCORE_COLUMNS)} per row; it returned {returned} (is it a model of another task?)")
     if len(output) != rows:
         raise ModelOutputError(f"{model_uri}: returned {len(output)} rows for {rows} holdout rows")
     try:
-        scores = np.column_stack([output[column].to_numpy(dtype=np.float64) if column is not None
-                                  else np.full(rows, np.nan) for column in found.values()])
+        scores = np.column_stack([output[column].to_numpy(dtype=np.float64) for column in TOKEN_SCORE_COLUMNS])
     except (TypeError, ValueError) as error:
         raise ModelOutputError(f"{model_uri}: token scores that are not numbers ({error})") from None
-    sums, correct = scores[:, :2], scores[:, 2]
-    if (not np.all(np.isfinite(sums)) or np.any(sums < 0) or np.any(np.isinf(correct))
-            or np.any(correct < 0) or np.any(correct > scores[:, 1])):
+    if not np.all(np.isfinite(scores)) or np.any(scores < 0) or np.any(scores[:, 2] > scores[:, 1]):
         raise ModelOutputError(f"{model_uri}: token scores must be finite, >= 0, with correct <= tokens per row")
     return scores
 

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from trainpipe_trainer.config import COMPLETION_COLUMN, TOKEN_SCORE_COLUMNS, TOKEN_SCORE_PARAMS
 from trainpipe_trainer.errors import TrainerDataError
 from trainpipe_trainer.models.transformer.loading import quiet_transformers
 from trainpipe_trainer.models.transformer.network import CAUSAL_LM, TransformerNetwork
@@ -31,13 +32,10 @@ from trainpipe_trainer.serving.outputs import scores_from_outputs, served_predic
 FORMAT_VERSION = 1
 MODEL_ARTIFACT = "model"  # the save_pretrained folder (weights, config, tokenizer)
 META_ARTIFACT = "meta"  # trainpipe.json: task, columns, classes, lengths, where the weights started from
-COMPLETION_COLUMN = "completion"
-LOSS_SUM_COLUMN = "loss_sum"
-TOKENS_COLUMN = "tokens"
-CORRECT_COLUMN = "correct"
+LOSS_SUM_COLUMN, TOKENS_COLUMN, CORRECT_COLUMN = TOKEN_SCORE_COLUMNS
 # Predict params (MLflow pyfunc ``params``): what a causal LM answers.
-SCORE_PARAM = "score"
-SCORES = ("completion", "token_loss")
+((SCORE_PARAM, TOKEN_LOSS_SCORE),) = TOKEN_SCORE_PARAMS.items()
+SCORES = (COMPLETION_COLUMN, TOKEN_LOSS_SCORE)
 DEFAULT_PARAMS = {SCORE_PARAM: "completion"}
 BATCH_ROWS = 32
 
@@ -77,7 +75,7 @@ class TransformerScorer:
             return self._classify(frame)
         if score not in SCORES:
             raise TrainerDataError(f"params.{SCORE_PARAM}: one of {', '.join(SCORES)}, got {score!r}")
-        if score == "token_loss":
+        if score == TOKEN_LOSS_SCORE:
             return self._token_loss(frame)
         return self._generate(frame)
 
