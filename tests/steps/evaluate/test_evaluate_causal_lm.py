@@ -157,6 +157,7 @@ def test_the_candidate_is_asked_for_token_scores_of_the_raw_text_and_has_no_base
     assert not any(key.startswith("baseline_") for key in hook.client.metrics)
     page = hook.client.artifacts["evaluation/report.html"].decode()
     assert "none: a causal language model is compared with its champion" in page
+    assert "Plots" not in page  # no empty section: a language model's report is its metrics
 
 
 def test_a_plain_language_model_is_asked_with_its_text_column_only(tmp_path, monkeypatch):

@@ -369,9 +369,10 @@ def render_html(inputs: ReportInputs, plots: list[Plot], slice_plots: dict[str, 
         _gates_table(inputs.gates) if inputs.gates else '<p class="muted">The spec sets no gate.</p>',
         '<h2 id="metrics">Metrics on the holdout</h2>',
         _metrics_table(inputs),
-        '<h2 id="plots">Plots</h2>',
-        '<div class="plots">' + "".join(_figure_html(plot) for plot in plots) + "</div>",
     ]
+    if plots:  # none for a causal LM: its metrics are the whole story
+        parts += ['<h2 id="plots">Plots</h2>',
+                  '<div class="plots">' + "".join(_figure_html(plot) for plot in plots) + "</div>"]
     if inputs.classes:
         parts.append('<h2 id="classes">Per class</h2>')
         parts.append("<p>Each class's precision, recall and F1 on the holdout (the predicted class is the most probable "
