@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -50,7 +51,24 @@ _TASK_PARTS = {
         "metrics": "[ndcg@10, mrr@10]",
         "gates": "    - ndcg@10 > +0.5%          # improve on the champion by more than half a percent",
     },
+    "causal_lm": {
+        "features": "[prompt]            # one text column: the prompt (or the whole text, without a label)",
+        "label": "completion             # the loss is on these tokens; leave label out to learn every next "
+                 "token",
+        "extra_training": "",
+        "metrics": "[perplexity, token_accuracy, loss]",
+        "gates": "    - perplexity <= +0%        # no worse than the champion's holdout perplexity",
+    },
 }
+# A causal language model fine-tunes pretrained weights: the transformer family, its text column, a smaller step.
+_CAUSAL_LM_MODEL = ("    type: transformer\n"
+                    "    pretrained: models/base-lm      # a save_pretrained folder (weights + tokenizer) under the "
+                    "storage root, or s3://\n"
+                    "    params: {max_length: 256}       # prompt and completion together; trainable: lora for large "
+                    "models")
+_CAUSAL_LM_TRANSFORMS = "  transforms:\n    prompt: {type: text}\n"
+# Fine-tuning: a few passes at a small step, in batches a GPU holds at max_length 256.
+_FINE_TUNING = {"batch_size": 32, "learning_rate": 0.0001, "epochs": 3, "patience": 2}
 
 _TEMPLATE = """\
 # yaml-language-server: $schema={schema}
@@ -231,6 +249,9 @@ def starter_spec_text(name: str, *, task: str, schema_ref: str, profile: TablePr
                       data_uri: str | None = None) -> str:
     parts = dict(_TASK_PARTS[task])
     sizing = Sizing.for_table(profile.rows if profile else _ASSUMED_ROWS, task)
+    if task == "causal_lm" and profile is not None:
+        raise SpecError("trainpipe init --task causal_lm: --data is not supported yet; run it without --data and name "
+                        "the prompt and completion columns (features, label) and the pretrained folder yourself")
     window = ("  time_column: event_time\n  window: 30d                   # rows in (logical_date - 30d, "
               "logical_date]\n")
     not_null = "event_time"
@@ -253,7 +274,11 @@ def starter_spec_text(name: str, *, task: str, schema_ref: str, profile: TablePr
                       + "\n".join(declared) + "\n") if declared else ""
         if profile.text:
             model = _TEXT_MODEL
-    sizing_note = (f"sized for {sizing.rows:,} rows (trainpipe init's rule, docs/cli.md)" if profile is not None
+    if task == "causal_lm":
+        model, transforms = _CAUSAL_LM_MODEL, _CAUSAL_LM_TRANSFORMS
+        sizing = dataclasses.replace(sizing, **_FINE_TUNING)
+    sizing_note = "fine-tuning: a few passes at a small learning rate (adjust batch_size to your GPUs' memory)" \
+        if task == "causal_lm" else (f"sized for {sizing.rows:,} rows (trainpipe init's rule, docs/cli.md)" if profile is not None
                    else f"sized for about {sizing.rows:,} rows; `trainpipe init --data` sizes it from the table")
     return _TEMPLATE.format(name=name, task=task, schema=schema_ref, data_uri=data_uri or f"{name}/data.parquet",
                             window=window, not_null=not_null, transforms=transforms, model=model, sizing=sizing_note,
