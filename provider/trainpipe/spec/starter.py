@@ -68,7 +68,7 @@ _CAUSAL_LM_MODEL = ("    type: transformer\n"
                     "models")
 _CAUSAL_LM_TRANSFORMS = "  transforms:\n    prompt: {type: text}\n"
 # Fine-tuning: a few passes at a small step, in batches a GPU holds at max_length 256.
-_FINE_TUNING = {"batch_size": 32, "learning_rate": 0.0001, "epochs": 3, "patience": 2}
+_FINE_TUNING_BATCH_SIZE, _FINE_TUNING_LEARNING_RATE, _FINE_TUNING_EPOCHS, _FINE_TUNING_PATIENCE = 32, 0.0001, 3, 2
 
 _TEMPLATE = """\
 # yaml-language-server: $schema={schema}
@@ -276,7 +276,8 @@ def starter_spec_text(name: str, *, task: str, schema_ref: str, profile: TablePr
             model = _TEXT_MODEL
     if task == "causal_lm":
         model, transforms = _CAUSAL_LM_MODEL, _CAUSAL_LM_TRANSFORMS
-        sizing = dataclasses.replace(sizing, **_FINE_TUNING)
+        sizing = dataclasses.replace(sizing, batch_size=_FINE_TUNING_BATCH_SIZE, learning_rate=_FINE_TUNING_LEARNING_RATE,
+                                     epochs=_FINE_TUNING_EPOCHS, patience=_FINE_TUNING_PATIENCE)
     sizing_note = "fine-tuning: a few passes at a small learning rate (adjust batch_size to your GPUs' memory)" \
         if task == "causal_lm" else (f"sized for {sizing.rows:,} rows (trainpipe init's rule, docs/cli.md)" if profile is not None
                    else f"sized for about {sizing.rows:,} rows; `trainpipe init --data` sizes it from the table")
