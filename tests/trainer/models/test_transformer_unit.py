@@ -5,6 +5,7 @@ for the same seed; head-only and LoRA training), and the install hint without tr
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -211,3 +212,25 @@ def test_the_pretrained_folder_is_copied_from_object_storage_and_hashed(tiny: Pa
     assert copied.uri == s3_bucket.uri("models/tiny")
     with pytest.raises(TrainerInputError, match=r"model.pretrained_uri: s3://.*/models/none is not a folder"):
         pretrained_folder(s3_bucket.uri("models/none"), s3_bucket.storage_options)
+
+
+def test_a_local_folder_is_read_in_place_and_copies_of_killed_processes_are_removed(tiny: Path, tmp_path: Path,
+                                                                                    monkeypatch: Any) -> None:
+    """Weights are large: a local folder is not copied, and a copy left by a process killed with -9 (no atexit)
+    is removed by the next process that copies, while a running process's copy stays."""
+    from trainpipe_trainer.models.transformer import pretrained
+
+    assert pretrained.pretrained_folder(tiny.as_uri(), {}).path == tiny
+
+    monkeypatch.setattr(pretrained, "COPIES_ROOT", tmp_path / "copies")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    left_behind = tmp_path / "copies" / f"{gone}-abc"
+    (left_behind / "weights").mkdir(parents=True)
+    running = tmp_path / "copies" / f"{os.getppid()}-def"
+    running.mkdir()
+
+    mine = pretrained._own_copy_folder()
+
+    assert not left_behind.exists() and running.exists()
+    assert mine.parent == tmp_path / "copies" and mine.name.startswith(f"{os.getpid()}-")

@@ -1,8 +1,11 @@
-"""The pretrained folder (``model.pretrained_uri``) copied to this process's own temporary directory, and hashed.
+"""The pretrained folder (``model.pretrained_uri``) as a local folder, and hashed.
 
-``file://``, ``s3://`` (any fsspec URI, read with ``storage_options``) or ``hf://owner/name[@revision]`` (the
-Hugging Face Hub; only where the provider allowed it). Every rank copies its own: no collective, and no two
-processes write one folder. The sha256 over the folder's files is the run's record of what it started from.
+A local folder (``file://``) is read where it is: ``from_pretrained`` only reads it. ``s3://`` (any fsspec URI,
+read with ``storage_options``) or ``hf://owner/name[@revision]`` (the Hugging Face Hub; only where the provider
+allowed it) is copied into this process's own temporary folder: no collective, and no two processes write one
+folder. A copy is removed at exit, and the copies of processes that no longer run (killed with -9) are removed by
+the next copy on the machine: weights are large. The sha256 over the folder's files is the run's record of what
+it started from.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from trainpipe_trainer import storage
 from trainpipe_trainer.errors import TrainerInputError
 
 HF_SCHEME = "hf://"
+# Where the copies of remote folders go, one folder per process (named by its pid first).
+COPIES_ROOT = Path(tempfile.gettempdir()) / "trainpipe-pretrained"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,23 +52,49 @@ def folder_sha256(folder: Path) -> str:
 
 
 def pretrained_folder(uri: str | None, storage_options: Mapping[str, Any]) -> PretrainedFolder:
-    """``uri``'s files in a local folder of this process (removed at exit), copied once per process."""
+    """``uri``'s files in a local folder: the folder itself, or this process's copy (once per process)."""
     if not uri:
         raise TrainerInputError("model.pretrained_uri: the transformer family starts from pretrained weights; name "
                                 "the folder save_pretrained wrote (file://, s3:// or hf://owner/name)")
     if uri in _COPIES:
         return _COPIES[uri]
-    local = Path(tempfile.mkdtemp(prefix=f"trainpipe-pretrained-{os.getpid()}-"))
-    atexit.register(shutil.rmtree, local, ignore_errors=True)
-    if uri.startswith(HF_SCHEME):
-        _download_from_hub(uri, local)
+    if uri.startswith("file://") or "://" not in uri:
+        local = Path(uri.removeprefix("file://"))
+        if not local.is_dir():
+            raise TrainerInputError(f"model.pretrained_uri: {uri} is not a folder (or does not exist)")
     else:
-        _copy(uri, dict(storage_options), local)
+        local = _own_copy_folder()
+        if uri.startswith(HF_SCHEME):
+            _download_from_hub(uri, local)
+        else:
+            _copy(uri, dict(storage_options), local)
     if not (local / "config.json").is_file():
         raise TrainerInputError(f"model.pretrained_uri: {uri} has no config.json: name a folder save_pretrained wrote "
                                 "(the model's weights, config and tokenizer files)")
     found = _COPIES[uri] = PretrainedFolder(uri=uri, path=local, sha256=folder_sha256(local))
     return found
+
+
+def _own_copy_folder() -> Path:
+    """A new folder for this process's copy, under ``COPIES_ROOT``; the copies of gone processes are removed first."""
+    COPIES_ROOT.mkdir(parents=True, exist_ok=True)
+    for stale in COPIES_ROOT.iterdir():
+        owner = stale.name.partition("-")[0]
+        if owner.isdigit() and not _running(int(owner)):
+            shutil.rmtree(stale, ignore_errors=True)
+    local = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=COPIES_ROOT))
+    atexit.register(shutil.rmtree, local, ignore_errors=True)
+    return local
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _copy(uri: str, storage_options: dict[str, Any], local: Path) -> None:
