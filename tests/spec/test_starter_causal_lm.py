@@ -19,7 +19,7 @@ def test_the_causal_lm_starter_fine_tunes_a_transformer_on_a_prompt_and_completi
     assert training["features"] == ["prompt"] and training["transforms"] == {"prompt": {"type": "text"}}
     assert training["label"] == "completion"
     assert (training["batch_size"], training["learning_rate"], training["epochs"]) == (32, 0.0001, 3)
-    assert yaml.safe_load(path.read_text())["evaluation"]["gates"] == ["perplexity <= +0%"]
+    assert yaml.safe_load(path.read_text())["evaluation"]["gates"] == ["perplexity >= +0%"]
 
 
 def test_a_table_is_refused_for_a_causal_lm_starter_and_nothing_is_written(tmp_path):

@@ -57,7 +57,7 @@ _TASK_PARTS = {
                  "token",
         "extra_training": "",
         "metrics": "[perplexity, token_accuracy, loss]",
-        "gates": "    - perplexity <= +0%        # no worse than the champion's holdout perplexity",
+        "gates": "    - perplexity >= +0%        # no worse than the champion's holdout perplexity (+ is better)",
     },
 }
 # A causal language model fine-tunes pretrained weights: the transformer family, its text column, a smaller step.

@@ -85,12 +85,21 @@ def _parse_gate(value: Any) -> Any:
         margin = float(match["margin"] or 0.0) * (-1 if match["margin_sign"] == "-" else 1)
         return {"metric": metric, "op": match["op"], "threshold": margin, "relative": False,
                 "worst_slice": on_slices, "baseline": True}
+    # A relative gate bounds the change over the champion from below (+ is better, whichever way the metric runs):
+    # with < or <= it would pass only a model no better than the champion.
+    relative_op = ">=" if match["op"] in ("<", "<=") else match["op"]
     if match["pct"] and not match["sign"]:
         # "rmse < 65 %" reads like an absolute bound in percent; a change over the champion says its direction.
         raise ValueError(
             f"cannot read gate {value!r}: a relative gate (a change over the champion) needs an explicit sign: "
-            f"write '{metric} {match['op']} +{match['value']}%' or '{metric} {match['op']} -{match['value']}%' "
+            f"write '{metric} {relative_op} +{match['value']}%' or '{metric} {relative_op} -{match['value']}%' "
             "(the change over the champion, + for better); for an absolute bound drop the %"
+        )
+    if match["sign"] and relative_op != match["op"]:
+        raise ValueError(
+            f"cannot read gate {value!r}: a relative gate is the change over the champion, + for better whichever "
+            f"way {metric} runs, so '{match['op']}' would pass only a model no better than the champion: write "
+            f"'{metric} >= -N%' for at most N% worse, or '{metric} >= +N%' for at least N% better"
         )
     number = float(match["value"])
     relative = bool(match["sign"] or match["pct"])
