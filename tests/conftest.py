@@ -91,7 +91,7 @@ _SHARED_RUN_GROUPS = {
                       "tests/e2e/test_model_asset_event.py"),
     "e2e small_run": ("tests/e2e/test_backtest.py", "tests/e2e/test_openlineage.py"),
 }
-_LONGEST_FIRST = (_AIRFLOW_SERVERS_GROUP, "tests/launchers/test_preemption_relaunch.py",
+_LONGEST_FIRST = (_AIRFLOW_SERVERS_GROUP, "tests/e2e/test_transformer_pipeline.py", "tests/launchers/test_preemption_relaunch.py",
                   "tests/e2e/test_tuned_pipeline.py", "tests/e2e/test_model_lifecycle.py", "tests/fleet/",
                   "tests/trainer/test_fault_tolerance.py", "tests/commands/test_train.py", "tests/e2e/test_drift_stop.py",
                   "e2e fraud_run", "e2e small_run", "tests/e2e/test_run_notes.py", "tests/trainer/test_preemption.py",
