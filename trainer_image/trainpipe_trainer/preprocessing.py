@@ -328,6 +328,8 @@ class TextTokenizer(Protocol):
     its first ``max_length`` tokens (0 pads), deterministic; used instead of the hashed ``TextEncoder``."""
 
     max_length: int
+    # sha256 over the tokenizer's files ("" when unknown): what a cache of its ids is keyed by.
+    sha256: str
 
     @property
     def vocabulary_size(self) -> int: ...

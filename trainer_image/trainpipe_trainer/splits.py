@@ -7,6 +7,10 @@ imports of the launch (``data`` then wraps the arrays as tensors without a copy)
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -30,6 +34,10 @@ from trainpipe_trainer.preprocessing import (
 
 # The model family's tokenizer for a config's text columns, or None (``models.text_tokenizer_of``).
 TokenizerOf = Callable[[TrainingConfig], TextTokenizer | None]
+# A family tokenizer's ids of both splits, kept beside the snapshot (``<snapshot>/tokenized/<key>.npz``): a retry,
+# a resumed run, a rerun or a tuning trial reads them instead of tokenising again. The key holds everything the
+# arrays depend on; the snapshot's garbage collection removes them with it.
+TOKENIZED_FOLDER = "tokenized"
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -208,9 +216,18 @@ def read_splits(config: TrainingConfig, text_tokenizer: TokenizerOf | None = Non
         transformer = FeatureTransformer.fit(train_frame, transforms, source=source, text_tokenizer=tokenizer)
         target = (TargetScaler.fit(label_vector(train_frame, config, source=source))
                   if config.task == "regression" and config.scale_target else None)
-        train = _arrays(train_frame, config, transformer, source, target, classes)
-        validation = (_arrays(validation_frame, config, transformer, source, target, classes)
-                      if len(validation_frame) else None)
+        cache = tokenized_cache_uri(config, tokenizer, classes) if tokenizer is not None else None
+        cached = _read_tokenized(cache, config) if cache is not None else None
+        if cached is not None:
+            train, validation = cached
+            if os.environ.get("RANK", "0") == "0":
+                print(f"tokenised splits read from {cache} (tokenised by an earlier try, run or trial)", flush=True)
+        else:
+            train = _arrays(train_frame, config, transformer, source, target, classes)
+            validation = (_arrays(validation_frame, config, transformer, source, target, classes)
+                          if len(validation_frame) else None)
+            if cache is not None:
+                _write_tokenized(cache, config, train, validation)
     except TrainerDataError:
         if train_frame is frame:
             raise
@@ -230,6 +247,45 @@ def read_splits(config: TrainingConfig, text_tokenizer: TokenizerOf | None = Non
         target=target,
         classes=classes,
     )
+
+
+def tokenized_cache_uri(config: TrainingConfig, tokenizer: TextTokenizer, classes: tuple[str, ...]) -> str | None:
+    """Where the tokenised splits of this config and tokenizer are kept; None when the snapshot has no digest or
+    the tokenizer no hash (a hand-written config: nothing to key a cache by)."""
+    if not config.dataset_digest or not getattr(tokenizer, "sha256", ""):
+        return None
+    key = {"dataset": config.dataset_digest, "train": config.train_data_uri, "tokenizer": tokenizer.sha256,
+           "max_length": tokenizer.max_length, "task": config.task, "features": config.features,
+           "label": config.label, "classes": classes, "scale_target": config.scale_target,
+           "validation": [config.checkpoint.validation_fraction, config.seed, config.group_column]}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return storage.join(config.train_data_uri.rsplit("/", 1)[0], TOKENIZED_FOLDER, f"{digest}.npz")
+
+
+def _read_tokenized(uri: str, config: TrainingConfig) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...] | None] | None:
+    fs, path = storage.url_to_fs(uri, config.storage_options)
+    try:
+        if not fs.exists(path):
+            return None
+        with np.load(io.BytesIO(fs.cat_file(path)), allow_pickle=False) as stored:
+            arrays = {name: stored[name] for name in stored.files}
+    except (OSError, ValueError) as err:  # unreadable (a partial object store write): tokenise again
+        if os.environ.get("RANK", "0") == "0":
+            print(f"warning: {uri}: the tokenised splits could not be read ({err}); tokenising again", flush=True)
+        return None
+    train = tuple(arrays[f"train_{i}"] for i in range(sum(name.startswith("train_") for name in arrays)))
+    count = sum(name.startswith("validation_") for name in arrays)
+    validation = tuple(arrays[f"validation_{i}"] for i in range(count)) if count else None
+    return train, validation
+
+
+def _write_tokenized(uri: str, config: TrainingConfig, train: tuple[np.ndarray, ...],
+                     validation: tuple[np.ndarray, ...] | None) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, **{f"train_{i}": array for i, array in enumerate(train)},
+             **{f"validation_{i}": array for i, array in enumerate(validation or ())})
+    # Every rank may write it (the same bytes): each write is whole (a rename, or one PUT).
+    storage.write_bytes(uri, buffer.getvalue(), config.storage_options)
 
 
 def serving_sample(frame: pd.DataFrame, transforms: tuple) -> pd.DataFrame:

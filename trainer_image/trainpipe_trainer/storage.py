@@ -32,17 +32,22 @@ def read_text(uri: str, storage_options: dict[str, Any] | None = None) -> str:
 
 def write_text(uri: str, text: str, storage_options: dict[str, Any] | None = None) -> None:
     """Write a whole file so that readers see either nothing or all of it."""
+    write_bytes(uri, text.encode("utf-8"), storage_options)
+
+
+def write_bytes(uri: str, data: bytes, storage_options: dict[str, Any] | None = None) -> None:
+    """Write a whole file so that readers see either nothing or all of it."""
     fs, path = url_to_fs(uri, storage_options)
     parent = path.rsplit("/", 1)[0]
     if is_local(fs):
         os.makedirs(parent, exist_ok=True)
         # Rename is atomic on a local filesystem; a crash leaves only a stray temp file.
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(tmp, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     else:
         # Object stores make a single PUT visible atomically.
-        fs.pipe_file(path, text.encode("utf-8"))
+        fs.pipe_file(path, data)

@@ -234,3 +234,35 @@ def test_a_local_folder_is_read_in_place_and_copies_of_killed_processes_are_remo
 
     assert not left_behind.exists() and running.exists()
     assert mine.parent == tmp_path / "copies" and mine.name.startswith(f"{os.getpid()}-")
+
+
+def test_tokenised_splits_are_kept_beside_the_snapshot_and_read_back(tmp_path: Path, tiny: Path) -> None:
+    """A retry or a trial reads the ids tokenised before: the file under <snapshot>/tokenized/ is what the second
+    read returns (proved by changing it), and another max_length (a new key) tokenises again."""
+    from trainpipe_trainer.splits import TOKENIZED_FOLDER
+
+    frame = pd.DataFrame({"prompt": ["my invoice", "the app", "refund", "login"] * 4,
+                          "answer": [" billing", " tech", " billing", " account"] * 4})
+    config = _config(tmp_path, tiny, frame, dataset_digest="d" * 64)
+    first = read_splits(config, text_tokenizer_of)
+    [kept] = (tmp_path / TOKENIZED_FOLDER).iterdir()
+
+    with np.load(kept) as stored:
+        arrays = {name: stored[name].copy() for name in stored.files}
+    assert sorted(arrays) == ["train_0", "train_1", "validation_0", "validation_1"]
+    np.testing.assert_array_equal(arrays["train_0"], first.train[0])
+    np.testing.assert_array_equal(arrays["validation_1"], first.validation[1])
+    arrays["train_1"][:, 0] = 7  # a mark only the kept file has
+    np.savez(kept, **arrays)
+    again = read_splits(config, text_tokenizer_of)
+    assert (again.train[1][:, 0] == 7).all()
+    np.testing.assert_array_equal(again.validation[0], first.validation[0])
+
+    longer = _config(tmp_path, tiny, frame, dataset_digest="d" * 64,
+                     model={"type": "transformer", "params": {"max_length": 24}, "pretrained_uri": tiny.as_uri()})
+    assert read_splits(longer, text_tokenizer_of).train[0].shape[1] == 24
+    assert len(list((tmp_path / TOKENIZED_FOLDER).iterdir())) == 2
+    # Without a dataset digest (a hand-written config) nothing is kept.
+    (tmp_path / "other").mkdir()
+    read_splits(_config(tmp_path / "other", tiny, frame), text_tokenizer_of)
+    assert not (tmp_path / "other" / TOKENIZED_FOLDER).exists()
