@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from .helpers import Launch, committed_steps, kill_a_rank_after_a_commit, launch
+from trainpipe_trainer.outcomes import PREEMPTED_EXIT_CODE, preempted_step
+
+from .helpers import Launch, committed_steps, kill_a_rank_after_a_commit, launch, start, wait_until
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("transformers", reason="pip install 'trainpipe-trainer[transformers]'")
@@ -137,6 +139,35 @@ def test_the_classifier_serves_class_probabilities_for_raw_text_and_records_its_
 def test_a_classifier_rank_killed_after_a_commit_resumes_to_the_uninterrupted_weights(
         classifier_run: Launch, tmp_path: Path, tables: Tables, make_config: Callable[..., Any]) -> None:
     _resumes_to(classifier_run, _classifier(make_config, tmp_path, tables), tmp_path)
+
+
+def test_sigterm_to_every_classifier_rank_commits_its_step_and_the_rerun_ends_on_the_uninterrupted_weights(
+        classifier_run: Launch, tmp_path: Path, tables: Tables, make_config: Callable[..., Any]) -> None:
+    """What a preempted pod gets: every rank finishes the step in progress, commits it and exits preempted; the
+    rerun resumes from that step and ends bit for bit where the uninterrupted run did."""
+    import os
+    import re
+    import signal
+
+    config = _classifier(make_config, tmp_path, tables)
+    running = start({**config, "fault_injection": {"step_delay_seconds": 0.3}}, tmp_path, nproc=2,
+                    runner="trainpipe_trainer.elastic")
+    try:
+        wait_until(lambda: max(map(int, re.findall(r"^step (\d+)/", running.stdout_so_far(), re.MULTILINE)),
+                               default=0) >= 10, timeout=300, what="step 10", running=running)
+        for rank in (0, 1):
+            os.kill(running.rank_pid(rank), signal.SIGTERM)
+        stopped = running.wait(timeout=300)
+    finally:
+        running.stop()
+    assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.describe()
+    [step] = [preempted_step(line) for line in stopped.stdout.splitlines() if preempted_step(line) is not None]
+    assert committed_steps(tmp_path / "checkpoints")[-1] == step
+    assert not (tmp_path / "output" / "result.json").exists()
+    rerun = launch(config, tmp_path, nproc=2)
+    result = _ok(rerun)
+    assert f"resumed from step {step}" in rerun.stdout
+    assert result["weights_sha256"] == _ok(classifier_run)["weights_sha256"]
 
 
 def test_the_causal_lm_under_zero3_serves_a_completion_and_token_losses(
