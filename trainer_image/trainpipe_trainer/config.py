@@ -348,7 +348,8 @@ class SearchDimension:
     """One hyperparameter of the search: its range and where a trial's value goes in the trainer config."""
 
     name: str
-    # Path in the trainer config (TrainingConfig): ("learning_rate",), ("model", "dropout"), ...
+    # Path in the trainer config (TrainingConfig): ("learning_rate",), ("model", "dropout"), or a key below a
+    # family's params: ("model", "params", "max_length"), ("model", "params", "lora", "r").
     target: tuple[str, ...]
     distribution: str  # log_uniform | uniform | int | choice
     low: float | None = None
@@ -604,8 +605,13 @@ def apply_trial_params(config: TrainingConfig, space: tuple[SearchDimension, ...
 
 
 def _replace_at(obj: Any, path: tuple[str, ...], value: Any) -> Any:
-    """``obj`` with the field at ``path`` replaced (each frozen section re-checks its own values)."""
+    """``obj`` with the field at ``path`` replaced (each frozen section re-checks its own values). Below a
+    family's ``model.params`` (a dict) the key is set in a copy, and a mapping on the way that is absent or
+    None is created (``lora_r`` in params without ``lora``); ``obj`` itself is never changed."""
     head, *rest = path
+    if isinstance(obj, dict):
+        inner = obj.get(head)
+        return {**obj, head: _replace_at(inner if inner is not None else {}, tuple(rest), value) if rest else value}
     return dataclasses.replace(obj, **{head: _replace_at(getattr(obj, head), tuple(rest), value) if rest else value})
 
 

@@ -2,8 +2,9 @@
 
 The provider's ``trials`` task launches ``torchrun ... -m trainpipe_trainer --config URI`` once per
 worker, with ``tuning.worker`` set. The launch pays its set-up once (interpreter, imports, rendezvous,
-the data read); each trial then builds its model and optimizer from the trial's config, trains,
-reports at its checkpoints (the pruner may stop it), and is told to the study, until the study has
+the data read; a trial with another ``max_length`` reads its own, ``TrialData``); each trial then builds
+its model and optimizer from the trial's config, trains, reports at its checkpoints (the pruner may stop
+it), and is told to the study, until the study has
 ``n_trials`` finished (complete or pruned) trials. Each trial keeps what a one-trial launch had: its
 MLflow child run, its own folder (checkpoints, result), the spec's seed, so the same parameters give
 the same weights whichever worker, or a fresh single run, trains them.
@@ -224,7 +225,37 @@ class TrialOutcome:
     reason: str | None
     weights_sha256: str | None
     compute_hours: float | None  # over all ranks, as its run logged it (None if it never got that far)
-    data: TrainingData | None  # read once: the next trial's
+    data: TrainingData | None  # read once: the next trial's when its max_length is the same (TrialData)
+
+
+def data_read_with(config: TrainingConfig) -> Any:
+    """What the data read depends on, of what a search may change: the model's ``max_length`` (the length the
+    transformer tokenises each text to; None where the params leave it out, as for a family without one). The
+    other tuned settings (learning rate, LoRA rank, ...) leave the data as it is."""
+    return config.model.params.get("max_length")
+
+
+@dataclass(slots=True)
+class TrialData:
+    """The worker's data between trials: read once, and again only for a trial whose ``data_read_with`` differs
+    from the one it was read with (another ``max_length``: its tokenised splits come from the cache beside the
+    snapshot when a trial or launch wrote them, else it tokenises; the launch's background read is dropped too)."""
+
+    read_with: Any
+    data: TrainingData | None = None
+    pending: Future[Splits] | None = None
+
+    def for_trial(self, config: TrainingConfig) -> tuple[TrainingData | None, Future[Splits] | None]:
+        """The data (or the read under way) a trial of ``config`` may use: both None when it reads its own."""
+        wanted = data_read_with(config)
+        if wanted != self.read_with:
+            self.read_with, self.data, self.pending = wanted, None, None
+        return self.data, self.pending if self.data is None else None
+
+    def keep(self, data: TrainingData | None) -> None:
+        """What the trial trained on (None if it stopped before reading): the next trial's, if its reads match."""
+        if data is not None:
+            self.data, self.pending = data, None
 
 
 def _train_one(config: TrainingConfig, env: DistEnv, *, data: TrainingData | None, watcher: PreemptionWatcher,
@@ -262,7 +293,8 @@ def run_worker(config: TrainingConfig, watcher: PreemptionWatcher, phases: Launc
     ran = 0
     try:
         study = _Study.open(config) if env.is_main else None
-        data: TrainingData | None = None
+        # The background read is the worker config's: a first trial with another max_length does not take it.
+        held = TrialData(read_with=data_read_with(config), pending=splits)
         while True:
             assignment = broadcast_object(study.next_trial() if study is not None else None, env)
             if assignment is None:
@@ -270,9 +302,10 @@ def run_worker(config: TrainingConfig, watcher: PreemptionWatcher, phases: Launc
             # The launch's set-up is the first trial's; a later trial's own set-up is counted from its start.
             trial_phases = phases if ran == 0 else LaunchPhases()
             started = time.monotonic()
+            trial = trial_config(config, assignment, first=ran == 0)
+            data, pending = held.for_trial(trial)
             try:
-                outcome = _train_one(trial_config(config, assignment, first=ran == 0), env, data=data,
-                                     watcher=watcher, phases=trial_phases, splits=splits if data is None else None)
+                outcome = _train_one(trial, env, data=data, watcher=watcher, phases=trial_phases, splits=pending)
             except PreemptedError as err:
                 if study is not None:
                     study.tell(assignment, TrialOutcome(state="failed", reason=f"its worker was preempted: {err}",
@@ -282,7 +315,7 @@ def run_worker(config: TrainingConfig, watcher: PreemptionWatcher, phases: Launc
             ran += 1
             if study is not None:
                 study.tell(assignment, outcome, seconds=time.monotonic() - started)
-            data = outcome.data
+            held.keep(outcome.data)
     finally:
         destroy_distributed()
     if env.is_main:
