@@ -7,6 +7,7 @@ that evaluation does not compute, a ranking task without a query column, ...). E
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 from pathlib import Path
@@ -23,7 +24,7 @@ from trainpipe.spec.loader import FieldPath, LoadedYaml, load_yaml_file
 from trainpipe.spec.pod_keys import key_syntax_problem, label_value_problem, metadata_key_problem
 from trainpipe.spec.sections.evaluation import GateSpec, _parse_gate
 from trainpipe.spec.sections.kubernetes import NAME_PATTERN_MEANINGS
-from trainpipe.spec.sections.params import OVERRIDABLE_PARAMS
+from trainpipe.spec.sections.params import FAMILY_SETTINGS, OVERRIDABLE_PARAMS
 from trainpipe.spec.sections.pipeline import PipelineSpec, bounds_at, overridden_value, param_bounds
 from trainpipe.spec.sections.training import (
     CATEGORICAL_ONLY_OPTIONS,
@@ -158,7 +159,7 @@ def _model_family_problems(loaded: LoadedYaml) -> list[SpecProblem]:
     family = model.get("type", "mlp") if isinstance(model, dict) else "mlp"
     if not isinstance(family, str):
         return []  # pydantic reports it
-    problems: list[SpecProblem] = []
+    problems: list[SpecProblem] = _family_setting_problems(loaded, family, model)
     if family != "transformer" and isinstance(model, dict) and model.get("pretrained") is not None:
         problems.append(loaded.problem(("training", "model", "pretrained"), (
             f"pretrained weights are read by the transformer family only, and training.model.type is {family!r}; "
@@ -175,7 +176,8 @@ def _model_family_problems(loaded: LoadedYaml) -> list[SpecProblem]:
         if _get(loaded.data, *path) is not None:
             problems.append(loaded.problem(path, (
                 f"{path[-1]} is a setting of the mlp family, and training.model.type is {family!r}; put the family's "
-                "own settings in training.model.params (a run parameter or a tuned one cannot reach them yet)")))
+                "own settings in training.model.params (tuning.space reaches the transformer's "
+                f"{' and '.join(FAMILY_SETTINGS)}; a run parameter cannot reach them yet)")))
     params = model.get("params", {}) if isinstance(model, dict) else {}
     if family in _BUILT_IN_PARAMS_CHECKS and isinstance(params, dict) and not params_problems(params):
         problems.extend(_built_in_params_problems(loaded, family, params))
@@ -186,6 +188,33 @@ def _model_family_problems(loaded: LoadedYaml) -> list[SpecProblem]:
                 "save_pretrained folder (a path relative to the storage root or an s3:// URI; hf://owner/name where "
                 "the platform policy sets models.hub: true)")))
         problems.extend(_transformer_input_problems(loaded))
+    return problems
+
+
+def _family_setting_problems(loaded: LoadedYaml, family: str, model: Any) -> list[SpecProblem]:
+    """A family's own tuned names (``FAMILY_SETTINGS``: max_length, lora_r) in tuning.space only under that
+    family, and only with the params they need (lora_r: trainable: lora)."""
+    params = model.get("params") if isinstance(model, dict) else None
+    params = params if isinstance(params, dict) else {}
+    problems: list[SpecProblem] = []
+    space = _get(loaded.data, "tuning", "space")
+    for name in space if isinstance(space, dict) else {}:
+        if name not in FAMILY_SETTINGS:
+            continue
+        owner, needs = FAMILY_SETTINGS[name]
+        path = ".".join(TUNABLE_PARAMS[name][0])
+        if family != owner:
+            problems.append(loaded.problem(("tuning", "space", name), (
+                f"{name} tunes {path}, a parameter of the {owner} family, and training.model.type is {family!r}; "
+                f"remove it from tuning.space, or set training.model.type: {owner}")))
+            continue
+        for key, value in needs.items():
+            if params.get(key) != value:
+                problems.append(loaded.problem(("tuning", "space", name), (
+                    f"{name} tunes {path}, which the {owner} family reads only with {key}: {value}, and "
+                    + (f"training.model.params.{key} is {shown_value(params[key])}" if key in params else
+                       f"training.model.params leaves {key} out") + "; set "
+                    f"training.model.params.{key}: {value}, or remove {name} from tuning.space")))
     return problems
 
 
@@ -690,6 +719,13 @@ def _tuning_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem
                 add((*here, distribution.kind), f"{value!r} is not a valid {'.'.join(path)}: it must be "
                                                 f"{'a whole number' if kind == 'int' else 'a finite number'}")
                 break
+            if name in FAMILY_SETTINGS:
+                refused = _family_value_problem(spec, path, value)
+                if refused is not None:
+                    add((*here, distribution.kind), f"{value!r} is not a valid {'.'.join(path)}: it must be "
+                                                    f"{refused}; narrow the range")
+                    break
+                continue
             broken = next((b for b in bounds_at(path) if not b.admits(value)), None)
             if broken is not None:
                 add((*here, distribution.kind), f"{value!r} is not a valid {'.'.join(path)}: it must be "
@@ -709,6 +745,35 @@ def _tuning_problems(loaded: LoadedYaml, spec: PipelineSpec) -> list[SpecProblem
         add(("training", "checkpoint"), "tuning reports at each checkpoint, so trials need several: set "
                                         "training.checkpoint.every_n_steps (e.g. a tenth of a trial's steps)")
     return problems
+
+
+def _family_value_problem(spec: PipelineSpec, path: tuple[str, ...], value: Any) -> str | None:
+    """Why the family's own check refuses the spec's model.params with ``value`` at ``path`` (under
+    training.model.params), or None; a family without a check here (or params it refuses already) is left to
+    the train step's check."""
+    import importlib
+
+    from trainpipe_trainer.models.family import FamilyParamsError
+
+    model = spec.training.model
+    if model.type not in _BUILT_IN_PARAMS_CHECKS or params_problems(model.params):
+        return None
+    below = path[len(("training", "model", "params")):]
+    params = copy.deepcopy(dict(model.params))
+    inner = params
+    for part in below[:-1]:
+        if not isinstance(inner.get(part), dict):
+            inner[part] = {}
+        inner = inner[part]
+    inner[below[-1]] = value
+    module, function = _BUILT_IN_PARAMS_CHECKS[model.type]
+    try:
+        getattr(importlib.import_module(module), function)(params)
+    except FamilyParamsError as err:
+        if err.path != ".".join(below):
+            return None  # another parameter's problem: reported at its own line
+        return str(err).removeprefix(f"model.params.{err.path}: ")
+    return None
 
 
 def _tuning_metric_problems(loaded: LoadedYaml, tuning: TuningSpec, task: str) -> list[SpecProblem]:

@@ -9,6 +9,9 @@ from trainpipe.spec.sections.common import SpecModel
 # The settings a run parameter or a hyperparameter search may change, each once: name -> (path in the
 # spec, JSON Schema type of a run parameter or None when only a search sets it, the search's kind or
 # None when only a run parameter sets it). A search's kind: "float", "int", or "layers" (a list of sizes).
+# A path under training.model.params is a family's own parameter: its name is the family's alone and its values
+# are bounded by the family's check (spec.validate); a run parameter cannot reach one (the trigger form and the
+# plan's run overrides read typed fields), so those are tuned only.
 _RUN_SETTINGS: dict[str, tuple[tuple[str, ...], str | None, str | None]] = {
     "epochs": (("training", "epochs"), "integer", None),
     "batch_size": (("training", "batch_size"), "integer", "int"),
@@ -20,6 +23,13 @@ _RUN_SETTINGS: dict[str, tuple[tuple[str, ...], str | None, str | None]] = {
     "warmup_steps": (("training", "optimization", "warmup_steps"), "integer", "int"),
     "weight_decay": (("training", "optimization", "weight_decay"), "number", "float"),
     "decision_threshold": (("evaluation", "decision_threshold"), "number", None),
+    "max_length": (("training", "model", "params", "max_length"), None, "int"),
+    "lora_r": (("training", "model", "params", "lora", "r"), None, "int"),
+}
+# A family's own tuned parameters: name -> (family, the params that must be set for it, as key -> value).
+FAMILY_SETTINGS: dict[str, tuple[str, dict[str, str]]] = {
+    "max_length": ("transformer", {}),
+    "lora_r": ("transformer", {"trainable": "lora"}),
 }
 # Param name -> (path in the spec, JSON Schema type). Only these can be overridden per run.
 OVERRIDABLE_PARAMS: dict[str, tuple[tuple[str, ...], str]] = {

@@ -181,5 +181,7 @@ class TuningSpec(SpecModel):
     space: dict[str, DistributionSpec] = Field(
         min_length=1,
         description="The hyperparameters to search and their ranges: {log_uniform: [lo, hi]}, {uniform: [lo, hi]}, "
-        f"{{int: [lo, hi]}} or {{choice: [...]}}. Names: {', '.join(sorted(TUNABLE_PARAMS))}.",
+        f"{{int: [lo, hi]}} or {{choice: [...]}}. Names: {', '.join(sorted(TUNABLE_PARAMS))} (max_length and lora_r "
+        "are the transformer family's model.params.max_length and lora.r, lora_r with trainable: lora; hidden_layers "
+        "and dropout the mlp's).",
         examples=[{"learning_rate": {"log_uniform": [0.0001, 0.1]}, "batch_size": {"choice": [32, 64, 128]}}])
