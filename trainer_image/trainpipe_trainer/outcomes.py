@@ -58,6 +58,12 @@ MODEL_FAMILY_VERSION_TAG = "trainpipe.model_family_version"
 MODEL_FAMILY_SHA256_TAG = "trainpipe.model_family_sha256"
 
 
+# What a family's weights started from (the transformer's pretrained folder: its URI, and the sha256 over its files,
+# ``models.transformer.pretrained.files_sha256``); a LoRA run's base model.
+PRETRAINED_URI_TAG = "trainpipe.pretrained_uri"
+PRETRAINED_SHA256_TAG = "trainpipe.pretrained_sha256"
+
+
 def model_family_tags(provenance: dict[str, str | None]) -> dict[str, str]:
     """The run tags of a family's provenance; a value the installation does not give is left out, never made up."""
     tags = {MODEL_FAMILY_TAG: provenance.get("family"), MODEL_FAMILY_DISTRIBUTION_TAG: provenance.get("distribution"),

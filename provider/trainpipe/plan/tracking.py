@@ -11,6 +11,8 @@ from trainpipe_trainer.outcomes import (
     MODEL_FAMILY_SHA256_TAG,
     MODEL_FAMILY_TAG,
     MODEL_FAMILY_VERSION_TAG,
+    PRETRAINED_SHA256_TAG,
+    PRETRAINED_URI_TAG,
 )
 
 # Each pipeline's runs are in the experiment ``trainpipe/<pipeline id>``.
@@ -60,7 +62,7 @@ TUNING_PARENT_RUN_TAG = "trainpipe.tuning.parent_run_id"
 TRAINER_IMAGE_TAG = "trainpipe.trainer_image"
 TRAINER_IMAGE_DIGEST_TAG = "trainpipe.trainer_image_digest"
 MODEL_FAMILY_TAGS = (MODEL_FAMILY_TAG, MODEL_FAMILY_DISTRIBUTION_TAG, MODEL_FAMILY_VERSION_TAG, MODEL_FAMILY_SHA256_TAG,
-                     TRAINER_IMAGE_TAG, TRAINER_IMAGE_DIGEST_TAG)
+                     TRAINER_IMAGE_TAG, TRAINER_IMAGE_DIGEST_TAG, PRETRAINED_URI_TAG, PRETRAINED_SHA256_TAG)
 # On the reproducing run: which version it reproduces, and whether the weights matched.
 REPRODUCES_TAG = "trainpipe.reproduces"
 REPRODUCED_MATCH_TAG = "trainpipe.reproduced_weights_match"

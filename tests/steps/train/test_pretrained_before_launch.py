@@ -159,3 +159,30 @@ def test_new_weights_in_the_same_folder_change_the_training_key(tmp_path, root):
     # A family without pretrained weights keeps the key it had before fingerprints existed.
     assert training_key(plan, snapshot, param_overrides={}) == training_key(plan, snapshot, param_overrides={},
                                                                             pretrained=None)
+
+
+def test_reproduce_refuses_a_pretrained_folder_whose_files_changed(tmp_path, root):
+    """Before anything is trained: the folder the spec names must hold the files the version started from (the
+    trainer's sha256 over them, recorded on the version); changed weights are refused naming both hashes."""
+    from trainpipe.errors import ReproduceError
+    from trainpipe.steps.train.reproduce import Lineage, check_pretrained
+    from trainpipe_trainer.models.transformer.pretrained import folder_sha256
+    from trainpipe_trainer.outcomes import PRETRAINED_SHA256_TAG, PRETRAINED_URI_TAG
+
+    folder = root / "models" / "tiny-gpt2"
+    (folder / "model.safetensors").write_bytes(b"the weights it started from")
+    recorded = folder_sha256(folder)  # what the trainer tagged the run with
+    plan = _plan(tmp_path, "models/tiny-gpt2")
+    lineage = Lineage(model_name="intent", version=3, alias=None, mlflow_run_id="r", dag_id="spec", dataset_digest="d",
+                      spec_file="spec.yaml", spec_sha256="s", spec_text="", seed=None, world_size=None,
+                      param_overrides={}, weights_sha256="w",
+                      model_family={PRETRAINED_URI_TAG: folder.as_uri(), PRETRAINED_SHA256_TAG: recorded})
+
+    check_pretrained(lineage, plan, Settings.from_env())  # the same files: nothing to say
+
+    (folder / "model.safetensors").write_bytes(b"other weights")
+    with pytest.raises(ReproduceError) as refused:
+        check_pretrained(lineage, plan, Settings.from_env())
+    message = str(refused.value)
+    assert f"sha256 {recorded[:16]}" in message and f"sha256 {folder_sha256(folder)[:16]}" in message
+    assert "intent version 3" in message and "restore that folder" in message

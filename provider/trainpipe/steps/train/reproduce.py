@@ -39,6 +39,8 @@ from trainpipe.plan.tracking import (
     MODEL_FAMILY_TAGS,
     MODEL_FAMILY_VERSION_TAG,
     PARAM_OVERRIDES_TAG,
+    PRETRAINED_SHA256_TAG,
+    PRETRAINED_URI_TAG,
     REPRODUCED_MATCH_TAG,
     REPRODUCES_TAG,
     SEED_TAG,
@@ -52,7 +54,7 @@ from trainpipe.settings import Settings
 from trainpipe.state.datasets import SnapshotInfo, version_folder
 from trainpipe.steps.register.lineage import spec_artifact_path
 from trainpipe.steps.snapshot import content_digest
-from trainpipe.steps.train.train import RunContext, run_training
+from trainpipe.steps.train.train import RunContext, pretrained_uri, run_training
 from trainpipe_trainer.outcomes import WORLD_SIZE_HISTORY_TAG
 
 log = logging.getLogger(__name__)
@@ -247,6 +249,30 @@ def check_model_family(lineage: Lineage, family: str) -> str | None:
     return None
 
 
+def check_pretrained(lineage: Lineage, plan: PipelinePlan, settings: Settings) -> None:
+    """Refuse, before anything is trained, when the pretrained folder the spec names no longer holds the files the
+    version started from (the sha256 over its files, ``trainpipe.pretrained_sha256``): the weights would differ
+    for a reason reproduce cannot show. A Hub id is not read here (its files are the Hub's)."""
+    from trainpipe import uris
+    from trainpipe_trainer.models.transformer.pretrained import files_sha256
+
+    recorded = lineage.model_family.get(PRETRAINED_SHA256_TAG)
+    uri = pretrained_uri(plan, settings)
+    if not recorded or uri is None or uris.is_hub(uri):
+        return
+    folder = storage.resolve_uri(uri, settings)
+    prefix = len(str(folder).rstrip("/")) + 1
+    found = files_sha256((str(path)[prefix:], hashlib.sha256(path.read_bytes()).hexdigest())
+                         for path in folder.rglob("*") if path.is_file())
+    if found != recorded:
+        trained_from = lineage.model_family.get(PRETRAINED_URI_TAG, "its pretrained folder")
+        raise ReproduceError(
+            f"{lineage.model_name} version {lineage.version} started from pretrained weights with sha256 "
+            f"{recorded[:16]} ({trained_from}); {storage.shown_uri(folder)} now holds files with sha256 {found[:16]}: "
+            "the weights would differ; restore that folder (or point training.model.pretrained at a copy of it) to "
+            "reproduce it")
+
+
 def _sized(plan: PipelinePlan, world_size: int) -> PipelinePlan:
     nproc = world_size // plan.launch.nnodes
     return dataclasses.replace(plan, launch=with_nproc_per_node(plan.launch, nproc))
@@ -288,6 +314,7 @@ def reproduce(reference: str, *, configs_root: Path, settings: Settings, hook: M
     build = check_model_family(lineage, plan.trainer.model.type)
     if build is not None:
         say(build)
+    check_pretrained(lineage, plan, settings)
     snapshot = snapshot_by_digest(plan.dag_id, lineage.dataset_digest, settings=settings)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     run = RunContext(dag_id=plan.dag_id, airflow_run_id=f"reproduce__{lineage.model_name}_v{lineage.version}__{stamp}",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe_trainer.models.family import DataDescription, ExportContext, LossFn, ModelFamily
 from trainpipe_trainer.models.transformer.params import validate_transformer_params
+from trainpipe_trainer.outcomes import PRETRAINED_SHA256_TAG, PRETRAINED_URI_TAG
 
 if TYPE_CHECKING:
     from torch import nn
@@ -26,9 +27,6 @@ if TYPE_CHECKING:
     from trainpipe_trainer.config import ModelConfig
     from trainpipe_trainer.models.transformer.tokenizing import PretrainedTokenizer
 
-# Run tags: what the weights started from (a LoRA run's base model too), for reproduce and review.
-PRETRAINED_URI_TAG = "trainpipe.pretrained_uri"
-PRETRAINED_SHA256_TAG = "trainpipe.pretrained_sha256"
 
 
 class TransformerFamily(ModelFamily):

@@ -15,7 +15,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,15 +39,29 @@ class PretrainedFolder:
 _COPIES: dict[str, PretrainedFolder] = {}
 
 
-def folder_sha256(folder: Path) -> str:
-    """sha256 over (relative path, sha256 of the bytes) of every file under ``folder``, in path order."""
+def files_sha256(files: Iterable[tuple[str, str]]) -> str:
+    """The folder's sha256 from each file's (relative path, sha256 hex of its bytes), taken in path order: the same
+    whether the files were read here or through another storage client (``trainpipe reproduce`` checks it)."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        relative = path.relative_to(folder).as_posix()
+    for relative, file_sha256 in sorted(files):
         if relative.startswith(".cache/"):
             continue  # huggingface_hub's download bookkeeping, not the model
         digest.update(relative.encode("utf-8") + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).hexdigest().encode("ascii") + b"\n")
+        digest.update(file_sha256.encode("ascii") + b"\n")
+    return digest.hexdigest()
+
+
+def folder_sha256(folder: Path) -> str:
+    """:func:`files_sha256` of every file under the local ``folder``."""
+    return files_sha256((path.relative_to(folder).as_posix(), _file_sha256(path))
+                        for path in folder.rglob("*") if path.is_file())
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
     return digest.hexdigest()
 
 
