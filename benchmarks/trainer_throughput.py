@@ -245,7 +245,7 @@ def pretrained_folder(data: Path) -> Path:
 
 
 def write_transformer_data(path: Path, shape: TransformerShape) -> list[str]:
-    """Prompt -> completion rows (a prompt of 60-120 made-up words, its completion the prompt's first 8-24 words
+    """Prompt -> completion rows (a prompt of 60-120 made-up words a 128 positions, its completion the prompt's first 8-24 words
     again: most rows fill ``max_length`` tokens on the CPU shape), and beside them the GPT-2 folder
     (``pretrained_folder``): the trainer's ``tiny.write_tiny_model`` at the shape's size, its tokenizer trained on
     these texts; with ``model_vocab`` the model is rebuilt with that many embedding rows (the tokenizer uses the
@@ -254,10 +254,12 @@ def write_transformer_data(path: Path, shape: TransformerShape) -> list[str]:
     import pandas as pd
 
     sys.path.insert(0, str(REPO / "trainer_image"))
+    from trainpipe_trainer.models.transformer.loading import quiet_transformers
     from trainpipe_trainer.models.transformer.tiny import write_tiny_model
 
     rng = np.random.default_rng(0)
-    lengths = rng.integers(60, 121, size=shape.rows)
+    # 60-120 words per 128 positions (the GPU shape's 512: 240-480).
+    lengths = rng.integers(60, 121, size=shape.rows) * max(shape.max_length // 128, 1)
     words = np.split(made_up_words(rng, int(lengths.sum())), np.cumsum(lengths)[:-1])
     tails = rng.integers(8, 25, size=shape.rows)
     prompts = [" ".join(row) for row in words]
@@ -277,7 +279,8 @@ def write_transformer_data(path: Path, shape: TransformerShape) -> list[str]:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = GPT2LMHeadModel(config)
-        model.save_pretrained(folder, safe_serialization=True)
+        with quiet_transformers():  # no progress bar
+            model.save_pretrained(folder, safe_serialization=True)
     return [PROMPT_COLUMN]
 
 
@@ -637,7 +640,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", choices=sorted(FAMILY_SHAPES), default=None,
                         help="the model family whose shapes are measured by default: mlp (cpu, or both GPU MLP "
-                             "shapes on CUDA) or transformer (cpu-transformer, or gpu-125m on CUDA)")
+                             "shapes on CUDA), text_bag (cpu-text) or transformer (cpu-transformer, or gpu-125m "
+                             "on CUDA)")
     parser.add_argument("--shape", action="append", choices=sorted(SHAPES),
                         help="default: the family's (mlp: cpu, or gpu-12m and gpu-143m on CUDA)")
     parser.add_argument("--mode", action="append", choices=MODES,
@@ -714,7 +718,10 @@ def main() -> int:
                 ratio = rate / resident
                 spread = "" if len(runs) == 1 else (
                     f" [{len(runs)} runs, each against its own resident loop: "
-                    + ", ".join(f"{r.samples_per_second / b['resident']:.2f}" for r, b in zip(runs, bares, strict=True)) + "]")
+                    + ", ".join(f"{r.samples_per_second / b['resident']:.2f}"
+                                + (f" ({r.samples_per_second:,.1f}/{b['resident']:,.1f} samples/s)"
+                                   if isinstance(shape, TransformerShape) else "")
+                                for r, b in zip(runs, bares, strict=True)) + "]")
                 target = SHAPE_TARGETS.get((device_kind, shape_name), TARGETS[device_kind])[mode]
                 aim = f"target {'>= ' + format(target, '.2f') if target else 'none'}"
                 tail = f"wall {run.wall:.1f} s, outside the step loop {run.outside_loop:.1f} s{spread}"
