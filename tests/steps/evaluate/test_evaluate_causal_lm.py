@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from tests.steps.evaluate.stand_ins import Hook, ServedModel
 from trainpipe.plan.model import EvaluationPlan, Gate, RegistrationPlan
 from trainpipe.settings import Settings
 from trainpipe.spec.sections.evaluation import EvaluationSpec
@@ -43,44 +43,8 @@ def served(loss_per_token: float, rows: int, accuracy: float = 0.5, seed: int = 
                          "correct": np.floor(tokens * accuracy)})
 
 
-class _Model:
-    def __init__(self, output: Any) -> None:
-        self.output = output
-        self.calls: list[tuple[list[str], dict[str, Any] | None]] = []
-        self.metadata = SimpleNamespace(get_input_schema=lambda: None)
-
-    def predict(self, frame: pd.DataFrame, params: dict[str, Any] | None = None) -> Any:
-        self.calls.append((list(frame.columns), params))
-        return self.output
-
-
-class _Client:
-    def __init__(self) -> None:
-        self.metrics: dict[str, float] = {}
-        self.tags: dict[str, str] = {}
-        self.artifacts: dict[str, bytes] = {}
-
-    def log_batch(self, run_id: str, metrics: list[Any], tags: list[Any]) -> None:
-        self.metrics |= {m.key: m.value for m in metrics}
-        self.tags |= {t.key: t.value for t in tags}
-
-    def log_artifacts(self, run_id: str, folder: str, artifact_path: str) -> None:
-        self.artifacts |= {f"{artifact_path}/{p.name}": p.read_bytes() for p in Path(folder).iterdir()}
-
-    def get_run(self, run_id: str) -> Any:
-        return SimpleNamespace(info=SimpleNamespace(experiment_id="1"))
-
-
-class _Hook:
-    def __init__(self, models: dict[str, Any]) -> None:
-        self.models = {uri: _Model(output) for uri, output in models.items()}
-        self.client = _Client()
-
-    def load_pyfunc(self, uri: str) -> _Model:
-        return self.models[uri]
-
-    def version_by_alias(self, name: str, alias: str) -> Any:
-        return SimpleNamespace(version="4") if CHAMPION_URI in self.models else None
+def _hook(models: dict[str, Any]) -> Hook:
+    return Hook(models, champion_uri=CHAMPION_URI, champion_version="4")
 
 
 def _holdout(rows: int = 200) -> pd.DataFrame:
@@ -102,7 +66,7 @@ REGISTRATION = RegistrationPlan(model_name="ticket_answers", alias="champion", c
                                 previous_alias="previous_champion", description="")
 
 
-def _evaluate(tmp_path: Path, hook: _Hook, plan: EvaluationPlan, holdout: pd.DataFrame,
+def _evaluate(tmp_path: Path, hook: Hook, plan: EvaluationPlan, holdout: pd.DataFrame,
               monkeypatch: pytest.MonkeyPatch, *, train: bool = True) -> dict[str, Any]:
     monkeypatch.delenv("TRAINPIPE_STORAGE_CONN_ID", raising=False)
     holdout.to_parquet(tmp_path / "holdout.parquet")
@@ -143,7 +107,7 @@ def test_an_answer_without_token_scores_is_refused_naming_the_columns(output):
 
 def test_the_candidate_is_asked_for_token_scores_of_the_raw_text_and_has_no_baseline(tmp_path, monkeypatch):
     holdout = _holdout()
-    hook = _Hook({CANDIDATE_URI: served(1.0, len(holdout), accuracy=0.6)})
+    hook = _hook({CANDIDATE_URI: served(1.0, len(holdout), accuracy=0.6)})
 
     result = _evaluate(tmp_path, hook, _plan(["perplexity <= 3"]), holdout, monkeypatch)
 
@@ -162,7 +126,7 @@ def test_the_candidate_is_asked_for_token_scores_of_the_raw_text_and_has_no_base
 
 def test_a_plain_language_model_is_asked_with_its_text_column_only(tmp_path, monkeypatch):
     holdout = _holdout()
-    hook = _Hook({CANDIDATE_URI: served(2.0, len(holdout))})
+    hook = _hook({CANDIDATE_URI: served(2.0, len(holdout))})
 
     result = _evaluate(tmp_path, hook, _plan([], label=""), holdout, monkeypatch)
 
@@ -173,7 +137,7 @@ def test_a_plain_language_model_is_asked_with_its_text_column_only(tmp_path, mon
 
 def test_a_candidate_worse_than_the_champion_stops_at_its_gate_with_both_perplexities(tmp_path, monkeypatch):
     holdout = _holdout()
-    hook = _Hook({CANDIDATE_URI: served(1.5, len(holdout)), CHAMPION_URI: served(1.0, len(holdout))})
+    hook = _hook({CANDIDATE_URI: served(1.5, len(holdout)), CHAMPION_URI: served(1.0, len(holdout))})
 
     # The spec's own gates pass: the champion's perplexity is the bar all the same.
     result = _evaluate(tmp_path, hook, _plan(["perplexity <= 100"]), holdout, monkeypatch)
@@ -192,7 +156,7 @@ def test_a_candidate_worse_than_the_champion_stops_at_its_gate_with_both_perplex
 
 def test_a_candidate_at_least_as_good_as_the_champion_passes_that_check(tmp_path, monkeypatch):
     holdout = _holdout()
-    hook = _Hook({CANDIDATE_URI: served(1.0, len(holdout)), CHAMPION_URI: served(1.0, len(holdout))})
+    hook = _hook({CANDIDATE_URI: served(1.0, len(holdout)), CHAMPION_URI: served(1.0, len(holdout))})
 
     result = _evaluate(tmp_path, hook, _plan(["perplexity >= -1%"]), holdout, monkeypatch)
 
@@ -202,7 +166,7 @@ def test_a_candidate_at_least_as_good_as_the_champion_passes_that_check(tmp_path
 
 def test_a_champion_of_another_task_is_not_compared_and_the_run_stops_saying_why(tmp_path, monkeypatch):
     holdout = _holdout()
-    hook = _Hook({CANDIDATE_URI: served(1.0, len(holdout)), CHAMPION_URI: pd.Series(np.zeros(len(holdout)))})
+    hook = _hook({CANDIDATE_URI: served(1.0, len(holdout)), CHAMPION_URI: pd.Series(np.zeros(len(holdout)))})
 
     result = _evaluate(tmp_path, hook, _plan([]), holdout, monkeypatch)
 
@@ -214,7 +178,7 @@ def test_slices_are_token_weighted_per_value(tmp_path, monkeypatch):
     holdout = _holdout(rows=100)
     output = served(1.0, len(holdout))
     output.loc[holdout["channel"] == "chat", "loss_sum"] *= 2  # chat rows: loss 2 per token
-    hook = _Hook({CANDIDATE_URI: output})
+    hook = _hook({CANDIDATE_URI: output})
 
     result = _evaluate(tmp_path, hook, _plan(["worst_slice(perplexity) <= 10"], slices=("channel",)), holdout,
                        monkeypatch)
@@ -238,7 +202,7 @@ def test_an_answer_without_the_right_token_count_is_refused_naming_the_columns(t
     output = served(1.0, len(holdout)).drop(columns="correct")
 
     with pytest.raises(ModelOutputError, match="columns loss_sum, tokens, correct per row"):
-        _evaluate(tmp_path, _Hook({CANDIDATE_URI: output}), _plan([]), holdout, monkeypatch)
+        _evaluate(tmp_path, _hook({CANDIDATE_URI: output}), _plan([]), holdout, monkeypatch)
 
 
 @pytest.mark.integration  # imports transformers and loads a model: ~10 s
@@ -261,12 +225,12 @@ def test_the_trainer_s_own_served_causal_lm_is_evaluated(tmp_path, monkeypatch):
         "pretrained": {"uri": folder.as_uri(), "sha256": ""}}))
     scorer = TransformerScorer.from_artifacts({"model": str(folder), "meta": str(meta)})
 
-    class _Served(_Model):
+    class _Served(ServedModel):
         def predict(self, frame: pd.DataFrame, params: dict[str, Any] | None = None) -> Any:
             self.calls.append((list(frame.columns), params))
             return scorer.prediction(frame, params)
 
-    hook = _Hook({})
+    hook = _hook({})
     hook.models[CANDIDATE_URI] = _Served(None)
     plan = EvaluationPlan(task="causal_lm", features=("prompt",), label="completion", group_column=None,
                           metrics=("perplexity", "loss", "token_accuracy"), decision_threshold=0.5,

@@ -5,13 +5,13 @@ the gate; per-class F1 on the MLflow run. The MLflow hook is an in-memory stand-
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from tests.steps.evaluate.stand_ins import Hook
 from trainpipe.plan.model import EvaluationPlan, Gate, RegistrationPlan
 from trainpipe.settings import Settings
 from trainpipe.spec.sections.evaluation import EvaluationSpec
@@ -38,42 +38,8 @@ def served(probabilities: np.ndarray, classes: tuple[str, ...]) -> pd.DataFrame:
     return frame
 
 
-class _Model:
-    def __init__(self, output: Any) -> None:
-        self.output = output
-        self.metadata = SimpleNamespace(get_input_schema=lambda: None)
-
-    def predict(self, frame: pd.DataFrame) -> Any:
-        return self.output
-
-
-class _Client:
-    def __init__(self) -> None:
-        self.metrics: dict[str, float] = {}
-        self.tags: dict[str, str] = {}
-        self.artifacts: dict[str, bytes] = {}
-
-    def log_batch(self, run_id: str, metrics: list[Any], tags: list[Any]) -> None:
-        self.metrics |= {m.key: m.value for m in metrics}
-        self.tags |= {t.key: t.value for t in tags}
-
-    def log_artifacts(self, run_id: str, folder: str, artifact_path: str) -> None:
-        self.artifacts |= {f"{artifact_path}/{p.name}": p.read_bytes() for p in Path(folder).iterdir()}
-
-    def get_run(self, run_id: str) -> Any:
-        return SimpleNamespace(info=SimpleNamespace(experiment_id="1"))
-
-
-class _Hook:
-    def __init__(self, models: dict[str, Any]) -> None:
-        self.models = {uri: _Model(output) for uri, output in models.items()}
-        self.client = _Client()
-
-    def load_pyfunc(self, uri: str) -> _Model:
-        return self.models[uri]
-
-    def version_by_alias(self, name: str, alias: str) -> Any:
-        return SimpleNamespace(version="3") if CHAMPION_URI in self.models else None
+def _hook(models: dict[str, Any]) -> Hook:
+    return Hook(models, champion_uri=CHAMPION_URI, champion_version="3")
 
 
 def _holdout(rows: int = 300, seed: int = 0) -> pd.DataFrame:
@@ -107,7 +73,7 @@ REGISTRATION = RegistrationPlan(model_name="zoo", alias="champion", challenger_a
                                 previous_alias="previous_champion", description="")
 
 
-def _evaluate(tmp_path: Path, hook: _Hook, gates: list[str], holdout: pd.DataFrame,
+def _evaluate(tmp_path: Path, hook: Hook, gates: list[str], holdout: pd.DataFrame,
               monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.delenv("TRAINPIPE_STORAGE_CONN_ID", raising=False)
     holdout.to_parquet(tmp_path / "holdout.parquet")
@@ -150,7 +116,7 @@ def test_candidate_and_champion_with_the_same_classes_in_another_order_are_compa
     candidate = _probabilities(holdout["species"], classes, right=0.8, seed=1, wrong_share=0.05)
     champion = _probabilities(holdout["species"], classes, right=0.6, seed=2, wrong_share=0.2)
     # The champion's columns come in another order: owl, cat, dog.
-    hook = _Hook({CANDIDATE_URI: served(candidate, classes),
+    hook = _hook({CANDIDATE_URI: served(candidate, classes),
                   CHAMPION_URI: served(champion[:, [2, 0, 1]], ("owl", "cat", "dog"))})
 
     result = _evaluate(tmp_path, hook, ["macro_f1 >= -1%", "accuracy >= 0.5", "worst_slice(macro_f1) >= 0.5"],
@@ -179,7 +145,7 @@ def test_a_champion_with_other_classes_is_not_compared_and_the_gate_stops_the_ru
     classes = ("cat", "dog", "owl")
     candidate = _probabilities(holdout["species"], classes, right=0.8, seed=1)
     champion = served(np.tile([0.5, 0.3, 0.2], (len(holdout), 1)), ("cat", "dog", "emu"))
-    hook = _Hook({CANDIDATE_URI: served(candidate, classes), CHAMPION_URI: champion})
+    hook = _hook({CANDIDATE_URI: served(candidate, classes), CHAMPION_URI: champion})
 
     result = _evaluate(tmp_path, hook, ["macro_f1 >= -1%", "accuracy >= 0.5"], holdout, monkeypatch)
 
@@ -208,7 +174,7 @@ def test_a_champion_with_other_classes_is_not_compared_and_the_gate_stops_the_ru
 def test_a_champion_of_another_task_is_not_compared_either(tmp_path, monkeypatch):
     holdout = _holdout()
     classes = ("cat", "dog", "owl")
-    hook = _Hook({CANDIDATE_URI: served(_probabilities(holdout["species"], classes, right=0.8, seed=1), classes),
+    hook = _hook({CANDIDATE_URI: served(_probabilities(holdout["species"], classes, right=0.8, seed=1), classes),
                   CHAMPION_URI: np.full(len(holdout), 0.5)})  # a binary classifier's P(1)
 
     result = _evaluate(tmp_path, hook, [], holdout, monkeypatch)
@@ -221,7 +187,7 @@ def test_a_champion_of_another_task_is_not_compared_either(tmp_path, monkeypatch
 def test_a_class_name_mlflow_cannot_take_as_a_key_stays_in_the_report(tmp_path, monkeypatch):
     holdout = _holdout().replace({"species": {"owl": "owl@night", "dog": "dog/../cat"}})
     classes = ("cat", "dog/../cat", "owl@night")
-    hook = _Hook({CANDIDATE_URI: served(_probabilities(holdout["species"], classes, right=0.8, seed=1), classes)})
+    hook = _hook({CANDIDATE_URI: served(_probabilities(holdout["species"], classes, right=0.8, seed=1), classes)})
 
     result = _evaluate(tmp_path, hook, [], holdout, monkeypatch)
 
@@ -234,7 +200,7 @@ def test_a_class_name_mlflow_cannot_take_as_a_key_stays_in_the_report(tmp_path, 
 def test_predictions_are_plain_scores_for_other_tasks(tmp_path, monkeypatch):
     from trainpipe.steps.evaluate.evaluate import predict
 
-    hook = _Hook({CANDIDATE_URI: np.asarray([0.1, 0.9])})
+    hook = _hook({CANDIDATE_URI: np.asarray([0.1, 0.9])})
     plan = EvaluationPlan(task="binary_classification", features=("x",), label="y", group_column=None,
                           metrics=("auc",), decision_threshold=0.5, gates=())
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.steps.evaluate.test_evaluate_multiclass import CANDIDATE_URI, REGISTRATION, _Hook
+from tests.steps.evaluate.test_evaluate_multiclass import CANDIDATE_URI, REGISTRATION, _hook
 from trainpipe.plan.model import EvaluationPlan
 from trainpipe.settings import Settings
 from trainpipe.steps.evaluate import metrics
@@ -91,7 +91,7 @@ def test_evaluate_fits_the_tf_idf_baseline_for_the_plan_s_text_features(tmp_path
     train.to_parquet(tmp_path / "train.parquet")
     holdout.to_parquet(tmp_path / "holdout.parquet")
     # A candidate that knows nothing: the baseline is the better model.
-    hook = _Hook({CANDIDATE_URI: np.full(len(holdout), 0.5)})
+    hook = _hook({CANDIDATE_URI: np.full(len(holdout), 0.5)})
     plan = EvaluationPlan(task="binary_classification", features=("review", "noise"), label="label",
                           group_column=None, metrics=("auc",), decision_threshold=0.5, gates=(),
                           text_features=("review",))
