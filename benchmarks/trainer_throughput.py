@@ -3,7 +3,7 @@
     python benchmarks/trainer_throughput.py                 # CPU: the data-bound shape, about 4 minutes
     python benchmarks/trainer_throughput.py --shape cpu-text   # CPU: the text_bag shape (issue 52), about 10 minutes
     python benchmarks/trainer_throughput.py --shape gpu-12m --shape gpu-143m   # on a CUDA machine
-    python benchmarks/trainer_throughput.py --family transformer   # CPU: a small GPT-2 (issue 53), about 20 minutes
+    python benchmarks/trainer_throughput.py --family transformer   # CPU: a small GPT-2 (issue 53), about 10 minutes
     python benchmarks/trainer_throughput.py --family transformer --skip-determinism   # CUDA: gpu-125m, bf16/ZeRO-2/ZeRO-3
 
 For each precision mode (fp32, bf16, DeepSpeed ZeRO-2 bf16) and shape it prints:
