@@ -193,6 +193,27 @@ def kill_a_rank_after_a_commit(config: dict[str, Any], workdir: Path, *, commit_
         running.stop()
 
 
+def resumes_to(reference: Launch, config: dict[str, Any], workdir: Path, *, checkpoint_every: int,
+               step_delay_seconds: float) -> None:
+    """Rank 1 SIGKILLed after a commit; the rerun resumes from the last commit and ends on ``reference``'s
+    weights, bit for bit."""
+    killed = kill_a_rank_after_a_commit({**config, "fault_injection": {"step_delay_seconds": step_delay_seconds}},
+                                        workdir)
+    assert killed.returncode != 0
+    assert not (workdir / "output" / "result.json").exists()
+    resume_from = committed_steps(workdir / "checkpoints")[-1]
+    assert reference.returncode == 0, reference.describe()
+    expected = reference.result()
+    assert checkpoint_every <= resume_from < expected["global_step"]
+
+    rerun = launch(config, workdir, nproc=2)
+    assert rerun.returncode == 0, rerun.describe()
+    result = rerun.result()
+    assert f"resumed from step {resume_from}" in rerun.stdout
+    assert result["global_step"] == expected["global_step"]
+    assert result["weights_sha256"] == expected["weights_sha256"]
+
+
 def file_digests(directory: Path) -> dict[str, str]:
     """sha256 of every file under ``directory`` (relative path -> digest)."""
     return {

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from .helpers import Launch, committed_steps, kill_a_rank_after_a_commit, launch
+from .helpers import Launch, launch, resumes_to
 
 pytestmark = pytest.mark.integration
 
@@ -79,20 +79,7 @@ def _ok(run: Launch) -> dict[str, Any]:
 
 
 def _resumes_to(reference: Launch, config: dict[str, Any], workdir: Path) -> None:
-    """Rank 1 SIGKILLed after a commit; the rerun resumes from the last commit and ends on ``reference``'s
-    weights, bit for bit."""
-    killed = kill_a_rank_after_a_commit({**config, "fault_injection": {"step_delay_seconds": 0.2}}, workdir)
-    assert killed.returncode != 0
-    assert not (workdir / "output" / "result.json").exists()
-    resume_from = committed_steps(workdir / "checkpoints")[-1]
-    expected = _ok(reference)
-    assert CHECKPOINT_EVERY <= resume_from < expected["global_step"]
-
-    rerun = launch(config, workdir, nproc=2)
-    result = _ok(rerun)
-    assert f"resumed from step {resume_from}" in rerun.stdout
-    assert result["global_step"] == expected["global_step"]
-    assert result["weights_sha256"] == expected["weights_sha256"]
+    resumes_to(reference, config, workdir, checkpoint_every=CHECKPOINT_EVERY, step_delay_seconds=0.2)
 
 
 @pytest.fixture(scope="module")
