@@ -568,6 +568,68 @@ def bare_hf_loop(data: Path, shape: TransformerShape, mode: str, *, threads: int
     return {"resident": statistics.median(rates), "real_tokens": float(present.mean())}
 
 
+def step_pairs(data: Path, shape: TransformerShape, *, threads: int, pairs: int) -> str:
+    """The trainer's per-step work for the transformer without the machine's drift: in one process, steps of the
+    family's module (``TransformerNetwork`` over the float id matrix) + the trainer's token loss alternate with
+    steps of the bare Hugging Face call with ``labels``, each side its own copy of the weights and AdamW, the same
+    batch each pair; the medians after 3 warm-up pairs. Also checks that both give the same loss (eval mode)."""
+    import copy
+
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    sys.path.insert(0, str(REPO / "trainer_image"))
+    from transformers import AutoModelForCausalLM
+
+    from trainpipe_trainer.losses import token_cross_entropy_loss
+    from trainpipe_trainer.models.transformer.network import TransformerNetwork
+    from trainpipe_trainer.models.transformer.tokenizing import PretrainedTokenizer
+
+    torch.set_num_threads(threads)
+    frame, folder = pd.read_parquet(data), pretrained_folder(data)
+    tokenizer = PretrainedTokenizer.load(folder, max_length=shape.max_length)
+    inputs, targets = tokenizer.sequences(frame[PROMPT_COLUMN].to_numpy(dtype=object),
+                                          frame[COMPLETION_COLUMN].to_numpy(dtype=object))
+    present = inputs > 0
+    labels = np.full(targets.shape, -100, dtype=np.int64)
+    labels[:, 1:] = np.where(targets[:, :-1] >= 0, targets[:, :-1], -100)
+    torch.manual_seed(0)
+    bare = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    bare.config.use_cache = False
+    pad = bare.config.pad_token_id
+    network = TransformerNetwork(copy.deepcopy(bare), pad_token_id=pad, causal=True)
+    x, y = torch.from_numpy(inputs.astype(np.float32)), torch.from_numpy(targets)
+    ids = torch.from_numpy(np.where(present, inputs - 1, pad).astype(np.int64))
+    mask, lm_labels = torch.from_numpy(present.astype(np.int64)), torch.from_numpy(labels)
+    first = torch.arange(shape.batch)
+    with torch.no_grad():
+        same = (token_cross_entropy_loss(network.eval()(x[first]).float(), y[first]).item()
+                == bare.eval()(input_ids=ids[first], attention_mask=mask[first], labels=lm_labels[first]).loss.item())
+    network.train(), bare.train()
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.0) for m in (network, bare)]
+    times: tuple[list[float], list[float]] = ([], [])
+    for index in range(pairs + 3):
+        rows = torch.randint(0, len(x), (shape.batch,))
+        for side, (module, optimizer) in enumerate(zip((network, bare), optimizers, strict=True)):
+            started = time.perf_counter()
+            if side == 0:
+                loss = token_cross_entropy_loss(module(x[rows]).squeeze(-1).float(), y[rows])
+            else:
+                loss = module(input_ids=ids[rows], attention_mask=mask[rows], labels=lm_labels[rows]).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0, foreach=True)
+            optimizer.step()
+            if index >= 3:
+                times[side].append(time.perf_counter() - started)
+    trainer, hf = (statistics.median(t) for t in times)
+    per_pair = statistics.median(b / a for a, b in zip(*times, strict=True))
+    return (f"{pairs} alternating steps in one process: the family's module + token loss {trainer * 1e3:.1f} ms, "
+            f"the Hugging Face call {hf * 1e3:.1f} ms (bare / trainer {hf / trainer:.2f}, per pair {per_pair:.2f}); "
+            f"the same loss on one batch: {'yes' if same else 'NO'}")
+
+
 def _index_batches(count: int, batch: int, device):
     """Endless batches of row indices, a fresh permutation each epoch (the last partial batch dropped)."""
     import torch
@@ -660,6 +722,9 @@ def main() -> int:
     parser.add_argument("--trainer-runs", type=int, default=None,
                         help="trainer runs per mode, each followed by the bare loops; the medians are compared "
                              "(default: 3 on CPU, 1 on a GPU)")
+    parser.add_argument("--step-pairs", type=int, default=0,
+                        help="a transformer shape: also time this many alternating steps of the family's module and "
+                             "the bare Hugging Face call in one process (free of the machine's drift)")
     parser.add_argument("--skip-determinism", action="store_true")
     parser.add_argument("--log", type=Path, help="append every trainer run's whole output to this file")
     args = parser.parse_args()
@@ -742,6 +807,8 @@ def main() -> int:
                 last_launch = last_launch or (mode, run.launch_line)
             if last_launch:
                 print(f"  phases of the {last_launch[0]} launch (trainer's own line): {last_launch[1]}")
+            if args.step_pairs and isinstance(shape, TransformerShape):
+                print("  per step: " + step_pairs(data, shape, threads=args.threads, pairs=args.step_pairs))
             if not args.skip_determinism:
                 mode = "fp32"
                 print(f"  determinism ({mode}): "
