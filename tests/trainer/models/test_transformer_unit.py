@@ -266,3 +266,18 @@ def test_tokenised_splits_are_kept_beside_the_snapshot_and_read_back(tmp_path: P
     (tmp_path / "other").mkdir()
     read_splits(_config(tmp_path / "other", tiny, frame), text_tokenizer_of)
     assert not (tmp_path / "other" / TOKENIZED_FOLDER).exists()
+
+
+def test_a_causal_lm_whose_generation_would_run_past_the_model_s_positions_is_refused_before_training(
+        tmp_path: Path, tiny: Path) -> None:
+    """The tiny model has 64 positions: prompts of up to 48 tokens and 32 new ones would fail at the export, after
+    the whole training; the build says so first."""
+    frame = pd.DataFrame({"prompt": ["my invoice", "the app"] * 4, "answer": [" billing", " tech"] * 4})
+    config = _config(tmp_path, tiny, frame, model={"type": "transformer", "pretrained_uri": tiny.as_uri(),
+                                                   "params": {"max_length": 48, "max_new_tokens": 32}})
+    split = read_splits(config, text_tokenizer_of)
+    family = TransformerFamily()
+    with pytest.raises(TrainerInputError, match=r"model.params: max_length \(48\) \+ max_new_tokens \(32\) are more "
+                                                r"positions than the pretrained model has \(64\); lower one of them"):
+        family.build(config.model, family.validate_params(config.model.params),
+                     DataDescription.of(config.task, split.transformer, split.classes))

@@ -67,6 +67,11 @@ def build_network(folder: str, params: dict[str, Any], data: DataDescription) ->
         raise TrainerInputError(f"model.params.max_length: {len(text)} text column(s) of "
                                 f"{length // max(len(text), 1)} tokens are {length} positions, and the pretrained "
                                 f"model has {positions}; lower max_length")
+    # The served model continues a prompt of up to max_length tokens by max_new_tokens: said before training, not
+    # at the export after it.
+    if causal and positions is not None and length + params["max_new_tokens"] > positions:
+        raise TrainerInputError(f"model.params: max_length ({length}) + max_new_tokens ({params['max_new_tokens']}) "
+                                f"are more positions than the pretrained model has ({positions}); lower one of them")
     pad = config.pad_token_id
     if pad is None and tokenizer is not None:
         inner = getattr(tokenizer, "tokenizer", None)
