@@ -212,3 +212,17 @@ def test_lora_under_zero2_in_bf16_trains_a_binary_classifier_served_without_peft
     # The adapters are merged: the served folder is a plain model, no adapter files.
     folder = Path(mlflow.artifacts.download_artifacts(result["model_uri"])) / "artifacts" / "model"
     assert (folder / "model.safetensors").is_file() and not list(folder.glob("adapter_*"))
+
+
+def test_a_zero2_classifier_rank_killed_after_a_commit_resumes_to_the_uninterrupted_weights(
+        tmp_path: Path, tables: Tables, make_config: Callable[..., Any]) -> None:
+    """ZeRO-2 (gradients and optimizer state sharded), as for every family: the classifier's config under
+    DeepSpeed, its uninterrupted run the reference."""
+    pytest.importorskip("deepspeed", reason="pip install 'trainpipe-trainer[deepspeed]'")
+
+    def zero2(workdir: Path) -> dict[str, Any]:
+        workdir.mkdir()
+        return {**_classifier(make_config, workdir, tables), "strategy": "deepspeed", "deepspeed": {"zero_stage": 2}}
+
+    reference = launch(zero2(tmp_path / "steady"), tmp_path / "steady", nproc=2)
+    _resumes_to(reference, zero2(tmp_path / "killed"), tmp_path / "killed")
