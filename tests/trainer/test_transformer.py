@@ -158,6 +158,32 @@ def test_sigterm_to_every_classifier_rank_commits_its_step_and_the_rerun_ends_on
     assert result["weights_sha256"] == _ok(classifier_run)["weights_sha256"]
 
 
+def test_a_causal_lm_checkpoint_of_two_ranks_resumes_on_one_and_sees_every_remaining_row_once(
+        tmp_path: Path, tables: Tables, make_config: Callable[..., Any]) -> None:
+    """Elastic resume, as after losing a node: a causal LM under DDP crashed at step 7 on 2 ranks continues on 1; its
+    model and optimizer state are resharded and the epoch goes on at the row it stopped at. (DeepSpeed's ZeRO
+    state resumes at its own world size only, and says so: the harness's rule for every family.)"""
+    import math
+    import re
+
+    config = {**_causal_lm(make_config, tmp_path, tables), "strategy": "ddp", "deepspeed": None,
+              "fault_injection": {"crash_after_step": 7}}
+    crashed = launch(config, tmp_path, nproc=2)
+    assert committed_steps(tmp_path / "checkpoints")[-1] == 7, crashed.describe()
+
+    config["fault_injection"] = None
+    resumed = launch(config, tmp_path, nproc=1)
+    result = _ok(resumed)
+    rows = int(re.search(r"of (\d+) \(nothing skipped or repeated\)", resumed.stdout)[1])
+    batch, done = config["batch_size"], 7 * 2 * config["batch_size"]
+    assert (f"resharded: checkpoint step-7 was written by 2 processes, this run has 1; model and optimizer state "
+            f"loaded across them, and epoch 1 continues at its row {done} of {rows} (nothing skipped or repeated)"
+            in resumed.stdout.splitlines()), resumed.describe()
+    # The rest of epoch 1 on one rank, then epochs 2 and 3 whole: every row once per epoch.
+    assert result["global_step"] == 7 + math.ceil((rows - done) / batch) + 2 * math.ceil(rows / batch)
+    assert result["world_size_history"] == [[0, 2], [7, 1]]
+
+
 def test_the_causal_lm_under_zero3_serves_a_completion_and_token_losses(
         causal_lm_run: Launch, tables: Tables, tracking: Any, use_tracking: str) -> None:
     import mlflow
