@@ -40,7 +40,7 @@ RUN --mount=type=bind,source=.,target=/src,rw \
     pip install -c /src/requirements.lock \
         "apache-airflow==${AIRFLOW_VERSION}" \
         "torch==${TORCH_VERSION}" \
-        "/src/trainer_image[tracking,s3,tuning]" \
+        "/src/trainer_image[tracking,s3,tuning,transformers]" \
         "/src[${PROVIDER_EXTRAS}]" \
     && pip check \
     && python -c "import trainpipe, trainpipe_trainer, torch, mlflow"

@@ -80,8 +80,9 @@ def upload_demo_data() -> None:
     end = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     with tempfile.TemporaryDirectory() as scratch:
         write_demo_data(scratch, end=end)
-        for relative in DEMO_FILES.values():
-            client.upload_file(str(Path(scratch) / relative), bucket, prefix + relative)
+        # The tables, and the small language model's folder where the image has the trainer's [transformers].
+        for path in sorted(p for p in Path(scratch).rglob("*") if p.is_file()):
+            client.upload_file(str(path), bucket, prefix + path.relative_to(scratch).as_posix())
     print(f"airflow-init: demo data written to s3://{bucket}/{prefix}")
 
 

@@ -607,7 +607,11 @@ def test_airflow_init_migrates_writes_login_connection_and_demo_data(
     listed = {item["Key"]: item["ETag"] for item in
               s3.list_objects_v2(Bucket="trainpipe", Prefix="storage/demo/")["Contents"]}
     assert set(listed) == {"storage/demo/transactions/transactions.parquet", "storage/demo/clicks/clicks.parquet",
-                           "storage/demo/digits/digits.parquet", "storage/demo/tickets/tickets.parquet"}
+                           "storage/demo/digits/digits.parquet", "storage/demo/tickets/tickets.parquet",
+                           "storage/demo/instructions/instructions.parquet",
+                           *(f"storage/demo/models/tiny-lm/{name}" for name in (
+                               "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                               "tokenizer_config.json"))}
 
     # Again, with another key in .env: the connection follows .env; the demo data is left alone.
     second = run({**env, "AWS_SECRET_ACCESS_KEY": "rotated-secret-0123"})
