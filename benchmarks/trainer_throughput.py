@@ -501,6 +501,25 @@ def bare_loops(data: Path, columns: list[str], shape: Shape | TextShape | Transf
     return {name: statistics.median(rates) for name, rates in results.items()}
 
 
+def hf_token_arrays(data: Path, shape: TransformerShape):
+    """The rows tokenised by the trainer's own code: its ids + 1 (0 pads) and next-token targets (-1 where not
+    trained on), which positions hold tokens, and the same targets as Hugging Face ``labels`` (-100 elsewhere)."""
+    import numpy as np
+    import pandas as pd
+
+    sys.path.insert(0, str(REPO / "trainer_image"))
+    from trainpipe_trainer.models.transformer.tokenizing import PretrainedTokenizer
+
+    frame = pd.read_parquet(data)
+    tokenizer = PretrainedTokenizer.load(pretrained_folder(data), max_length=shape.max_length)
+    inputs, targets = tokenizer.sequences(frame[PROMPT_COLUMN].to_numpy(dtype=object),
+                                          frame[COMPLETION_COLUMN].to_numpy(dtype=object))
+    labels = np.full(targets.shape, -100, dtype=np.int64)
+    # The trainer's target at t is the token at t + 1; Hugging Face's label at t + 1 is that token.
+    labels[:, 1:] = np.where(targets[:, :-1] >= 0, targets[:, :-1], -100)
+    return inputs, targets, inputs > 0, labels
+
+
 def bare_hf_loop(data: Path, shape: TransformerShape, mode: str, *, threads: int, steps: int,
                  repeats: int) -> dict[str, float]:
     """samples/s of a plain Hugging Face loop over the same model (median of ``repeats`` runs of ``steps`` steps,
@@ -513,27 +532,18 @@ def bare_hf_loop(data: Path, shape: TransformerShape, mode: str, *, threads: int
     CUDA), bf16 modes under ``torch.autocast``. The baseline for every mode: DeepSpeed's engine is what the
     ZeRO modes add on top of it."""
     import numpy as np
-    import pandas as pd
     import torch
 
     sys.path.insert(0, str(REPO / "trainer_image"))
     from transformers import AutoModelForCausalLM
 
     from trainpipe_trainer.config import OptimizationConfig
-    from trainpipe_trainer.models.transformer.tokenizing import PretrainedTokenizer
     from trainpipe_trainer.optim import build_optimizer, build_scheduler
 
     torch.set_num_threads(threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    frame = pd.read_parquet(data)
     folder = pretrained_folder(data)
-    tokenizer = PretrainedTokenizer.load(folder, max_length=shape.max_length)
-    inputs, targets = tokenizer.sequences(frame[PROMPT_COLUMN].to_numpy(dtype=object),
-                                          frame[COMPLETION_COLUMN].to_numpy(dtype=object))
-    present = inputs > 0
-    labels = np.full(targets.shape, -100, dtype=np.int64)
-    # The trainer's target at t is the token at t + 1; Hugging Face's label at t + 1 is that token.
-    labels[:, 1:] = np.where(targets[:, :-1] >= 0, targets[:, :-1], -100)
+    inputs, _, present, labels = hf_token_arrays(data, shape)
     bf16 = "bf16" in mode
     rates: list[float] = []
     for _ in range(repeats):
@@ -576,7 +586,6 @@ def step_pairs(data: Path, shape: TransformerShape, *, threads: int, pairs: int)
     import copy
 
     import numpy as np
-    import pandas as pd
     import torch
 
     sys.path.insert(0, str(REPO / "trainer_image"))
@@ -584,16 +593,10 @@ def step_pairs(data: Path, shape: TransformerShape, *, threads: int, pairs: int)
 
     from trainpipe_trainer.losses import token_cross_entropy_loss
     from trainpipe_trainer.models.transformer.network import TransformerNetwork
-    from trainpipe_trainer.models.transformer.tokenizing import PretrainedTokenizer
 
     torch.set_num_threads(threads)
-    frame, folder = pd.read_parquet(data), pretrained_folder(data)
-    tokenizer = PretrainedTokenizer.load(folder, max_length=shape.max_length)
-    inputs, targets = tokenizer.sequences(frame[PROMPT_COLUMN].to_numpy(dtype=object),
-                                          frame[COMPLETION_COLUMN].to_numpy(dtype=object))
-    present = inputs > 0
-    labels = np.full(targets.shape, -100, dtype=np.int64)
-    labels[:, 1:] = np.where(targets[:, :-1] >= 0, targets[:, :-1], -100)
+    folder = pretrained_folder(data)
+    inputs, targets, present, labels = hf_token_arrays(data, shape)
     torch.manual_seed(0)
     bare = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
     bare.config.use_cache = False
