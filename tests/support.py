@@ -84,3 +84,19 @@ def copy_airflow_db(template: Path, target: Path) -> Path:
     shutil.copyfile(template, partial)
     partial.replace(target)
     return target
+
+
+def record_secret_reads(monkeypatch: Any, *, secret: str, password: str) -> list[str]:
+    """A variable (``SECRET``) and a connection (``LEAK``) a rendered template would read, holding ``secret`` and
+    ``password``; every ``Variable.get`` / ``Connection.get`` is recorded in the returned list instead of read."""
+    import json
+
+    from airflow.sdk.definitions.connection import Connection
+    from airflow.sdk.definitions.variable import Variable
+
+    monkeypatch.setenv("AIRFLOW_VAR_SECRET", secret)
+    monkeypatch.setenv("AIRFLOW_CONN_LEAK", json.dumps({"conn_type": "generic", "password": password}))
+    reads: list[str] = []
+    monkeypatch.setattr(Connection, "get", classmethod(lambda cls, conn_id, *a, **k: reads.append(conn_id)))
+    monkeypatch.setattr(Variable, "get", staticmethod(lambda key, *a, **k: reads.append(key)))
+    return reads

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import REPO
+from tests.support import REPO, record_secret_reads
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
 from trainpipe.settings import Settings
@@ -27,15 +27,7 @@ PATH = "../../etc/passwd"
 def _secrets(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A variable and a connection a rendered template would read; any read is recorded."""
     monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
-    monkeypatch.setenv("AIRFLOW_VAR_SECRET", SECRET)
-    monkeypatch.setenv("AIRFLOW_CONN_LEAK", json.dumps({"conn_type": "generic", "password": PASSWORD}))
-    from airflow.sdk.definitions.connection import Connection
-    from airflow.sdk.definitions.variable import Variable
-
-    reads: list[str] = []
-    monkeypatch.setattr(Connection, "get", classmethod(lambda cls, conn_id, *a, **k: reads.append(conn_id)))
-    monkeypatch.setattr(Variable, "get", staticmethod(lambda key, *a, **k: reads.append(key)))
-    return reads
+    return record_secret_reads(monkeypatch, secret=SECRET, password=PASSWORD)
 
 
 def _text(column: str = "review", transform: dict | None = None, model: dict | None = None) -> str:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.spec.test_transformer_spec import classifier, language_model
+from tests.support import record_secret_reads
 from trainpipe.compile.compiler import compile_file
 from trainpipe.errors import SpecError
 from trainpipe.policy.model import PolicyError, load_policy
@@ -32,15 +33,7 @@ def _secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A variable and a connection a rendered template would read; any read is recorded."""
     monkeypatch.delenv("TRAINPIPE_POLICY", raising=False)
     monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", f"file://{tmp_path / 'storage'}")
-    monkeypatch.setenv("AIRFLOW_VAR_SECRET", SECRET)
-    monkeypatch.setenv("AIRFLOW_CONN_LEAK", json.dumps({"conn_type": "generic", "password": PASSWORD}))
-    from airflow.sdk.definitions.connection import Connection
-    from airflow.sdk.definitions.variable import Variable
-
-    reads: list[str] = []
-    monkeypatch.setattr(Connection, "get", classmethod(lambda cls, conn_id, *a, **k: reads.append(conn_id)))
-    monkeypatch.setattr(Variable, "get", staticmethod(lambda key, *a, **k: reads.append(key)))
-    return reads
+    return record_secret_reads(monkeypatch, secret=SECRET, password=PASSWORD)
 
 
 def _policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models: dict[str, Any] | None = None) -> None:
