@@ -9,7 +9,7 @@ import pytest
 
 from trainpipe_trainer import storage
 from trainpipe_trainer.errors import TrainerDataError
-from trainpipe_trainer.splits import read_parquet
+from trainpipe_trainer.data.splits import read_parquet
 
 from .helpers import S3
 

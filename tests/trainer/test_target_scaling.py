@@ -13,7 +13,7 @@ import torch
 
 from trainpipe.settings import Settings
 from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrainingConfig
-from trainpipe_trainer.data import load_training_data
+from trainpipe_trainer.data.memory import load_training_data
 from trainpipe_trainer.models.mlp.export import write_serving_artifacts
 from trainpipe_trainer.models.mlp.network import build_mlp
 from trainpipe_trainer.models.mlp.scorer import MLPScorer

@@ -80,8 +80,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_trial_worker_reads_again_only_for_another_max_length(tiny, capsys):
-    from trainpipe_trainer.data import load_training_data
-    from trainpipe_trainer.splits import read_in_background
+    from trainpipe_trainer.data.memory import load_training_data
+    from trainpipe_trainer.data.splits import read_in_background
     from trainpipe_trainer.trial_worker import Assignment, TrialData, data_read_with, trial_config
 
     worker = dataclasses.replace(_config(tiny, max_length=16, trainable="lora"), tuning=TuningTrial(

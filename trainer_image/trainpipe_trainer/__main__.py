@@ -53,7 +53,7 @@ def _run(config_uri: str, watcher: PreemptionWatcher, phases: LaunchPhases) -> i
     try:
         config = load_config(config_uri)
         from trainpipe_trainer.models import text_tokenizer_of
-        from trainpipe_trainer.splits import read_in_background
+        from trainpipe_trainer.data.splits import read_in_background
 
         # Read while torch imports: the parquet decode and array work release the GIL (about 1 s of
         # a 2-core launch). Torch is imported only now: a bad config fails fast, before it loads.

@@ -18,6 +18,10 @@ class TrainerDataError(TrainerInputError):
     """The training data does not match the config; the message names the column and the file."""
 
 
+class DataChangedError(TrainerDataError):
+    """A file of a manifest dataset version differs from what the manifest recorded, or is gone; names the file."""
+
+
 class CheckpointMismatchError(TrainerInputError):
     """A committed checkpoint cannot be resumed by this run (other world size, batch size, strategy)."""
 

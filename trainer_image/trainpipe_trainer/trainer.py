@@ -27,7 +27,7 @@ from trainpipe_trainer.checkpoint import rng
 from trainpipe_trainer.checkpoint.manager import CheckpointManager, CheckpointStore
 from trainpipe_trainer.checkpoint.state import TrainState
 from trainpipe_trainer.config import CHECKPOINT_METRICS, TrainingConfig
-from trainpipe_trainer.data import EpochLoader, TrainingData, load_training_data, resident_fits
+from trainpipe_trainer.data.memory import EpochLoader, TrainingData, load_training_data, resident_fits
 from trainpipe_trainer.distributed import (
     DistEnv,
     StepFlags,
@@ -65,7 +65,7 @@ from trainpipe_trainer.preemption import PreemptionWatcher
 from trainpipe_trainer.resume import resume_identity
 from trainpipe_trainer.run_layout import RESULT_FILE
 from trainpipe_trainer.serving.export import weights_sha256
-from trainpipe_trainer.splits import Splits
+from trainpipe_trainer.data.splits import Splits
 from trainpipe_trainer.strategies import Strategy, build_strategy
 from trainpipe_trainer.tracking.launch_timing import LaunchPhases
 from trainpipe_trainer.tracking.progress import Progress

@@ -54,9 +54,9 @@ from trainpipe_trainer.tuning import (
 if TYPE_CHECKING:
     import optuna
 
-    from trainpipe_trainer.data import TrainingData
+    from trainpipe_trainer.data.memory import TrainingData
     from trainpipe_trainer.preemption import PreemptionWatcher
-    from trainpipe_trainer.splits import Splits
+    from trainpipe_trainer.data.splits import Splits
 
 
 def trial_folder(trials_root_uri: str, number: int) -> str:

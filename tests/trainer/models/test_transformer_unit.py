@@ -25,7 +25,7 @@ from trainpipe_trainer.models.transformer import TransformerFamily
 from trainpipe_trainer.models.transformer.params import validate_transformer_params
 from trainpipe_trainer.models.transformer.tiny import write_tiny_model
 from trainpipe_trainer.preprocessing import IGNORED_TARGET
-from trainpipe_trainer.splits import read_splits
+from trainpipe_trainer.data.splits import read_splits
 from trainpipe_trainer.validation_metrics import task_metrics
 
 pytest.importorskip("transformers", reason="pip install 'trainpipe-trainer[transformers]'")
@@ -239,7 +239,7 @@ def test_a_local_folder_is_read_in_place_and_copies_of_killed_processes_are_remo
 def test_tokenised_splits_are_kept_beside_the_snapshot_and_read_back(tmp_path: Path, tiny: Path) -> None:
     """A retry or a trial reads the ids tokenised before: the file under <snapshot>/tokenized/ is what the second
     read returns (proved by changing it), and another max_length (a new key) tokenises again."""
-    from trainpipe_trainer.splits import TOKENIZED_FOLDER
+    from trainpipe_trainer.data.splits import TOKENIZED_FOLDER
 
     frame = pd.DataFrame({"prompt": ["my invoice", "the app", "refund", "login"] * 4,
                           "answer": [" billing", " tech", " billing", " account"] * 4})

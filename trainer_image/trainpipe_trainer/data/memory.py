@@ -22,7 +22,7 @@ from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import TrainerDataError
 from trainpipe_trainer.models import text_tokenizer_of
 from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
-from trainpipe_trainer.splits import Splits, read_splits
+from trainpipe_trainer.data.splits import Splits, read_splits
 
 
 @dataclass(kw_only=True, slots=True)
