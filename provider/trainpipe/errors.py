@@ -129,6 +129,11 @@ class DataReadError(TrainpipeError):
     never the file's content (the parser's own message may quote it)."""
 
 
+class DatasetChangedError(TrainpipeError):
+    """A file that a manifest dataset version lists changed or is gone since the snapshot (trainpipe_trainer's
+    ``DataChangedError``, re-raised in the provider's family); the message names the file and the fix."""
+
+
 class ReproduceError(TrainpipeError):
     """A registered model version cannot be trained again: its lineage (tags, logged spec, snapshot)
     is incomplete or no longer matches what was recorded."""

@@ -22,7 +22,9 @@ snapshot's.
 from __future__ import annotations
 
 import json
+import typing
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +32,12 @@ from trainpipe import storage
 from trainpipe.settings import Settings
 
 if TYPE_CHECKING:
+    import fsspec
     import pandas as pd
+    import pyarrow as pa
 
     from trainpipe.hooks.mlflow import MlflowHook
+    from trainpipe_trainer.data.manifest import DataManifest, Split
 
 # Next to the versions: the last accepted one, the baseline of the next validation.
 BASELINE_FILE = "LATEST.json"
@@ -70,6 +75,11 @@ class SnapshotInfo:
     # Multiclass: the label's classes in the window (train and holdout), in output order
     # (trainpipe_trainer.preprocessing.label_class_names); None for other tasks and older versions.
     label_classes: list[str] | None = None
+    # "copy": train.parquet and holdout.parquet in the version's folder. "manifest": the version lists the
+    # source's files (``data_manifest.json``, trainpipe_trainer.data.manifest); then ``train_uri`` and
+    # ``holdout_uri`` are both the manifest's URI (a split is the manifest's units of it: ``read_split``).
+    kind: str = "copy"
+    manifest_uri: str | None = None
 
     @property
     def version(self) -> str:
@@ -123,6 +133,93 @@ def baseline_version(settings: Settings, pipeline_id: str) -> dict[str, Any] | N
     schema; None before any version passed validation."""
     path = versions_root(settings, pipeline_id) / BASELINE_FILE
     return storage.read_json(path) if path.exists() else None
+
+
+MANIFEST_KIND = "manifest"
+COPY_KIND = "copy"
+
+
+def source_filesystem(uri: str, *, settings: Settings, conn_id: str | None = None) -> fsspec.AbstractFileSystem:
+    """The fsspec filesystem that reads a manifest's files: the local one, or the object store through
+    ``conn_id`` (default: the storage connection, whose credentials the trainer is given too)."""
+    from airflow.sdk import ObjectStoragePath
+
+    return ObjectStoragePath(uri, conn_id=conn_id or settings.storage_conn_id).fs
+
+
+def load_manifest(snapshot: SnapshotInfo, *, settings: Settings,
+                  conn_id: str | None = None) -> tuple[DataManifest, fsspec.AbstractFileSystem]:
+    """A manifest version's file list and the filesystem its files are read with (``iter_units``)."""
+    from trainpipe_trainer.data.manifest import DataManifest
+
+    if snapshot.kind != MANIFEST_KIND or snapshot.manifest_uri is None:
+        raise ValueError(f"dataset version {snapshot.digest[:16]} is a copy, not a manifest; read it with read_split")
+    path = storage.resolve_uri(snapshot.manifest_uri, settings, settings.storage_conn_id)
+    manifest = DataManifest.loads(storage.read_current_text(path))
+    return manifest, source_filesystem(manifest.source_uri, settings=settings, conn_id=conn_id)
+
+
+def read_split(snapshot: SnapshotInfo, split: str, *, settings: Settings, columns: list[str] | None = None,
+               max_rows: int | None = None, conn_id: str | None = None) -> pd.DataFrame:
+    """One split of a version as a DataFrame, for either kind: a copy's parquet file, or a manifest's units
+    read one at a time until ``max_rows`` (None: all). A file of a manifest changed or gone since the
+    snapshot raises ``DatasetChangedError`` naming it."""
+    if split not in ("train", "holdout"):
+        raise ValueError(f"split {split!r}: 'train' or 'holdout'")
+    if snapshot.kind != MANIFEST_KIND:
+        uri = snapshot.train_uri if split == "train" else snapshot.holdout_uri
+        frame = storage.read_parquet_uri(uri, conn_id=settings.storage_conn_id)
+        frame = frame[list(columns)] if columns is not None else frame
+        return frame.head(max_rows).reset_index(drop=True) if max_rows is not None else frame
+    import contextlib
+
+    tables = []
+    rows = 0
+    # Closed when max_rows stops the loop early: its open files are closed now, not at garbage collection.
+    with contextlib.closing(iter_split_tables(snapshot, split, settings=settings, columns=columns,
+                                              conn_id=conn_id)) as read:
+        for table in read:
+            tables.append(table)
+            rows += table.num_rows
+            if max_rows is not None and rows >= max_rows:
+                break
+    if not tables:
+        return _empty_frame(snapshot, columns)
+    import pyarrow as pa
+
+    frame = pa.concat_tables(tables).to_pandas()
+    return frame.head(max_rows).reset_index(drop=True) if max_rows is not None else frame
+
+
+def iter_split_tables(snapshot: SnapshotInfo, split: str, *, settings: Settings, columns: list[str] | None = None,
+                      conn_id: str | None = None) -> Iterator[pa.Table]:
+    """A manifest version's split as Arrow tables, one row group at a time (bounded memory); a changed or
+    missing file raises ``DatasetChangedError`` naming it."""
+    from trainpipe.errors import DatasetChangedError
+    from trainpipe_trainer.data.reading import iter_units
+    from trainpipe_trainer.errors import DataChangedError
+
+    manifest, fs = load_manifest(snapshot, settings=settings, conn_id=conn_id)
+    units = iter_units(fs, manifest, typing.cast("Split", split), columns=columns)
+    try:
+        while True:
+            try:
+                _, table = next(units)
+            except StopIteration:
+                return
+            except DataChangedError as err:
+                raise DatasetChangedError(str(err)) from err
+            yield table
+    finally:
+        units.close()
+
+
+def _empty_frame(snapshot: SnapshotInfo, columns: list[str] | None) -> pd.DataFrame:
+    """An empty split with the version's columns and pandas dtypes (its recorded schema)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({name: pd.Series(dtype=kind) for name, kind in (snapshot.schema or [])})
+    return frame[list(columns)] if columns is not None else frame
 
 
 # mlflow.utils.validation.MAX_DATASET_DIGEST_SIZE
