@@ -13,9 +13,9 @@ from torch.utils.data import TensorDataset
 
 from trainpipe_trainer.config import CheckpointConfig, ModelConfig, TrainingConfig
 from trainpipe_trainer.data.memory import EpochLoader, load_training_data
+from trainpipe_trainer.data.splits import pad_queries, read_in_background, validation_mask
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import TrainerDataError
-from trainpipe_trainer.data.splits import pad_queries, read_in_background, validation_mask
 
 
 def _config(train: Path, **overrides: object) -> TrainingConfig:

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from trainpipe_trainer import storage
-from trainpipe_trainer.errors import TrainerDataError
 from trainpipe_trainer.data.splits import read_parquet
+from trainpipe_trainer.errors import TrainerDataError
 
 from .helpers import S3
 

@@ -19,13 +19,13 @@ from trainpipe_trainer.config import (
     TrainingConfig,
 )
 from trainpipe_trainer.data.memory import load_training_data
+from trainpipe_trainer.data.splits import validation_mask
 from trainpipe_trainer.errors import TrainerDataError
 from trainpipe_trainer.models.mlp.export import write_serving_artifacts
 from trainpipe_trainer.models.mlp.network import build_mlp
 from trainpipe_trainer.models.mlp.scorer import MLPScorer
 from trainpipe_trainer.preprocessing import FeatureTransformer, stable_bucket
 from trainpipe_trainer.resume import resume_identity
-from trainpipe_trainer.data.splits import validation_mask
 
 COUNTRIES = ("FR", "DE", "US", "IT", "ES", "NL")
 TRANSFORMS = (

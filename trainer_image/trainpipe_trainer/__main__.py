@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(config_uri: str, watcher: PreemptionWatcher, phases: LaunchPhases) -> int:
     try:
         config = load_config(config_uri)
-        from trainpipe_trainer.models import text_tokenizer_of
         from trainpipe_trainer.data.splits import read_in_background
+        from trainpipe_trainer.models import text_tokenizer_of
 
         # Read while torch imports: the parquet decode and array work release the GIL (about 1 s of
         # a 2-core launch). Torch is imported only now: a bad config fails fast, before it loads.

@@ -55,8 +55,8 @@ if TYPE_CHECKING:
     import optuna
 
     from trainpipe_trainer.data.memory import TrainingData
-    from trainpipe_trainer.preemption import PreemptionWatcher
     from trainpipe_trainer.data.splits import Splits
+    from trainpipe_trainer.preemption import PreemptionWatcher
 
 
 def trial_folder(trials_root_uri: str, number: int) -> str:

@@ -18,6 +18,7 @@ import torch
 
 from tests.trainer.helpers import file_digests
 from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.data.splits import read_splits
 from trainpipe_trainer.errors import TrainerDataError, TrainerInputError
 from trainpipe_trainer.losses import make_loss_fn, token_cross_entropy_loss
 from trainpipe_trainer.models import DataDescription, FamilyParamsError, load_family, text_tokenizer_of
@@ -25,7 +26,6 @@ from trainpipe_trainer.models.transformer import TransformerFamily
 from trainpipe_trainer.models.transformer.params import validate_transformer_params
 from trainpipe_trainer.models.transformer.tiny import write_tiny_model
 from trainpipe_trainer.preprocessing import IGNORED_TARGET
-from trainpipe_trainer.data.splits import read_splits
 from trainpipe_trainer.validation_metrics import task_metrics
 
 pytest.importorskip("transformers", reason="pip install 'trainpipe-trainer[transformers]'")
