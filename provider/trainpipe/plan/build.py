@@ -166,6 +166,7 @@ def build_plan(spec: PipelineSpec, *, spec_file: str, spec_text: str, source_pat
             holdout_key=training.group_column if training.task == "ranking" else None,
             allowed_uris=team.data_uris if team is not None else None,
             uri_declared_at=loaded.location_of(("data", "uri")) if loaded is not None else ("", None, None),
+            snapshot=spec.data.snapshot,
         ),
         validation=ValidationPlan(
             expectations=tuple((e.name, dict(e.kwargs)) for e in spec.validation.expectations),

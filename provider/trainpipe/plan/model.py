@@ -145,6 +145,8 @@ class DataPlan:
     allowed_uris: tuple[str, ...] | None = None
     # (file, line, column) of data.uri in the spec, so a run that cannot read it says where to fix it.
     uri_declared_at: tuple[str, int | None, int | None] = ("", None, None)
+    # data.snapshot: "auto", "copy" or "manifest" (trainpipe.spec.sections.data.SnapshotMode).
+    snapshot: str = "auto"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -296,6 +296,18 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
 
     if _get(data, "data", "window") is not None and not _get(data, "data", "time_column"):
         add(("data", "window"), "window needs data.time_column: name the timestamp column to cut the window on")
+    if _get(data, "data", "snapshot") == "manifest":
+        # A manifest versions whole files: it cannot cut rows out of them, and a csv has no row groups.
+        fix = ("a manifest versions whole files: point data.uri at the window's own folder or prefix, or use "
+               "data.snapshot: copy")
+        for field in ("window", "time_column"):
+            if _get(data, "data", field) is not None:
+                add(("data", "snapshot"), f"manifest does not take data.{field}; {fix}")
+        uri, file_format = _get(data, "data", "uri"), _get(data, "data", "format")
+        if file_format == "csv" or (file_format is None and isinstance(uri, str)
+                                    and uri.lower().rstrip("/").endswith(".csv")):
+            add(("data", "snapshot"), "manifest reads parquet files only, and data.format is csv; convert the "
+                                      "files to parquet or use data.snapshot: copy")
 
     task = _get(data, "training", "task")
     features = _get(data, "training", "features")

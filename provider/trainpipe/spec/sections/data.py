@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 
 from trainpipe import uris
@@ -9,6 +11,10 @@ from trainpipe.spec.sections.common import SpecModel
 from trainpipe.spec.types import Duration
 from trainpipe_trainer.config import DataFormat
 
+# How a dataset version holds its rows: a copy of the window, or a manifest listing the source's files.
+SnapshotMode = Literal["auto", "copy", "manifest"]
+# auto: a folder of parquet files at least this large is snapshotted as a manifest (sizes listed, nothing read).
+AUTO_MANIFEST_BYTES = 256 * 1024 * 1024
 
 class DataSpec(SpecModel):
     uri: str = Field(
@@ -35,6 +41,17 @@ class DataSpec(SpecModel):
         default=None,
         description="Keep rows with time_column in (logical_date - window, logical_date]. Needs time_column.",
         examples=["30d"],
+    )
+
+    snapshot: SnapshotMode = Field(
+        default="auto",
+        description="How the snapshot step stores a dataset version. copy: the window's rows are copied into "
+        "train/holdout parquet files (split by a hash of each row). manifest: the version lists the source's "
+        "parquet files (size, ETag/VersionId or mtime, row groups), nothing is copied, and the holdout is chosen "
+        "per row group; a file changed after the snapshot stops every reader. A manifest versions whole files, so "
+        "it takes no window or time_column and no csv. auto: manifest for a folder or prefix of parquet files "
+        "of 256 MiB or more, else copy.",
+        examples=["auto", "manifest"],
     )
 
     @field_validator("uri")
