@@ -21,6 +21,7 @@ snapshot's.
 
 from __future__ import annotations
 
+import errno
 import json
 import typing
 import warnings
@@ -156,7 +157,11 @@ def load_manifest(snapshot: SnapshotInfo, *, settings: Settings,
         raise ValueError(f"dataset version {snapshot.digest[:16]} is a copy, not a manifest; read it with read_split")
     path = storage.resolve_uri(snapshot.manifest_uri, settings, settings.storage_conn_id)
     manifest = DataManifest.loads(storage.read_current_text(path))
-    return manifest, source_filesystem(manifest.source_uri, settings=settings, conn_id=conn_id)
+    fs = source_filesystem(manifest.source_uri, settings=settings, conn_id=conn_id)
+    # fsspec shares filesystem instances within a process, with their listings cached (s3fs): the files are
+    # judged against the store as it is now, not as an earlier listing saw it.
+    fs.invalidate_cache()
+    return manifest, fs
 
 
 def read_split(snapshot: SnapshotInfo, split: str, *, settings: Settings, columns: list[str] | None = None,
@@ -196,19 +201,28 @@ def iter_split_tables(snapshot: SnapshotInfo, split: str, *, settings: Settings,
     """A manifest version's split as Arrow tables, one row group at a time (bounded memory); a changed or
     missing file raises ``DatasetChangedError`` naming it."""
     from trainpipe.errors import DatasetChangedError
+    from trainpipe_trainer.data.manifest import changed_file_message
     from trainpipe_trainer.data.reading import iter_units
     from trainpipe_trainer.errors import DataChangedError
 
     manifest, fs = load_manifest(snapshot, settings=settings, conn_id=conn_id)
+    planned = manifest.units(typing.cast("Split", split))
     units = iter_units(fs, manifest, typing.cast("Split", split), columns=columns)
     try:
-        while True:
+        for position in range(len(planned) + 1):
             try:
                 _, table = next(units)
             except StopIteration:
                 return
             except DataChangedError as err:
                 raise DatasetChangedError(str(err)) from err
+            except OSError as err:
+                if err.errno != errno.EBUSY:
+                    raise
+                # s3fs reads an object pinned to the ETag it opened (FileExpired): replaced while being read.
+                entry = manifest.files[planned[position].file]
+                raise DatasetChangedError(changed_file_message(entry, "replaced while it was read",
+                                                               manifest.digest)) from err
             yield table
     finally:
         units.close()
