@@ -164,6 +164,35 @@ def load_manifest(snapshot: SnapshotInfo, *, settings: Settings,
     return manifest, fs
 
 
+def manifest_file_problems(snapshot: SnapshotInfo, *, settings: Settings, conn_id: str | None = None) -> list[str]:
+    """Each file of a manifest version that is gone or changed since the snapshot, one message each naming it
+    (a file pinned by its S3 VersionId: only whether that version is still there); empty when all are as
+    listed. Sizes, ETags and mtimes only: nothing is read."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trainpipe_trainer.data.manifest import ManifestFile, changed_file_message, file_change, missing_file_message
+
+    manifest, fs = load_manifest(snapshot, settings=settings, conn_id=conn_id)
+    versioned = fs
+    if any(entry.version_id for entry in manifest.files) and not getattr(fs, "version_aware", True):
+        versioned = type(fs)(**{**fs.storage_options, "version_aware": True})
+
+    def problem(entry: ManifestFile) -> str | None:
+        path = fs._strip_protocol(entry.uri)
+        try:
+            if entry.version_id is not None:
+                versioned.info(path, version_id=entry.version_id)
+                return None
+            change = file_change(entry, fs.info(path))
+        except FileNotFoundError:
+            return missing_file_message(entry, manifest.digest)
+        return changed_file_message(entry, change, manifest.digest) if change is not None else None
+
+    # HEAD requests wait on the store: threads overlap them.
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(manifest.files)))) as pool:
+        return [found for found in pool.map(problem, manifest.files) if found is not None]
+
+
 def read_split(snapshot: SnapshotInfo, split: str, *, settings: Settings, columns: list[str] | None = None,
                max_rows: int | None = None, conn_id: str | None = None) -> pd.DataFrame:
     """One split of a version as a DataFrame, for either kind: a copy's parquet file, or a manifest's units
@@ -262,6 +291,11 @@ def snapshot_datasets(pipeline_id: str, snapshot: SnapshotInfo, holdout: pd.Data
         # MLflow's hint that integer columns cannot hold missing values concerns model signatures.
         warnings.simplefilter("ignore", UserWarning)
         schema = json.dumps({"mlflow_colspec": infer_signature(holdout.head(0)).inputs.to_dict()})
+    listed: dict[str, Any] = {}
+    if snapshot.kind == MANIFEST_KIND:
+        # The source is the manifest (both splits' URI): it names the files, which are not copied.
+        manifest, _ = load_manifest(snapshot, settings=settings)
+        listed = {"snapshot_kind": MANIFEST_KIND, "num_files": len(manifest.files)}
     splits = (("train", snapshot.train_uri, snapshot.train_rows, TRAIN_CONTEXT),
               ("holdout", snapshot.holdout_uri, snapshot.holdout_rows, HOLDOUT_CONTEXT))
     datasets = []
@@ -271,7 +305,7 @@ def snapshot_datasets(pipeline_id: str, snapshot: SnapshotInfo, holdout: pd.Data
             warnings.simplefilter("ignore", UserWarning)
             source = resolve_dataset_source(dataset_source_uri(uri, settings))
         profile = {"num_rows": rows, "num_elements": rows * len(holdout.columns),
-                   "snapshot_sha256": snapshot.digest, "split": split}
+                   "snapshot_sha256": snapshot.digest, "split": split, **listed}
         datasets.append((Dataset(name=f"{pipeline_id}-{split}", digest=snapshot.digest[:MLFLOW_DIGEST_LENGTH],
                                  source_type=source._get_source_type(), source=source.to_json(), schema=schema,
                                  profile=json.dumps(profile)), context))

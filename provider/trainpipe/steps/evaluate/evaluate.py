@@ -18,6 +18,7 @@ from trainpipe.hooks.mlflow import MlflowHook, mlflow_metric_key
 from trainpipe.plan.model import EvaluationPlan, Gate, RegistrationPlan
 from trainpipe.plan.tracking import GATES_PASSED_TAG
 from trainpipe.settings import Settings
+from trainpipe.state.datasets import MANIFEST_KIND, read_split
 from trainpipe.steps.evaluate import metrics
 from trainpipe.steps.evaluate.gate_table import CLASSES_REFERENCE
 from trainpipe_trainer.config import (
@@ -44,6 +45,8 @@ REPORT_ARTIFACT_DIR = "evaluation"
 # A slice column with more distinct values than this in the holdout is refused: its slices would be
 # too small to judge and the report unreadable (bucket such a column first).
 MAX_SLICE_VALUES = 50
+# A manifest version's train rows the baseline is fitted on, at most (its first row groups in manifest order).
+BASELINE_MAX_ROWS = 200_000
 # Per-class F1 goes to MLflow (holdout_f1.<class>) for at most this many classes: a chart of more series is not
 # read, and one log_batch takes at most 1000 metrics. The report's per-class table has every class either way.
 MAX_LOGGED_CLASSES = 100
@@ -239,7 +242,10 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     not compared, and a failing check among the gates says which classes are new and which are missing."""
     # The snapshot's splits live under the storage root: read them with its connection, as every read of it is.
     conn_id = settings.storage_conn_id
-    holdout = storage.read_parquet_uri(holdout_uri, conn_id=conn_id)
+    manifest_version = snapshot is not None and snapshot.kind == MANIFEST_KIND and holdout_uri == snapshot.holdout_uri
+    # A manifest version's holdout is its held-out row groups, read whole (the metrics need every row).
+    holdout = (read_split(snapshot, "holdout", settings=settings) if manifest_version and snapshot is not None
+               else storage.read_parquet_uri(holdout_uri, conn_id=conn_id))
     candidate_output = predict(hook, model_uri, holdout, evaluation)
     candidate_scores, classes = candidate_output.scores, candidate_output.classes
     candidate = holdout_metrics(evaluation, holdout, candidate_scores, classes)
@@ -251,8 +257,13 @@ def evaluate(evaluation: EvaluationPlan, registration: RegistrationPlan, *, hold
     if train_uri and evaluation.task != CAUSAL_LM:
         from trainpipe.steps.evaluate.baseline import baseline_scores as fit_baseline
 
-        baseline_scores = fit_baseline(evaluation.task, evaluation.features, evaluation.label,
-                                       storage.read_parquet_uri(train_uri, conn_id=conn_id), holdout, classes,
+        if snapshot is not None and snapshot.kind == MANIFEST_KIND and train_uri == snapshot.train_uri:
+            # A manifest version may be larger than memory: the linear baseline is fitted on its first
+            # BASELINE_MAX_ROWS train rows (file order), which is plenty for a reference model.
+            train = read_split(snapshot, "train", settings=settings, max_rows=BASELINE_MAX_ROWS)
+        else:
+            train = storage.read_parquet_uri(train_uri, conn_id=conn_id)
+        baseline_scores = fit_baseline(evaluation.task, evaluation.features, evaluation.label, train, holdout, classes,
                                        text_features=evaluation.text_features)
         baseline = holdout_metrics(evaluation, holdout, baseline_scores, classes)
         log.info("baseline (%s, fitted on the train split) on the same holdout: %s",

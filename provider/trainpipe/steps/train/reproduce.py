@@ -51,7 +51,13 @@ from trainpipe.plan.tracking import (
     WEIGHTS_SHA256_TAG,
 )
 from trainpipe.settings import Settings
-from trainpipe.state.datasets import SnapshotInfo, version_folder
+from trainpipe.state.datasets import (
+    MANIFEST_KIND,
+    SnapshotInfo,
+    load_manifest,
+    manifest_file_problems,
+    version_folder,
+)
 from trainpipe.steps.register.lineage import spec_artifact_path
 from trainpipe.steps.snapshot import content_digest
 from trainpipe.steps.train.train import RunContext, pretrained_uri, run_training
@@ -291,6 +297,8 @@ def snapshot_by_digest(pipeline_id: str, digest: str, *, settings: Settings) -> 
     if manifest.get("digest") != digest:
         raise ReproduceError(f"snapshots/{pipeline_id}/{digest[:16]} holds snapshot {manifest.get('digest')}, "
                              f"not {digest}")
+    if manifest.get("kind") == MANIFEST_KIND:
+        return _manifest_snapshot(pipeline_id, digest, folder, manifest, settings=settings)
     train, holdout = storage.read_table(folder / "train.parquet"), storage.read_table(folder / "holdout.parquet")
     rows = pd.concat([train, holdout], ignore_index=True)
     rows = rows.sort_values(list(rows.columns), kind="stable").reset_index(drop=True)
@@ -301,6 +309,34 @@ def snapshot_by_digest(pipeline_id: str, digest: str, *, settings: Settings) -> 
     fields.update(uri=str(folder), train_uri=storage.fsspec_uri(folder / "train.parquet"),
                   holdout_uri=storage.fsspec_uri(folder / "holdout.parquet"))
     return SnapshotInfo(**fields)
+
+
+def _manifest_snapshot(pipeline_id: str, digest: str, folder: Any, record: dict[str, Any], *,
+                       settings: Settings) -> SnapshotInfo:
+    """A manifest version lists the source's files instead of holding rows: it reproduces only while every
+    listed file is as the snapshot found it (or, read by S3 VersionId, still there). Nothing is copied."""
+    from trainpipe_trainer.data.manifest import MANIFEST_FILE
+
+    manifest_uri = storage.fsspec_uri(folder / MANIFEST_FILE)
+    fields = {f.name: record.get(f.name) for f in dataclasses.fields(SnapshotInfo)}
+    # Where the version's files are now (the storage root may have moved since).
+    fields.update(uri=str(folder), train_uri=manifest_uri, holdout_uri=manifest_uri, manifest_uri=manifest_uri)
+    snapshot = SnapshotInfo(**fields)
+    try:
+        loaded, _ = load_manifest(snapshot, settings=settings)
+        problems = manifest_file_problems(snapshot, settings=settings)
+    except FileNotFoundError:
+        raise ReproduceError(f"snapshots/{pipeline_id}/{digest[:16]}: its {MANIFEST_FILE} is gone; the training "
+                             "cannot be rebuilt without the list of its files") from None
+    except ValueError as err:  # the manifest's own check: edited after it was written
+        raise ReproduceError(f"snapshots/{pipeline_id}/{digest[:16]}: {err}") from None
+    if loaded.digest != digest:
+        raise ReproduceError(f"snapshots/{pipeline_id}/{digest[:16]}: its {MANIFEST_FILE} lists version "
+                             f"{loaded.digest[:16]}, not {digest[:16]}")
+    if problems:
+        raise ReproduceError(f"snapshot {digest[:16]} of {pipeline_id} lists files that changed since: "
+                             + "; ".join(problems))
+    return snapshot
 
 
 def reproduce(reference: str, *, configs_root: Path, settings: Settings, hook: MlflowHook | None = None,

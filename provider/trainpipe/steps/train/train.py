@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainpipe import storage
 from trainpipe.errors import ResumeRefusedError, TrainingFailedError
@@ -36,7 +36,7 @@ from trainpipe.plan.tracking import (
     TRY_NUMBER_TAG,
 )
 from trainpipe.settings import Settings
-from trainpipe.state.datasets import SnapshotInfo
+from trainpipe.state.datasets import MANIFEST_KIND, SnapshotInfo, iter_split_tables, read_split
 from trainpipe.state.run_folder import read_training_result, result_path_in, run_dir_for
 from trainpipe.state.run_notes import preempted_leaving
 from trainpipe.state.usage import account_try
@@ -64,7 +64,14 @@ from trainpipe_trainer.run_layout import (
     checkpoint_dir_name,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 log = logging.getLogger(__name__)
+
+# A manifest version's train rows the input checks read before a launch (its first row groups): enough to find a
+# missing column or a value a transform refuses, without reading data larger than memory.
+CHECKED_MANIFEST_ROWS = 20_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +106,8 @@ def trainer_config_for_run(plan: PipelinePlan, snapshot: SnapshotInfo, *, settin
         label_classes=run_label_classes(plan, snapshot, settings=settings),
         stop_after_step=stop_after_step,
         train_data_uri=snapshot.train_uri,
+        # A manifest version's train URI is its data_manifest.json: the trainer streams the listed files.
+        **({"train_data_format": "manifest"} if snapshot.kind == MANIFEST_KIND else {}),
         dataset_digest=snapshot.digest,
         checkpoint=dataclasses.replace(template.checkpoint, root_uri=storage.fsspec_uri(run_dir / CHECKPOINTS_DIR)),
         tracking=dataclasses.replace(template.tracking, tracking_uri=settings.mlflow_tracking_uri, run_id=mlflow_run_id),
@@ -175,11 +184,21 @@ def run_label_classes(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: S
 
     label = plan.class_label
     parts = []
-    for uri in (snapshot.train_uri, snapshot.holdout_uri):
+    if snapshot.kind == MANIFEST_KIND:
+        if label not in {name for name, _ in snapshot.schema or []}:
+            return ()  # the input check reports the missing label at the spec's label line
+        # Larger than memory: the label column only, one row group at a time, its values kept once.
+        for split in ("train", "holdout"):
+            for table in iter_split_tables(snapshot, split, settings=settings, columns=[label]):
+                values = table.column(0).to_pandas().drop_duplicates()
+                parts = [pd.concat([*parts, values], ignore_index=True).drop_duplicates()]
+    for uri in (snapshot.train_uri, snapshot.holdout_uri) if snapshot.kind != MANIFEST_KIND else ():
         frame = storage.read_parquet_uri(uri, conn_id=settings.storage_conn_id)
         if label not in frame.columns:
             return ()  # the input check reports the missing label at the spec's label line
         parts.append(frame[label])
+    if not parts:
+        return ()  # no rows: the input check reports it
     try:
         classes = label_class_names(pd.concat(parts, ignore_index=True), label=label,
                                     source=f"dataset version {snapshot.digest[:16]}")
@@ -279,6 +298,8 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
     from trainpipe_trainer.preprocessing import FeatureTransformer, label_class_names, label_values, require_columns
 
     source = f"the snapshot's train split ({snapshot.digest[:16]})"
+    if snapshot.kind == MANIFEST_KIND:
+        source = f"the first {CHECKED_MANIFEST_ROWS:,} rows of the snapshot's train split ({snapshot.digest[:16]})"
     # causal_lm without a label learns every next token of its text: no label column.
     labels = [config.label] if config.label else []
 
@@ -298,13 +319,12 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
     elif config.task == "causal_lm":
         # Text in, text to predict: the columns are the check (the trainer reads them as text).
         check_model_family(plan, config)
-        frame = storage.read_parquet_uri(config.train_data_uri, conn_id=settings.storage_conn_id)
+        frame = _train_rows_to_check(config, snapshot, settings=settings)
         checks = [("features", lambda: require_columns(frame, config.features, source=source, role="feature")),
                   ("label", lambda: require_columns(frame, labels, source=source, role="label"))]
     else:
         check_model_family(plan, config)
-        # The snapshot lies under the storage root: read it with the root's connection, not the bare URI.
-        frame = storage.read_parquet_uri(config.train_data_uri, conn_id=settings.storage_conn_id)
+        frame = _train_rows_to_check(config, snapshot, settings=settings)
         checks = [("features", lambda: FeatureTransformer.fit(frame, config.feature_transforms(), source=source)
                    .transform(frame, source=source)),
                   ("label", lambda: require_columns(frame, [config.label], source=source, role="label"))]
@@ -321,6 +341,16 @@ def check_training_inputs(plan: PipelinePlan, config: TrainingConfig, snapshot: 
             check()
         except TrainerDataError as err:
             raise located(field, err) from None
+
+
+def _train_rows_to_check(config: TrainingConfig, snapshot: SnapshotInfo, *, settings: Settings) -> pd.DataFrame:
+    """The train rows the input checks run on: a copy's whole split (the local trainer reads the same file), a
+    manifest version's first ``CHECKED_MANIFEST_ROWS`` (it may not fit in memory; the trainer checks each unit
+    it reads)."""
+    if snapshot.kind == MANIFEST_KIND:
+        return read_split(snapshot, "train", settings=settings, max_rows=CHECKED_MANIFEST_ROWS)
+    # The snapshot lies under the storage root: read it with the root's connection, not the bare URI.
+    return storage.read_parquet_uri(config.train_data_uri, conn_id=settings.storage_conn_id)
 
 
 def check_model_family(plan: PipelinePlan, config: TrainingConfig) -> None:
