@@ -163,16 +163,16 @@ def test_auto_keeps_copying_a_small_folder_with_the_row_hash_split(lake):
 
 
 def test_auto_lists_a_folder_of_256_mib_or_more_as_a_manifest(lake, monkeypatch):
-    from trainpipe.spec.sections import data as data_section
+    from trainpipe.plan import model
 
     root, settings = lake
     # The threshold lowered to the test folder's size: the decision is by listed sizes, nothing else.
     size = sum(p.stat().st_size for p in [root / "lake" / "part-0.parquet", root / "lake" / "day=2" / "part-1.parquet"])
-    monkeypatch.setattr(data_section, "AUTO_MANIFEST_BYTES", size)
+    monkeypatch.setattr(model, "AUTO_MANIFEST_BYTES", size)
     with storage_access(settings):
         info = take_snapshot("p", _plan("lake", snapshot="auto"), settings=settings, logical_date=DAY)
     assert info.kind == "manifest" and info.rows == 20
-    monkeypatch.setattr(data_section, "AUTO_MANIFEST_BYTES", size + 1)
+    monkeypatch.setattr(model, "AUTO_MANIFEST_BYTES", size + 1)
     with storage_access(settings):
         assert take_snapshot("p", _plan("lake", snapshot="auto"), settings=settings, logical_date=DAY).kind == "copy"
 

@@ -129,6 +129,11 @@ class AssetSchedule:
     mode: str  # "all" or "any"
 
 
+# data.snapshot auto: a folder of parquet files at least this large is snapshotted as a manifest (judged by the
+# listed sizes alone); smaller ones are copied.
+AUTO_MANIFEST_BYTES = 256 * 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DataPlan:
     """The ``snapshot`` step: which rows, and how they split into train and holdout."""

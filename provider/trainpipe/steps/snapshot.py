@@ -264,8 +264,8 @@ def _listed(name: str, relative: str, info: dict[str, Any]) -> _Listed:
 
 def _manifest_listing(data: DataPlan, source: Any, settings: Settings) -> list[_Listed] | None:
     """The files a manifest version lists, or None for a copy: ``data.snapshot`` decides, and ``auto``
-    by the listed sizes alone (a folder of parquet files of ``AUTO_MANIFEST_BYTES`` or more)."""
-    from trainpipe.spec.sections.data import AUTO_MANIFEST_BYTES
+    by the listed sizes alone (a folder of parquet files of ``plan.model.AUTO_MANIFEST_BYTES`` or more)."""
+    from trainpipe.plan import model
 
     if data.snapshot == "copy":
         return None
@@ -276,7 +276,7 @@ def _manifest_listing(data: DataPlan, source: Any, settings: Settings) -> list[_
         if not source.exists() or not source.is_dir():
             return None
         listed = _list_parquet(source, _source_fs(source))
-        if sum(entry.size for entry in listed) < AUTO_MANIFEST_BYTES:
+        if sum(entry.size for entry in listed) < model.AUTO_MANIFEST_BYTES:
             return None
         log.info("data.snapshot auto: %d parquet files, %d bytes under %s: a manifest version (no copy)",
                  len(listed), sum(entry.size for entry in listed), storage.shown_uri(source))

@@ -13,8 +13,6 @@ from trainpipe_trainer.config import DataFormat
 
 # How a dataset version holds its rows: a copy of the window, or a manifest listing the source's files.
 SnapshotMode = Literal["auto", "copy", "manifest"]
-# auto: a folder of parquet files at least this large is snapshotted as a manifest (sizes listed, nothing read).
-AUTO_MANIFEST_BYTES = 256 * 1024 * 1024
 
 class DataSpec(SpecModel):
     uri: str = Field(
