@@ -55,11 +55,16 @@ def probability_column(label_class: str) -> str:
     return PROBABILITY_COLUMN_PREFIX + label_class
 
 
-# Where the training split is kept while training on CUDA (on CPU it is in host memory either way).
-DataPlacement = Literal["auto", "device", "host"]
+# Where the training split is kept while training on CUDA (on CPU it is in host memory either way); "stream"
+# (CPU or CUDA): not held at all, its row groups read as the loop goes (trainpipe_trainer.data.streamed).
+DataPlacement = Literal["auto", "device", "host", "stream"]
 # data.format: the table formats a snapshot reads (the provider's storage.read_table).
 DataFormat = Literal["parquet", "csv"]
 DATA_PLACEMENTS: tuple[str, ...] = typing.get_args(DataPlacement)
+# What train_data_uri names: a parquet copy of the split, or a dataset version's data_manifest.json (its files
+# listed, not copied: trainpipe_trainer.data.manifest).
+TrainDataFormat = Literal["parquet", "manifest"]
+TRAIN_DATA_FORMATS: tuple[str, ...] = typing.get_args(TrainDataFormat)
 LrSchedule = Literal["constant", "linear", "cosine"]
 LR_SCHEDULES: tuple[str, ...] = typing.get_args(LrSchedule)
 StrategyName = Literal["ddp", "deepspeed"]
@@ -438,6 +443,8 @@ class TrainingConfig:
     # Content digest of that snapshot (the provider's). Checkpoints record it, so a run folder is
     # never resumed on other data; empty (a hand-written config): train_data_uri stands in for it.
     dataset_digest: str = ""
+    # "manifest": train_data_uri is a data_manifest.json; left out of the JSON when "parquet".
+    train_data_format: TrainDataFormat = "parquet"
     features: tuple[str, ...]
     # Declared transforms of some features (by name); a feature without one is numeric and standardised.
     transforms: tuple[FeatureTransform, ...] = ()
@@ -479,6 +486,8 @@ class TrainingConfig:
     stop_after_step: int | None = None
     # CUDA: keep the splits in GPU memory ("device"), in pinned host memory copied one batch ahead
     # ("host"), or on the GPU when they take under half its free memory ("auto"). Same batches either way.
+    # "stream": read the row groups as the loop goes (another order of the rows); "auto" streams a manifest
+    # whose train split would not fit in the host's memory.
     data_placement: DataPlacement = "auto"
 
     def __post_init__(self) -> None:
@@ -489,6 +498,8 @@ class TrainingConfig:
         )
         _require(self.task in TASK_TYPES, f"task: one of {TASK_TYPES}, got {self.task!r}")
         _require(self.data_placement in DATA_PLACEMENTS, f"data_placement: one of {DATA_PLACEMENTS}")
+        _require(self.train_data_format in TRAIN_DATA_FORMATS,
+                 f"train_data_format: one of {TRAIN_DATA_FORMATS}, got {self.train_data_format!r}")
         _require(len(self.features) > 0, "features: list at least one feature column")
         _require(self.label not in self.features, f"label: {self.label!r} is also listed as a feature")
         # causal_lm: the label is the completion column (the loss on it only), or empty (every next token).
@@ -539,6 +550,8 @@ class TrainingConfig:
         # Configs from before multiclass and model families stay byte-identical (and readable by their trainers).
         if not self.label_classes:
             del data["label_classes"]
+        if self.train_data_format == "parquet":
+            del data["train_data_format"]
         if not self.model.params:
             del data["model"]["params"]
         if self.model.pretrained_uri is None:

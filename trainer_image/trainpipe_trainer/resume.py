@@ -41,12 +41,20 @@ NOT_FINGERPRINTED_FIELDS: tuple[str, ...] = (
     "tuning",
     # Where this launch stops; the next one resumes there.
     "stop_after_step",
-    # Where the rows are kept, never which rows or in what order: the batches are the same.
+    # Where the rows are kept, never which rows or in what order: the batches are the same. (The streamed
+    # path's other order is told apart by the trainer's DATA_ORDER key, decided at launch.)
     "data_placement",
+    # A manifest or a copy of the same data: the snapshot's digest tells versions apart.
+    "train_data_format",
 )
 # Strategies whose checkpoints resume at another world size (DCP reshards a replicated DDP model
 # and optimizer at load time); a change of world size is then no reason to refuse a resume.
 RESHARDABLE_STRATEGIES: tuple[str, ...] = ("ddp",)
+# The order the trainer's data path gives the rows, recorded by the trainer only: it decides at launch
+# (data_placement: auto streams a manifest that would not fit the host), so the provider's identity, made
+# from the config alone, lacks it and does not compare it. A checkpoint without it was trained in memory.
+DATA_ORDER = "data_order"
+IN_MEMORY_ORDER, STREAMED_ORDER = "in_memory", "streamed"
 # Differences whose values are longer than this are named without their values.
 _SHORT_VALUE = 40
 
@@ -103,6 +111,10 @@ class ResumeIdentity:
         strategy = current.settings.get("strategy")
         for key in sorted(self.settings.keys() | current.settings.keys()):
             old, new = self.settings.get(key, missing), current.settings.get(key, missing)
+            if key == DATA_ORDER:
+                if new is missing:
+                    continue
+                old = IN_MEMORY_ORDER if old is missing else old
             if old == new or (key == "world_size" and strategy in RESHARDABLE_STRATEGIES):
                 continue
             if key in _EFFECTIVE_BATCH_KEYS and _effective_batch(self.settings) is not None \
@@ -114,6 +126,10 @@ class ResumeIdentity:
                 changes.append(f"world_size {old} -> {new} (strategy {strategy} cannot reshard: DeepSpeed ZeRO "
                                f"partitions the optimizer state per rank; resume with {old} processes, or use ddp, "
                                "which resumes at any size)")
+            elif key == DATA_ORDER:
+                placement = "stream" if old == STREAMED_ORDER else "host"
+                changes.append(f"data order {old} -> {new} (the streamed path orders the rows by row group; "
+                               f"data_placement: {placement} resumes it as it was trained)")
             else:
                 changes.append(_describe_change(key, old, new, missing))
         return changes

@@ -9,6 +9,7 @@ checkpoint. Checkpoints are taken only between optimizer steps, so no gradient i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -27,7 +28,9 @@ from trainpipe_trainer.checkpoint import rng
 from trainpipe_trainer.checkpoint.manager import CheckpointManager, CheckpointStore
 from trainpipe_trainer.checkpoint.state import TrainState
 from trainpipe_trainer.config import CHECKPOINT_METRICS, TrainingConfig
-from trainpipe_trainer.data.memory import EpochLoader, TrainingData, load_training_data, resident_fits
+from trainpipe_trainer.data.memory import Batches, TrainingData, resident_fits
+from trainpipe_trainer.data.splits import Splits, StreamSource
+from trainpipe_trainer.data.streamed import StreamedData, load_data
 from trainpipe_trainer.distributed import (
     DistEnv,
     StepFlags,
@@ -62,10 +65,9 @@ from trainpipe_trainer.outcomes import (
     trial_pruned_message,
 )
 from trainpipe_trainer.preemption import PreemptionWatcher
-from trainpipe_trainer.resume import resume_identity
+from trainpipe_trainer.resume import DATA_ORDER, IN_MEMORY_ORDER, STREAMED_ORDER, ResumeIdentity, resume_identity
 from trainpipe_trainer.run_layout import RESULT_FILE
 from trainpipe_trainer.serving.export import weights_sha256
-from trainpipe_trainer.data.splits import Splits
 from trainpipe_trainer.strategies import Strategy, build_strategy
 from trainpipe_trainer.tracking.launch_timing import LaunchPhases
 from trainpipe_trainer.tracking.progress import Progress
@@ -144,15 +146,16 @@ class Trainer:
     config: TrainingConfig
     env: DistEnv
     tracker: Tracker
-    # Read from the config's snapshot unless given: a trial worker reads it once for all its trials.
-    data: TrainingData | None = None
+    # Read from the config's snapshot unless given: a trial worker reads it once for all its trials. In
+    # memory, or streamed by row group (data.streamed: a manifest too large for the host, data_placement: stream).
+    data: TrainingData | StreamedData | None = None
     # The launch's read of the split, started before torch loaded (used when ``data`` is not given).
-    splits: Future[Splits] | None = None
+    splits: Future[Splits | StreamSource] | None = None
     # The model family and its checked parameters (models.family): resolved first, before the data is awaited.
     family: tuple[ModelFamily, dict[str, Any]] = field(init=False)
     strategy: Strategy = field(init=False)
     loss_fn: LossFn = field(init=False)
-    batches: EpochLoader = field(init=False)
+    batches: Batches = field(init=False)
     steps_per_epoch: int = field(init=False)
     checkpoints: CheckpointManager = field(init=False)
     flags: StepFlags = field(init=False)
@@ -187,15 +190,25 @@ class Trainer:
         check_family_inputs(family, config)
         self.clock = ComputeClock(device=env.device)
         if self.data is None:
-            self.data = load_training_data(config, self.splits)
+            # torchrun's ranks on this host share its memory (the auto choice of the streamed path).
+            local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            self.data = load_data(config, self.splits, local_ranks=local_ranks)
             self.splits = None
         accumulation = config.optimization.gradient_accumulation_steps
-        placement = self._data_device()
-        self.batches = EpochLoader(
-            dataset=self.data.dataset, batch_size=config.batch_size, seed=config.seed, env=env, device=placement
-        )
-        if self.data.validation is not None:
-            self.data.validation.tensors = tuple(t.to(placement) for t in self.data.validation.tensors)
+        streamed = not isinstance(self.data, TrainingData)
+        if streamed:
+            # Host batches, copied to a CUDA device one batch ahead; the validation split stays on the host.
+            self.batches = self.data.loader(batch_size=config.batch_size, seed=config.seed, env=env)
+            if env.is_main:
+                print(self.data.summary, flush=True)
+        else:
+            placement = self._data_device()
+            self.batches = self.data.loader(batch_size=config.batch_size, seed=config.seed, env=env, device=placement)
+            if self.data.validation is not None:
+                self.data.validation.tensors = tuple(t.to(placement) for t in self.data.validation.tensors)
+            if env.is_main and config.train_data_format == "manifest":
+                print(f"data: in memory, {self.data.n_rows} rows of the manifest's train split "
+                      f"(data_placement: {config.data_placement})", flush=True)
         self.phases.mark("data read")
         apply_tf32(config.optimization.tf32, env.device)
         self.autocast = (
@@ -237,7 +250,7 @@ class Trainer:
             backend=self.strategy.checkpoint_backend(
                 store, group=checkpoint_group, async_save=config.checkpoint.async_save
             ),
-            identity=resume_identity(config, world_size=env.world_size),
+            identity=self._resume_identity(streamed),
             shape={
                 "world_size": env.world_size,
                 "batch_size": config.batch_size,
@@ -666,6 +679,12 @@ class Trainer:
         metrics = {"validation_loss": float(token_losses.sum()) / max(token_losses.numel(), 1)}
         metrics.update(task_metrics("causal_lm", token_losses, token_hits))
         return metrics
+
+    def _resume_identity(self, streamed: bool) -> ResumeIdentity:
+        """The config's identity plus the data path's order, which the launch decided (``resume.DATA_ORDER``)."""
+        identity = resume_identity(self.config, world_size=self.env.world_size)
+        order = STREAMED_ORDER if streamed else IN_MEMORY_ORDER
+        return dataclasses.replace(identity, settings={**identity.settings, DATA_ORDER: order})
 
     def _data_device(self) -> torch.device:
         """Where the training and validation splits are kept (``data_placement``)."""

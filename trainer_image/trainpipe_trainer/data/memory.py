@@ -3,6 +3,9 @@
 Every rank reads the whole (small) file and computes the same statistics, so no collective is
 needed; the ``GlobalOrderSampler`` then gives each rank its share of rows or, for listwise
 ranking, of whole queries, by global sample position (so a checkpoint resumes at any world size).
+
+``Data`` and ``Batches`` are what the trainer reads of either path: this one, or ``streamed``'s (a split too
+large for memory, read by row group as the loop goes).
 """
 
 from __future__ import annotations
@@ -12,17 +15,33 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pandas as pd
 import torch
 from torch.utils.data import Sampler, TensorDataset
 
 from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.data.splits import Splits, read_splits
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import TrainerDataError
 from trainpipe_trainer.models import text_tokenizer_of
 from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
-from trainpipe_trainer.data.splits import Splits, read_splits
+
+
+class Batches(Protocol):
+    """An epoch's micro-batches for this rank, resumable at a global sample position (either path)."""
+
+    # Seconds the loop spent waiting for its next batch (host time), read by the progress line.
+    wait_seconds: float
+
+    @property
+    def batches_per_epoch(self) -> int: ...
+
+    @property
+    def epoch_end(self) -> int: ...
+
+    def epoch(self, epoch: int, *, position: int = 0) -> Iterator[list[torch.Tensor]]: ...
 
 
 @dataclass(kw_only=True, slots=True)
@@ -66,10 +85,13 @@ class TrainingData:
     def sample_frame(self) -> pd.DataFrame:
         return self.split.sample_frame
 
+    def loader(self, *, batch_size: int, seed: int, env: DistEnv, device: torch.device) -> EpochLoader:
+        return EpochLoader(dataset=self.dataset, batch_size=batch_size, seed=seed, env=env, device=device)
+
 
 def load_training_data(config: TrainingConfig, pending: Future[Splits] | None = None) -> TrainingData:
     """The config's training data as tensors: from ``pending`` (read in the background since the launch
-    began) or read now."""
+    began) or read now (``streamed.load_data`` takes either path)."""
     return TrainingData(split=pending.result() if pending is not None else read_splits(config, text_tokenizer_of))
 
 
@@ -170,21 +192,23 @@ class EpochLoader:
         order = self.sampler.order().to(self.device)
         batches = ([t.index_select(0, order[positions]) for t in self.tensors] for positions in self.sampler.slices())
         if self.env.device.type == "cuda" and self.device.type != "cuda":
-            batches = _copied_ahead(batches, self.env.device)
-        return self._timed(batches)
-
-    def _timed(self, batches: Iterator[list[torch.Tensor]]) -> Iterator[list[torch.Tensor]]:
-        clock = time.perf_counter
-        while True:
-            started = clock()
-            batch = next(batches, None)
-            self.wait_seconds += clock() - started
-            if batch is None:
-                return
-            yield batch
+            batches = copied_ahead(batches, self.env.device)
+        return timed(batches, self)
 
 
-def _copied_ahead(batches: Iterator[list[torch.Tensor]], device: torch.device) -> Iterator[list[torch.Tensor]]:
+def timed(batches: Iterator[list[torch.Tensor]], loader: Batches) -> Iterator[list[torch.Tensor]]:
+    """``batches``, the time spent waiting for each added to ``loader.wait_seconds``."""
+    clock = time.perf_counter
+    while True:
+        started = clock()
+        batch = next(batches, None)
+        loader.wait_seconds += clock() - started
+        if batch is None:
+            return
+        yield batch
+
+
+def copied_ahead(batches: Iterator[list[torch.Tensor]], device: torch.device) -> Iterator[list[torch.Tensor]]:
     """Host batches on ``device``: pinned, copied on a side stream one batch ahead of the one in use."""
     stream = torch.cuda.Stream(device)
     pending: tuple[list[torch.Tensor], torch.cuda.Event] | None = None

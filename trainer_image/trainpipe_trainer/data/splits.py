@@ -22,6 +22,7 @@ import pandas as pd
 
 from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.data.manifest import DataManifest, ManifestFile
 from trainpipe_trainer.errors import TrainerDataError, TrainerInputError
 from trainpipe_trainer.preprocessing import (
     FeatureTransformer,
@@ -60,22 +61,132 @@ class Splits:
     classes: tuple[str, ...] = ()
 
 
-def read_in_background(config: TrainingConfig, text_tokenizer: TokenizerOf | None = None) -> Future[Splits]:
-    """``read_splits`` in a daemon thread; its error (a ``TrainerDataError``) is raised where the result
+# data_placement: auto streams a manifest's train split when the in-memory path's estimated peak (rows x
+# columns x 8 bytes x IN_MEMORY_COPIES, per local rank) exceeds HOST_SHARE of the host's available memory.
+# The in-memory path holds the decoded table, its pandas frame, the transformed float64 and float32 arrays,
+# the validation split's copies and the tensors' views: about 6 copies of the data at its peak.
+IN_MEMORY_COPIES = 6
+HOST_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamSource:
+    """The streamed path's input: the train split's row groups, read as the loop goes (``data.streamed``)."""
+
+    manifest: DataManifest
+    # Why the split is streamed, for the launch's one line ("data_placement: stream", the memory estimate).
+    reason: str
+
+
+def read_in_background(config: TrainingConfig, text_tokenizer: TokenizerOf | None = None, *,
+                       local_ranks: int = 1) -> Future[Splits | StreamSource]:
+    """``read_data`` in a daemon thread; its error (a ``TrainerDataError``) is raised where the result
     is taken, as if read there. Daemon: a launch that fails before taking it does not wait for it.
 
     A family's tokenizer (``text_tokenizer``) is loaded in the thread too: its folder's copy overlaps the
     launch's imports (it imports torch itself, only for a family that has one)."""
-    future: Future[Splits] = Future()
+    future: Future[Splits | StreamSource] = Future()
 
     def read() -> None:
         try:
-            future.set_result(read_splits(config, text_tokenizer))
+            future.set_result(read_data(config, text_tokenizer, local_ranks=local_ranks))
         except BaseException as err:  # handed to the thread that takes the result
             future.set_exception(err)
 
     threading.Thread(target=read, name="trainpipe-data-read", daemon=True).start()
     return future
+
+
+def read_data(config: TrainingConfig, text_tokenizer: TokenizerOf | None = None, *,
+              local_ranks: int = 1) -> Splits | StreamSource:
+    """The split in memory (``read_splits``), or, where it is to be streamed, what to stream."""
+    streamed = stream_source(config, local_ranks=local_ranks)
+    return streamed if streamed is not None else read_splits(config, text_tokenizer)
+
+
+def stream_source(config: TrainingConfig, *, local_ranks: int, available: int | None = None) -> StreamSource | None:
+    """The streamed path's input when the split is streamed: ``data_placement: stream`` (a parquet copy: a
+    manifest of its one file, made now), or ``auto`` with a manifest whose train split would not fit
+    (``IN_MEMORY_COPIES``, ``HOST_SHARE``); None: the in-memory path, as for every copy under auto."""
+    if config.data_placement == "stream":
+        manifest = read_manifest(config) if config.train_data_format == "manifest" else manifest_of_copy(config)
+        return StreamSource(manifest=manifest, reason="data_placement: stream")
+    if config.data_placement != "auto" or config.train_data_format != "manifest":
+        return None
+    manifest = read_manifest(config)
+    columns = len({*config.features, config.label, *([config.group_column] if config.group_column else [])} - {""})
+    needed = manifest.rows("train") * columns * 8 * IN_MEMORY_COPIES * local_ranks
+    available = available_memory() if available is None else available
+    if available is None or needed <= HOST_SHARE * available:
+        return None
+    return StreamSource(manifest=manifest, reason=(
+        f"data_placement: auto; in memory it would take about {needed / 2**30:.1f} GiB on this host ({local_ranks} "
+        f"rank(s)), over {HOST_SHARE:.0%} of the {available / 2**30:.1f} GiB available"))
+
+
+def available_memory() -> int | None:
+    """The host's available memory in bytes (psutil where installed, else /proc/meminfo); None if unknown."""
+    try:
+        import psutil
+    except ImportError:
+        try:
+            with open("/proc/meminfo") as meminfo:
+                for line in meminfo:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+    return int(psutil.virtual_memory().available)
+
+
+def read_manifest(config: TrainingConfig) -> DataManifest:
+    uri = config.train_data_uri
+    fs, path = storage.url_to_fs(uri, config.storage_options)
+    try:
+        with fs.open(path, "rb") as handle:
+            return DataManifest.loads(handle.read())
+    except FileNotFoundError:
+        raise TrainerDataError(f"train_data_uri: {uri} does not exist (train_data_format: manifest names a "
+                               "data_manifest.json)") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise TrainerDataError(f"train_data_uri: {uri} is not a readable data manifest ({err}); with "
+                               "train_data_format: manifest it names the snapshot's data_manifest.json") from None
+
+
+def manifest_of_copy(config: TrainingConfig) -> DataManifest:
+    """A manifest of the one parquet copy at ``train_data_uri``, made now from its footer (its row groups, all
+    trained on): what the streamed path reads a copy through, checked the same way."""
+    import pyarrow.parquet as pq
+
+    uri = config.train_data_uri
+    fs, path = storage.url_to_fs(uri, config.storage_options)
+    if not fs.exists(path):
+        raise TrainerDataError(f"train_data_uri: {uri} does not exist")
+    info = fs.info(path)
+    with fs.open(path, "rb") as handle:
+        metadata = pq.ParquetFile(handle).metadata
+        schema = metadata.schema.to_arrow_schema()
+        groups = tuple(metadata.row_group(g).num_rows for g in range(metadata.num_row_groups))
+    columns = tuple((field.name, str(field.type)) for field in schema)
+    entry = ManifestFile(uri=uri, path=path.rsplit("/", 1)[-1], size=int(info["size"]), rows=sum(groups),
+                         row_groups=groups, holdout_row_groups=(),
+                         schema_hash=hashlib.sha256(json.dumps(columns).encode()).hexdigest(),
+                         etag=(info.get("ETag") or info.get("etag")), mtime=info.get("mtime"))
+    return DataManifest(source_uri=uri, files=(entry,), schema=columns, holdout_fraction=0.0)
+
+
+def read_manifest_frame(config: TrainingConfig, manifest: DataManifest) -> pd.DataFrame:
+    """A manifest's whole train split as one frame, its row groups in manifest order (the in-memory path)."""
+    import pyarrow as pa
+
+    from trainpipe_trainer.data.reading import iter_units
+
+    fs, _ = storage.url_to_fs(config.train_data_uri, config.storage_options)
+    tables = [table for _, table in iter_units(fs, manifest, "train")]
+    if not tables:
+        raise TrainerDataError(f"{config.train_data_uri}: the manifest's train split has no row groups")
+    return pa.concat_tables(tables).to_pandas()
 
 
 def is_listwise(config: TrainingConfig) -> bool:
@@ -169,7 +280,7 @@ def lm_sequences(frame: pd.DataFrame, config: TrainingConfig, tokenizer: TextTok
     return inputs.astype(np.float32), targets.astype(np.int64)
 
 
-def _arrays(frame: pd.DataFrame, config: TrainingConfig, transformer: FeatureTransformer, source: str,
+def split_arrays(frame: pd.DataFrame, config: TrainingConfig, transformer: FeatureTransformer, source: str,
             target: TargetScaler | None = None, classes: tuple[str, ...] = ()) -> tuple[np.ndarray, ...]:
     if config.task == "causal_lm":
         return lm_sequences(frame, config, transformer.text_tokenizer, source)
@@ -190,7 +301,8 @@ def read_splits(config: TrainingConfig, text_tokenizer: TokenizerOf | None = Non
     (``models.text_tokenizer_of``, passed in by the caller: this module imports no family, as no torch); None
     or its None: the hashed words of ``preprocessing.TextEncoder``."""
     source = config.train_data_uri
-    frame = read_parquet(source, config.storage_options)
+    frame = (read_manifest_frame(config, read_manifest(config)) if config.train_data_format == "manifest"
+             else read_parquet(source, config.storage_options))
     if frame.empty:
         raise TrainerDataError(f"{source}: the training split has no rows")
     transforms = config.feature_transforms()
@@ -223,8 +335,8 @@ def read_splits(config: TrainingConfig, text_tokenizer: TokenizerOf | None = Non
             if os.environ.get("RANK", "0") == "0":
                 print(f"tokenised splits read from {cache} (tokenised by an earlier try, run or trial)", flush=True)
         else:
-            train = _arrays(train_frame, config, transformer, source, target, classes)
-            validation = (_arrays(validation_frame, config, transformer, source, target, classes)
+            train = split_arrays(train_frame, config, transformer, source, target, classes)
+            validation = (split_arrays(validation_frame, config, transformer, source, target, classes)
                           if len(validation_frame) else None)
             if cache is not None:
                 _write_tokenized(cache, config, train, validation)
