@@ -203,3 +203,17 @@ def test_read_split_of_a_copy_version_is_its_parquet_file(lake):
         holdout = read_split(info, "holdout", settings=settings)
     pd.testing.assert_frame_equal(holdout, pd.read_parquet(root / "snapshots" / "p" / info.digest[:16] /
                                                            "holdout.parquet"))
+
+
+def test_a_link_to_a_file_inside_the_root_is_listed_as_its_target_and_reads_back(lake):
+    root, settings = lake
+    _write(root / "elsewhere" / "kept.parquet", 50)
+    (root / "lake" / "linked.parquet").symlink_to(root / "elsewhere" / "kept.parquet")
+    with storage_access(settings):
+        info = take_snapshot("p", _plan("lake", fraction=0.0), settings=settings, logical_date=DAY)
+        manifest, _ = load_manifest(info, settings=settings)
+        train = read_split(info, "train", settings=settings)
+    [linked] = [f for f in manifest.files if f.path == "linked.parquet"]
+    assert (linked.size, linked.mtime) == ((root / "elsewhere" / "kept.parquet").stat().st_size,
+                                           (root / "elsewhere" / "kept.parquet").stat().st_mtime)
+    assert info.rows == 30 and sorted(train["x"])[-1] == 59.0

@@ -92,7 +92,7 @@ def test_the_run_s_trainer_config_carries_the_resolved_uri(tmp_path, root):
     from trainpipe.steps.train.train import RunContext, trainer_config_for_run
 
     plan = _plan(tmp_path, "models/tiny-gpt2")
-    snapshot = SimpleNamespace(train_uri="file:///x/train.parquet", digest="d" * 64, label_classes=["a", "b"])
+    snapshot = SimpleNamespace(train_uri="file:///x/train.parquet", digest="d" * 64, label_classes=["a", "b"], kind="copy")
     run = RunContext(dag_id="ticket_router", airflow_run_id="r", try_number=1, spec_sha256="s", git_commit=None)
     from airflow.sdk import ObjectStoragePath
 
@@ -120,7 +120,8 @@ def test_a_causal_lm_s_inputs_are_its_text_columns_before_launch(tmp_path, root,
 
     from trainpipe.steps.train.train import RunContext
 
-    snapshot = SimpleNamespace(train_uri=f"file://{train}", digest="d" * 64, label_classes=None, schema=None)
+    snapshot = SimpleNamespace(train_uri=f"file://{train}", digest="d" * 64, label_classes=None, schema=None,
+                               kind="copy")
     run = RunContext(dag_id="ticket_router", airflow_run_id="r", try_number=1, spec_sha256="s", git_commit=None)
     config = trainer_config_for_run(plan, snapshot, settings=Settings.from_env(), run=run,  # type: ignore[arg-type]
                                     mlflow_run_id=None, run_dir=ObjectStoragePath(f"file://{tmp_path}/run"))
