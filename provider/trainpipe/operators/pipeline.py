@@ -152,7 +152,8 @@ class ValidateDataOperator(LineageFacets, _PipelineStepOperator):
         try:
             result = validate_snapshot(self.plan.dag_id, self.plan.validation, snapshot,
                                        settings=self.settings, dag_id=self.dag_id, run_id=context["run_id"],
-                                       hook=self.hook, move_baseline=backtest_of(context) is None)
+                                       hook=self.hook, move_baseline=backtest_of(context) is None,
+                                       trainer=self.plan.trainer)
         except ValidationFailedError as err:
             from trainpipe.state.run_notes import leave_note, validation_note
 

@@ -219,6 +219,9 @@ class FeatureDrift:
     reasons: tuple[str, ...] = ()
     # For the report: bin label -> (reference share, current share).
     bins: tuple[tuple[str, float, float], ...] = field(default=(), repr=False)
+    # Compared on a sample: the KS statistic two samples of these sizes exceed 5% of the time when drawn from
+    # one distribution (1.36 * sqrt((n + m) / (n * m)), non-missing values); None when both sides were whole.
+    ks_critical: float | None = None
 
     @property
     def shown_kind(self) -> str:
@@ -227,6 +230,8 @@ class FeatureDrift:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["bins"] = [list(b) for b in self.bins]
+        if self.ks_critical is None:
+            del out["ks_critical"]  # a whole-version comparison reads as it always did
         return out
 
 
@@ -254,10 +259,18 @@ def _verdict(value: float | None, statistic: str, levels: Any) -> tuple[Verdict,
     return "pass", None
 
 
+def ks_critical_value(n: int, m: int) -> float | None:
+    """The two-sample KS statistic's 95% critical value for sizes ``n`` and ``m`` (asymptotic): below it, a
+    difference is within what sampling alone gives."""
+    return 1.36 * math.sqrt((n + m) / (n * m)) if n and m else None
+
+
 def feature_drift(feature: str, reference: pd.Series, current: pd.Series, *, bins: int,
-                  psi_levels: Any = None, ks_levels: Any = None, text: bool = False) -> FeatureDrift:
+                  psi_levels: Any = None, ks_levels: Any = None, text: bool = False,
+                  sampled: bool = False) -> FeatureDrift:
     """PSI (and KS for a numeric feature) of ``current`` against ``reference``, judged by the levels
-    (objects with ``warn`` and ``fail``, or None for no judgement). ``text``: of their words per row."""
+    (objects with ``warn`` and ``fail``, or None for no judgement). ``text``: of their words per row.
+    ``sampled``: either side is a sample, and the feature records its KS critical value."""
     if text:
         reference, current = words_per_row(reference), words_per_row(current)
     numeric = is_numeric(reference) and is_numeric(current)
@@ -274,6 +287,8 @@ def feature_drift(feature: str, reference: pd.Series, current: pd.Series, *, bin
     return FeatureDrift(
         feature=feature, kind="text" if text else "numeric" if numeric else "categorical", psi=psi_value,
         ks=ks_value, ks_pvalue=ks_p,
+        ks_critical=ks_critical_value(int(reference.notna().sum()), int(current.notna().sum()))
+        if sampled and numeric else None,
         verdict=verdict, reasons=tuple(reason for _, reason in judged if reason),
         bins=tuple((label, float(e), float(a)) for label, e, a in zip(binning.labels(), expected, actual, strict=True)),
     )
@@ -288,6 +303,31 @@ class DriftReport:
     features: tuple[FeatureDrift, ...]
     # Features of the plan missing from one side (the schema check reports them).
     skipped: tuple[str, ...] = ()
+    # A side compared on a seeded uniform sample (a manifest version): the version's rows, of which
+    # ``*_rows`` were compared. None: that side was compared whole.
+    reference_total_rows: int | None = None
+    current_total_rows: int | None = None
+    bins: int | None = None
+
+    @property
+    def sampled(self) -> bool:
+        return self.reference_total_rows is not None or self.current_total_rows is not None
+
+    def sample_text(self) -> str:
+        """What sampling costs in precision, for the log, the message and the report; "" when nothing was sampled."""
+        if not self.sampled:
+            return ""
+
+        def side(name: str, rows: int, total: int | None) -> str:
+            return f"{name} {rows} of {total} rows" if total is not None else f"{name} whole ({rows} rows)"
+
+        critical = ks_critical_value(self.reference_rows, self.current_rows)
+        text = (f"compared on seeded uniform samples: {side('reference', self.reference_rows, self.reference_total_rows)}, "
+                f"{side('current', self.current_rows, self.current_total_rows)}; PSI over {self.bins} bins of these rows")
+        if critical is not None:
+            text += (f"; KS 95% critical value at these sizes {critical:.4f} (1.36*sqrt((n+m)/(n*m)); a KS below it "
+                     "is within sampling error)")
+        return text
 
     @property
     def verdict(self) -> Verdict:
@@ -312,6 +352,8 @@ class DriftReport:
         lines.insert(1, "  ".join("-" * width for width in widths))
         if self.skipped:
             lines.append(f"not compared (missing on one side): {', '.join(self.skipped)}")
+        if self.sampled:
+            lines.append(self.sample_text())
         return "\n".join(lines)
 
     def metrics(self) -> dict[str, float]:
@@ -334,10 +376,16 @@ class DriftReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"reference_digest": self.reference_digest, "current_digest": self.current_digest,
-                "reference_rows": self.reference_rows, "current_rows": self.current_rows,
-                "verdict": self.verdict, "skipped": list(self.skipped),
-                "features": [f.to_dict() for f in self.features]}
+        out = {"reference_digest": self.reference_digest, "current_digest": self.current_digest,
+               "reference_rows": self.reference_rows, "current_rows": self.current_rows,
+               "verdict": self.verdict, "skipped": list(self.skipped),
+               "features": [f.to_dict() for f in self.features]}
+        if self.sampled:
+            out["sample"] = {"reference_total_rows": self.reference_total_rows,
+                             "current_total_rows": self.current_total_rows, "bins": self.bins,
+                             "ks_critical": ks_critical_value(self.reference_rows, self.current_rows),
+                             "text": self.sample_text()}
+        return out
 
     def html(self, *, title: str) -> str:
         """A self-contained HTML page: the summary table and, per feature, its bins' shares."""
@@ -361,6 +409,8 @@ class DriftReport:
                            "<table><tr><th>bin</th><th>reference share</th><th>current share</th><th></th></tr>"
                            f"{rows}</table>")
         skipped = f"<p>Not compared (missing on one side): {esc(', '.join(self.skipped))}</p>" if self.skipped else ""
+        if self.sampled:
+            skipped += f"<p>Sampling: {esc(self.sample_text())}.</p>"
         return (
             "<!doctype html><html><head><meta charset='utf-8'>"
             f"<title>{esc(title)}</title><style>body{{font-family:sans-serif}}"
@@ -383,9 +433,12 @@ def _number(value: float | None) -> str:
 
 
 def compare(reference: pd.DataFrame, current: pd.DataFrame, plan: DriftPlan, *, features: Iterable[str],
-            reference_digest: str, current_digest: str, text_features: Iterable[str] = ()) -> DriftReport:
+            reference_digest: str, current_digest: str, text_features: Iterable[str] = (),
+            reference_total_rows: int | None = None, current_total_rows: int | None = None) -> DriftReport:
     """Every feature of ``features`` present in both frames, judged by the plan's thresholds; those of
-    ``text_features`` on their words per row."""
+    ``text_features`` on their words per row. ``*_total_rows``: that frame is a sample of a version of
+    this many rows (the report states the sampling error)."""
+    sampled = reference_total_rows is not None or current_total_rows is not None
     text = set(text_features)
     results = []
     skipped = []
@@ -397,10 +450,13 @@ def compare(reference: pd.DataFrame, current: pd.DataFrame, plan: DriftPlan, *, 
         if levels.ignore:
             continue
         results.append(feature_drift(feature, reference[feature], current[feature], bins=plan.bins,
-                                     psi_levels=levels.psi, ks_levels=levels.ks, text=feature in text))
+                                     psi_levels=levels.psi, ks_levels=levels.ks, text=feature in text,
+                                     sampled=sampled))
     return DriftReport(reference_digest=reference_digest, current_digest=current_digest,
                        reference_rows=len(reference), current_rows=len(current),
-                       features=tuple(results), skipped=tuple(skipped))
+                       features=tuple(results), skipped=tuple(skipped),
+                       reference_total_rows=reference_total_rows, current_total_rows=current_total_rows,
+                       bins=plan.bins if sampled else None)
 
 
 def _named(feature: FeatureDrift) -> str:
@@ -424,6 +480,7 @@ def note_text(report: DriftReport) -> str:
 def failure_message(report: DriftReport) -> str:
     """``distribution drift in amount (psi 0.81 >= fail 0.25; ks ...), ...``"""
     parts = [f"{_named(f)} ({'; '.join(r for r in f.reasons if 'fail' in r)})" for f in report.failed()]
-    return (f"distribution drift vs version {report.reference_digest[:16]} in " + ", ".join(parts))
+    sampled = f" ({report.sample_text()})" if report.sampled else ""
+    return (f"distribution drift vs version {report.reference_digest[:16]} in " + ", ".join(parts) + sampled)
 
 

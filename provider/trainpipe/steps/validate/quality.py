@@ -18,7 +18,7 @@ import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.errors import SpecError
@@ -246,15 +246,31 @@ def validate_dataframe(
     before anything runs. Data problems never raise: a missing column, or an expectation whose
     metric cannot be computed, is a failed outcome whose ``observed`` says why.
     """
-    built: list[tuple[str, dict[str, Any], Expectation]] = []
+    built = _build_suite(expectations, required_columns, field_path)
+    outcomes = _run_suite(df, built)
+    return ValidationReport(success=all(o.success for o in outcomes), outcomes=outcomes, rows=len(df))
+
+
+_Built = tuple[str, dict[str, Any], "Expectation"]
+
+
+def _build_suite(expectations: list[tuple[str, dict[str, Any]]], required_columns: list[str],
+                 field_path: str) -> list[_Built]:
+    built: list[_Built] = []
     entries = [("expect_column_to_exist", {"column": column}, None) for column in required_columns]
     entries += [(name, kwargs, index) for index, (name, kwargs) in enumerate(expectations)]
-    for position, (name, kwargs, index) in enumerate(entries):
+    for name, kwargs, index in entries:
         path = f"{field_path}[{index}]" if index is not None else "required_columns"
-        expectation = build_expectation(name, kwargs, field_path=path)
-        expectation.meta = {**(expectation.meta or {}), _INDEX_KEY: position}
-        built.append((name, dict(kwargs), expectation))
+        built.append((name, dict(kwargs), build_expectation(name, kwargs, field_path=path)))
+    return built
 
+
+def _run_suite(df: pd.DataFrame, built: list[_Built]) -> list[ExpectationOutcome]:
+    """The outcomes of ``built`` on ``df``, in their order (one ephemeral GE context)."""
+    if not built:
+        return []
+    for position, (_, _, expectation) in enumerate(built):
+        expectation.meta = {**(expectation.meta or {}), _INDEX_KEY: position}
     _quiet_ge_api_docs_registry()
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -279,7 +295,199 @@ def validate_dataframe(
                 observed=_format_observed(name, kwargs, result, columns),
             )
         )
-    return ValidationReport(success=all(o.success for o in outcomes), outcomes=outcomes, rows=len(df))
+    return outcomes
+
+
+# ---------------------------------------------------------------------------------------------
+# A version too large for memory (a manifest): one streamed pass decides what sums and bounds over its
+# row groups decide exactly; the other expectations (a mean, a median, a unique share ...) run in GE on a
+# seeded uniform sample of the version, and their observed text says so.
+
+# Arguments that change no outcome; any other (row_condition, result_format, windows ...) sends the
+# expectation to the sample, where GE applies it as it always does.
+_INERT_ARGUMENTS = frozenset({"meta", "notes", "description"})
+_BOUNDS = frozenset({"min_value", "max_value", "strict_min", "strict_max"})
+_EXACT_ARGUMENTS: dict[str, frozenset[str]] = {
+    "expect_column_to_exist": frozenset({"column"}),
+    "expect_table_row_count_to_be_between": _BOUNDS,
+    "expect_table_row_count_to_equal": frozenset({"value"}),
+    "expect_column_values_to_not_be_null": frozenset({"column", "mostly"}),
+    "expect_column_values_to_be_between": _BOUNDS | {"column", "mostly"},
+    "expect_column_values_to_be_in_set": frozenset({"column", "value_set", "mostly"}),
+    "expect_column_values_to_not_be_in_set": frozenset({"column", "value_set", "mostly"}),
+    "expect_column_min_to_be_between": _BOUNDS | {"column"},
+    "expect_column_max_to_be_between": _BOUNDS | {"column"},
+}
+# GE keeps the first 20 unexpected values (result_format SUMMARY).
+_PARTIAL_UNEXPECTED = 20
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    """What :func:`_format_observed` reads of a GE validation result, made from streamed counts."""
+
+    success: bool
+    result: dict[str, Any]
+    exception_info: dict[str, Any] = field(default_factory=dict)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _within(value: Any, kwargs: Mapping[str, Any]) -> bool:
+    low, high = kwargs.get("min_value"), kwargs.get("max_value")
+    if low is not None and (value <= low if kwargs.get("strict_min") else value < low):
+        return False
+    return not (high is not None and (value >= high if kwargs.get("strict_max") else value > high))
+
+
+@dataclass(slots=True)
+class _Tally:
+    """One exact expectation's counts over the row groups seen so far."""
+
+    name: str
+    kwargs: dict[str, Any]
+    elements: int = 0
+    missing: int = 0
+    unexpected: int = 0
+    examples: list[Any] = field(default_factory=list)
+    extreme: Any = None
+
+    def update(self, frame: pd.DataFrame) -> None:
+        self.elements += len(frame)
+        if self.name.startswith("expect_table_"):
+            return
+        column = frame[self.kwargs["column"]]
+        if self.name == "expect_column_values_to_not_be_null":
+            self.unexpected += int(column.isna().sum())
+            return
+        present = column.dropna()
+        self.missing += len(column) - len(present)
+        if self.name in ("expect_column_min_to_be_between", "expect_column_max_to_be_between"):
+            if len(present):
+                low = self.name == "expect_column_min_to_be_between"
+                value = present.min() if low else present.max()
+                if self.extreme is None or (value < self.extreme if low else value > self.extreme):
+                    self.extreme = value
+            return
+        if self.name == "expect_column_values_to_be_between":
+            bad = present[~_between_mask(present, self.kwargs)]
+        else:
+            inside = present.isin(list(self.kwargs["value_set"]))
+            bad = present[~inside] if self.name == "expect_column_values_to_be_in_set" else present[inside]
+        self.unexpected += len(bad)
+        if len(self.examples) < _PARTIAL_UNEXPECTED:
+            self.examples.extend(bad.iloc[: _PARTIAL_UNEXPECTED - len(self.examples)].tolist())
+
+    def decided(self) -> bool:
+        """False when the counts cannot say what GE says (a min of no value): the sample decides, as it
+        holds the same nothing."""
+        return not (self.name.endswith(("_min_to_be_between", "_max_to_be_between")) and self.extreme is None)
+
+    def result(self) -> _Result:
+        if self.name.startswith("expect_table_"):
+            rows = self.elements
+            ok = rows == self.kwargs["value"] if self.name.endswith("_to_equal") else _within(rows, self.kwargs)
+            return _Result(ok, {"observed_value": rows})
+        if self.name.endswith(("_min_to_be_between", "_max_to_be_between")):
+            return _Result(_within(self.extreme, self.kwargs), {"observed_value": _plain(self.extreme)})
+        mostly = float(self.kwargs.get("mostly", 1.0))
+        considered = self.elements - self.missing
+        # GE's rule: no row (or no non-null row) to judge is vacuously a success.
+        ok = considered == 0 or (considered - self.unexpected) / considered >= mostly
+        return _Result(ok, {"element_count": self.elements, "missing_count": self.missing,
+                            "unexpected_count": self.unexpected, "partial_unexpected_list": list(self.examples)})
+
+
+def _between_mask(present: pd.Series, kwargs: Mapping[str, Any]) -> Any:
+    low, high = kwargs.get("min_value"), kwargs.get("max_value")
+    inside = present == present  # all True, same index
+    if low is not None:
+        inside &= present > low if kwargs.get("strict_min") else present >= low
+    if high is not None:
+        inside &= present < high if kwargs.get("strict_max") else present <= high
+    return inside
+
+
+def _exact(name: str, kwargs: Mapping[str, Any], frame: pd.DataFrame) -> bool:
+    """Whether streamed counts decide this expectation exactly as GE would on the whole version (else: the
+    sample). ``frame``: the first row group, for the columns and their types."""
+    from trainpipe.steps.validate.drift import is_numeric
+
+    allowed = _EXACT_ARGUMENTS.get(name)
+    if allowed is None or not set(kwargs) <= allowed | _INERT_ARGUMENTS:
+        return False
+    if name == "expect_column_to_exist":
+        return True
+    if name.startswith("expect_table_"):
+        return all(_number(kwargs.get(k)) for k in ("value", "min_value", "max_value") if kwargs.get(k) is not None)
+    column = kwargs.get("column")
+    if column not in frame.columns:
+        return False  # GE's own error text, from the sample
+    if "value_set" in kwargs:
+        values = kwargs["value_set"]
+        return isinstance(values, list | tuple | set) and all(v is None or isinstance(v, str | int | float | bool)
+                                                              for v in values)
+    if _BOUNDS & set(kwargs):
+        low, high = kwargs.get("min_value"), kwargs.get("max_value")
+        bounds_ok = all(v is None or _number(v) for v in (low, high)) and (low is not None or high is not None)
+        # GE refuses min > max with an error: the sample gives its words.
+        return bounds_ok and is_numeric(frame[column]) and not (low is not None and high is not None and low > high)
+    return True
+
+
+class StreamedSuite:
+    """The expectations of a version read one row group at a time: ``update`` with each, then ``report``
+    with the version's seeded sample. Spec problems raise :class:`SpecError` at construction, as
+    :func:`validate_dataframe` does."""
+
+    def __init__(self, *, expectations: list[tuple[str, dict[str, Any]]], required_columns: list[str],
+                 field_path: str = "validation.expectations") -> None:
+        self._built = _build_suite(expectations, required_columns, field_path)
+        self._tallies: list[_Tally | None] | None = None
+        self._columns: list[str] = []
+        self.rows = 0
+
+    def update(self, frame: pd.DataFrame) -> None:
+        if self._tallies is None:
+            self._columns = [str(c) for c in frame.columns]
+            self._tallies = [_Tally(name, kwargs) if _exact(name, kwargs, frame) else None
+                             for name, kwargs, _ in self._built]
+        self.rows += len(frame)
+        for tally in self._tallies:
+            if tally is not None and tally.name != "expect_column_to_exist":
+                tally.update(frame)
+
+    @property
+    def sampled(self) -> list[str]:
+        """The names of the expectations GE judges on the sample."""
+        tallies = self._tallies or [None] * len(self._built)
+        return [name for (name, _, _), t in zip(self._built, tallies, strict=True) if t is None or not t.decided()]
+
+    def report(self, sample: pd.DataFrame) -> ValidationReport:
+        """Exact outcomes from the counts, the others from GE on ``sample`` (their observed text names it)."""
+        tallies = self._tallies or [None] * len(self._built)
+        outcomes: list[ExpectationOutcome | None] = []
+        on_sample = []
+        for position, ((name, kwargs, expectation), tally) in enumerate(zip(self._built, tallies, strict=True)):
+            if tally is None or not tally.decided():
+                on_sample.append((position, (name, kwargs, expectation)))
+                outcomes.append(None)
+                continue
+            if name == "expect_column_to_exist":
+                result = _Result(kwargs["column"] in self._columns, {})
+            else:
+                result = tally.result()
+            outcomes.append(ExpectationOutcome(name=name, kwargs=kwargs, success=result.success,
+                                               observed=_format_observed(name, kwargs, result, self._columns)))
+        prefix = f"sample of {len(sample)} of {self.rows} rows"
+        for (position, _), outcome in zip(on_sample, _run_suite(sample, [b for _, b in on_sample]), strict=True):
+            observed = f"{prefix}: {outcome.observed}" if outcome.observed else prefix
+            outcomes[position] = ExpectationOutcome(name=outcome.name, kwargs=outcome.kwargs,
+                                                    success=outcome.success, observed=observed)
+        done = [o for o in outcomes if o is not None]
+        return ValidationReport(success=all(o.success for o in done), outcomes=done, rows=self.rows)
 
 
 def volume_change(current_rows: int, previous_rows: int | None) -> float | None:
