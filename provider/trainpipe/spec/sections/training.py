@@ -480,9 +480,11 @@ class TrainingSpec(SpecModel):
                       examples=[42])
     data_placement: DataPlacement = Field(
         default="auto",
-        description="On CUDA, where the training split is kept: device (GPU memory, batches taken there), host "
-        "(pinned memory, each batch copied one ahead on a side stream), or auto (device when the splits take under "
-        "half the GPU's free memory). The batches are the same either way. See docs/performance.md.",
+        description="Where the training split is kept. stream: read from the dataset version's row groups as the "
+        "loop goes (background threads read ahead; memory bounded whatever the data's size; docs/data.md). On CUDA, "
+        "device (GPU memory, batches taken there) or host (pinned memory, each batch copied one ahead on a side "
+        "stream). auto: stream a manifest dataset version that would not fit in host memory, else device when the "
+        "splits take under half the GPU's free memory, else host. See docs/performance.md.",
         examples=["auto"],
     )
     distributed: DistributedSpec = Field(
