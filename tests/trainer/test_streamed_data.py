@@ -22,11 +22,12 @@ import torch
 from tests.trainer.helpers import BINARY_FEATURES, binary_frame, launch, resumes_to
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.data.manifest import DataManifest, ManifestFile, holdout_row_groups
+from trainpipe_trainer.data.reading import UnitReader
 from trainpipe_trainer.data.splits import StreamSource, read_splits, stream_source
 from trainpipe_trainer.data.statistics import fitted_from_statistics, load_or_compute_statistics
 from trainpipe_trainer.data.streamed import SampleStream, StreamedData, load_data, open_streamed
 from trainpipe_trainer.distributed import DistEnv
-from trainpipe_trainer.errors import TrainerInputError
+from trainpipe_trainer.errors import DataChangedError, TrainerInputError
 from trainpipe_trainer.resume import DATA_ORDER, ResumeIdentity
 
 FILES, GROUPS, GROUP_ROWS = 6, 4, 100
@@ -156,8 +157,8 @@ def test_a_resume_at_another_world_size_takes_exactly_the_rest_of_the_epoch(vers
     assert Counter(before + after) == Counter(whole[: data.n_rows])  # every row of the epoch exactly once
     assert before + after == whole[: data.n_rows]  # and in the order of one uninterrupted stream
     # Started mid-window (not at a batch boundary of any run): the same positions.
-    odd, _ = _rows_seen(data, world=3, epoch=1, start=stop + 5)
-    assert odd == whole[stop + 5: data.n_rows] + whole[: (-(data.n_rows - stop - 5)) % 3]
+    odd, _ = _rows_seen(data, world=3, epoch=1, start=stop + 4)
+    assert odd == whole[stop + 4: data.n_rows] + whole[: (-(data.n_rows - stop - 4)) % 3]
 
 
 def test_the_loader_holds_only_its_windows(version: Path, tmp_path: Path) -> None:
@@ -316,3 +317,45 @@ def test_the_config_json_of_a_copy_is_unchanged_and_a_manifest_says_so(version: 
     assert TrainingConfig.from_dict(manifest.to_dict()) == manifest
     with pytest.raises(ValueError, match=r"train_data_format: one of \('parquet', 'manifest'\), got 'csv'"):
         _config(version, tmp_path, train_data_format="csv")
+
+
+def test_a_file_replaced_mid_epoch_stops_the_loader_naming_it(tmp_path: Path) -> None:
+    manifest = write_version(tmp_path / "version")
+    data = _data(manifest, tmp_path)
+    loader = data.loader(batch_size=16, seed=0, env=_env(0, 1))
+    loader.stream = SampleStream(units=data.units, seed=0, window_rows=GROUP_ROWS)
+    # The file whose first row group comes latest in the epoch: not opened before the first batch is taken.
+    windows = loader.stream.windows(0)
+    first_seen = {}
+    for window in windows:
+        first_seen.setdefault(window.units[0].file, window.index)
+    late, index = max(first_seen.items(), key=lambda item: item[1])
+    assert index > loader.prefetch + 1
+    batches = loader.epoch(0)
+    next(batches)
+    entry = data.manifest.files[late]
+    replaced = pd.read_parquet(entry.uri)
+    replaced["f_noise"] = -replaced["f_noise"]
+    pq.write_table(pa.Table.from_pandas(replaced, preserve_index=False), f"{entry.uri}.new", row_group_size=GROUP_ROWS)
+    Path(f"{entry.uri}.new").replace(entry.uri)
+    with pytest.raises(DataChangedError, match=rf"^{re.escape(entry.uri)}: changed since dataset version"):
+        for _ in batches:
+            pass
+    assert loader.buffered_rows == 0
+    loader.close()
+
+
+def test_a_file_cut_short_while_open_is_named_as_changed(tmp_path: Path) -> None:
+    manifest = write_version(tmp_path / "version")
+    data = _data(manifest, tmp_path)
+    loader = data.loader(batch_size=16, seed=0, env=_env(0, 1))
+    unit, *_ = (u for u in data.units if u.row_group == 0)
+    later = next(u for u in data.units if u.file == unit.file and u.row_group > 0)
+    with UnitReader(data.fs, data.manifest, columns=data.columns) as reader:
+        reader.read(unit)  # the file is open, its footer read
+        path = data.manifest.files[unit.file].uri
+        with open(path, "r+b") as handle:
+            handle.truncate(100)
+        with pytest.raises(DataChangedError, match=rf"^{re.escape(path)}: changed since .* \(size \d+ -> 100 bytes"):
+            loader._read_unit(reader, later)
+    loader.close()

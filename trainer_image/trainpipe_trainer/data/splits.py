@@ -183,7 +183,10 @@ def read_manifest_frame(config: TrainingConfig, manifest: DataManifest) -> pd.Da
     from trainpipe_trainer.data.reading import iter_units
 
     fs, _ = storage.url_to_fs(config.train_data_uri, config.storage_options)
-    tables = [table for _, table in iter_units(fs, manifest, "train")]
+    # Only the columns trained on (one missing is left to require_columns, which names it).
+    wanted = {*config.features, config.label, config.group_column}
+    columns = [name for name in manifest.columns if name in wanted]
+    tables = [table for _, table in iter_units(fs, manifest, "train", columns=columns)]
     if not tables:
         raise TrainerDataError(f"{config.train_data_uri}: the manifest's train split has no row groups")
     return pa.concat_tables(tables).to_pandas()

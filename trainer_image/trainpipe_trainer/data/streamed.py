@@ -34,12 +34,18 @@ from torch.utils.data import TensorDataset
 
 from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainingConfig
-from trainpipe_trainer.data.manifest import DataManifest, Unit
+from trainpipe_trainer.data.manifest import (
+    DataManifest,
+    Unit,
+    changed_file_message,
+    file_change,
+    missing_file_message,
+)
 from trainpipe_trainer.data.memory import TrainingData, copied_ahead, timed
 from trainpipe_trainer.data.reading import UnitReader
 from trainpipe_trainer.data.splits import Splits, StreamSource, read_data, serving_sample, split_arrays
 from trainpipe_trainer.distributed import DistEnv
-from trainpipe_trainer.errors import TrainerDataError, TrainerInputError
+from trainpipe_trainer.errors import DataChangedError, TrainerDataError, TrainerInputError
 from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
 
 # Rows of one shuffle window: the bound on how far apart two rows of one row group can land in an epoch, and
@@ -305,8 +311,10 @@ class StreamLoader:
         try:
             while pending:
                 future, window_rows = pending.popleft()
-                arrays = future.result()
-                self.buffered_rows -= window_rows
+                try:
+                    arrays = future.result()
+                finally:
+                    self.buffered_rows -= window_rows
                 self._hold(len(arrays[0]))
                 parts.append(arrays)
                 held += len(arrays[0])
@@ -336,10 +344,29 @@ class StreamLoader:
             with self._lock:
                 self._readers.append(reader)
         window = piece.window
-        table = pa.concat_tables([reader.read(unit) for unit in window.units])
+        table = pa.concat_tables([self._read_unit(reader, unit) for unit in window.units])
         rows = self.stream.permutation(epoch, window)[piece.offsets]
         frame = table.take(pa.array(rows)).to_pandas()
         return self.data.arrays(frame, source=self.data.source_of(window.units))
+
+    def _read_unit(self, reader: UnitReader, unit: Unit) -> Any:
+        """One row group; a file rewritten while it was open reads as garbage, so a failed read is judged
+        against the manifest again: a changed file is named as one (``DataChangedError``)."""
+        import pyarrow as pa
+
+        try:
+            return reader.read(unit)
+        except (OSError, pa.ArrowException) as err:
+            data = self.data
+            entry = data.manifest.files[unit.file]
+            try:
+                change = file_change(entry, data.fs.info(data.fs._strip_protocol(entry.uri)))
+            except FileNotFoundError:
+                raise DataChangedError(missing_file_message(entry, data.manifest.digest)) from err
+            if change is not None:
+                raise DataChangedError(changed_file_message(entry, change, data.manifest.digest)) from err
+            raise TrainerDataError(f"{entry.uri}: row group {unit.row_group} could not be read ({err}); the file "
+                                   "is as the dataset version listed it, so check the store it is read from") from err
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
