@@ -217,3 +217,27 @@ def test_a_link_to_a_file_inside_the_root_is_listed_as_its_target_and_reads_back
     assert (linked.size, linked.mtime) == ((root / "elsewhere" / "kept.parquet").stat().st_size,
                                            (root / "elsewhere" / "kept.parquet").stat().st_mtime)
     assert info.rows == 30 and sorted(train["x"])[-1] == 59.0
+
+
+def test_a_link_to_nothing_is_located_at_data_uri_naming_it(lake):
+    root, settings = lake
+    (root / "lake" / "gone.parquet").symlink_to(root / "never-written.parquet")
+    with storage_access(settings), pytest.raises(SpecError, match=r"data\.uri: gone\.parquet of lake is a link to "
+                                                                  r"nothing"):
+        take_snapshot("p", _plan("lake"), settings=settings, logical_date=DAY)
+
+
+def test_under_a_policy_a_link_to_a_file_the_team_may_not_read_is_refused_unread(lake):
+    from trainpipe.errors import PolicyViolationError
+
+    root, settings = lake
+    # Inside the storage root, but outside the team's allowed URIs.
+    _write(root / "other-team" / "private.parquet", 0)
+    (root / "lake" / "borrowed.parquet").symlink_to(root / "other-team" / "private.parquet")
+    with storage_access(settings), pytest.raises(PolicyViolationError, match=r"borrowed\.parquet.* resolves outside "
+                                                                             r"the URIs the platform policy allows"):
+        take_snapshot("p", _plan("lake", allowed_uris=("lake/**", "lake")), settings=settings, logical_date=DAY)
+    with storage_access(settings):  # the same folder without the link is allowed
+        (root / "lake" / "borrowed.parquet").unlink()
+        assert take_snapshot("p", _plan("lake", allowed_uris=("lake/**", "lake")), settings=settings,
+                             logical_date=DAY).kind == "manifest"

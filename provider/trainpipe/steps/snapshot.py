@@ -314,7 +314,11 @@ def _require_listed_allowed(data: DataPlan, source: Any, listed: list[_Listed], 
             storage.require_allowed(member_uri, member, data.allowed_uris, settings)
         else:
             storage.require_inside_root(member_uri, member, settings)
-        target = os.stat(entry.name)
+        try:
+            target = os.stat(entry.name)
+        except FileNotFoundError:
+            raise _located(data, f"{entry.path} of {data.uri} is a link to nothing; remove it or restore its "
+                                 "target") from None
         if not stat.S_ISREG(target.st_mode):
             continue  # a link to a folder or a device: not a data file
         checked.append(_Listed(name=entry.name, path=entry.path, size=target.st_size, etag=None, version_id=None,
