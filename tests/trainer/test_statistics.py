@@ -135,3 +135,16 @@ def test_statistics_are_stored_beside_the_manifest_and_read_back(tmp_path: Path)
     # Other transforms: another file, computed anew.
     other = _config(tmp_path, train_data_uri=manifest_uri, features=("amount", "age"), transforms=())
     assert statistics_uri(manifest_uri, other) != statistics_uri(manifest_uri, config)
+
+
+def test_the_runs_classes_share_the_statistics_of_a_pass_that_found_them(tmp_path: Path) -> None:
+    frame = _frame(300)
+    frame["label"] = frame["kind"]
+    found = _config(tmp_path, task="multiclass_classification")
+    pinned = _config(tmp_path, task="multiclass_classification", label_classes=("c", "b", "a", "d"))
+    # The validate step's pass (no classes given) serves a run whose classes were pinned or found by the train step.
+    assert statistics_uri("file:///v/data_manifest.json", found) == statistics_uri("file:///v/data_manifest.json",
+                                                                                   pinned)
+    statistics = _streamed(found, frame, parts=3)
+    assert fitted_from_statistics(found, statistics)[2] == ("a", "b", "c")
+    assert fitted_from_statistics(pinned, statistics)[2] == ("c", "b", "a", "d")

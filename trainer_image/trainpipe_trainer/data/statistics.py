@@ -152,8 +152,10 @@ class _NumericColumn:
 
 def statistics_key(config: TrainingConfig) -> dict[str, Any]:
     """Everything the statistics depend on besides the data (the manifest they sit beside)."""
+    # Not the run's label classes: pinned or found by the train step, they are the run's, whatever the pass found
+    # (``fitted_from_statistics``); the transforms do not depend on them.
     return {"format": STATISTICS_FORMAT, "task": config.task, "label": config.label,
-            "label_classes": list(config.label_classes), "scale_target": config.scale_target, "seed": config.seed,
+            "scale_target": config.scale_target, "seed": config.seed,
             "transforms": [_transform_dict(t) for t in config.feature_transforms()]}
 
 
@@ -241,8 +243,11 @@ class StatisticsPass:
 
 def fitted_from_statistics(config: TrainingConfig, statistics: dict[str, Any]
                            ) -> tuple[FeatureTransformer, TargetScaler | None, tuple[str, ...]]:
-    return (FeatureTransformer.from_dict(statistics["transformer"]), TargetScaler.from_dict(statistics["target"]),
-            tuple(statistics["classes"]) if config.task == "multiclass_classification" else ())
+    """The transforms, target scale and classes (the config's when it names them, else the pass's)."""
+    classes = ()
+    if config.task == "multiclass_classification":
+        classes = config.label_classes or tuple(statistics["classes"])
+    return FeatureTransformer.from_dict(statistics["transformer"]), TargetScaler.from_dict(statistics["target"]), classes
 
 
 def compute_statistics(config: TrainingConfig, manifest: DataManifest, fs: fsspec.AbstractFileSystem, *,
