@@ -27,7 +27,7 @@ from trainpipe_trainer.data.splits import StreamSource, read_splits, stream_sour
 from trainpipe_trainer.data.statistics import fitted_from_statistics, load_or_compute_statistics
 from trainpipe_trainer.data.streamed import SampleStream, StreamedData, load_data, open_streamed
 from trainpipe_trainer.distributed import DistEnv
-from trainpipe_trainer.errors import DataChangedError, TrainerInputError
+from trainpipe_trainer.errors import DataChangedError, TrainerDataError, TrainerInputError
 from trainpipe_trainer.resume import DATA_ORDER, ResumeIdentity
 
 FILES, GROUPS, GROUP_ROWS = 6, 4, 100
@@ -221,6 +221,14 @@ def test_what_the_streamed_path_does_not_train_is_refused_naming_data_placement(
         open_streamed(config, StreamSource(manifest=DataManifest.loads(version.read_bytes()), reason="test"))
 
 
+def test_a_column_missing_from_the_version_is_named_with_the_fix(version: Path, tmp_path: Path) -> None:
+    config = _config(version, tmp_path, features=[*BINARY_FEATURES, "row_idx"])
+    with pytest.raises(TrainerDataError, match=r"column\(s\) \['row_idx'\] of the config .* are not in the dataset "
+                                               r"version's files .*fix training.features"):
+        open_streamed(config, StreamSource(manifest=DataManifest.loads(version.read_bytes()), reason="test"),
+                      transformer=None, target=None, classes=())
+
+
 def test_a_streamed_checkpoint_is_not_resumed_in_memory_and_the_provider_does_not_judge_it() -> None:
     recorded = ResumeIdentity(snapshot="s", settings={"seed": 0, DATA_ORDER: "streamed"})
     in_memory = ResumeIdentity(snapshot="s", settings={"seed": 0, DATA_ORDER: "in_memory"})
@@ -242,6 +250,7 @@ def _run_config(make_config: Callable[..., dict[str, Any]], workdir: Path, manif
                        data_placement="stream", epochs=1, **overrides)
 
 
+@pytest.mark.integration
 def test_two_ranks_stopped_then_one_rank_train_each_row_once(
         make_config: Callable[..., dict[str, Any]], version: Path, tmp_path: Path) -> None:
     config = _run_config(make_config, tmp_path, version, checkpoint={"every_n_steps": 100, "keep_best": False})
@@ -263,6 +272,7 @@ def test_two_ranks_stopped_then_one_rank_train_each_row_once(
     assert sorted(before + after) == sorted(i for unit in data.units for i in _unit_row_ids(data, unit))
 
 
+@pytest.mark.integration
 def test_kill_9_mid_epoch_on_the_streamed_path_resumes_to_the_same_weights(
         make_config: Callable[..., dict[str, Any]], version: Path, tmp_path: Path) -> None:
     config = _run_config(make_config, tmp_path / "reference", version)
@@ -272,6 +282,7 @@ def test_kill_9_mid_epoch_on_the_streamed_path_resumes_to_the_same_weights(
     resumes_to(reference, resumed, tmp_path / "killed", checkpoint_every=4, step_delay_seconds=0.2)
 
 
+@pytest.mark.integration
 def test_a_file_changed_after_the_snapshot_stops_training_naming_it(
         make_config: Callable[..., dict[str, Any]], tmp_path: Path) -> None:
     manifest = write_version(tmp_path / "version")

@@ -168,6 +168,12 @@ class StreamedData:
         train = self.manifest.units("train")
         if not train or sum(unit.rows for unit in train) == 0:
             raise TrainerDataError(f"{self.config.train_data_uri}: the training split has no rows")
+        missing = [name for name in self.columns if name not in self.manifest.columns]
+        if missing:
+            raise TrainerDataError(
+                f"{self.manifest.source_uri}: column(s) {missing} of the config (features, label) are not in the "
+                f"dataset version's files (columns: {list(self.manifest.columns)}); fix training.features or "
+                "training.label, or snapshot data that has them")
         chosen = set(validation_units(self.config, train))
         self.validation_units = tuple(unit for unit in train if unit in chosen)
         self.units = tuple(unit for unit in train if unit not in chosen)
