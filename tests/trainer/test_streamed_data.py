@@ -370,3 +370,22 @@ def test_a_file_cut_short_while_open_is_named_as_changed(tmp_path: Path) -> None
         with pytest.raises(DataChangedError, match=rf"^{re.escape(path)}: changed since .* \(size \d+ -> 100 bytes"):
             loader._read_unit(reader, later)
     loader.close()
+
+
+@pytest.mark.integration
+def test_a_streamed_checkpoint_is_refused_by_an_in_memory_run_and_the_fitting_manifest_trains_in_memory(
+        make_config: Callable[..., dict[str, Any]], version: Path, tmp_path: Path) -> None:
+    config = _run_config(make_config, tmp_path, version, checkpoint={"keep_best": False})
+    stopped = launch({**config, "stop_after_step": 3}, tmp_path, nproc=None)
+    assert stopped.returncode == 0, stopped.describe()
+    # auto: this small manifest fits, so it is read whole, and the streamed checkpoint's order is not its own.
+    refused = launch({**config, "data_placement": "auto"}, tmp_path, nproc=None)
+    assert refused.returncode == 2, refused.describe()
+    data = DataManifest.loads(version.read_bytes())
+    assert f"data: in memory, {data.rows('train')} rows of the manifest's train split (data_placement: auto)" \
+        in refused.stdout
+    assert re.search(r"cannot resume this checkpoint: .*data order streamed -> in_memory .*data_placement: stream "
+                     r"resumes it as it was trained", refused.stderr), refused.describe()
+    resumed = launch(config, tmp_path, nproc=None)
+    assert resumed.returncode == 0, resumed.describe()
+    assert "resumed from step 3" in resumed.stdout
