@@ -308,6 +308,10 @@ def _semantic_problems(loaded: LoadedYaml) -> list[SpecProblem]:
                                     and uri.lower().rstrip("/").endswith(".csv")):
             add(("data", "snapshot"), "manifest reads parquet files only, and data.format is csv; convert the "
                                       "files to parquet or use data.snapshot: copy")
+        if _get(data, "training", "task") == "ranking":
+            # Its holdout is whole row groups: a query spread over two would be trained on and judged on.
+            add(("data", "snapshot"), "manifest splits the holdout by row group, which would cut queries in two; "
+                                      "ranking takes data.snapshot: copy (its holdout is by query id)")
 
     task = _get(data, "training", "task")
     features = _get(data, "training", "features")

@@ -273,6 +273,11 @@ def _manifest_listing(data: DataPlan, source: Any, settings: Settings) -> list[_
         # auto: only where a manifest gives the same version a copy would (whole files, no window).
         if data.format != "parquet" or data.window is not None or data.time_column is not None:
             return None
+        if data.holdout_key is not None:  # ranking: a held-out query must be whole, which row groups cannot promise
+            return None
+        if data.conn_id is not None and data.conn_id != settings.storage_conn_id:
+            # Readers open a manifest's files with the storage connection (a copy is read once, here).
+            return None
         if not source.exists() or not source.is_dir():
             return None
         listed = _list_parquet(source, _source_fs(source))
@@ -286,6 +291,14 @@ def _manifest_listing(data: DataPlan, source: Any, settings: Settings) -> list[_
             raise _located(data, "data.snapshot manifest versions whole parquet files: no data.window, "
                                  "data.time_column or csv; point data.uri at the window's own folder or prefix, "
                                  "or use data.snapshot: copy")
+        if data.holdout_key is not None:
+            raise _located(data, "data.snapshot manifest splits the holdout by row group, which would cut queries "
+                                 "in two; ranking takes data.snapshot: copy")
+        if data.conn_id is not None and data.conn_id != settings.storage_conn_id:
+            raise _located(data, f"data.snapshot manifest: the trainer and every step read the listed files with "
+                                 f"trainpipe's storage connection ({settings.storage_conn_id or 'none'}), not "
+                                 f"data.conn_id {data.conn_id!r}; drop data.conn_id (grant the storage connection "
+                                 "read access to the source) or use data.snapshot: copy")
         _require_source_exists(data, source)
         listed = _list_parquet(source, _source_fs(source))
     if not listed:

@@ -132,3 +132,25 @@ def test_a_manifest_the_spec_cannot_version_is_refused_at_its_line(tmp_path, roo
     line = yaml.safe_dump(_spec(data), sort_keys=False).splitlines().index("  snapshot: manifest") + 1
     assert f"kinds.yaml:{line}:" in text and "data.snapshot: " in text, text
     assert refused in text and "use data.snapshot: copy" in text, text
+
+
+def test_ranking_is_refused_a_manifest_at_its_line_and_auto_copies_it(tmp_path, root):
+    ranking = {"task": "ranking", "features": ["x1"], "label": "x2", "group_column": "kind"}
+    spec = {**_spec(), "training": ranking, "evaluation": {"metrics": ["ndcg@10"]}}
+    with pytest.raises(SpecError) as caught:
+        _plan(tmp_path, spec)
+    line = yaml.safe_dump(spec, sort_keys=False).splitlines().index("  snapshot: manifest") + 1
+    assert f"kinds.yaml:{line}:" in str(caught.value) and "cut queries in two" in str(caught.value)
+    # auto never takes a manifest for ranking, whatever the folder's size: the holdout stays by query id.
+    plan = _plan(tmp_path, {**spec, "data": {"uri": "lake", "snapshot": "auto"}})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("trainpipe.plan.model.AUTO_MANIFEST_BYTES", 1)
+        snapshot = take_snapshot(plan.dag_id, plan.data, settings=Settings.from_env(), logical_date=DAY)
+    assert snapshot.kind == "copy"
+
+
+def test_a_manifest_read_through_another_connection_than_the_storage_is_refused(tmp_path, root):
+    plan = _plan(tmp_path, _spec({"uri": "lake", "snapshot": "manifest", "conn_id": "lake_reader"}))
+    with pytest.raises(SpecError, match="not data.conn_id 'lake_reader'; drop data.conn_id"):
+        take_snapshot(plan.dag_id, plan.data, settings=Settings.from_env(), logical_date=DAY)
+    assert not (root / "snapshots").exists()
