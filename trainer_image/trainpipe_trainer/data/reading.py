@@ -5,6 +5,7 @@ silently different data. pyarrow and fsspec; used by the provider's validate ste
 
 from __future__ import annotations
 
+import errno
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,8 @@ def open_checked(fs: fsspec.AbstractFileSystem, entry: ManifestFile, digest: str
     try:
         if entry.version_id is not None and hasattr(fs, "version_aware"):
             return _versioned(fs).open(path, "rb", version_id=entry.version_id)
-        change = file_change(entry, fs.info(path))
+        # refresh: a listing cached by the filesystem (s3fs) would show the file as the snapshot saw it.
+        change = file_change(entry, fs.info(path, refresh=True))
     except FileNotFoundError:
         raise DataChangedError(missing_file_message(entry, digest)) from None
     if change is not None:
@@ -76,7 +78,15 @@ class UnitReader:
         return parquet
 
     def read(self, unit: Unit) -> pa.Table:
-        return self._file(unit.file).read_row_group(unit.row_group, columns=self.columns, use_threads=False)
+        try:
+            return self._file(unit.file).read_row_group(unit.row_group, columns=self.columns, use_threads=False)
+        except OSError as err:
+            if err.errno != errno.EBUSY:
+                raise
+            # s3fs reads an object pinned to the ETag it opened (FileExpired): it was replaced after the check.
+            entry = self.manifest.files[unit.file]
+            raise DataChangedError(changed_file_message(entry, "replaced while being read",
+                                                        self.manifest.digest)) from None
 
     def close(self) -> None:
         while self._open:
