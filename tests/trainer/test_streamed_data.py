@@ -182,6 +182,26 @@ def test_the_loader_holds_only_its_windows(version: Path, tmp_path: Path) -> Non
     loader.close()
 
 
+def test_the_next_epoch_is_read_while_one_ends_within_the_same_bound(version: Path, tmp_path: Path) -> None:
+    data = _data(version, tmp_path, epochs=3)
+    loader = data.loader(batch_size=16, seed=0, env=_env(0, 1))
+    loader.stream = SampleStream(units=data.units, seed=0, window_rows=GROUP_ROWS)
+    first = [row for batch in loader.epoch(0) for row in _row_ids(data, batch)]
+    # The next epoch's first windows are in flight (and counted), nothing more than the bound.
+    assert loader._ahead is not None and 0 < loader.buffered_rows <= loader.prefetch * GROUP_ROWS
+    assert loader.peak_buffered_rows <= (loader.prefetch + 1) * GROUP_ROWS + 16
+    second = [row for batch in loader.epoch(1) for row in _row_ids(data, batch)]
+    fresh = data.loader(batch_size=16, seed=0, env=_env(0, 1))
+    fresh.stream = loader.stream
+    assert second == [row for batch in fresh.epoch(1) for row in _row_ids(data, batch)] != first
+    # Resumed elsewhere than the next epoch's start, the reads ahead are dropped.
+    middle = [row for batch in loader.epoch(2, position=160) for row in _row_ids(data, batch)]
+    assert middle == [row for batch in fresh.epoch(2, position=160) for row in _row_ids(data, batch)]
+    assert loader.buffered_rows == 0  # the last epoch reads nothing ahead
+    loader.close()
+    fresh.close()
+
+
 def test_the_validation_split_is_whole_units_kept_out_of_the_stream(version: Path, tmp_path: Path) -> None:
     data = _data(version, tmp_path, checkpoint={"root_uri": (tmp_path / "ck").as_uri(), "keep_best": True,
                                                 "validation_fraction": 0.2})
@@ -275,10 +295,11 @@ def test_two_ranks_stopped_then_one_rank_train_each_row_once(
 @pytest.mark.integration
 def test_kill_9_mid_epoch_on_the_streamed_path_resumes_to_the_same_weights(
         make_config: Callable[..., dict[str, Any]], version: Path, tmp_path: Path) -> None:
-    config = _run_config(make_config, tmp_path / "reference", version)
+    # Two epochs: the second's first windows are read while the first ends.
+    config = {**_run_config(make_config, tmp_path / "reference", version), "epochs": 2}
     reference = launch(config, tmp_path / "reference", nproc=2)
     assert reference.returncode == 0, reference.describe()
-    resumed = _run_config(make_config, tmp_path / "killed", version)
+    resumed = {**_run_config(make_config, tmp_path / "killed", version), "epochs": 2}
     resumes_to(reference, resumed, tmp_path / "killed", checkpoint_every=4, step_delay_seconds=0.2)
 
 

@@ -270,6 +270,8 @@ class StreamLoader:
     buffered_rows: int = field(init=False, default=0)
     peak_buffered_rows: int = field(init=False, default=0)
     _end: int = field(init=False, default=0)
+    # The next epoch's first windows, read while this one ends: (epoch, reads in flight, the rest of its pieces).
+    _ahead: tuple[int, deque[tuple[Future, int]], Iterator[Piece]] | None = field(init=False, default=None)
     _pool: ThreadPoolExecutor = field(init=False)
     _local: threading.local = field(init=False, default_factory=threading.local)
     _readers: list[UnitReader] = field(init=False, default_factory=list)
@@ -291,16 +293,33 @@ class StreamLoader:
     def epoch(self, epoch: int, *, position: int = 0) -> Iterator[list[torch.Tensor]]:
         """The rest of ``epoch`` from global sample ``position``: its first windows are being read on return."""
         self._end = self.stream.end(position, self.env.world_size)
-        pieces = self.stream.pieces(epoch, start=position, world=self.env.world_size, rank=self.env.rank)
-        pending: deque[tuple[Future, int]] = deque()
-        for piece in pieces:
-            pending.append(self._submit(epoch, piece))
-            if len(pending) == self.prefetch:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == epoch and position == 0:
+            _, pending, pieces = ahead
+        else:
+            if ahead is not None:
+                self._cancel(ahead[1])
+            pieces = self._pieces(epoch, position)
+            pending = deque()
+        while len(pending) < self.prefetch:
+            piece = next(pieces, None)
+            if piece is None:
                 break
+            pending.append(self._submit(epoch, piece))
         batches = self._batches(epoch, pieces, pending)
         if self.env.device.type == "cuda":
             batches = copied_ahead(batches, self.env.device)
         return timed(batches, self)
+
+    def _pieces(self, epoch: int, position: int) -> Iterator[Piece]:
+        return self.stream.pieces(epoch, start=position, world=self.env.world_size, rank=self.env.rank)
+
+    def _cancel(self, entries: deque[tuple[Future, int]]) -> None:
+        # A read already running finishes; its result is dropped with the future.
+        for future, window_rows in entries:
+            future.cancel()
+            self.buffered_rows -= window_rows
+        entries.clear()
 
     def _submit(self, epoch: int, piece: Piece) -> tuple[Future, int]:
         self._hold(piece.window.rows)
@@ -314,6 +333,11 @@ class StreamLoader:
                  pending: deque[tuple[Future, int]]) -> Iterator[list[torch.Tensor]]:
         parts: list[tuple[np.ndarray, ...]] = []
         held = 0
+        # Once this epoch's last window is asked for, each freed place reads one of the next epoch's (whose
+        # start would otherwise wait for a read): at most ``prefetch`` windows in flight either way.
+        following = epoch + 1 < self.data.config.epochs
+        ahead: deque[tuple[Future, int]] = deque()
+        ahead_pieces: Iterator[Piece] | None = None
         try:
             while pending:
                 future, window_rows = pending.popleft()
@@ -327,16 +351,22 @@ class StreamLoader:
                 piece = next(pieces, None)
                 if piece is not None:
                     pending.append(self._submit(epoch, piece))
+                elif following:
+                    ahead_pieces = ahead_pieces or self._pieces(epoch + 1, 0)
+                    piece = next(ahead_pieces, None)
+                    if piece is not None:
+                        ahead.append(self._submit(epoch + 1, piece))
                 while held >= self.batch_size or (held and not pending):
                     take = min(self.batch_size, held)
                     batch, parts = _cut(parts, take)
                     held -= take
                     self.buffered_rows -= take
                     yield [torch.from_numpy(array) for array in batch]
+            if ahead_pieces is not None:
+                self._ahead, ahead = (epoch + 1, ahead, ahead_pieces), deque()
         finally:
-            for future, window_rows in pending:
-                future.cancel()
-                self.buffered_rows -= window_rows
+            self._cancel(pending)
+            self._cancel(ahead)
             self.buffered_rows -= held
 
     def _read(self, epoch: int, piece: Piece) -> tuple[np.ndarray, ...]:
