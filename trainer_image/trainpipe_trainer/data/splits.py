@@ -176,13 +176,22 @@ def manifest_of_copy(config: TrainingConfig) -> DataManifest:
     return DataManifest(source_uri=uri, files=(entry,), schema=columns, holdout_fraction=0.0)
 
 
+def manifest_fs(config: TrainingConfig, manifest: DataManifest) -> Any:
+    """The filesystem of the manifest's files: the storage's options where they live in the same store as the
+    manifest (the provider refuses a manifest read through another connection), none for another scheme (a local
+    folder beside S3 storage)."""
+    same_store = manifest.source_uri.split("://", 1)[0] == config.train_data_uri.split("://", 1)[0]
+    fs, _ = storage.url_to_fs(manifest.source_uri, config.storage_options if same_store else None)
+    return fs
+
+
 def read_manifest_frame(config: TrainingConfig, manifest: DataManifest) -> pd.DataFrame:
     """A manifest's whole train split as one frame, its row groups in manifest order (the in-memory path)."""
     import pyarrow as pa
 
     from trainpipe_trainer.data.reading import iter_units
 
-    fs, _ = storage.url_to_fs(config.train_data_uri, config.storage_options)
+    fs = manifest_fs(config, manifest)
     # Only the columns trained on (one missing is left to require_columns, which names it).
     wanted = {*config.features, config.label, config.group_column}
     columns = [name for name in manifest.columns if name in wanted]

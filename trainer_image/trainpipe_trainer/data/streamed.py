@@ -32,7 +32,6 @@ import pandas as pd
 import torch
 from torch.utils.data import TensorDataset
 
-from trainpipe_trainer import storage
 from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.data.manifest import (
     DataManifest,
@@ -43,7 +42,14 @@ from trainpipe_trainer.data.manifest import (
 )
 from trainpipe_trainer.data.memory import TrainingData, copied_ahead, timed
 from trainpipe_trainer.data.reading import UnitReader
-from trainpipe_trainer.data.splits import Splits, StreamSource, read_data, serving_sample, split_arrays
+from trainpipe_trainer.data.splits import (
+    Splits,
+    StreamSource,
+    manifest_fs,
+    read_data,
+    serving_sample,
+    split_arrays,
+)
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import DataChangedError, TrainerDataError, TrainerInputError
 from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
@@ -445,7 +451,7 @@ def load_data(config: TrainingConfig, pending: Future[Splits | StreamSource] | N
 def open_streamed(config: TrainingConfig, source: StreamSource, **transforms: Any) -> StreamedData:
     """The streamed data of ``source``: its transforms, target scaling and classes from the dataset version's
     statistics (``data.statistics``: the validate step's, or computed now in one streamed pass), unless given."""
-    fs, _ = storage.url_to_fs(config.train_data_uri, config.storage_options)
+    fs = manifest_fs(config, source.manifest)
     refuse_unstreamable(config)
     if not transforms:
         from trainpipe_trainer.data.statistics import fitted_from_statistics, load_or_compute_statistics
