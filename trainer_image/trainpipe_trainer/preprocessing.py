@@ -446,10 +446,24 @@ class FeatureTransformer:
 
     def transform(self, frame: pd.DataFrame, *, source: str) -> np.ndarray:
         """float64 ``[rows, width]``; raises ``TrainerDataError`` naming the column and the fix."""
+        return np.ascontiguousarray(self._columns(frame, source=source).T)
+
+    def transform_float32(self, frame: pd.DataFrame, *, source: str) -> np.ndarray:
+        """``transform`` cast to float32 (what the model takes), in one pass from the column buffer: the same
+        values, without a float64 matrix in row order between (the data path's main cost per row)."""
+        return np.asarray(self._columns(frame, source=source).T, dtype=np.float32, order="C")
+
+    def _columns(self, frame: pd.DataFrame, *, source: str) -> np.ndarray:
+        """float64 ``[width, rows]``: each encoder writes whole rows of it (contiguous), where gluing its
+        ``[rows, k]`` blocks side by side would copy every value with a stride."""
         require_columns(frame, self.features, source=source, role="feature")
-        if not self.encoders:
-            return np.zeros((len(frame), 0))
-        return np.concatenate([e.encode(frame, source=source) for e in self.encoders], axis=1)
+        columns = np.empty((self.width, len(frame)))
+        at = 0
+        for encoder in self.encoders:
+            block = encoder.encode(frame, source=source)
+            columns[at:at + block.shape[1]] = block.T
+            at += block.shape[1]
+        return columns
 
     def to_dict(self) -> dict[str, Any]:
         return {"encoders": [e.to_dict() for e in self.encoders]}

@@ -296,7 +296,7 @@ def split_arrays(frame: pd.DataFrame, config: TrainingConfig, transformer: Featu
             target: TargetScaler | None = None, classes: tuple[str, ...] = ()) -> tuple[np.ndarray, ...]:
     if config.task == "causal_lm":
         return lm_sequences(frame, config, transformer.text_tokenizer, source)
-    features = transformer.transform(frame, source=source).astype(np.float32)
+    features = transformer.transform_float32(frame, source=source)
     labels = label_vector(frame, config, source=source, classes=classes)
     if config.task != "multiclass_classification":
         # Scaled in float64, then cast: the same float32 labels whatever the label column's own dtype.

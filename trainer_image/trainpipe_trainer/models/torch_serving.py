@@ -88,7 +88,7 @@ class TorchScorer:
                    target=TargetScaler.from_dict(meta.get("target")), classes=classes)
 
     def score(self, frame: pd.DataFrame) -> np.ndarray:
-        inputs = torch.from_numpy(self.transformer.transform(frame, source="model input").astype(np.float32))
+        inputs = torch.from_numpy(self.transformer.transform_float32(frame, source="model input"))
         with torch.no_grad():
             outputs = self.module(inputs).double().numpy()
         return scores_from_outputs(self.task, outputs.reshape(len(frame), -1), target=self.target)
