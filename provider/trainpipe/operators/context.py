@@ -97,10 +97,13 @@ def failed_for_good_on_refused_resume() -> Iterator[None]:
     the same snapshot."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from trainpipe.errors import ResumeRefusedError, SpecError
+    from trainpipe.errors import DatasetChangedError, ResumeRefusedError, SpecError
 
     try:
         yield
+    except DatasetChangedError as err:
+        # A file of the dataset version changed since its snapshot: a retry reads the same file.
+        raise AirflowFailException(str(err)) from None
     except ResumeRefusedError as err:
         raise AirflowFailException(str(err)) from err
     except SpecError as err:
@@ -112,7 +115,7 @@ def failed_for_good_on_refused_resume() -> Iterator[None]:
 def training_failure_noted(context: Any, retries: int | None) -> Iterator[None]:
     """A failed training leaves the run's note (the trainer's reason, in a few words) before failing the try;
     a later try that succeeds starts without it (Airflow clears a try's XComs)."""
-    from trainpipe.errors import TrainingFailedError
+    from trainpipe.errors import DatasetChangedError, TrainingFailedError
     from trainpipe.state.run_notes import leave_note, training_note
 
     try:
@@ -120,6 +123,11 @@ def training_failure_noted(context: Any, retries: int | None) -> Iterator[None]:
     except TrainingFailedError as err:
         ti = context["ti"]
         leave_note(ti, training_note(err.reasons, fallback=str(err), try_number=ti.try_number,
+                                     tries=(retries or 0) + 1))
+        raise
+    except DatasetChangedError as err:  # found before the launch (the input checks read the version's files)
+        ti = context["ti"]
+        leave_note(ti, training_note([str(err)], fallback=str(err), try_number=ti.try_number,
                                      tries=(retries or 0) + 1))
         raise
 
