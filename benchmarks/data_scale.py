@@ -296,12 +296,17 @@ def measure(size_gb: float, args: argparse.Namespace, work: Path, *, in_memory: 
         wall, peaks, text = run_measured([str(Path(sys.executable).with_name("trainpipe")), "train", str(spec),
                                           "--nproc-per-node", "2", "--run-dir", str(work / "runs" / name)],
                                          env=env, log=work / f"{name}.train.log")
-        rate = re.findall(r"([\d,.]+) samples/s", text)
         ranks = {role: round(peak / GIB, 2) for role, peak in peaks.items() if role.startswith("rank")}
-        this["train"] = {"seconds": round(wall, 1), "samples_per_s": float(rate[-1].replace(",", "")) if rate else None,
+        # The step loop's rate (the trainer's launch line), and the epoch's rate from the data read to the loop's
+        # end: the in-memory path reads and transforms the split before its loop, the streamed path inside it.
+        loop = re.search(r"step loop: (\d+) steps in ([\d.]+) s, ([\d,]+) samples/s", text)
+        read = re.search(r"data read ([\d.]+)", text)
+        loop_seconds, loop_rate = float(loop.group(2)), float(loop.group(3).replace(",", ""))
+        epoch_rate = loop_seconds * loop_rate / (loop_seconds + float(read.group(1)))
+        this["train"] = {"seconds": round(wall, 1), "samples_per_s": loop_rate, "epoch_rows_per_s": round(epoch_rate),
                          "peak_rss_gib": ranks, "launcher_gib": round(peaks.get("launcher", 0) / GIB, 2)}
-        print(f"  {mode:6s} train    {wall:7.1f} s   peak RSS per rank {ranks} GiB, "
-              f"{this['train']['samples_per_s']} samples/s", flush=True)
+        print(f"  {mode:6s} train    {wall:7.1f} s   peak RSS per rank {ranks} GiB, step loop {loop_rate:,.0f} "
+              f"samples/s, data read + loop {epoch_rate:,.0f} rows/s", flush=True)
     if not args.keep:
         shutil.rmtree(data)
     return result
@@ -346,8 +351,10 @@ def main() -> int:
     memory = first.get("memory", {}).get("train", {}).get("samples_per_s")
     streamed = first["stream"]["train"]["samples_per_s"]
     if memory and streamed:
-        print(f"streamed vs in-memory samples/s at {first['bytes'] / 1e9:.1f} GB: {streamed:,.0f} vs {memory:,.0f} = "
-              f"{streamed / memory:.2f} (target >= {TARGET_STREAM_RATIO})")
+        print(f"streamed vs in-memory samples/s at {first['bytes'] / 1e9:.1f} GB: step loop {streamed:,.0f} vs "
+              f"{memory:,.0f} = {streamed / memory:.2f} (target >= {TARGET_STREAM_RATIO}); data read + loop "
+              f"{first['stream']['train']['epoch_rows_per_s']:,} vs {first['memory']['train']['epoch_rows_per_s']:,} "
+              f"rows/s = {first['stream']['train']['epoch_rows_per_s'] / first['memory']['train']['epoch_rows_per_s']:.2f}")
     (work / "data_scale.json").write_text(json.dumps(results, indent=2))
     return 0
 
