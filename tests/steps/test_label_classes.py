@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
-from trainpipe.compile.compiler import compile_file
+from tests.steps.kinds_spec import compiled_plan, run_folder
 from trainpipe.errors import SpecError
 from trainpipe.settings import Settings
 from trainpipe.steps.snapshot import take_snapshot
@@ -52,31 +51,19 @@ def _table(root: Path, labels: list[object]) -> None:
                   "x2": rng.normal(size=n), "kind": labels}).to_parquet(root / "kinds.parquet")
 
 
-def _plan(tmp_path: Path, spec: dict):
-    file = tmp_path / "kinds.yaml"
-    file.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return compile_file(file, "kinds.yaml", settings=Settings.from_env(), configs_root=tmp_path)
-
-
-def _run_dir(tmp_path: Path):
-    from airflow.sdk import ObjectStoragePath
-
-    return ObjectStoragePath((tmp_path / "run").as_uri())
-
-
 def _snapshot_and_config(tmp_path: Path, plan):
     settings = Settings.from_env()
     with storage_access(settings):
         snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=DAY,
                                  class_label=plan.class_label)
         config = trainer_config_for_run(plan, snapshot, settings=settings, run=RUN, mlflow_run_id=None,
-                                        run_dir=_run_dir(tmp_path))
+                                        run_dir=run_folder(tmp_path))
         return snapshot, config, settings
 
 
 def test_the_dataset_version_records_the_classes_and_the_run_trains_on_them(tmp_path, storage):
     _table(storage, [10, 2, 3] * 20)
-    snapshot, config, settings = _snapshot_and_config(tmp_path, _plan(tmp_path, _spec()))
+    snapshot, config, settings = _snapshot_and_config(tmp_path, compiled_plan(tmp_path, _spec()))
     # Whole numbers in numeric order: 2 before 10.
     assert snapshot.label_classes == ["2", "3", "10"]
     [manifest] = storage.glob("snapshots/kinds/*/manifest.json")
@@ -87,20 +74,20 @@ def test_the_dataset_version_records_the_classes_and_the_run_trains_on_them(tmp_
 
 def test_a_version_recorded_without_classes_gives_them_from_its_splits(tmp_path, storage):
     _table(storage, ["b", "a", "c"] * 20)
-    plan = _plan(tmp_path, _spec())
+    plan = compiled_plan(tmp_path, _spec())
     settings = Settings.from_env()
     with storage_access(settings):
         # As a binary or regression spec over the same table (or trainpipe before multiclass) recorded it.
         snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=DAY)
         assert snapshot.label_classes is None
         config = trainer_config_for_run(plan, snapshot, settings=settings, run=RUN, mlflow_run_id=None,
-                                        run_dir=_run_dir(tmp_path))
+                                        run_dir=run_folder(tmp_path))
     assert config.label_classes == ("a", "b", "c")
 
 
 def test_pinned_classes_keep_their_order_and_a_class_outside_them_stops_at_their_line(tmp_path, storage):
     _table(storage, ["cat", "dog", "eel"] * 20)
-    plan = _plan(tmp_path, _spec(label_classes=["dog", "cat"]))
+    plan = compiled_plan(tmp_path, _spec(label_classes=["dog", "cat"]))
     snapshot, config, settings = _snapshot_and_config(tmp_path, plan)
     assert config.label_classes == ("dog", "cat")
     with storage_access(settings), pytest.raises(SpecError) as raised:
@@ -114,7 +101,7 @@ def test_pinned_classes_keep_their_order_and_a_class_outside_them_stops_at_their
 
 def test_a_label_with_one_class_stops_at_the_label_line(tmp_path, storage):
     _table(storage, ["only"] * 30)
-    plan = _plan(tmp_path, _spec())
+    plan = compiled_plan(tmp_path, _spec())
     with pytest.raises(SpecError) as raised:
         _snapshot_and_config(tmp_path, plan)
     [problem] = raised.value.problems
@@ -125,7 +112,7 @@ def test_a_label_with_one_class_stops_at_the_label_line(tmp_path, storage):
 
 def test_missing_labels_are_named_at_the_label_line(tmp_path, storage):
     _table(storage, ["a", "b", None] * 20)
-    plan = _plan(tmp_path, _spec())
+    plan = compiled_plan(tmp_path, _spec())
     snapshot, config, settings = _snapshot_and_config(tmp_path, plan)
     assert snapshot.label_classes is None and config.label_classes == ()
     with storage_access(settings), pytest.raises(SpecError) as raised:

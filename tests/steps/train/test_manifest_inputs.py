@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from trainpipe.compile.compiler import compile_file
+from tests.steps.kinds_spec import compiled_plan, run_folder
 from trainpipe.errors import DatasetChangedError, ReproduceError, SpecError
 from trainpipe.settings import Settings
 from trainpipe.steps.snapshot import take_snapshot
@@ -49,26 +49,14 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def _plan(tmp_path: Path, spec: dict):
-    file = tmp_path / "kinds.yaml"
-    file.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return compile_file(file, "kinds.yaml", settings=Settings.from_env(), configs_root=tmp_path)
-
-
-def _run_dir(tmp_path: Path):
-    from airflow.sdk import ObjectStoragePath
-
-    return ObjectStoragePath((tmp_path / "run").as_uri())
-
-
 def test_the_trainer_streams_the_manifest_and_the_classes_come_from_every_unit(tmp_path, root):
-    plan = _plan(tmp_path, _spec())
+    plan = compiled_plan(tmp_path, _spec())
     settings = Settings.from_env()
     with storage_access(settings):
         snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=DAY,
                                  class_label=plan.class_label)
         config = trainer_config_for_run(plan, snapshot, settings=settings, run=RUN, mlflow_run_id=None,
-                                        run_dir=_run_dir(tmp_path))
+                                        run_dir=run_folder(tmp_path))
         check_training_inputs(plan, config, snapshot, settings=settings)
     assert snapshot.kind == "manifest" and snapshot.label_classes is None
     assert config.train_data_format == "manifest"
@@ -78,31 +66,31 @@ def test_the_trainer_streams_the_manifest_and_the_classes_come_from_every_unit(t
 
 
 def test_the_input_check_reads_the_first_rows_and_locates_a_missing_feature(tmp_path, root):
-    plan = _plan(tmp_path, _spec(features=["x1", "x3"]))
+    plan = compiled_plan(tmp_path, _spec(features=["x1", "x3"]))
     settings = Settings.from_env()
     with storage_access(settings):
         snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=DAY)
         config = trainer_config_for_run(plan, snapshot, settings=settings, run=RUN, mlflow_run_id=None,
-                                        run_dir=_run_dir(tmp_path))
+                                        run_dir=run_folder(tmp_path))
         with pytest.raises(SpecError, match=r"kinds\.yaml:\d+:\d+: training\.features: the first 20,000 rows "
                                             r"of the snapshot's train split .*'x3'"):
             check_training_inputs(plan, config, snapshot, settings=settings)
 
 
 def test_a_file_changed_since_the_snapshot_stops_the_train_step_naming_it(tmp_path, root):
-    plan = _plan(tmp_path, _spec(label_classes=["cat", "dog", "owl"]))
+    plan = compiled_plan(tmp_path, _spec(label_classes=["cat", "dog", "owl"]))
     settings = Settings.from_env()
     with storage_access(settings):
         snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=DAY)
         config = trainer_config_for_run(plan, snapshot, settings=settings, run=RUN, mlflow_run_id=None,
-                                        run_dir=_run_dir(tmp_path))
+                                        run_dir=run_folder(tmp_path))
         pq.write_table(pa.table({"x1": [0.0], "x2": [0.0], "kind": ["cat"]}), root / "lake" / "part-0.parquet")
         with pytest.raises(DatasetChangedError, match=r"/lake/part-0\.parquet: changed since dataset version "):
             check_training_inputs(plan, config, snapshot, settings=settings)
 
 
 def test_reproduce_refuses_a_manifest_version_naming_each_changed_or_missing_file(tmp_path, root):
-    plan = _plan(tmp_path, _spec())
+    plan = compiled_plan(tmp_path, _spec())
     settings = Settings.from_env()
     with storage_access(settings):
         snapshot = take_snapshot(plan.dag_id, plan.data, settings=settings, logical_date=DAY)
@@ -127,7 +115,7 @@ def test_reproduce_refuses_a_manifest_version_naming_each_changed_or_missing_fil
 ])
 def test_a_manifest_the_spec_cannot_version_is_refused_at_its_line(tmp_path, root, data, refused):
     with pytest.raises(SpecError) as caught:
-        _plan(tmp_path, _spec(data))
+        compiled_plan(tmp_path, _spec(data))
     text = str(caught.value)
     line = yaml.safe_dump(_spec(data), sort_keys=False).splitlines().index("  snapshot: manifest") + 1
     assert f"kinds.yaml:{line}:" in text and "data.snapshot: " in text, text
@@ -138,11 +126,11 @@ def test_ranking_is_refused_a_manifest_at_its_line_and_auto_copies_it(tmp_path, 
     ranking = {"task": "ranking", "features": ["x1"], "label": "x2", "group_column": "kind"}
     spec = {**_spec(), "training": ranking, "evaluation": {"metrics": ["ndcg@10"]}}
     with pytest.raises(SpecError) as caught:
-        _plan(tmp_path, spec)
+        compiled_plan(tmp_path, spec)
     line = yaml.safe_dump(spec, sort_keys=False).splitlines().index("  snapshot: manifest") + 1
     assert f"kinds.yaml:{line}:" in str(caught.value) and "cut queries in two" in str(caught.value)
     # auto never takes a manifest for ranking, whatever the folder's size: the holdout stays by query id.
-    plan = _plan(tmp_path, {**spec, "data": {"uri": "lake", "snapshot": "auto"}})
+    plan = compiled_plan(tmp_path, {**spec, "data": {"uri": "lake", "snapshot": "auto"}})
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("trainpipe.plan.model.AUTO_MANIFEST_BYTES", 1)
         snapshot = take_snapshot(plan.dag_id, plan.data, settings=Settings.from_env(), logical_date=DAY)
@@ -150,7 +138,7 @@ def test_ranking_is_refused_a_manifest_at_its_line_and_auto_copies_it(tmp_path, 
 
 
 def test_a_manifest_read_through_another_connection_than_the_storage_is_refused(tmp_path, root):
-    plan = _plan(tmp_path, _spec({"uri": "lake", "snapshot": "manifest", "conn_id": "lake_reader"}))
+    plan = compiled_plan(tmp_path, _spec({"uri": "lake", "snapshot": "manifest", "conn_id": "lake_reader"}))
     with pytest.raises(SpecError, match="not data.conn_id 'lake_reader'; drop data.conn_id"):
         take_snapshot(plan.dag_id, plan.data, settings=Settings.from_env(), logical_date=DAY)
     assert not (root / "snapshots").exists()
