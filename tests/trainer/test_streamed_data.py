@@ -410,3 +410,14 @@ def test_a_streamed_checkpoint_is_refused_by_an_in_memory_run_and_the_fitting_ma
     resumed = launch(config, tmp_path, nproc=None)
     assert resumed.returncode == 0, resumed.describe()
     assert "resumed from step 3" in resumed.stdout
+
+
+def test_the_readers_change_messages_are_told_apart_from_other_trainer_errors() -> None:
+    from trainpipe_trainer.data.manifest import changed_file_message, is_data_change, missing_file_message
+
+    entry = ManifestFile(uri="s3://lake/p.parquet", path="p.parquet", size=1, rows=1, row_groups=(1,),
+                         holdout_row_groups=(), schema_hash="s")
+    assert is_data_change("error: " + changed_file_message(entry, "size 1 -> 2 bytes", "ab" * 32))
+    assert is_data_change(missing_file_message(entry, "cd" * 32))
+    assert not is_data_change("s3://lake/p.parquet: feature column 'x' has 3 missing value(s); declare how to fill "
+                              "them (training.transforms.x.impute: mean, median or constant)")

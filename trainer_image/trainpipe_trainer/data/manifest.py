@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -189,6 +190,16 @@ def changed_file_message(entry: ManifestFile, change: str, digest: str) -> str:
     return (f"{entry.uri}: changed since dataset version {digest[:16]} listed it ({change}); the version is "
             "immutable, so its data cannot be read as it was: restore the file, or run the DAG again for a new "
             "snapshot of the folder as it is now")
+
+
+# What both messages above say, whoever relays them (the trainer's one-line error, read back by the provider).
+_DATA_CHANGE = re.compile(r": (changed since dataset version [0-9a-f]{16} listed it|listed by dataset version "
+                          r"[0-9a-f]{16} but gone from the store)")
+
+
+def is_data_change(message: str) -> bool:
+    """Whether ``message`` is a reader's report of a file changed or gone since the snapshot (no retry mends it)."""
+    return _DATA_CHANGE.search(message) is not None
 
 
 def missing_file_message(entry: ManifestFile, digest: str) -> str:

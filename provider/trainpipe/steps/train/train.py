@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from trainpipe import storage
-from trainpipe.errors import ResumeRefusedError, TrainingFailedError
+from trainpipe.errors import DatasetChangedError, ResumeRefusedError, TrainingFailedError
 from trainpipe.hooks.mlflow import MlflowHook
 from trainpipe.launchers.local import LauncherStoppedError, local_python, run_local
 from trainpipe.plan.launch import LaunchValues, resolve
@@ -46,6 +46,7 @@ from trainpipe_trainer.config import (
     TrainingConfig,
     TuningTrial,
 )
+from trainpipe_trainer.data.manifest import is_data_change
 from trainpipe_trainer.outcomes import (
     PREEMPTED_EXIT_CODE,
     TrainingResult,
@@ -487,6 +488,10 @@ def run_training(plan: PipelinePlan, snapshot: SnapshotInfo, *, settings: Settin
                         exit_code=err.exit_code) from err
                 if not reasons.messages:
                     raise
+                changed = [message for message in reasons.messages if is_data_change(message)]
+                if changed:
+                    # A file of the version changed under the trainer: a retry would read the same file.
+                    raise DatasetChangedError(changed[0]) from err
                 # The trainer's own one-line reason (every rank prints it) instead of the command line.
                 raise TrainingFailedError(f"the trainer stopped: {'; '.join(reasons.messages)}",
                                           reasons=tuple(reasons.messages)) from err
