@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -401,3 +402,22 @@ registration: {{model_name: streamed_lake}}
     stored = read_statistics(run_config.train_data_uri, run_config, run_config.storage_options)
     assert stored is not None and stored["rows"] == snapshot.train_rows
     assert result["statistics_uri"].startswith(snapshot.uri)
+
+
+def test_a_baseline_whose_file_changed_is_compared_on_its_other_files_and_the_log_names_it(settings, caplog):
+    plan = _plan("streamed_reference_changed")
+    baseline = _manifest_version(settings, plan.dag_id, _rows(7), "day0")
+    _validate(plan, baseline, settings)
+    manifest = DataManifest.loads(Path(baseline.manifest_uri.removeprefix("file://")).read_bytes())
+    changed = manifest.files[1]
+    Path(changed.uri.removeprefix("file://")).unlink()
+    current = _manifest_version(settings, plan.dag_id, _rows(9), "day1")
+
+    # Not a failure of the new version: the baseline moves only when a validation passes, so failing here would
+    # fail every later run.
+    with caplog.at_level(logging.WARNING, logger="trainpipe.steps.validate.validate"):
+        result = _validate(plan, current, settings)
+    assert result["success"] and baseline_version(settings, plan.dag_id)["digest"] == current.digest
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and changed.uri in r.getMessage()]
+    assert len(warned) == 1 and "gone from the store" in warned[0] and "its other files are compared" in warned[0]
+    assert result["drift"]["reference_digest"] == baseline.digest
