@@ -241,3 +241,24 @@ def test_under_a_policy_a_link_to_a_file_the_team_may_not_read_is_refused_unread
         (root / "lake" / "borrowed.parquet").unlink()
         assert take_snapshot("p", _plan("lake", allowed_uris=("lake/**", "lake")), settings=settings,
                              logical_date=DAY).kind == "manifest"
+
+
+def test_the_datasets_command_says_a_version_is_a_manifest_and_a_copy_says_nothing_new(lake, tmp_path, monkeypatch,
+                                                                                        capsys):
+    from trainpipe.commands.main import main
+
+    root, settings = lake
+    monkeypatch.setenv("TRAINPIPE_STORAGE_ROOT", root.as_uri())
+    monkeypatch.setenv("TRAINPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TRAINPIPE_STORAGE_CONN_ID", raising=False)
+    with storage_access(settings):
+        listed = take_snapshot("p", _plan("lake"), settings=settings, logical_date=DAY)
+        copied = take_snapshot("c", _plan("lake/part-0.parquet", snapshot="copy"), settings=settings,
+                               logical_date=DAY)
+    assert main(["datasets", "p"]) == 0
+    out = capsys.readouterr().out
+    assert f"p version {listed.digest[:16]}" in out
+    assert "kind:        manifest: the source's files as listed in data_manifest.json, nothing copied" in out
+    assert main(["datasets", "c"]) == 0
+    out = capsys.readouterr().out
+    assert f"c version {copied.digest[:16]}" in out and "kind:" not in out

@@ -88,6 +88,8 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
         rows = [
             ("version", info.digest),
             ("storage", info.uri),
+            *([("kind", "manifest: the source's files as listed in data_manifest.json, nothing copied")]
+              if info.kind == "manifest" else []),
             ("rows", f"{info.rows} ({info.train_rows} train, {info.holdout_rows} holdout)"),
             ("size", f"{info.size_bytes} bytes" if info.size_bytes is not None else "-"),
             ("schema_hash", info.schema_hash or "-"),
