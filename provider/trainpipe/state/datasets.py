@@ -21,7 +21,6 @@ snapshot's.
 
 from __future__ import annotations
 
-import errno
 import json
 import typing
 import warnings
@@ -230,31 +229,15 @@ def iter_split_tables(snapshot: SnapshotInfo, split: str, *, settings: Settings,
     """A manifest version's split as Arrow tables, one row group at a time (bounded memory); a changed or
     missing file raises ``DatasetChangedError`` naming it."""
     from trainpipe.errors import DatasetChangedError
-    from trainpipe_trainer.data.manifest import changed_file_message
     from trainpipe_trainer.data.reading import iter_units
     from trainpipe_trainer.errors import DataChangedError
 
     manifest, fs = load_manifest(snapshot, settings=settings, conn_id=conn_id)
-    planned = manifest.units(typing.cast("Split", split))
-    units = iter_units(fs, manifest, typing.cast("Split", split), columns=columns)
     try:
-        for position in range(len(planned) + 1):
-            try:
-                _, table = next(units)
-            except StopIteration:
-                return
-            except DataChangedError as err:
-                raise DatasetChangedError(str(err)) from err
-            except OSError as err:
-                if err.errno != errno.EBUSY:
-                    raise
-                # s3fs reads an object pinned to the ETag it opened (FileExpired): replaced while being read.
-                entry = manifest.files[planned[position].file]
-                raise DatasetChangedError(changed_file_message(entry, "replaced while it was read",
-                                                               manifest.digest)) from err
+        for _, table in iter_units(fs, manifest, typing.cast("Split", split), columns=columns):
             yield table
-    finally:
-        units.close()
+    except DataChangedError as err:
+        raise DatasetChangedError(str(err)) from err
 
 
 def _empty_frame(snapshot: SnapshotInfo, columns: list[str] | None) -> pd.DataFrame:

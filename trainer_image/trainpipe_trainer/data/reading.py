@@ -78,15 +78,27 @@ class UnitReader:
         return parquet
 
     def read(self, unit: Unit) -> pa.Table:
+        """One row group. A failed read is judged against the manifest again: a file rewritten while it was open
+        reads as garbage or (s3fs, pinned to the ETag it opened) fails, and is then named as changed."""
+        import pyarrow as pa
+
         try:
             return self._file(unit.file).read_row_group(unit.row_group, columns=self.columns, use_threads=False)
-        except OSError as err:
-            if err.errno != errno.EBUSY:
+        except (OSError, pa.ArrowException) as err:
+            changed = self._changed(unit, err)
+            if changed is None:
                 raise
-            # s3fs reads an object pinned to the ETag it opened (FileExpired): it was replaced after the check.
-            entry = self.manifest.files[unit.file]
-            raise DataChangedError(changed_file_message(entry, "replaced while being read",
-                                                        self.manifest.digest)) from None
+            raise changed from err
+
+    def _changed(self, unit: Unit, err: Exception) -> DataChangedError | None:
+        entry, digest = self.manifest.files[unit.file], self.manifest.digest
+        if isinstance(err, OSError) and err.errno == errno.EBUSY:  # s3fs FileExpired: replaced mid-read
+            return DataChangedError(changed_file_message(entry, "replaced while being read", digest))
+        try:
+            change = file_change(entry, self.fs.info(self.fs._strip_protocol(entry.uri), refresh=True))
+        except FileNotFoundError:
+            return DataChangedError(missing_file_message(entry, digest))
+        return DataChangedError(changed_file_message(entry, change, digest)) if change is not None else None
 
     def close(self) -> None:
         while self._open:
@@ -101,10 +113,24 @@ class UnitReader:
 
 
 def iter_units(fs: fsspec.AbstractFileSystem, manifest: DataManifest, split: Split | None = None, *,
-               columns: Sequence[str] | None = None) -> Iterator[tuple[Unit, pa.Table]]:
-    """Every row group of the split (None: both) in manifest order, one at a time (bounded memory)."""
+               columns: Sequence[str] | None = None,
+               skipped: list[str] | None = None) -> Iterator[tuple[Unit, pa.Table]]:
+    """Every row group of the split (None: both) in manifest order, one at a time (bounded memory). With
+    ``skipped``, a file changed or gone since the snapshot is left out (its message appended there) instead of
+    stopping the read."""
     units = (manifest.units(split) if split is not None
              else sorted(manifest.units("train") + manifest.units("holdout"), key=lambda u: (u.file, u.row_group)))
+    left_out: set[int] = set()
     with UnitReader(fs, manifest, columns=columns) as reader:
         for unit in units:
-            yield unit, reader.read(unit)
+            if unit.file in left_out:
+                continue
+            try:
+                table = reader.read(unit)
+            except DataChangedError as err:
+                if skipped is None:
+                    raise
+                left_out.add(unit.file)
+                skipped.append(str(err).split("; ", 1)[0])
+                continue
+            yield unit, table

@@ -36,9 +36,6 @@ from trainpipe_trainer.config import TrainingConfig
 from trainpipe_trainer.data.manifest import (
     DataManifest,
     Unit,
-    changed_file_message,
-    file_change,
-    missing_file_message,
 )
 from trainpipe_trainer.data.memory import TrainingData, copied_ahead, timed
 from trainpipe_trainer.data.reading import UnitReader
@@ -51,7 +48,7 @@ from trainpipe_trainer.data.splits import (
     split_arrays,
 )
 from trainpipe_trainer.distributed import DistEnv
-from trainpipe_trainer.errors import DataChangedError, TrainerDataError, TrainerInputError
+from trainpipe_trainer.errors import TrainerDataError, TrainerInputError
 from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
 
 # Rows of one shuffle window: the bound on how far apart two rows of one row group can land in an epoch, and
@@ -392,21 +389,13 @@ class StreamLoader:
         return self.data.arrays(frame, source=self.data.source_of(window.units))
 
     def _read_unit(self, reader: UnitReader, unit: Unit) -> Any:
-        """One row group; a file rewritten while it was open reads as garbage, so a failed read is judged
-        against the manifest again: a changed file is named as one (``DataChangedError``)."""
+        """One row group; a changed file is named by the reader (``DataChangedError``), any other failure here."""
         import pyarrow as pa
 
         try:
             return reader.read(unit)
         except (OSError, pa.ArrowException) as err:
-            data = self.data
-            entry = data.manifest.files[unit.file]
-            try:
-                change = file_change(entry, data.fs.info(data.fs._strip_protocol(entry.uri)))
-            except FileNotFoundError:
-                raise DataChangedError(missing_file_message(entry, data.manifest.digest)) from err
-            if change is not None:
-                raise DataChangedError(changed_file_message(entry, change, data.manifest.digest)) from err
+            entry = self.data.manifest.files[unit.file]
             raise TrainerDataError(f"{entry.uri}: row group {unit.row_group} could not be read ({err}); the file "
                                    "is as the dataset version listed it, so check the store it is read from") from err
 

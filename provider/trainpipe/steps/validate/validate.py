@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -388,29 +387,6 @@ class _Streamed:
     statistics_config: TrainingConfig | None
 
 
-def _units(fs: Any, manifest: Any, *, skip_changed: list[str] | None) -> Iterator[tuple[Any, Any]]:
-    """Every row group of the version in manifest order; with ``skip_changed``, a file changed or gone since the
-    snapshot is left out (its message appended there) instead of stopping the pass."""
-    from trainpipe_trainer.data.reading import UnitReader
-    from trainpipe_trainer.errors import DataChangedError
-
-    units = sorted(manifest.units("train") + manifest.units("holdout"), key=lambda u: (u.file, u.row_group))
-    left_out: set[int] = set()
-    with UnitReader(fs, manifest) as reader:
-        for unit in units:
-            if unit.file in left_out:
-                continue
-            try:
-                table = reader.read(unit)
-            except DataChangedError as err:
-                if skip_changed is None:
-                    raise
-                left_out.add(unit.file)
-                skip_changed.append(str(err).split("; ", 1)[0])
-                continue
-            yield unit, table
-
-
 def _stream_version(pipeline_id: str, validation: ValidationPlan | None, snapshot: SnapshotInfo, *,
                     settings: Settings, trainer: TrainingConfig | None, sample_rows: int,
                     role: str = "snapshot") -> _Streamed:
@@ -423,6 +399,7 @@ def _stream_version(pipeline_id: str, validation: ValidationPlan | None, snapsho
     from trainpipe.errors import ValidationFailedError
     from trainpipe.state.datasets import load_manifest
     from trainpipe.steps.validate import quality
+    from trainpipe_trainer.data.reading import iter_units
     from trainpipe_trainer.errors import DataChangedError
 
     suite: StreamedSuite | None = None
@@ -442,7 +419,7 @@ def _stream_version(pipeline_id: str, validation: ValidationPlan | None, snapsho
     # failing instead would fail every later run, as the baseline moves only when a validation passes.
     skipped: list[str] = []
     try:
-        for unit, table in _units(fs, manifest, skip_changed=skipped if role == "drift reference" else None):
+        for unit, table in iter_units(fs, manifest, skipped=skipped if role == "drift reference" else None):
             entry = manifest.files[unit.file]
             found = [[field.name, str(field.type)] for field in table.schema]
             if found != expected_types and len(type_problems) < 10:
