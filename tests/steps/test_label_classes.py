@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.steps.kinds_spec import compiled_plan, run_folder
+from tests.steps.kinds_spec import compiled_plan, kinds_spec, run_folder
 from trainpipe.errors import SpecError
 from trainpipe.settings import Settings
 from trainpipe.steps.snapshot import take_snapshot
@@ -26,13 +26,7 @@ RUN = RunContext(dag_id="kinds", airflow_run_id="manual__1", try_number=1, spec_
 
 
 def _spec(**training: object) -> dict:
-    return {
-        "pipeline_id": "kinds",
-        "data": {"uri": "kinds.parquet", "time_column": "event_time", "window": "30d"},
-        "training": {"task": "multiclass_classification", "features": ["x1", "x2"], "label": "kind", **training},
-        "evaluation": {"metrics": ["accuracy", "macro_f1"], "gates": ["macro_f1 >= 0.1"]},
-        "registration": {"model_name": "kinds"},
-    }
+    return kinds_spec({"uri": "kinds.parquet", "time_column": "event_time", "window": "30d"}, **training)
 
 
 @pytest.fixture
