@@ -57,8 +57,7 @@ def _run(config_uri: str, watcher: PreemptionWatcher, phases: LaunchPhases) -> i
 
         # Read while torch imports: the parquet decode and array work release the GIL (about 1 s of
         # a 2-core launch). Torch is imported only now: a bad config fails fast, before it loads.
-        # torchrun's ranks on this host share its memory (the auto choice of the streamed path).
-        splits = read_in_background(config, text_tokenizer_of, local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        splits = read_in_background(config, text_tokenizer_of)
         if os.environ.get("RANK", "0") == "0":
             # Rank 0 tracks: MLflow starts in its own process now, on another core while torch imports.
             from trainpipe_trainer.tracking.mlflow_process import MlflowStore

@@ -190,9 +190,7 @@ class Trainer:
         check_family_inputs(family, config)
         self.clock = ComputeClock(device=env.device)
         if self.data is None:
-            # torchrun's ranks on this host share its memory (the auto choice of the streamed path).
-            local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-            self.data = load_data(config, self.splits, local_ranks=local_ranks)
+            self.data = load_data(config, self.splits)
             self.splits = None
         accumulation = config.optimization.gradient_accumulation_steps
         streamed = not isinstance(self.data, TrainingData)

@@ -78,8 +78,8 @@ class StreamSource:
     reason: str
 
 
-def read_in_background(config: TrainingConfig, text_tokenizer: TokenizerOf | None = None, *,
-                       local_ranks: int = 1) -> Future[Splits | StreamSource]:
+def read_in_background(config: TrainingConfig, text_tokenizer: TokenizerOf | None = None
+                       ) -> Future[Splits | StreamSource]:
     """``read_data`` in a daemon thread; its error (a ``TrainerDataError``) is raised where the result
     is taken, as if read there. Daemon: a launch that fails before taking it does not wait for it.
 
@@ -89,7 +89,7 @@ def read_in_background(config: TrainingConfig, text_tokenizer: TokenizerOf | Non
 
     def read() -> None:
         try:
-            future.set_result(read_data(config, text_tokenizer, local_ranks=local_ranks))
+            future.set_result(read_data(config, text_tokenizer))
         except BaseException as err:  # handed to the thread that takes the result
             future.set_exception(err)
 
@@ -97,10 +97,10 @@ def read_in_background(config: TrainingConfig, text_tokenizer: TokenizerOf | Non
     return future
 
 
-def read_data(config: TrainingConfig, text_tokenizer: TokenizerOf | None = None, *,
-              local_ranks: int = 1) -> Splits | StreamSource:
-    """The split in memory (``read_splits``), or, where it is to be streamed, what to stream."""
-    streamed = stream_source(config, local_ranks=local_ranks)
+def read_data(config: TrainingConfig, text_tokenizer: TokenizerOf | None = None) -> Splits | StreamSource:
+    """The split in memory (``read_splits``), or, where it is to be streamed, what to stream. The ranks torchrun
+    started on this host (``LOCAL_WORLD_SIZE``; 1 without it) share its memory: the auto choice counts them."""
+    streamed = stream_source(config, local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     return streamed if streamed is not None else read_splits(config, text_tokenizer)
 
 

@@ -425,13 +425,13 @@ def _cut(parts: list[tuple[np.ndarray, ...]], rows: int) -> tuple[tuple[np.ndarr
     return tuple(np.ascontiguousarray(a) for a in batch), parts
 
 
-def load_data(config: TrainingConfig, pending: Future[Splits | StreamSource] | None = None, *,
-              local_ranks: int = 1) -> TrainingData | StreamedData:
+def load_data(config: TrainingConfig, pending: Future[Splits | StreamSource] | None = None
+              ) -> TrainingData | StreamedData:
     """The config's training data, either path: from ``pending`` (read in the background since the launch
     began) or read now; the split as tensors, or streamed where ``splits.stream_source`` says so."""
     from trainpipe_trainer.models import text_tokenizer_of
 
-    read = pending.result() if pending is not None else read_data(config, text_tokenizer_of, local_ranks=local_ranks)
+    read = pending.result() if pending is not None else read_data(config, text_tokenizer_of)
     if isinstance(read, StreamSource):
         return open_streamed(config, read)
     return TrainingData(split=read)
