@@ -96,6 +96,60 @@ def test_impute_strategies_and_their_errors() -> None:
                                source="f")
 
 
+NUMERIC_TRANSFORMS = (
+    FeatureTransform(feature="a", impute="mean", clip_min=-1.0, clip_max=2.0),
+    FeatureTransform(feature="b", impute="constant", fill_value=3.5, transform="log1p", clip_min=0.0),
+    FeatureTransform(feature="c"),
+    FeatureTransform(feature="d", impute="median", standardize=False),
+)
+
+
+def _numeric_frame(rows: int = 500) -> pd.DataFrame:
+    rng = np.random.default_rng(11)
+    frame = pd.DataFrame({"a": rng.normal(size=rows) * 3, "b": rng.exponential(size=rows) * 40,
+                          "c": rng.normal(size=rows) * 1e4 + 7, "d": rng.integers(-5, 5, size=rows).astype(float)})
+    for name in ("a", "b", "d"):
+        frame.loc[rng.choice(rows, size=25, replace=False), name] = np.nan
+    return frame
+
+
+def test_numeric_columns_transform_a_block_to_the_encoders_values_bit_for_bit() -> None:
+    frame = _numeric_frame()
+    transformer = FeatureTransformer.fit(frame, NUMERIC_TRANSFORMS, source="f")
+    numeric = transformer.numeric_columns()
+    assert numeric is not None and numeric.features == ("a", "b", "c", "d")
+    block = frame[list(numeric.features)].to_numpy(dtype=np.float64).copy()
+    transformed = numeric.transform(block, source="f")
+    # The encoders' own values, column by column, and the float32 matrix the model takes: equal, not close.
+    np.testing.assert_array_equal(transformed, transformer.transform(frame, source="f"))
+    np.testing.assert_array_equal(transformed.astype(np.float32), transformer.transform_float32(frame, source="f"))
+
+
+def test_numeric_columns_name_the_column_a_block_cannot_take() -> None:
+    frame = _numeric_frame()
+    numeric = FeatureTransformer.fit(frame, NUMERIC_TRANSFORMS, source="f").numeric_columns()
+    assert numeric is not None
+    unfilled = frame[list(numeric.features)].to_numpy(dtype=np.float64).copy()
+    unfilled[[3, 9], 2] = np.nan  # "c" has no impute
+    with pytest.raises(TrainerDataError, match=r"^part-3.parquet: feature column 'c' has 2 missing value\(s\); declare "
+                                               r"how to fill them \(training.transforms.c.impute"):
+        numeric.transform(unfilled, source="part-3.parquet")
+    logged = FeatureTransformer.fit(pd.DataFrame({"x": [1.0, 2.0], "y": [0.0, 5.0]}),
+                                    (FeatureTransform(feature="x"), FeatureTransform(feature="y", transform="log1p")),
+                                    source="f").numeric_columns()
+    assert logged is not None
+    with pytest.raises(TrainerDataError, match=r"'y' has values <= -1 \(smallest -4\), where log1p is undefined"):
+        logged.transform(np.array([[1.0, 0.5], [-9.0, -4.0]]), source="f")
+
+
+def test_only_plain_numeric_transformers_have_numeric_columns() -> None:
+    frame = pd.DataFrame({"x": [1.0, np.nan, 3.0], "c": ["a", "b", "a"]})
+    with_indicator = (FeatureTransform(feature="x", impute="mean", missing_indicator=True),)
+    categorical = (FeatureTransform(feature="x", impute="mean"), FeatureTransform(feature="c", type="categorical"))
+    assert FeatureTransformer.fit(frame, with_indicator, source="f").numeric_columns() is None
+    assert FeatureTransformer.fit(frame, categorical, source="f").numeric_columns() is None
+
+
 def test_one_hot_keeps_most_frequent_categories_and_sends_the_rest_unseen_to_other() -> None:
     train = pd.DataFrame({"c": ["b", "a", "a", None, "b", "c", None, "d", "a"]})
     transformer = FeatureTransformer.fit(

@@ -169,24 +169,8 @@ class NumericEncoder:
                    mean=float(scaled.mean()), std=std if std > 1e-12 else 1.0)
 
     def _value(self, values: np.ndarray, *, source: str) -> np.ndarray:
-        missing = np.isnan(values)
-        if missing.any():
-            if self.fill_value is None:
-                raise TrainerDataError(
-                    f"{source}: feature column {self.feature!r} has {int(missing.sum())} missing value(s); declare "
-                    f"how to fill them (training.transforms.{self.feature}.impute: mean, median or constant)"
-                )
-            values = np.where(missing, self.fill_value, values)
-        if self.clip_min is not None or self.clip_max is not None:
-            values = np.clip(values, self.clip_min, self.clip_max)
-        if self.log1p:
-            if (values <= -1).any():
-                raise TrainerDataError(
-                    f"{source}: feature column {self.feature!r} has values <= -1 (smallest {values.min():g}), where "
-                    f"log1p is undefined; clip them first (training.transforms.{self.feature}.clip: {{min: 0}})"
-                )
-            values = np.log1p(values)
-        return values
+        """impute -> clip -> log1p of one column (``NumericColumns.shape``, which defines them)."""
+        return NumericColumns.of((self,)).shape(values[:, None].copy(), source=source)[:, 0]
 
     def encode(self, frame: pd.DataFrame, *, source: str) -> np.ndarray:
         values = _numeric_values(frame, self.feature, source=source)
@@ -199,6 +183,73 @@ class NumericEncoder:
         return {"kind": "numeric", "feature": self.feature, "fill_value": self.fill_value,
                 "missing_indicator": self.missing_indicator, "clip_min": self.clip_min, "clip_max": self.clip_max,
                 "log1p": self.log1p, "mean": self.mean, "std": self.std}
+
+
+@dataclass(frozen=True, slots=True)
+class NumericColumns:
+    """Numeric encoders as column vectors: impute, clip, log1p and standardise a ``[rows, k]`` float64 block in
+    place, each column with its encoder's parameters. The one definition of those steps: ``NumericEncoder``
+    shapes its column through it, and the streamed path transforms whole blocks of rows with it."""
+
+    encoders: tuple[NumericEncoder, ...]
+    fill: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    log1p: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+
+    @classmethod
+    def of(cls, encoders: tuple[NumericEncoder, ...]) -> NumericColumns:
+        def vector(values: list[float | None], default: float) -> np.ndarray:
+            return np.array([default if v is None else v for v in values], dtype=np.float64)
+
+        return cls(encoders=encoders,
+                   fill=vector([e.fill_value for e in encoders], np.nan),
+                   low=vector([e.clip_min for e in encoders], -np.inf),
+                   high=vector([e.clip_max for e in encoders], np.inf),
+                   log1p=np.array([e.log1p for e in encoders], dtype=bool),
+                   mean=vector([e.mean for e in encoders], 0.0),
+                   std=vector([e.std for e in encoders], 1.0))
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return tuple(e.feature for e in self.encoders)
+
+    def shape(self, block: np.ndarray, *, source: str) -> np.ndarray:
+        """impute -> clip -> log1p, in place; raises ``TrainerDataError`` naming the column and the fix."""
+        missing = np.isnan(block)
+        if missing.any():
+            unfilled = missing.any(axis=0) & np.isnan(self.fill)
+            if unfilled.any():
+                column = int(np.flatnonzero(unfilled)[0])
+                raise TrainerDataError(
+                    f"{source}: feature column {self.encoders[column].feature!r} has "
+                    f"{int(missing[:, column].sum())} missing value(s); declare how to fill them "
+                    f"(training.transforms.{self.encoders[column].feature}.impute: mean, median or constant)"
+                )
+            np.copyto(block, np.broadcast_to(self.fill, block.shape), where=missing)
+        if np.isfinite(self.low).any() or np.isfinite(self.high).any():
+            np.clip(block, self.low, self.high, out=block)
+        if self.log1p.any():
+            logged = block[:, self.log1p]
+            below = (logged <= -1).any(axis=0)
+            if below.any():
+                column = int(np.flatnonzero(self.log1p)[np.flatnonzero(below)[0]])
+                feature = self.encoders[column].feature
+                raise TrainerDataError(
+                    f"{source}: feature column {feature!r} has values <= -1 (smallest {block[:, column].min():g}), "
+                    f"where log1p is undefined; clip them first (training.transforms.{feature}.clip: {{min: 0}})"
+                )
+            block[:, self.log1p] = np.log1p(logged)
+        return block
+
+    def transform(self, block: np.ndarray, *, source: str) -> np.ndarray:
+        """``shape`` then standardise, in place: per value the float64 operations of ``NumericEncoder.encode``."""
+        self.shape(block, source=source)
+        block -= self.mean
+        block /= self.std
+        return block
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -422,6 +473,14 @@ class FeatureTransformer:
     def text_tokenizer(self) -> TextTokenizer | None:
         """The family's tokenizer its text columns were encoded with (None: hashed words, or no text)."""
         return next((e.tokenizer for e in self.encoders if isinstance(e, PretrainedTextEncoder)), None)
+
+    def numeric_columns(self) -> NumericColumns | None:
+        """The transform as ``NumericColumns`` when every encoder is numeric without a missing indicator (its
+        output is then one column per feature, in order); None otherwise."""
+        if not self.encoders or not all(isinstance(e, NumericEncoder) and not e.missing_indicator
+                                        for e in self.encoders):
+            return None
+        return NumericColumns.of(self.encoders)  # type: ignore[arg-type]
 
     @classmethod
     def fit(cls, frame: pd.DataFrame, transforms: tuple[FeatureTransform, ...], *, source: str,
