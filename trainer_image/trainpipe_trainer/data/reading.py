@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from trainpipe_trainer.data.manifest import (
     DataManifest,
@@ -47,6 +48,13 @@ def open_checked(fs: fsspec.AbstractFileSystem, entry: ManifestFile, digest: str
         raise DataChangedError(missing_file_message(entry, digest)) from None
     if change is not None:
         raise DataChangedError(changed_file_message(entry, change, digest))
+    if isinstance(fs, LocalFileSystem):
+        import pyarrow as pa
+
+        # Arrow's own file reads a row group at half the cost of a Python file object (no bytes objects between).
+        # Read, not memory-mapped: a file cut short while open fails a read (judged as changed), where a mapping
+        # would kill the process.
+        return pa.OSFile(path)
     return fs.open(path, "rb")
 
 
