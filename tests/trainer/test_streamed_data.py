@@ -20,14 +20,22 @@ import pytest
 import torch
 
 from tests.trainer.helpers import BINARY_FEATURES, binary_frame, launch, resumes_to
-from trainpipe_trainer.config import TrainingConfig
+from trainpipe_trainer.config import FeatureTransform, TrainingConfig
 from trainpipe_trainer.data.manifest import DataManifest, ManifestFile, holdout_row_groups
 from trainpipe_trainer.data.reading import UnitReader
 from trainpipe_trainer.data.splits import StreamSource, read_splits, stream_source
 from trainpipe_trainer.data.statistics import fitted_from_statistics, load_or_compute_statistics
-from trainpipe_trainer.data.streamed import SampleStream, StreamedData, load_data, open_streamed
+from trainpipe_trainer.data.streamed import (
+    SampleStream,
+    StreamedData,
+    load_data,
+    numeric_arrays,
+    open_streamed,
+    transformed_rows,
+)
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import DataChangedError, TrainerDataError, TrainerInputError
+from trainpipe_trainer.preprocessing import FeatureTransformer
 from trainpipe_trainer.resume import DATA_ORDER, ResumeIdentity
 
 FILES, GROUPS, GROUP_ROWS = 6, 4, 100
@@ -349,6 +357,72 @@ def test_the_config_json_of_a_copy_is_unchanged_and_a_manifest_says_so(version: 
     assert TrainingConfig.from_dict(manifest.to_dict()) == manifest
     with pytest.raises(ValueError, match=r"train_data_format: one of \('parquet', 'manifest'\), got 'csv'"):
         _config(version, tmp_path, train_data_format="csv")
+
+
+def test_the_numeric_window_path_gives_the_frame_paths_values() -> None:
+    """A window of float32, float64 with nulls and integer columns, taken in a shuffled order: the numeric path
+    (no pandas) gives the same float32 matrix as the transformer on the taken rows' frame."""
+    rng = np.random.default_rng(5)
+    rows = 3000
+    table = pa.table({
+        "f32": rng.normal(size=rows).astype(np.float32) * 50,
+        "f64": pa.array(np.where(rng.random(rows) < 0.1, np.nan, rng.exponential(size=rows)), from_pandas=True),
+        "i64": rng.integers(-1000, 1000, size=rows),
+    })
+    assert table.column("f64").null_count > 0
+    transforms = (FeatureTransform(feature="f32", clip_min=-60.0, clip_max=60.0),
+                  FeatureTransform(feature="f64", impute="median", transform="log1p"),
+                  FeatureTransform(feature="i64", standardize=False))
+    transformer = FeatureTransformer.fit(table.to_pandas(), transforms, source="w")
+    numeric = transformer.numeric_columns()
+    assert numeric is not None
+    # One rank's share of a permuted window: every other position, so not every row, in no sorted order.
+    taken = rng.permutation(rows)[1::2]
+    columns = numeric_arrays(table, numeric.features)
+    assert columns is not None
+    expected = transformer.transform_float32(table.take(pa.array(taken)).to_pandas(), source="w")
+    np.testing.assert_array_equal(transformed_rows(numeric, columns, taken, source="w"), expected)
+
+
+WINDOW_CASES = {
+    "numeric path": {"features": list(BINARY_FEATURES)},
+    "frame path": {"features": [*BINARY_FEATURES, "country"], "transforms": [{"feature": "country",
+                                                                               "type": "categorical"}]},
+    "numeric path, scaled target": {"task": "regression", "label": "f_noise", "features": list(BINARY_FEATURES[:3])},
+}
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES)
+def test_a_window_reads_as_the_frame_computation_of_its_rows(tmp_path: Path, case: str) -> None:
+    root = tmp_path / "version"
+    root.mkdir()
+    rng = np.random.default_rng(2)
+    frame = binary_frame(rng, 400)
+    frame["country"] = rng.choice(["fr", "de", "us"], size=400)
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), root / "part-0.parquet", row_group_size=100)
+    manifest = write_manifest(root, ["part-0.parquet"], [()])
+    data = _data(manifest, tmp_path, **WINDOW_CASES[case])
+    assert (data.numeric is None) == (case == "frame path")
+    assert (data.target is None) == (case != "numeric path, scaled target")
+    loader = data.loader(batch_size=16, seed=0, env=_env(1, 2))
+    loader.stream = SampleStream(units=data.units, seed=0, window_rows=250)
+    for piece in loader.stream.pieces(0, start=0, world=2, rank=1):
+        table = pa.concat_tables([pq.ParquetFile(root / "part-0.parquet").read_row_group(unit.row_group)
+                                  for unit in piece.window.units])
+        rows = loader.stream.permutation(0, piece.window)[piece.offsets]
+        expected = data.arrays(table.take(pa.array(rows)).to_pandas(), source="w")
+        for got, want in zip(loader._read(0, piece), expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+    loader.close()
+
+
+def test_columns_the_numeric_path_cannot_read_take_the_frame_path() -> None:
+    table = pa.table({"x": pa.array([1.0, 2.0]), "n": pa.array([1, None], type=pa.int64()),
+                      "s": pa.array(["a", "b"])})
+    assert numeric_arrays(table, ["x"]) is not None
+    # An integer column with a null reads as float NaN through pandas; a text column holds no numbers.
+    assert numeric_arrays(table, ["x", "n"]) is None
+    assert numeric_arrays(table, ["s"]) is None
 
 
 def test_a_file_replaced_mid_epoch_stops_the_loader_naming_it(tmp_path: Path) -> None:

@@ -297,13 +297,20 @@ def split_arrays(frame: pd.DataFrame, config: TrainingConfig, transformer: Featu
     if config.task == "causal_lm":
         return lm_sequences(frame, config, transformer.text_tokenizer, source)
     features = transformer.transform_float32(frame, source=source)
+    labels = label_array(frame, config, source, target, classes)
+    if is_listwise(config):
+        return pad_queries(frame[config.group_column], features, labels)
+    return features, labels
+
+
+def label_array(frame: pd.DataFrame, config: TrainingConfig, source: str, target: TargetScaler | None = None,
+                classes: tuple[str, ...] = ()) -> np.ndarray:
+    """The label column as the model's targets: class indices (multiclass), else float32."""
     labels = label_vector(frame, config, source=source, classes=classes)
     if config.task != "multiclass_classification":
         # Scaled in float64, then cast: the same float32 labels whatever the label column's own dtype.
         labels = (target.scale(labels) if target is not None else labels).astype(np.float32)
-    if is_listwise(config):
-        return pad_queries(frame[config.group_column], features, labels)
-    return features, labels
+    return labels
 
 
 def read_splits(config: TrainingConfig, text_tokenizer: TokenizerOf | None = None) -> Splits:

@@ -42,6 +42,7 @@ from trainpipe_trainer.data.reading import UnitReader
 from trainpipe_trainer.data.splits import (
     Splits,
     StreamSource,
+    label_array,
     manifest_fs,
     read_data,
     serving_sample,
@@ -49,7 +50,7 @@ from trainpipe_trainer.data.splits import (
 )
 from trainpipe_trainer.distributed import DistEnv
 from trainpipe_trainer.errors import TrainerDataError, TrainerInputError
-from trainpipe_trainer.preprocessing import FeatureTransformer, TargetScaler
+from trainpipe_trainer.preprocessing import FeatureTransformer, NumericColumns, TargetScaler
 
 # Rows of one shuffle window: the bound on how far apart two rows of one row group can land in an epoch, and
 # on what a window in flight holds (decoded, before this rank's share is taken).
@@ -59,6 +60,10 @@ PREFETCH_WINDOWS = 3
 READ_THREADS = 2
 # The validation split: whole train units, at most validation_fraction of the rows and at most this many.
 VALIDATION_CAP_ROWS = 50_000
+# The numeric path's buffers: rows gathered at a time (a [features, rows] buffer reused across a window), and
+# rows transformed at a time (a [rows, features] float64 block that stays in a core's cache).
+GATHER_ROWS = 8192
+TRANSFORM_BLOCK_ROWS = 1024
 
 
 def _rng(*keys: int) -> np.random.Generator:
@@ -165,6 +170,8 @@ class StreamedData:
     validation_units: tuple[Unit, ...] = field(init=False)
     validation: TensorDataset | None = field(init=False)
     sample_frame: pd.DataFrame = field(init=False)
+    # The transform as column vectors (every feature numeric): windows skip pandas; None: the frame path.
+    numeric: NumericColumns | None = field(init=False)
 
     def __post_init__(self) -> None:
         refuse_unstreamable(self.config)
@@ -177,6 +184,7 @@ class StreamedData:
                 f"{self.manifest.source_uri}: column(s) {missing} of the config (features, label) are not in the "
                 f"dataset version's files (columns: {list(self.manifest.columns)}); fix training.features or "
                 "training.label, or snapshot data that has them")
+        self.numeric = self.transformer.numeric_columns()
         chosen = set(validation_units(self.config, train))
         self.validation_units = tuple(unit for unit in train if unit in chosen)
         self.units = tuple(unit for unit in train if unit not in chosen)
@@ -385,8 +393,14 @@ class StreamLoader:
         window = piece.window
         table = pa.concat_tables([self._read_unit(reader, unit) for unit in window.units])
         rows = self.stream.permutation(epoch, window)[piece.offsets]
-        frame = table.take(pa.array(rows)).to_pandas()
-        return self.data.arrays(frame, source=self.data.source_of(window.units))
+        source = self.data.source_of(window.units)
+        numeric = self.data.numeric
+        columns = numeric_arrays(table, numeric.features) if numeric is not None else None
+        if numeric is None or columns is None:
+            return self.data.arrays(table.take(pa.array(rows)).to_pandas(), source=source)
+        label = table.select([self.data.config.label]).take(pa.array(rows)).to_pandas()
+        return (transformed_rows(numeric, columns, rows, source=source),
+                label_array(label, self.data.config, source, self.data.target, self.data.classes))
 
     def _read_unit(self, reader: UnitReader, unit: Unit) -> Any:
         """One row group; a changed file is named by the reader (``DataChangedError``), any other failure here."""
@@ -403,6 +417,56 @@ class StreamLoader:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for reader in self._readers:
             reader.close()
+
+
+def numeric_arrays(table: Any, names: Sequence[str]) -> list[np.ndarray] | None:
+    """The columns as numpy arrays, without pandas, where each is a float column (a null is NaN, as pandas reads
+    it) or an integer column without nulls; None: the window takes the frame path."""
+    import pyarrow as pa
+
+    arrays = []
+    for name in names:
+        column = table.column(name)
+        if not (pa.types.is_floating(column.type) or (pa.types.is_integer(column.type) and column.null_count == 0)):
+            return None
+        arrays.append(column.to_numpy())
+    return arrays
+
+
+def transformed_rows(numeric: NumericColumns, columns: Sequence[np.ndarray], rows: np.ndarray, *,
+                     source: str) -> np.ndarray:
+    """float32 ``[len(rows), k]``: rows ``rows`` of the columns, transformed, in that order; the values of
+    ``FeatureTransformer.transform_float32`` on the same rows.
+
+    The rows are taken in ascending order (each column read forwards, not at random), ``GATHER_ROWS`` at a time
+    into a column-major buffer; transformed ``TRANSFORM_BLOCK_ROWS`` at a time in a float64 block, transposed to
+    row-major on the way in; and each block's rows written to their places in stream order. The buffers are
+    reused, so a window allocates its result and little else."""
+    # The rows are distinct positions of one window: ascending order by a mask, not a sort.
+    marked = np.zeros(int(rows.max()) + 1 if len(rows) else 0, dtype=bool)
+    marked[rows] = True
+    ascending = np.flatnonzero(marked)
+    index_of = np.empty(len(marked), dtype=np.intp)
+    index_of[rows] = np.arange(len(rows))
+    order = index_of[ascending]
+    dtype = np.float32 if all(column.dtype == np.float32 for column in columns) else np.float64
+    gathered = np.empty((len(columns), min(GATHER_ROWS, len(rows))), dtype=dtype)
+    block = np.empty((TRANSFORM_BLOCK_ROWS, len(columns)))
+    transformed = np.empty((len(rows), len(columns)), dtype=np.float32)
+    for first in range(0, len(rows), GATHER_ROWS):
+        taken = ascending[first:first + GATHER_ROWS]
+        part = gathered[:, :len(taken)]
+        for j, column in enumerate(columns):
+            if column.dtype == dtype:
+                np.take(column, taken, out=part[j])
+            else:
+                part[j] = column[taken]
+        for start in range(0, len(taken), TRANSFORM_BLOCK_ROWS):
+            rows_here = block[:min(TRANSFORM_BLOCK_ROWS, len(taken) - start)]
+            rows_here[...] = part[:, start:start + len(rows_here)].T
+            at = first + start
+            transformed[order[at:at + len(rows_here)]] = numeric.transform(rows_here, source=source)
+    return transformed
 
 
 def _cut(parts: list[tuple[np.ndarray, ...]], rows: int) -> tuple[tuple[np.ndarray, ...], list[tuple[np.ndarray, ...]]]:
