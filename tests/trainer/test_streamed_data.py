@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from tests.trainer.helpers import BINARY_FEATURES, binary_frame, launch, resumes_to
+from tests.trainer.helpers import BINARY_FEATURES, binary_frame, launch, resumes_to, untracked_trainer
 from trainpipe_trainer.config import FeatureTransform, TrainingConfig
 from trainpipe_trainer.data.manifest import DataManifest, ManifestFile, holdout_row_groups
 from trainpipe_trainer.data.reading import UnitReader
@@ -188,6 +189,24 @@ def test_the_loader_holds_only_its_windows(version: Path, tmp_path: Path) -> Non
     batches.close()
     assert loader.buffered_rows == 0
     loader.close()
+
+
+def test_a_streamed_run_ends_its_read_threads_with_its_loop(version: Path, tmp_path: Path, env: DistEnv,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainpipe_trainer.trainer import Trainer
+
+    def readers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("trainpipe-stream") and t.is_alive()]
+
+    before = readers()
+    trainer = untracked_trainer(_config(version, tmp_path, epochs=1), env)
+    # The model's export needs tracking, which this in-process run has off; the loop is what is looked at.
+    monkeypatch.setattr(Trainer, "_export", lambda self, resumed: None)
+    trainer.fit()
+    assert isinstance(trainer.data, StreamedData)
+    assert trainer.state.global_step > 0
+    # The loader's read threads ended with the loop (before: they lived until the process exited).
+    assert readers() == before
 
 
 def test_the_next_epoch_is_read_while_one_ends_within_the_same_bound(version: Path, tmp_path: Path) -> None:

@@ -322,6 +322,8 @@ class Trainer:
                 self._save(wait=True)
             self.checkpoints.close()
         finally:
+            # The streamed loader's read threads end here, not with the process (a failed read included).
+            self.batches.close()
             if monitor is not None:
                 monitor.stop()
         self._log_compute_hours()

@@ -43,6 +43,8 @@ class Batches(Protocol):
 
     def epoch(self, epoch: int, *, position: int = 0) -> Iterator[list[torch.Tensor]]: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass(kw_only=True, slots=True)
 class TrainingData:
@@ -194,6 +196,9 @@ class EpochLoader:
         if self.env.device.type == "cuda" and self.device.type != "cuda":
             batches = copied_ahead(batches, self.env.device)
         return timed(batches, self)
+
+    def close(self) -> None:
+        """Nothing to release: the tensors go with the loader (the streamed loader has read threads to end)."""
 
 
 def timed(batches: Iterator[list[torch.Tensor]], loader: Batches) -> Iterator[list[torch.Tensor]]:
