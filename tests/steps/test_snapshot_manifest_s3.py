@@ -65,9 +65,9 @@ def _settings(bucket: str, tmp_path: Path) -> Settings:
                     mlflow_tracking_uri="unused", mlflow_artifact_root=str(tmp_path / "artifacts"))
 
 
-def _plan(uri: str) -> DataPlan:
+def _plan(uri: str, snapshot: str = "manifest") -> DataPlan:
     return DataPlan(uri=uri, conn_id=CONN_ID, format="parquet", time_column=None, window=None, holdout_fraction=0.3,
-                    holdout_key=None, snapshot="manifest", uri_declared_at=("dag_configs/p.yaml", 7, 8))
+                    holdout_key=None, snapshot=snapshot, uri_declared_at=("dag_configs/p.yaml", 7, 8))
 
 
 def test_a_versioned_bucket_is_read_by_version_after_an_overwrite(s3, tmp_path):
@@ -86,6 +86,30 @@ def test_a_versioned_bucket_is_read_by_version_after_an_overwrite(s3, tmp_path):
     assert after.equals(before)  # the snapshot's bytes, by VersionId, not the key's new content
     assert 500.0 not in set(after["x"]) | set(holdout["x"])
     assert sorted([*after["x"], *holdout["x"]]) == [float(i) for r in (0, 10, 20) for i in range(r, r + 4)]
+
+
+def test_auto_lists_an_s3_prefix_of_the_threshold_as_a_manifest_and_copies_a_smaller_one(s3, tmp_path, monkeypatch):
+    from trainpipe.plan import model
+
+    bucket = _bucket(s3, "manifest-auto", versioned=True)
+    bodies = [_parquet(10 * i) for i in range(3)]
+    for i, body in enumerate(bodies):
+        s3.put_object(Bucket=bucket, Key=f"lake/part-{i}.parquet", Body=body)
+    settings = _settings(bucket, tmp_path)
+    # The threshold lowered to the prefix's size: auto decides by the listed object sizes alone.
+    monkeypatch.setattr(model, "AUTO_MANIFEST_BYTES", sum(len(body) for body in bodies))
+    with storage_access(settings):
+        listed = take_snapshot("p", _plan(f"s3://{bucket}/lake", snapshot="auto"), settings=settings,
+                               logical_date=DAY)
+        manifest, _ = load_manifest(listed, settings=settings)
+    assert listed.kind == "manifest" and listed.rows == 12
+    assert [f.path for f in manifest.files] == [f"part-{i}.parquet" for i in range(3)]
+    assert all(f.version_id and f.version_id != "null" for f in manifest.files)
+    monkeypatch.setattr(model, "AUTO_MANIFEST_BYTES", sum(len(body) for body in bodies) + 1)
+    with storage_access(settings):
+        copied = take_snapshot("p", _plan(f"s3://{bucket}/lake", snapshot="auto"), settings=settings,
+                               logical_date=DAY)
+    assert copied.kind == "copy" and copied.rows == 12
 
 
 def test_an_unversioned_bucket_overwritten_after_the_snapshot_stops_the_reader_naming_the_file(s3, tmp_path):
