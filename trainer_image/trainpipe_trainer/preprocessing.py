@@ -170,7 +170,7 @@ class NumericEncoder:
 
     def _value(self, values: np.ndarray, *, source: str) -> np.ndarray:
         """impute -> clip -> log1p of one column (``NumericColumns.shape``, which defines them)."""
-        return NumericColumns.of((self,)).shape(values[:, None].copy(), source=source)[:, 0]
+        return NumericColumns.of((self,)).shape(values[:, None], source=source)[:, 0]
 
     def encode(self, frame: pd.DataFrame, *, source: str) -> np.ndarray:
         values = _numeric_values(frame, self.feature, source=source)
@@ -217,7 +217,8 @@ class NumericColumns:
         return tuple(e.feature for e in self.encoders)
 
     def shape(self, block: np.ndarray, *, source: str) -> np.ndarray:
-        """impute -> clip -> log1p, in place; raises ``TrainerDataError`` naming the column and the fix."""
+        """impute -> clip -> log1p; ``block`` is left as it is (a step that changes values makes a new array, and
+        none is made where no step applies). Raises ``TrainerDataError`` naming the column and the fix."""
         missing = np.isnan(block)
         if missing.any():
             unfilled = missing.any(axis=0) & np.isnan(self.fill)
@@ -228,9 +229,9 @@ class NumericColumns:
                     f"{int(missing[:, column].sum())} missing value(s); declare how to fill them "
                     f"(training.transforms.{self.encoders[column].feature}.impute: mean, median or constant)"
                 )
-            np.copyto(block, np.broadcast_to(self.fill, block.shape), where=missing)
+            block = np.where(missing, self.fill, block)
         if np.isfinite(self.low).any() or np.isfinite(self.high).any():
-            np.clip(block, self.low, self.high, out=block)
+            block = np.clip(block, self.low, self.high)
         if self.log1p.any():
             logged = block[:, self.log1p]
             below = (logged <= -1).any(axis=0)
@@ -241,15 +242,20 @@ class NumericColumns:
                     f"{source}: feature column {feature!r} has values <= -1 (smallest {block[:, column].min():g}), "
                     f"where log1p is undefined; clip them first (training.transforms.{feature}.clip: {{min: 0}})"
                 )
-            block[:, self.log1p] = np.log1p(logged)
+            if self.log1p.all():
+                block = np.log1p(block)
+            else:
+                block = block.copy()
+                block[:, self.log1p] = np.log1p(logged)
         return block
 
     def transform(self, block: np.ndarray, *, source: str) -> np.ndarray:
-        """``shape`` then standardise, in place: per value the float64 operations of ``NumericEncoder.encode``."""
-        self.shape(block, source=source)
-        block -= self.mean
-        block /= self.std
-        return block
+        """``shape`` then standardise: per value the float64 operations of ``NumericEncoder.encode``. The shaped
+        values are standardised in place, so ``block`` may be overwritten: pass one the caller owns."""
+        shaped = self.shape(block, source=source)
+        shaped -= self.mean
+        shaped /= self.std
+        return shaped
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
